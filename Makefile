@@ -1,0 +1,53 @@
+# gpurun: the two commands a newcomer needs are `make demo` and `make test` (see README.md).
+
+CARGO  ?= cargo
+PREFIX ?= /usr/local
+DESTDIR ?=
+PYTHON ?= python3
+# The simulator is checked against NVIDIA's own Python binding, pinned here.
+NVIDIA_ML_PY_VERSION ?= 13.615.71
+
+VENV := .venv
+SIM_DIR := target/sim
+
+.PHONY: build sim demo test venv man lint install clean
+
+build:
+	$(CARGO) build --release --bin gpurun
+
+# The simulated libnvidia-ml.so.1 and sim-cuda, as debug builds (the tests use these).
+sim:
+	$(CARGO) build --workspace --bins --lib
+	mkdir -p $(SIM_DIR)
+	ln -sf ../debug/libnvml_sim.so $(SIM_DIR)/libnvidia-ml.so.1
+
+# Build everything and show what gpurun sees on the bundled simulated 8-GPU server.
+demo: sim
+	$(CARGO) run --quiet --bin gpurun -- --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --list
+
+$(VENV)/.installed:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check nvidia-ml-py==$(NVIDIA_ML_PY_VERSION)
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Every test: unit, integration through the real binary and the simulator, and the
+# simulator checked against nvidia-ml-py.
+test: venv sim
+	$(CARGO) test --workspace
+
+man:
+	GPURUN_BLESS=1 $(CARGO) test --test man_page
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+install: build
+	install -D -m 0755 target/release/gpurun $(DESTDIR)$(PREFIX)/bin/gpurun
+	install -D -m 0644 man/gpurun.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpurun.1
+
+clean:
+	$(CARGO) clean
+	rm -rf $(VENV)

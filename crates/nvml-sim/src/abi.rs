@@ -1,0 +1,779 @@
+//! The NVML C ABI, as declared in NVIDIA's `nvml.h`: the functions `nvml-wrapper` 0.13 and
+//! `nvidia-ml-py` call, with the same symbol versions and struct layouts.
+//!
+//! Every entry point checks initialisation, the handle and the pointers it was given, then asks
+//! the scenario for an injected error before answering.
+
+#![allow(non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_ulonglong, c_void, CStr};
+use std::time::Duration;
+
+use crate::scenario;
+use crate::state::{with_state, State};
+
+pub const NVML_SUCCESS: u32 = 0;
+pub const NVML_ERROR_UNINITIALIZED: u32 = 1;
+pub const NVML_ERROR_INVALID_ARGUMENT: u32 = 2;
+pub const NVML_ERROR_NOT_SUPPORTED: u32 = 3;
+pub const NVML_ERROR_NO_PERMISSION: u32 = 4;
+pub const NVML_ERROR_NOT_FOUND: u32 = 6;
+pub const NVML_ERROR_INSUFFICIENT_SIZE: u32 = 7;
+pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: u32 = 25;
+pub const NVML_ERROR_UNKNOWN: u32 = 999;
+
+/// `NVML_VALUE_NOT_AVAILABLE` for unsigned long long fields.
+const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+
+type Device = *mut c_void;
+
+#[repr(C)]
+pub struct PciInfo {
+    bus_id_legacy: [c_char; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_sub_system_id: c_uint,
+    bus_id: [c_char; 32],
+}
+
+#[repr(C)]
+pub struct MemoryV1 {
+    total: c_ulonglong,
+    free: c_ulonglong,
+    used: c_ulonglong,
+}
+
+#[repr(C)]
+pub struct MemoryV2 {
+    version: c_uint,
+    total: c_ulonglong,
+    reserved: c_ulonglong,
+    free: c_ulonglong,
+    used: c_ulonglong,
+}
+
+/// `nvmlMemory_v2` = `NVML_STRUCT_VERSION(Memory, 2)`.
+const MEMORY_V2_VERSION: u32 = std::mem::size_of::<MemoryV2>() as u32 | (2 << 24);
+
+#[repr(C)]
+pub struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// `nvmlProcessInfo_v1_t`.
+#[repr(C)]
+pub struct ProcessInfoV1 {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+}
+
+/// `nvmlProcessInfo_v2_t`, which nvml.h also uses for the `_v3` call.
+#[repr(C)]
+pub struct ProcessInfoV2 {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+fn handle_for(index: usize) -> Device {
+    // Handles are opaque to callers; index + 1 keeps them non-null.
+    (index + 1) as Device
+}
+
+/// Runs `body` for an initialised library and a valid device handle.
+fn device_call(device: Device, call: &str, body: impl FnOnce(&mut State, u32) -> u32) -> u32 {
+    let result = with_state(|state| {
+        if state.init_count == 0 {
+            return Err(NVML_ERROR_UNINITIALIZED);
+        }
+        let index = (device as usize).wrapping_sub(1);
+        if device.is_null() || index >= state.scenario.gpus.len() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let index = index as u32;
+        if let Some(error) = state.injected(call, Some(index)) {
+            return Err(error);
+        }
+        Ok(body(state, index))
+    });
+    result.unwrap_or_else(|error| error)
+}
+
+fn system_call(call: &str, body: impl FnOnce(&mut State) -> u32) -> u32 {
+    let result = with_state(|state| {
+        if state.init_count == 0 {
+            return Err(NVML_ERROR_UNINITIALIZED);
+        }
+        if let Some(error) = state.injected(call, None) {
+            return Err(error);
+        }
+        Ok(body(state))
+    });
+    result.unwrap_or_else(|error| error)
+}
+
+/// Copies `text` and its NUL into a caller's buffer of `length` bytes.
+///
+/// # Safety
+/// `buffer` must be null or valid for `length` bytes of writes.
+unsafe fn write_string(text: &str, buffer: *mut c_char, length: c_uint) -> u32 {
+    if buffer.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if text.len() + 1 > length as usize {
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    // SAFETY: the caller gave `length` writable bytes and we write text.len() + 1 <= length.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buffer.cast::<u8>(), text.len());
+        *buffer.add(text.len()) = 0;
+    }
+    NVML_SUCCESS
+}
+
+/// Writes `value` through `out`, or answers INVALID_ARGUMENT for a null pointer.
+///
+/// # Safety
+/// `out` must be null or valid for a write of `T`.
+unsafe fn put<T>(out: *mut T, value: T) -> u32 {
+    if out.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: non-null and, by the caller's contract, valid for writes.
+    unsafe { out.write(value) };
+    NVML_SUCCESS
+}
+
+fn init(flags: c_uint) -> u32 {
+    let _ = flags;
+    let result = with_state(|state| {
+        if let Some(name) = &state.scenario.init.error {
+            return Err(scenario::error_code(name).unwrap_or(NVML_ERROR_UNKNOWN));
+        }
+        let delay = state.scenario.init.delay_ms;
+        if delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
+        state.init_count += 1;
+        Ok(NVML_SUCCESS)
+    });
+    result.unwrap_or_else(|error| error)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInit_v2() -> u32 {
+    init(0)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInit() -> u32 {
+    init(0)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInitWithFlags(flags: c_uint) -> u32 {
+    init(flags)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlShutdown() -> u32 {
+    with_state(|state| {
+        if state.init_count == 0 {
+            return Err(NVML_ERROR_UNINITIALIZED);
+        }
+        state.init_count -= 1;
+        Ok(NVML_SUCCESS)
+    })
+    .unwrap_or_else(|error| error)
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
+    let text: &'static CStr = match result {
+        0 => c"Success",
+        1 => c"Uninitialized",
+        2 => c"Invalid Argument",
+        3 => c"Not Supported",
+        4 => c"Insufficient Permissions",
+        5 => c"Already Initialized",
+        6 => c"Not Found",
+        7 => c"Insufficient Size",
+        8 => c"Insufficient External Power",
+        9 => c"Driver Not Loaded",
+        10 => c"Timeout",
+        11 => c"Interrupt request issue",
+        12 => c"NVML Shared Library Not Found",
+        13 => c"Function Not Found",
+        14 => c"Corrupted infoROM",
+        15 => c"GPU is lost",
+        16 => c"GPU requires restart",
+        17 => c"The operating system has blocked the request.",
+        18 => c"RM has detected an NVML/RM version mismatch.",
+        19 => c"In use by another client",
+        20 => c"Insufficient Memory",
+        21 => c"No data",
+        25 => c"Argument version mismatch",
+        27 => c"Not Ready",
+        28 => c"GPU not found",
+        29 => c"Invalid state",
+        _ => c"Unknown Error",
+    };
+    text.as_ptr()
+}
+
+/// # Safety
+/// `version` must be valid for `length` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    system_call("nvmlSystemGetDriverVersion", |state| unsafe {
+        write_string(&state.scenario.driver_version, version, length)
+    })
+}
+
+/// # Safety
+/// `version` must be valid for `length` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    system_call("nvmlSystemGetNVMLVersion", |state| unsafe {
+        let major = state.scenario.cuda_driver_version / 1000;
+        write_string(
+            &format!("{major}.{}", state.scenario.driver_version),
+            version,
+            length,
+        )
+    })
+}
+
+/// # Safety
+/// `cuda_version` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(cuda_version: *mut c_int) -> u32 {
+    // SAFETY: forwarded caller contract.
+    system_call("nvmlSystemGetCudaDriverVersion", |state| unsafe {
+        put(cuda_version, state.scenario.cuda_driver_version)
+    })
+}
+
+/// # Safety
+/// `cuda_version` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(cuda_version: *mut c_int) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe { nvmlSystemGetCudaDriverVersion(cuda_version) }
+}
+
+/// # Safety
+/// `count` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    system_call("nvmlDeviceGetCount", |state| unsafe {
+        put(count, state.scenario.gpus.len() as c_uint)
+    })
+}
+
+/// # Safety
+/// `count` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount(count: *mut c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe { nvmlDeviceGetCount_v2(count) }
+}
+
+/// # Safety
+/// `device` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut Device) -> u32 {
+    let result = with_state(|state| {
+        if state.init_count == 0 {
+            return Err(NVML_ERROR_UNINITIALIZED);
+        }
+        let Some(gpu) = state.scenario.gpus.get(index as usize) else {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        };
+        if !gpu.accessible {
+            return Err(NVML_ERROR_NO_PERMISSION);
+        }
+        if let Some(error) = state.injected("nvmlDeviceGetHandleByIndex", Some(index)) {
+            return Err(error);
+        }
+        // SAFETY: forwarded caller contract.
+        Ok(unsafe { put(device, handle_for(index as usize)) })
+    });
+    result.unwrap_or_else(|error| error)
+}
+
+/// # Safety
+/// `device` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut Device) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe { nvmlDeviceGetHandleByIndex_v2(index, device) }
+}
+
+/// Finds a device by a string key (UUID, PCI bus id) for the `GetHandleBy*` calls.
+///
+/// # Safety
+/// `key` must be null or a NUL-terminated string; `device` null or valid for a write.
+unsafe fn handle_by(
+    key: *const c_char,
+    device: *mut Device,
+    call: &str,
+    matches: impl Fn(&scenario::GpuSpec, &str) -> bool,
+) -> u32 {
+    if key.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: caller passes a NUL-terminated string.
+    let key = unsafe { CStr::from_ptr(key) }
+        .to_string_lossy()
+        .into_owned();
+    let result = with_state(|state| {
+        if state.init_count == 0 {
+            return Err(NVML_ERROR_UNINITIALIZED);
+        }
+        let Some(index) = state
+            .scenario
+            .gpus
+            .iter()
+            .position(|gpu| matches(gpu, &key))
+        else {
+            return Err(NVML_ERROR_NOT_FOUND);
+        };
+        if !state.scenario.gpus[index].accessible {
+            return Err(NVML_ERROR_NO_PERMISSION);
+        }
+        if let Some(error) = state.injected(call, Some(index as u32)) {
+            return Err(error);
+        }
+        // SAFETY: forwarded caller contract.
+        Ok(unsafe { put(device, handle_for(index)) })
+    });
+    result.unwrap_or_else(|error| error)
+}
+
+/// # Safety
+/// `uuid` must be a NUL-terminated string; `device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut Device,
+) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        handle_by(uuid, device, "nvmlDeviceGetHandleByUUID", |gpu, key| {
+            gpu.uuid == key
+        })
+    }
+}
+
+/// # Safety
+/// `bus_id` must be a NUL-terminated string; `device` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
+    bus_id: *const c_char,
+    device: *mut Device,
+) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        handle_by(
+            bus_id,
+            device,
+            "nvmlDeviceGetHandleByPciBusId",
+            |gpu, key| gpu.pci_bus_id.eq_ignore_ascii_case(key),
+        )
+    }
+}
+
+/// # Safety
+/// `index` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(device: Device, index: *mut c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    device_call(device, "nvmlDeviceGetIndex", |_, gpu| unsafe {
+        put(index, gpu)
+    })
+}
+
+/// # Safety
+/// `name` must be valid for `length` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    device: Device,
+    name: *mut c_char,
+    length: c_uint,
+) -> u32 {
+    // SAFETY: forwarded caller contract.
+    device_call(device, "nvmlDeviceGetName", |state, gpu| unsafe {
+        write_string(&state.scenario.gpus[gpu as usize].name, name, length)
+    })
+}
+
+/// # Safety
+/// `uuid` must be valid for `length` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    device: Device,
+    uuid: *mut c_char,
+    length: c_uint,
+) -> u32 {
+    // SAFETY: forwarded caller contract.
+    device_call(device, "nvmlDeviceGetUUID", |state, gpu| unsafe {
+        write_string(&state.scenario.gpus[gpu as usize].uuid, uuid, length)
+    })
+}
+
+/// Splits `00000000:07:00.0` into (domain, bus, device).
+fn pci_parts(bus_id: &str) -> (u32, u32, u32) {
+    let mut parts = bus_id.split([':', '.']);
+    let mut next = || {
+        parts
+            .next()
+            .and_then(|p| u32::from_str_radix(p, 16).ok())
+            .unwrap_or(0)
+    };
+    (next(), next(), next())
+}
+
+fn fill_c_string(target: &mut [c_char], text: &str) {
+    let room = target.len() - 1;
+    for (slot, byte) in target.iter_mut().zip(text.bytes().take(room)) {
+        *slot = byte as c_char;
+    }
+}
+
+/// # Safety
+/// `pci` must be valid for a write of `nvmlPciInfo_t`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Device, pci: *mut PciInfo) -> u32 {
+    device_call(device, "nvmlDeviceGetPciInfo", |state, gpu| {
+        let spec = &state.scenario.gpus[gpu as usize];
+        let (domain, bus, dev) = pci_parts(&spec.pci_bus_id);
+        let mut info = PciInfo {
+            bus_id_legacy: [0; 16],
+            domain,
+            bus,
+            device: dev,
+            pci_device_id: spec.pci_device_id,
+            pci_sub_system_id: 0x1463_10de,
+            bus_id: [0; 32],
+        };
+        fill_c_string(&mut info.bus_id, &spec.pci_bus_id.to_uppercase());
+        fill_c_string(
+            &mut info.bus_id_legacy,
+            &format!("{domain:04X}:{bus:02X}:{dev:02X}.0"),
+        );
+        // SAFETY: forwarded caller contract.
+        unsafe { put(pci, info) }
+    })
+}
+
+/// # Safety
+/// `memory` must be valid for a write of `nvmlMemory_t`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Device, memory: *mut MemoryV1) -> u32 {
+    device_call(device, "nvmlDeviceGetMemoryInfo", |state, gpu| {
+        let m = state.memory(gpu);
+        // v1 predates the `reserved` field and counts it as used.
+        let info = MemoryV1 {
+            total: m.total,
+            free: m.free,
+            used: m.used + m.reserved,
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { put(memory, info) }
+    })
+}
+
+/// # Safety
+/// `memory` must be null or valid for reads and writes of `nvmlMemory_v2_t`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Device, memory: *mut MemoryV2) -> u32 {
+    if memory.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: non-null, and the caller set `version` in the struct it passed.
+    if unsafe { (*memory).version } != MEMORY_V2_VERSION {
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    }
+    device_call(device, "nvmlDeviceGetMemoryInfo", |state, gpu| {
+        let m = state.memory(gpu);
+        let info = MemoryV2 {
+            version: MEMORY_V2_VERSION,
+            total: m.total,
+            reserved: m.reserved,
+            free: m.free,
+            used: m.used,
+        };
+        // SAFETY: checked non-null above; caller contract for validity.
+        unsafe { put(memory, info) }
+    })
+}
+
+/// # Safety
+/// `utilization` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: Device,
+    utilization: *mut Utilization,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetUtilizationRates", |state, gpu| {
+        let spec = &state.scenario.gpus[gpu as usize];
+        match (spec.utilization_gpu, spec.utilization_memory) {
+            // SAFETY: forwarded caller contract.
+            (Some(gpu), Some(memory)) => unsafe { put(utilization, Utilization { gpu, memory }) },
+            _ => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `temperature` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: Device,
+    sensor: c_uint,
+    temperature: *mut c_uint,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetTemperature", |state, gpu| {
+        // NVML_TEMPERATURE_GPU is the only sensor.
+        if sensor != 0 {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        match state.scenario.gpus[gpu as usize].temperature_c {
+            // SAFETY: forwarded caller contract.
+            Some(celsius) => unsafe { put(temperature, celsius) },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `power` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: Device, power: *mut c_uint) -> u32 {
+    device_call(device, "nvmlDeviceGetPowerUsage", |state, gpu| {
+        match state.scenario.gpus[gpu as usize].power_mw {
+            // SAFETY: forwarded caller contract.
+            Some(milliwatts) => unsafe { put(power, milliwatts) },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `mode` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeMode(device: Device, mode: *mut c_uint) -> u32 {
+    device_call(device, "nvmlDeviceGetComputeMode", |state, gpu| {
+        match state.scenario.gpus[gpu as usize]
+            .compute_mode
+            .as_deref()
+            .and_then(scenario::compute_mode_code)
+        {
+            // SAFETY: forwarded caller contract.
+            Some(code) => unsafe { put(mode, code) },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `current` and `pending` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: Device,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetMigMode", |state, gpu| {
+        match state.scenario.gpus[gpu as usize]
+            .mig_mode
+            .as_deref()
+            .and_then(scenario::mig_mode_code)
+        {
+            // SAFETY: forwarded caller contract.
+            Some(code) => unsafe {
+                match put(current, code) {
+                    NVML_SUCCESS => put(pending, code),
+                    error => error,
+                }
+            },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `cpu_set` must be valid for `cpu_set_size` writes of `unsigned long`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
+    device: Device,
+    cpu_set_size: c_uint,
+    cpu_set: *mut c_ulong,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetCpuAffinity", |state, gpu| {
+        let Some(list) = &state.scenario.gpus[gpu as usize].cpu_affinity else {
+            return NVML_ERROR_NOT_SUPPORTED;
+        };
+        if cpu_set.is_null() || cpu_set_size == 0 {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let bits = c_ulong::BITS;
+        let mut words = vec![0 as c_ulong; cpu_set_size as usize];
+        for cpu in scenario::parse_cpu_list(list).unwrap_or_default() {
+            if let Some(word) = words.get_mut((cpu / bits) as usize) {
+                *word |= 1 << (cpu % bits);
+            }
+        }
+        // SAFETY: the caller gave `cpu_set_size` writable words.
+        unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), cpu_set, words.len()) };
+        NVML_SUCCESS
+    })
+}
+
+/// # Safety
+/// `minor` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: Device, minor: *mut c_uint) -> u32 {
+    // The minor number of /dev/nvidiaN follows the index on a plain machine.
+    // SAFETY: forwarded caller contract.
+    device_call(device, "nvmlDeviceGetMinorNumber", |_, gpu| unsafe {
+        put(minor, gpu)
+    })
+}
+
+/// # Safety
+/// `level` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
+    first: Device,
+    second: Device,
+    level: *mut c_uint,
+) -> u32 {
+    device_call(first, "nvmlDeviceGetTopologyCommonAncestor", |state, a| {
+        let b = (second as usize).wrapping_sub(1);
+        if second.is_null() || b >= state.scenario.gpus.len() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let b = b as u32;
+        let linked = state
+            .scenario
+            .links
+            .iter()
+            .find(|link| link.gpus == [a, b] || link.gpus == [b, a]);
+        let answer = match linked {
+            Some(link) => scenario::topology_level(&link.level).unwrap_or(50),
+            None if a == b => 0,
+            None => {
+                let node = |i: u32| state.scenario.gpus[i as usize].numa_node;
+                if node(a).is_some() && node(a) == node(b) {
+                    40
+                } else {
+                    50
+                }
+            }
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { put(level, answer) }
+    })
+}
+
+/// The count/size protocol of `nvmlDeviceGetComputeRunningProcesses*`: a caller asking with too
+/// small a count gets INSUFFICIENT_SIZE and the needed count; zero processes answer SUCCESS.
+///
+/// # Safety
+/// `count` must be valid for reads and writes; `infos` null or valid for `*count` writes of `T`.
+unsafe fn running_processes<T>(
+    device: Device,
+    count: *mut c_uint,
+    infos: *mut T,
+    make: impl Fn(u32, u64) -> T,
+) -> u32 {
+    if count.is_null() {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    device_call(
+        device,
+        "nvmlDeviceGetComputeRunningProcesses",
+        |state, gpu| {
+            let listed = state.processes(gpu);
+            // SAFETY: checked non-null; caller contract.
+            let capacity = unsafe { *count } as usize;
+            // SAFETY: as above.
+            unsafe { *count = listed.len() as c_uint };
+            if capacity < listed.len() {
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+            }
+            if listed.is_empty() {
+                return NVML_SUCCESS;
+            }
+            if infos.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            for (slot, process) in listed.iter().enumerate() {
+                let used = process.used_bytes.unwrap_or(VALUE_NOT_AVAILABLE);
+                // SAFETY: slot < listed.len() <= capacity, which the caller allocated.
+                unsafe { infos.add(slot).write(make(process.pid, used)) };
+            }
+            NVML_SUCCESS
+        },
+    )
+}
+
+fn process_v2(pid: u32, used: u64) -> ProcessInfoV2 {
+    // 0xFFFFFFFF: no MIG instance.
+    ProcessInfoV2 {
+        pid,
+        used_gpu_memory: used,
+        gpu_instance_id: u32::MAX,
+        compute_instance_id: u32::MAX,
+    }
+}
+
+/// # Safety
+/// See [`running_processes`].
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: Device,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe { running_processes(device, count, infos, process_v2) }
+}
+
+/// # Safety
+/// See [`running_processes`].
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: Device,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV2,
+) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe { running_processes(device, count, infos, process_v2) }
+}
+
+/// # Safety
+/// See [`running_processes`].
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    device: Device,
+    count: *mut c_uint,
+    infos: *mut ProcessInfoV1,
+) -> u32 {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        running_processes(device, count, infos, |pid, used| ProcessInfoV1 {
+            pid,
+            used_gpu_memory: used,
+        })
+    }
+}

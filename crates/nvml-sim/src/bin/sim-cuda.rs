@@ -1,0 +1,243 @@
+//! sim-cuda: a stand-in for a CUDA program on the simulated machine.
+//!
+//! It resolves `CUDA_VISIBLE_DEVICES` under `CUDA_DEVICE_ORDER` as the CUDA runtime does, prints
+//! one JSON line on stdout saying what it saw, registers its PID and memory on the GPUs it uses
+//! (so the simulated NVML lists it), holds them for `--sleep`, then exits with `--exit`.
+//! SIGTERM and SIGINT release the registration and kill it by that signal, as they would a real
+//! program.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use nvml_sim::cuda::{self, CudaDevice};
+use nvml_sim::registry;
+use nvml_sim::scenario::{self, Source};
+
+const USAGE: &str = "usage: sim-cuda [--mem SIZE] [--use N | --device ORDINAL[,ORDINAL...]] \
+[--workers N] [--sleep SECONDS] [--exit CODE] [--quiet]
+
+  --mem SIZE        memory each process takes on each GPU it uses (binary units; default 1GiB)
+  --use N           use only the first N visible devices (a multi-GPU job that uses fewer)
+  --device LIST     use these CUDA ordinals, like a hard-coded torch.device(\"cuda:1\")
+  --workers N       N worker processes register on the devices instead of this one
+  --sleep SECONDS   how long to hold the devices (default 0)
+  --exit CODE       exit status once done (default 0)
+  --quiet           print nothing on stdout";
+
+struct Options {
+    mem_bytes: u64,
+    use_count: Option<usize>,
+    ordinals: Option<Vec<u32>>,
+    workers: u32,
+    sleep: Duration,
+    exit_code: u8,
+    quiet: bool,
+    /// Internal: this process is a worker of that parent.
+    worker: bool,
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        mem_bytes: 1 << 30,
+        use_count: None,
+        ordinals: None,
+        workers: 0,
+        sleep: Duration::ZERO,
+        exit_code: 0,
+        quiet: false,
+        worker: false,
+    };
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        let mut value = || {
+            rest.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--mem" => options.mem_bytes = scenario::parse_size(&value()?)?,
+            "--use" => options.use_count = Some(number(flag, &value()?)?),
+            "--device" => {
+                options.ordinals = Some(
+                    value()?
+                        .split(',')
+                        .map(|o| number(flag, o))
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            "--workers" => options.workers = number(flag, &value()?)?,
+            "--sleep" => {
+                let text = value()?;
+                let seconds: f64 = text
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| format!("--sleep {text:?} is not a number of seconds"))?;
+                options.sleep = Duration::from_secs_f64(seconds);
+            }
+            "--exit" => options.exit_code = number(flag, &value()?)?,
+            "--quiet" => options.quiet = true,
+            "--worker" => options.worker = true,
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown option {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(options)
+}
+
+fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("{flag} {text:?} is not a valid number"))
+}
+
+/// The registration file to remove from a signal handler, where allocating is not allowed.
+static mut REGISTRATION_PATH: Option<CString> = None;
+
+extern "C" fn release_and_die(signal: libc::c_int) {
+    // SAFETY: only async-signal-safe calls (unlink, signal, raise) on a path prepared before the
+    // handler was installed and never changed after.
+    unsafe {
+        if let Some(path) = (*std::ptr::addr_of!(REGISTRATION_PATH)).as_ref() {
+            libc::unlink(path.as_ptr());
+        }
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+}
+
+fn install_release_handlers(registration: PathBuf) {
+    let path = CString::new(registration.into_os_string().into_encoded_bytes()).ok();
+    // SAFETY: set once, before the handlers that read it exist.
+    unsafe { REGISTRATION_PATH = path };
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: installing a handler that only makes async-signal-safe calls. A signal the
+        // caller ignored (nohup, background job) stays ignored, as in a real program.
+        unsafe {
+            let previous = libc::signal(
+                signal,
+                release_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+            if previous == libc::SIG_IGN {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+        }
+    }
+}
+
+fn report(devices: &[CudaDevice], registered_pid: Option<u32>) {
+    let devices: Vec<serde_json::Value> = devices
+        .iter()
+        .map(|d| serde_json::json!({"ordinal": d.ordinal, "nvml_index": d.nvml_index, "uuid": d.uuid}))
+        .collect();
+    let env = |name: &str| std::env::var(name).ok();
+    let line = serde_json::json!({
+        "pid": std::process::id(),
+        "registered_pid": registered_pid,
+        "devices": devices,
+        "env": {
+            "CUDA_VISIBLE_DEVICES": env("CUDA_VISIBLE_DEVICES"),
+            "CUDA_DEVICE_ORDER": env("CUDA_DEVICE_ORDER"),
+        },
+    });
+    println!("{line}");
+}
+
+fn run() -> Result<u8, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = parse_options(&args)?;
+    let source = Source::from_env();
+    let scenario = source.load()?;
+    let state_dir = scenario::state_dir(&source);
+
+    let visible = cuda::visible_devices(
+        &scenario,
+        std::env::var("CUDA_DEVICE_ORDER").ok().as_deref(),
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+    );
+    let used: Vec<CudaDevice> = match &options.ordinals {
+        Some(ordinals) => ordinals
+            .iter()
+            .map(|&o| {
+                visible.get(o as usize).cloned().ok_or_else(|| {
+                    format!(
+                        "CUDA error: invalid device ordinal {o} ({} visible)",
+                        visible.len()
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        None => visible
+            .iter()
+            .take(options.use_count.unwrap_or(usize::MAX))
+            .cloned()
+            .collect(),
+    };
+
+    let pid = std::process::id();
+    let registers_here = options.workers == 0 && !used.is_empty();
+    if registers_here {
+        install_release_handlers(state_dir.join(format!("{pid}.proc")));
+        let entries: Vec<(String, u64)> = used
+            .iter()
+            .map(|d| (d.uuid.clone(), options.mem_bytes))
+            .collect();
+        registry::register(&state_dir, pid, &entries)
+            .map_err(|e| format!("cannot register in {}: {e}", state_dir.display()))?;
+    }
+    if !options.quiet && !options.worker {
+        report(&used, registers_here.then_some(pid));
+    }
+
+    let mut workers = Vec::new();
+    for _ in 0..options.workers {
+        // A worker does what its parent was asked, minus spawning workers of its own.
+        let mut worker = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+        worker
+            .args(strip_workers(&args))
+            .arg("--worker")
+            .arg("--quiet");
+        workers.push(
+            worker
+                .spawn()
+                .map_err(|e| format!("cannot start a worker: {e}"))?,
+        );
+    }
+
+    std::thread::sleep(options.sleep);
+    for mut worker in workers {
+        let _ = worker.wait();
+    }
+    if registers_here {
+        registry::unregister(&state_dir, pid);
+    }
+    Ok(options.exit_code)
+}
+
+/// The parent's arguments without `--workers N`.
+fn strip_workers(args: &[String]) -> Vec<&String> {
+    let mut kept = Vec::new();
+    let mut skip_next = false;
+    for arg in args {
+        if skip_next {
+            skip_next = false;
+        } else if arg == "--workers" {
+            skip_next = true;
+        } else {
+            kept.push(arg);
+        }
+    }
+    kept
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => ExitCode::from(code),
+        Err(message) => {
+            eprintln!("sim-cuda: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! How the CUDA runtime turns `CUDA_DEVICE_ORDER` and `CUDA_VISIBLE_DEVICES` into devices.
+//!
+//! This is the simulator's model of CUDA, kept apart from gpurun's own resolution on purpose:
+//! the tests check gpurun against it, so the two must not share code.
+//!
+//! - Order: `CUDA_DEVICE_ORDER=PCI_BUS_ID` enumerates in PCI (= NVML) order; anything else,
+//!   unset included, is FASTEST_FIRST, which the scenario defines.
+//! - GPUs whose device node is not accessible (device cgroup) are not enumerated at all.
+//! - `CUDA_VISIBLE_DEVICES` unset: every GPU. Empty: none. Otherwise a comma-separated list of
+//!   ordinals into that order, `GPU-` UUIDs or unique UUID prefixes (and `MIG-` UUIDs, which this
+//!   simulator has none of); enumeration stops at the first entry that is invalid, ambiguous,
+//!   out of range or a repeat, keeping the devices before it.
+
+use crate::scenario::Scenario;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaDevice {
+    /// What the program calls it: `cuda:N`.
+    pub ordinal: u32,
+    pub nvml_index: u32,
+    pub uuid: String,
+}
+
+pub fn visible_devices(
+    scenario: &Scenario,
+    device_order: Option<&str>,
+    visible: Option<&str>,
+) -> Vec<CudaDevice> {
+    let order: Vec<u32> = if device_order == Some("PCI_BUS_ID") {
+        (0..scenario.gpus.len() as u32).collect()
+    } else {
+        scenario.fastest_first()
+    };
+    let enumerated: Vec<u32> = order
+        .into_iter()
+        .filter(|&i| scenario.gpus[i as usize].accessible)
+        .collect();
+    let uuid = |index: u32| scenario.gpus[index as usize].uuid.clone();
+
+    let chosen: Vec<u32> = match visible {
+        None => enumerated.clone(),
+        Some(list) => {
+            let mut chosen = Vec::new();
+            for entry in list.split(',').map(str::trim) {
+                let found = if !entry.is_empty() && entry.bytes().all(|b| b.is_ascii_digit()) {
+                    entry
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|n| enumerated.get(n).copied())
+                } else if entry.starts_with("GPU-") {
+                    let mut matches = enumerated.iter().filter(|&&i| uuid(i).starts_with(entry));
+                    match (matches.next(), matches.next()) {
+                        (Some(&only), None) => Some(only),
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                match found {
+                    Some(index) if !chosen.contains(&index) => chosen.push(index),
+                    _ => break,
+                }
+            }
+            chosen
+        }
+    };
+    chosen
+        .into_iter()
+        .enumerate()
+        .map(|(ordinal, nvml_index)| CudaDevice {
+            ordinal: ordinal as u32,
+            nvml_index,
+            uuid: uuid(nvml_index),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario;
+
+    fn nvml_indices(order: Option<&str>, visible: Option<&str>) -> Vec<u32> {
+        let scenario = scenario::parse(scenario::EMBEDDED_DEFAULT).unwrap();
+        visible_devices(&scenario, order, visible)
+            .iter()
+            .map(|d| d.nvml_index)
+            .collect()
+    }
+
+    #[test]
+    fn default_order_is_fastest_first() {
+        assert_eq!(nvml_indices(None, Some("0")), vec![4]);
+        assert_eq!(nvml_indices(Some("FASTEST_FIRST"), Some("0,1")), vec![4, 5]);
+        assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("0,1")), vec![0, 1]);
+    }
+
+    #[test]
+    fn unset_empty_and_stops() {
+        assert_eq!(nvml_indices(Some("PCI_BUS_ID"), None).len(), 8);
+        assert!(nvml_indices(Some("PCI_BUS_ID"), Some("")).is_empty());
+        assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("2,9,3")), vec![2]);
+        assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("2,2,3")), vec![2]);
+        assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("3,x,1")), vec![3]);
+        assert_eq!(
+            nvml_indices(Some("PCI_BUS_ID"), Some("-1")),
+            Vec::<u32>::new()
+        );
+    }
+
+    #[test]
+    fn uuids_and_prefixes() {
+        assert_eq!(
+            nvml_indices(None, Some("GPU-c0ffee00-1234-4abc-9def-0123456789a5")),
+            vec![5]
+        );
+        // Ambiguous prefix (both H100s) stops enumeration.
+        assert_eq!(
+            nvml_indices(None, Some("GPU-5a1c,GPU-c0ffee")),
+            vec![] as Vec<u32>
+        );
+        assert_eq!(
+            nvml_indices(None, Some("GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a67,1")),
+            vec![7, 5]
+        );
+    }
+}

@@ -1,0 +1,451 @@
+//! The scenario file: what the simulated machine looks like. Format: `scenarios/README.md`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The scenario used when `NVML_SIM_SCENARIO` is unset: a mixed 8-GPU server.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../scenarios/default.toml");
+
+/// Environment variable naming the scenario file.
+pub const SCENARIO_ENV: &str = "NVML_SIM_SCENARIO";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// `nvmlSystemGetDriverVersion`.
+    #[serde(default = "default_driver_version")]
+    pub driver_version: String,
+    /// `nvmlSystemGetCudaDriverVersion{,_v2}`, as CUDA encodes it (12040 = 12.4).
+    #[serde(default = "default_cuda_driver_version")]
+    pub cuda_driver_version: i32,
+    #[serde(default)]
+    pub init: InitSpec,
+    #[serde(default)]
+    pub cuda: CudaSpec,
+    #[serde(default, rename = "gpu")]
+    pub gpus: Vec<GpuSpec>,
+    #[serde(default, rename = "process")]
+    pub processes: Vec<ProcessSpec>,
+    #[serde(default, rename = "error")]
+    pub errors: Vec<ErrorSpec>,
+    #[serde(default, rename = "link")]
+    pub links: Vec<LinkSpec>,
+}
+
+fn default_driver_version() -> String {
+    "550.54.15".to_owned()
+}
+
+fn default_cuda_driver_version() -> i32 {
+    12040
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitSpec {
+    /// Every init call fails with this NVML error name (`DRIVER_NOT_LOADED`, `NO_PERMISSION`...).
+    pub error: Option<String>,
+    /// Init takes this long, like a cold driver on a big machine.
+    #[serde(default)]
+    pub delay_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaSpec {
+    /// CUDA's default device order (`CUDA_DEVICE_ORDER` unset or `FASTEST_FIRST`), as NVML
+    /// indices: `[2, 0, 1]` means CUDA device 0 is NVML GPU 2. Omitted: PCI order.
+    pub fastest_first: Option<Vec<u32>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    pub name: String,
+    pub uuid: String,
+    /// Extended form, as NVML's `busId`: `00000000:07:00.0`.
+    pub pci_bus_id: String,
+    /// `(device id << 16) | vendor id`.
+    #[serde(default = "default_pci_device_id")]
+    pub pci_device_id: u32,
+    pub memory_total: Size,
+    /// Driver/firmware reservation (NVML v2 `reserved`).
+    #[serde(default)]
+    pub memory_reserved: Size,
+    /// In use beyond the listed processes (other contexts, graphics).
+    #[serde(default)]
+    pub memory_used: Size,
+    /// Percent; omitted means NVML answers NOT_SUPPORTED.
+    pub utilization_gpu: Option<u32>,
+    pub utilization_memory: Option<u32>,
+    pub temperature_c: Option<u32>,
+    pub power_mw: Option<u32>,
+    /// `default`, `exclusive_thread`, `prohibited`, `exclusive_process`; omitted: NOT_SUPPORTED.
+    pub compute_mode: Option<String>,
+    /// `enabled` or `disabled`; omitted: NOT_SUPPORTED (pre-Ampere).
+    pub mig_mode: Option<String>,
+    /// CPU list as in `/sys/devices/system/cpu/online`: `0-15,32-47`.
+    pub cpu_affinity: Option<String>,
+    /// NUMA node, for the default topology of pairs without a `[[link]]`.
+    pub numa_node: Option<u32>,
+    /// False when the device node is not accessible (Slurm device cgroup): NVML refuses the
+    /// handle with NO_PERMISSION and CUDA does not enumerate the GPU.
+    #[serde(default = "yes")]
+    pub accessible: bool,
+}
+
+fn default_pci_device_id() -> u32 {
+    0x20b5_10de
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A process of another user, listed by NVML on one GPU.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessSpec {
+    pub gpu: u32,
+    pub pid: u32,
+    /// Omitted: NVML reports "not available" (as under WDDM or without permission).
+    pub used: Option<Size>,
+}
+
+/// An injected failure.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorSpec {
+    /// NVML function name without its version suffix (`nvmlDeviceGetMemoryInfo` covers
+    /// `nvmlDeviceGetMemoryInfo_v2`), or `*` for every per-device call.
+    pub call: String,
+    /// Only this NVML index; omitted: every device (and system calls).
+    pub gpu: Option<u32>,
+    /// NVML error name without the `NVML_ERROR_` prefix.
+    pub error: String,
+    /// Transient: only the first N matching calls of each process fail.
+    pub times: Option<u32>,
+}
+
+/// Topology between two GPUs, for `nvmlDeviceGetTopologyCommonAncestor`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub gpus: [u32; 2],
+    /// `internal`, `single`, `multiple`, `hostbridge`, `node`, `system`.
+    pub level: String,
+}
+
+/// Bytes, as a number or as a string with a binary unit (`80GiB`, `512MiB`, `1.5GiB`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Bytes(bytes) => Ok(Size(bytes)),
+            Raw::Text(text) => parse_size(&text)
+                .map(Size)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses `123`, `80GiB`, `1.5 TiB`: binary units only, so a scenario reads like `nvidia-smi`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        other => {
+            return Err(format!(
+                "size {text:?}: unit {other:?} is not one of B, KiB, MiB, GiB, TiB"
+            ))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("size {text:?}: {number:?} is not a number"))?;
+    let bytes = value * multiplier as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("size {text:?} is out of range"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Where the scenario comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    Embedded,
+}
+
+impl Source {
+    pub fn from_env() -> Source {
+        match std::env::var_os(SCENARIO_ENV) {
+            Some(path) if !path.is_empty() => Source::File(PathBuf::from(path)),
+            _ => Source::Embedded,
+        }
+    }
+
+    pub fn load(&self) -> Result<Scenario, String> {
+        match self {
+            Source::Embedded => {
+                parse(EMBEDDED_DEFAULT).map_err(|e| format!("embedded default: {e}"))
+            }
+            Source::File(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+            }
+        }
+    }
+}
+
+pub fn parse(text: &str) -> Result<Scenario, String> {
+    let scenario: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
+    scenario.validate()?;
+    Ok(scenario)
+}
+
+impl Scenario {
+    fn validate(&self) -> Result<(), String> {
+        let count = self.gpus.len() as u32;
+        for (index, gpu) in self.gpus.iter().enumerate() {
+            if !gpu.uuid.starts_with("GPU-") {
+                return Err(format!(
+                    "gpu {index}: uuid {:?} must start with GPU-",
+                    gpu.uuid
+                ));
+            }
+            if self.gpus[..index]
+                .iter()
+                .any(|other| other.uuid == gpu.uuid)
+            {
+                return Err(format!("gpu {index}: uuid {} appears twice", gpu.uuid));
+            }
+            if let Some(mode) = &gpu.compute_mode {
+                compute_mode_code(mode).ok_or_else(|| {
+                    format!("gpu {index}: compute_mode {mode:?} is not default, exclusive_thread, prohibited or exclusive_process")
+                })?;
+            }
+            if let Some(mode) = &gpu.mig_mode {
+                mig_mode_code(mode).ok_or_else(|| {
+                    format!("gpu {index}: mig_mode {mode:?} is not enabled or disabled")
+                })?;
+            }
+            if let Some(list) = &gpu.cpu_affinity {
+                parse_cpu_list(list).map_err(|e| format!("gpu {index}: cpu_affinity: {e}"))?;
+            }
+        }
+        if let Some(order) = &self.cuda.fastest_first {
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            if sorted != (0..count).collect::<Vec<_>>() {
+                return Err(format!(
+                    "cuda.fastest_first {order:?} is not a permutation of the {count} GPU indices"
+                ));
+            }
+        }
+        for process in &self.processes {
+            if process.gpu >= count {
+                return Err(format!(
+                    "process {}: gpu {} does not exist",
+                    process.pid, process.gpu
+                ));
+            }
+        }
+        for error in &self.errors {
+            error_code(&error.error)
+                .ok_or_else(|| format!("error {:?}: unknown NVML error name", error.error))?;
+        }
+        if let Some(name) = &self.init.error {
+            error_code(name)
+                .ok_or_else(|| format!("init.error {name:?}: unknown NVML error name"))?;
+        }
+        for link in &self.links {
+            topology_level(&link.level)
+                .ok_or_else(|| format!("link level {:?} is unknown", link.level))?;
+            if link.gpus.iter().any(|&gpu| gpu >= count) {
+                return Err(format!("link {:?}: no such GPU", link.gpus));
+            }
+        }
+        Ok(())
+    }
+
+    /// CUDA's FASTEST_FIRST order as NVML indices.
+    pub fn fastest_first(&self) -> Vec<u32> {
+        self.cuda
+            .fastest_first
+            .clone()
+            .unwrap_or_else(|| (0..self.gpus.len() as u32).collect())
+    }
+}
+
+/// `nvmlComputeMode_t`.
+pub fn compute_mode_code(name: &str) -> Option<u32> {
+    Some(match name {
+        "default" => 0,
+        "exclusive_thread" => 1,
+        "prohibited" => 2,
+        "exclusive_process" => 3,
+        _ => return None,
+    })
+}
+
+/// `NVML_DEVICE_MIG_DISABLE` / `NVML_DEVICE_MIG_ENABLE`.
+pub fn mig_mode_code(name: &str) -> Option<u32> {
+    Some(match name {
+        "disabled" => 0,
+        "enabled" => 1,
+        _ => return None,
+    })
+}
+
+/// `nvmlGpuTopologyLevel_t`.
+pub fn topology_level(name: &str) -> Option<u32> {
+    Some(match name {
+        "internal" => 0,
+        "single" => 10,
+        "multiple" => 20,
+        "hostbridge" => 30,
+        "node" => 40,
+        "system" => 50,
+        _ => return None,
+    })
+}
+
+/// `nvmlReturn_t` by name, as in nvml.h without the `NVML_ERROR_` prefix.
+pub fn error_code(name: &str) -> Option<u32> {
+    ERROR_NAMES
+        .iter()
+        .find(|(_, known)| *known == name)
+        .map(|(code, _)| *code)
+}
+
+pub const ERROR_NAMES: &[(u32, &str)] = &[
+    (1, "UNINITIALIZED"),
+    (2, "INVALID_ARGUMENT"),
+    (3, "NOT_SUPPORTED"),
+    (4, "NO_PERMISSION"),
+    (5, "ALREADY_INITIALIZED"),
+    (6, "NOT_FOUND"),
+    (7, "INSUFFICIENT_SIZE"),
+    (8, "INSUFFICIENT_POWER"),
+    (9, "DRIVER_NOT_LOADED"),
+    (10, "TIMEOUT"),
+    (11, "IRQ_ISSUE"),
+    (12, "LIBRARY_NOT_FOUND"),
+    (13, "FUNCTION_NOT_FOUND"),
+    (14, "CORRUPTED_INFOROM"),
+    (15, "GPU_IS_LOST"),
+    (16, "RESET_REQUIRED"),
+    (17, "OPERATING_SYSTEM"),
+    (18, "LIB_RM_VERSION_MISMATCH"),
+    (19, "IN_USE"),
+    (20, "MEMORY"),
+    (21, "NO_DATA"),
+    (25, "ARGUMENT_VERSION_MISMATCH"),
+    (27, "NOT_READY"),
+    (28, "GPU_NOT_FOUND"),
+    (29, "INVALID_STATE"),
+    (999, "UNKNOWN"),
+];
+
+/// Parses a Linux CPU list (`0-3,8,10-11`) into CPU numbers.
+pub fn parse_cpu_list(list: &str) -> Result<Vec<u32>, String> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("{part:?} is not a CPU number or range");
+        match part.split_once('-') {
+            Some((first, last)) => {
+                let first: u32 = first.trim().parse().map_err(|_| bad())?;
+                let last: u32 = last.trim().parse().map_err(|_| bad())?;
+                if first > last || last > 65535 {
+                    return Err(bad());
+                }
+                cpus.extend(first..=last);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    Ok(cpus)
+}
+
+/// Where live processes register: `NVML_SIM_STATE_DIR`, else `<scenario>.state` beside the
+/// scenario file, else a per-user directory for the embedded default.
+pub fn state_dir(source: &Source) -> PathBuf {
+    if let Some(dir) = std::env::var_os("NVML_SIM_STATE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    match source {
+        Source::File(path) => {
+            let mut name = path.file_name().unwrap_or_default().to_os_string();
+            name.push(".state");
+            path.parent().unwrap_or(Path::new(".")).join(name)
+        }
+        // SAFETY: getuid cannot fail and touches no memory.
+        Source::Embedded => {
+            std::env::temp_dir().join(format!("nvml-sim-{}", unsafe { libc::getuid() }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_valid() {
+        let scenario = parse(EMBEDDED_DEFAULT).unwrap();
+        assert_eq!(scenario.gpus.len(), 8);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("80GiB"), Ok(80 << 30));
+        assert_eq!(parse_size("1.5 GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("8G").is_err());
+        assert!(parse_size("GiB").is_err());
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-2,8"), Ok(vec![0, 1, 2, 8]));
+        assert!(parse_cpu_list("3-1").is_err());
+    }
+
+    #[test]
+    fn rejects_bad_permutation() {
+        let text = r#"
+            [cuda]
+            fastest_first = [0, 0]
+            [[gpu]]
+            name = "a"
+            uuid = "GPU-a"
+            pci_bus_id = "00000000:01:00.0"
+            memory_total = "1GiB"
+            [[gpu]]
+            name = "b"
+            uuid = "GPU-b"
+            pci_bus_id = "00000000:02:00.0"
+            memory_total = "1GiB"
+        "#;
+        assert!(parse(text).unwrap_err().contains("permutation"));
+    }
+}

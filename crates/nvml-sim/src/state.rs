@@ -1,0 +1,164 @@
+//! The library's process-wide state: the scenario (re-read when its file changes, so a test can
+//! change the machine while a client runs), init reference count, injected-error counters.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use crate::registry;
+use crate::scenario::{self, Scenario, Source};
+
+pub struct State {
+    pub scenario: Scenario,
+    pub state_dir: PathBuf,
+    source: Source,
+    stamp: Option<(SystemTime, u64)>,
+    /// Calls failed so far by each `[[error]]` entry that has `times`.
+    error_hits: Vec<u32>,
+    pub init_count: u32,
+}
+
+/// A process of the simulated machine as NVML lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct ListedProcess {
+    pub pid: u32,
+    /// `None`: NVML_VALUE_NOT_AVAILABLE.
+    pub used_bytes: Option<u64>,
+}
+
+/// Memory as the driver reports it (NVML v2 view: `used` excludes `reserved`).
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    pub total: u64,
+    pub reserved: u64,
+    pub used: u64,
+    pub free: u64,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn file_stamp(source: &Source) -> Option<(SystemTime, u64)> {
+    match source {
+        Source::File(path) => std::fs::metadata(path)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len()))),
+        Source::Embedded => None,
+    }
+}
+
+impl State {
+    fn load() -> Result<State, String> {
+        let source = Source::from_env();
+        let stamp = file_stamp(&source);
+        let scenario = source.load()?;
+        Ok(State {
+            error_hits: vec![0; scenario.errors.len()],
+            state_dir: scenario::state_dir(&source),
+            scenario,
+            source,
+            stamp,
+            init_count: 0,
+        })
+    }
+
+    fn refresh(&mut self) {
+        let stamp = file_stamp(&self.source);
+        if stamp == self.stamp {
+            return;
+        }
+        match self.source.load() {
+            Ok(scenario) => {
+                self.error_hits = vec![0; scenario.errors.len()];
+                self.scenario = scenario;
+                self.stamp = stamp;
+            }
+            // Half-written file: keep the last good scenario and look again on the next call.
+            Err(message) => eprintln!("nvml-sim: keeping the previous scenario: {message}"),
+        }
+    }
+
+    /// The NVML error injected for this call, if any. `call` is the name without version suffix.
+    pub fn injected(&mut self, call: &str, gpu: Option<u32>) -> Option<u32> {
+        for (position, spec) in self.scenario.errors.iter().enumerate() {
+            let call_matches = spec.call == call || (spec.call == "*" && gpu.is_some());
+            let gpu_matches = spec.gpu.is_none() || spec.gpu == gpu;
+            if !(call_matches && gpu_matches) {
+                continue;
+            }
+            if let Some(times) = spec.times {
+                if self.error_hits[position] >= times {
+                    continue;
+                }
+                self.error_hits[position] += 1;
+            }
+            return scenario::error_code(&spec.error);
+        }
+        None
+    }
+
+    pub fn processes(&self, gpu: u32) -> Vec<ListedProcess> {
+        let uuid = &self.scenario.gpus[gpu as usize].uuid;
+        let mut listed: Vec<ListedProcess> = self
+            .scenario
+            .processes
+            .iter()
+            .filter(|p| p.gpu == gpu)
+            .map(|p| ListedProcess {
+                pid: p.pid,
+                used_bytes: p.used.map(|s| s.0),
+            })
+            .collect();
+        listed.extend(
+            registry::live(&self.state_dir)
+                .into_iter()
+                .filter(|r| &r.uuid == uuid)
+                .map(|r| ListedProcess {
+                    pid: r.pid,
+                    used_bytes: Some(r.used_bytes),
+                }),
+        );
+        listed
+    }
+
+    pub fn memory(&self, gpu: u32) -> Memory {
+        let spec = &self.scenario.gpus[gpu as usize];
+        let by_processes: u64 = self
+            .processes(gpu)
+            .iter()
+            .filter_map(|p| p.used_bytes)
+            .fold(0u64, u64::saturating_add);
+        let total = spec.memory_total.0;
+        let reserved = spec.memory_reserved.0.min(total);
+        let used = spec
+            .memory_used
+            .0
+            .saturating_add(by_processes)
+            .min(total - reserved);
+        Memory {
+            total,
+            reserved,
+            used,
+            free: total - reserved - used,
+        }
+    }
+}
+
+/// Runs `body` with the current state, loading or refreshing it first. A scenario that cannot
+/// be loaded makes every call fail with `NVML_ERROR_UNKNOWN` and says why on stderr.
+pub fn with_state<T>(body: impl FnOnce(&mut State) -> Result<T, u32>) -> Result<T, u32> {
+    let mut guard = STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    match guard.as_mut() {
+        Some(state) => state.refresh(),
+        None => match State::load() {
+            Ok(state) => *guard = Some(state),
+            Err(message) => {
+                eprintln!("nvml-sim: cannot load the scenario: {message}");
+                return Err(crate::abi::NVML_ERROR_UNKNOWN);
+            }
+        },
+    }
+    let state = guard.as_mut().expect("loaded above");
+    body(state)
+}

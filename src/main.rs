@@ -1,0 +1,5 @@
+//! gpurun: run a command on the right NVIDIA GPU. The pipeline lives in `gpurun::run`.
+
+fn main() -> std::process::ExitCode {
+    gpurun::main_exit()
+}

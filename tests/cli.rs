@@ -1,0 +1,75 @@
+//! The command-line surface: usage errors exit 125 with a `gpurun:` message and never start a
+//! child or touch NVML; help and version work on a machine without any NVML.
+
+mod common;
+
+use common::Sim;
+
+/// (argv, a piece of the expected message).
+const INVALID: &[(&[&str], &str)] = &[
+    (&["--bogus"], "unexpected argument '--bogus'"),
+    (&["--json"], "--list"),
+    (
+        &["--list", "nvidia-smi"],
+        "--list takes no COMMAND, but got \"nvidia-smi\"",
+    ),
+    (&["-v", "-q", "--list"], "cannot be used with"),
+    (
+        &["--nvml-lib"],
+        "a value is required for '--nvml-lib <PATH>'",
+    ),
+    (
+        &["--nvml-lib", "", "--list"],
+        "a value is required for '--nvml-lib <PATH>'",
+    ),
+    (&[], "no COMMAND given"),
+];
+
+#[test]
+fn invalid_argv_is_a_usage_error() {
+    // An NVML that would fail loudly if touched: usage errors must come first.
+    let sim = Sim::new(&common::scenario_file("driver_not_loaded.toml"));
+    for (argv, message) in INVALID {
+        let outcome = sim.gpurun().args(*argv).run();
+        assert_eq!(outcome.code, Some(125), "{argv:?}: {outcome:#?}");
+        assert!(
+            outcome.stderr.starts_with("gpurun: "),
+            "{argv:?}: {outcome:#?}"
+        );
+        assert!(
+            outcome.stderr.contains(message),
+            "{argv:?}: expected {message:?} in {outcome:#?}"
+        );
+        assert!(
+            !outcome.stderr.contains("driver is not loaded"),
+            "{argv:?} touched NVML"
+        );
+        assert!(outcome.stdout.is_empty(), "{argv:?}: {outcome:#?}");
+    }
+}
+
+#[test]
+fn help_and_version_need_no_nvml() {
+    let sim = Sim::new(&common::scenario_file("driver_not_loaded.toml"));
+    let help = sim.gpurun().args(["--help"]).run();
+    help.status(0)
+        .stdout_has("Usage: gpurun [OPTIONS] [--] COMMAND")
+        .stdout_has("--nvml-lib <PATH>");
+    help.stdout_has("GPURUN_NVML_LIB")
+        .stdout_has("free_bytes")
+        .stdout_has("Exit status:");
+    let short = sim.gpurun().args(["-h"]).run();
+    short.status(0).stdout_has("--list");
+    let version = sim.gpurun().args(["--version"]).run();
+    version
+        .status(0)
+        .stdout_has(concat!("gpurun ", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn options_after_the_command_belong_to_the_command() {
+    // `--list` after COMMAND is the command's argument, not gpurun's: not a list request.
+    let sim = Sim::new(&common::default_scenario());
+    let outcome = sim.gpurun().args(["echo", "--list"]).run();
+    assert!(!outcome.stdout.contains("GPUs"), "{outcome:#?}");
+}

@@ -1,0 +1,219 @@
+//! Test harness: a simulated machine in a fresh temporary directory, and the real gpurun binary
+//! run against it. `Sim::new(scenario).gpurun().args([..]).run()` gives status, stdout, stderr.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub const GPURUN: &str = env!("CARGO_BIN_EXE_gpurun");
+
+/// Where cargo put gpurun, and with it the simulator (built by `make sim`/`make test`).
+fn build_dir() -> PathBuf {
+    Path::new(GPURUN)
+        .parent()
+        .expect("binary has a directory")
+        .to_path_buf()
+}
+
+fn built(name: &str) -> PathBuf {
+    let path = build_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the simulator first with `cargo build --workspace` (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// The simulated `libnvidia-ml.so.1`.
+pub fn sim_library() -> PathBuf {
+    built("libnvml_sim.so")
+}
+
+pub fn sim_cuda() -> PathBuf {
+    built("sim-cuda")
+}
+
+/// The scenario files shipped with the tests.
+pub fn scenario_file(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/scenarios")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn default_scenario() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/nvml-sim/scenarios/default.toml");
+    std::fs::read_to_string(path).expect("embedded default scenario")
+}
+
+pub struct Sim {
+    pub dir: tempfile::TempDir,
+    pub scenario: PathBuf,
+    /// A directory holding `libnvidia-ml.so.1`, for clients that load it by name.
+    pub lib_dir: PathBuf,
+}
+
+impl Sim {
+    pub fn new(scenario: &str) -> Sim {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let scenario_path = dir.path().join("scenario.toml");
+        std::fs::write(&scenario_path, scenario).expect("write scenario");
+        let lib_dir = dir.path().join("lib");
+        std::fs::create_dir(&lib_dir).expect("lib dir");
+        std::os::unix::fs::symlink(sim_library(), lib_dir.join("libnvidia-ml.so.1"))
+            .expect("symlink");
+        Sim {
+            dir,
+            scenario: scenario_path,
+            lib_dir,
+        }
+    }
+
+    /// Replaces the scenario; the simulator notices on its next call.
+    pub fn rewrite(&self, scenario: &str) {
+        let temporary = self.dir.path().join("scenario.toml.new");
+        std::fs::write(&temporary, scenario).expect("write scenario");
+        std::fs::rename(temporary, &self.scenario).expect("replace scenario");
+    }
+
+    pub fn library(&self) -> PathBuf {
+        self.lib_dir.join("libnvidia-ml.so.1")
+    }
+
+    /// Environment every simulated program needs, and nothing from the caller's GPU setup.
+    fn prepare(&self, command: &mut Command) {
+        command
+            .env("NVML_SIM_SCENARIO", &self.scenario)
+            .env_remove("NVML_SIM_STATE_DIR")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("CUDA_DEVICE_ORDER")
+            .env_remove("GPURUN_NVML_LIB")
+            .env_remove("GPURUN_LOG")
+            .env_remove("SLURM_STEP_GPUS")
+            .env_remove("SLURM_JOB_GPUS")
+            .env_remove("GPU_DEVICE_ORDINAL");
+    }
+
+    /// gpurun, pointed at this simulator through `GPURUN_NVML_LIB`.
+    pub fn gpurun(&self) -> Run {
+        let mut command = Command::new(GPURUN);
+        self.prepare(&mut command);
+        command.env("GPURUN_NVML_LIB", self.library());
+        Run { command }
+    }
+
+    /// A sim-cuda process holding GPUs in the background, until killed.
+    pub fn spawn_sim_cuda(&self, env: &[(&str, &str)], args: &[&str]) -> Background {
+        let mut command = Command::new(sim_cuda());
+        self.prepare(&mut command);
+        command
+            .envs(env.iter().copied())
+            .args(args)
+            .stdout(Stdio::piped());
+        let mut child = command.spawn().expect("start sim-cuda");
+        // Its first line says it has registered.
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
+            &mut line,
+        )
+        .expect("sim-cuda reports");
+        Background {
+            child,
+            report: line,
+        }
+    }
+}
+
+/// A process killed when the test ends.
+pub struct Background {
+    pub child: Child,
+    pub report: String,
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Run {
+    pub command: Command,
+}
+
+impl Run {
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, args: I) -> Run {
+        self.command.args(args);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Run {
+        self.command.env(key, value);
+        self
+    }
+
+    pub fn env_remove(mut self, key: &str) -> Run {
+        self.command.env_remove(key);
+        self
+    }
+
+    pub fn run(mut self) -> Outcome {
+        let output = self
+            .command
+            .stdin(Stdio::null())
+            .output()
+            .expect("run gpurun");
+        Outcome {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// Asserts the exit code, showing everything gpurun said when it differs.
+    #[track_caller]
+    pub fn status(&self, expected: i32) -> &Outcome {
+        assert_eq!(
+            self.code,
+            Some(expected),
+            "unexpected exit status\n{self:#?}"
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_has(&self, needle: &str) -> &Outcome {
+        assert!(
+            self.stderr.contains(needle),
+            "stderr lacks {needle:?}\n{self:#?}"
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn stdout_has(&self, needle: &str) -> &Outcome {
+        assert!(
+            self.stdout.contains(needle),
+            "stdout lacks {needle:?}\n{self:#?}"
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON: {e}\n{self:#?}"))
+    }
+}

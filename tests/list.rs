@@ -1,0 +1,362 @@
+//! `gpurun --list`: every field as the scenario implies, unreadable GPUs, NVML failures.
+
+mod common;
+
+use common::{scenario_file, Sim};
+use nvml_sim::scenario::{self, Scenario};
+use serde_json::{json, Value};
+
+/// What NVML's numbers must be for `gpu`, computed here from the scenario alone:
+/// used = in-use memory plus every listed process, free = total - reserved - used.
+fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)]) -> Value {
+    let spec = &scenario.gpus[index];
+    let foreign: Vec<&scenario::ProcessSpec> = scenario
+        .processes
+        .iter()
+        .filter(|p| p.gpu as usize == index)
+        .collect();
+    let process_bytes: u64 = foreign
+        .iter()
+        .filter_map(|p| p.used.map(|s| s.0))
+        .sum::<u64>()
+        + extra_processes.iter().map(|(_, bytes)| bytes).sum::<u64>();
+    let used = spec.memory_used.0 + process_bytes;
+    let free = spec.memory_total.0 - spec.memory_reserved.0 - used;
+    let utilization = match (spec.utilization_gpu, spec.utilization_memory) {
+        (Some(gpu), Some(memory)) => json!({"gpu_percent": gpu, "memory_percent": memory}),
+        _ => Value::Null,
+    };
+    let processes: Vec<Value> = foreign
+        .iter()
+        .map(|p| json!({"pid": p.pid, "used_bytes": p.used.map(|s| s.0), "user": null, "command": null}))
+        .collect();
+    json!({
+        "index": index,
+        "uuid": spec.uuid,
+        "name": spec.name,
+        "pci_bus_id": spec.pci_bus_id,
+        "memory": {
+            "total_bytes": spec.memory_total.0,
+            "reserved_bytes": spec.memory_reserved.0,
+            "used_bytes": used,
+            "free_bytes": free,
+        },
+        "utilization": utilization,
+        "temperature_c": spec.temperature_c,
+        "power_watts": spec.power_mw.map(|mw| mw as f64 / 1000.0),
+        "compute_mode": spec.compute_mode,
+        "mig_enabled": spec.mig_mode.as_deref().map(|m| m == "enabled"),
+        "processes": processes,
+        "error": null,
+        "eligible": true,
+        "reasons": [],
+    })
+}
+
+#[test]
+fn json_reports_every_field_of_a_mixed_machine() {
+    let text = scenario_file("mixed8.toml");
+    let scenario = scenario::parse(&text).unwrap();
+    let sim = Sim::new(&text);
+    // A live CUDA process of ours on GPU 0, so /proc has a user and a command for it.
+    let holder = sim.spawn_sim_cuda(
+        &[
+            ("CUDA_VISIBLE_DEVICES", "0"),
+            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+        ],
+        &["--mem", "3GiB", "--sleep", "60"],
+    );
+    let holder_pid = holder.child.id();
+
+    let outcome = sim.gpurun().args(["--list", "--json"]).run();
+    outcome.status(0);
+    let listing = outcome.json();
+
+    assert_eq!(listing["driver_version"], "535.154.05");
+    assert_eq!(listing["cuda_driver_version"], "12.2");
+    assert_eq!(listing["reservations"], json!([]));
+    let gpus = listing["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 8);
+
+    // GPU 0: the foreign-free card now holding our process.
+    let mut gpu0 = gpus[0].clone();
+    let ours = gpu0["processes"].as_array().unwrap().clone();
+    assert_eq!(ours.len(), 1, "{gpu0:#}");
+    assert_eq!(ours[0]["pid"], holder_pid);
+    assert_eq!(ours[0]["used_bytes"], 3u64 << 30);
+    assert_eq!(ours[0]["user"], common_user());
+    assert!(
+        ours[0]["command"]
+            .as_str()
+            .unwrap()
+            .contains("sim-cuda --mem 3GiB"),
+        "{ours:?}"
+    );
+    gpu0["processes"] = json!([]);
+    let mut expected0 = expected_gpu(&scenario, 0, &[(holder_pid, 3 << 30)]);
+    expected0["processes"] = json!([]);
+    assert_eq!(gpu0, expected0);
+
+    for index in [1, 2, 3, 4, 6, 7] {
+        assert_eq!(
+            gpus[index],
+            expected_gpu(&scenario, index, &[]),
+            "GPU {index}"
+        );
+    }
+
+    // GPU 5 fell off the bus: listed, with the error, not eligible, nothing made up.
+    let lost = &gpus[5];
+    assert_eq!(lost["index"], 5);
+    assert_eq!(lost["eligible"], false);
+    assert!(
+        lost["error"].as_str().unwrap().contains("GPU is lost"),
+        "{lost:#}"
+    );
+    assert!(lost["reasons"][0].as_str().unwrap().contains("GPU is lost"));
+    for field in [
+        "uuid",
+        "name",
+        "memory",
+        "utilization",
+        "temperature_c",
+        "processes",
+    ] {
+        assert_eq!(lost[field], Value::Null, "{field}");
+    }
+    outcome.stderr_has("GPU 5 cannot be used");
+}
+
+fn common_user() -> String {
+    let output = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn table_shows_models_memory_processes_and_the_lost_gpu() {
+    let sim = Sim::new(&scenario_file("mixed8.toml"));
+    let outcome = sim.gpurun().args(["--list"]).run();
+    outcome
+        .status(0)
+        .stdout_has("NVIDIA driver 535.154.05, CUDA 12.2, 8 GPUs")
+        .stdout_has("NVIDIA GeForce RTX 3090")
+        .stdout_has("19.5 GiB / 24 GiB")
+        .stdout_has("4190101 ? ? (19.5 GiB)")
+        .stdout_has("4190103 ? ? (?)")
+        .stdout_has("not eligible: handle: GPU is lost");
+    // GPU 7 cannot report utilization, temperature or power: dashes, not zeros.
+    let row7 = outcome
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("7 "))
+        .unwrap();
+    assert!(!row7.contains("0%") && !row7.contains("0C"), "{row7}");
+    assert!(row7.contains("  -  "), "{row7}");
+}
+
+#[test]
+fn one_failing_query_makes_only_that_gpu_ineligible() {
+    let mut text = common::default_scenario();
+    text.push_str(
+        "\n[[error]]\ncall = \"nvmlDeviceGetMemoryInfo\"\ngpu = 3\nerror = \"GPU_IS_LOST\"\n",
+    );
+    let sim = Sim::new(&text);
+    let listing = sim
+        .gpurun()
+        .args(["--list", "--json"])
+        .run()
+        .status(0)
+        .json();
+    let gpus = listing["gpus"].as_array().unwrap();
+    assert_eq!(gpus[3]["memory"], Value::Null);
+    assert_eq!(gpus[3]["eligible"], false);
+    assert!(gpus[3]["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("memory: GPU is lost"));
+    // What NVML did answer is still shown.
+    assert_eq!(gpus[3]["name"], "NVIDIA A100-SXM4-80GB");
+    for (index, gpu) in gpus.iter().enumerate().filter(|(i, _)| *i != 3) {
+        assert_eq!(gpu["eligible"], true, "GPU {index}");
+        assert!(gpu["memory"]["free_bytes"].is_u64());
+    }
+}
+
+#[test]
+fn unsupported_values_are_null_and_do_not_make_a_gpu_ineligible() {
+    let mut text = common::default_scenario();
+    text.push_str(
+        "\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 2\nerror = \"NOT_SUPPORTED\"\n",
+    );
+    let sim = Sim::new(&text);
+    let listing = sim
+        .gpurun()
+        .args(["--list", "--json"])
+        .run()
+        .status(0)
+        .json();
+    let gpu = &listing["gpus"][2];
+    assert_eq!(gpu["processes"], Value::Null);
+    assert_eq!(gpu["eligible"], true);
+    assert_eq!(gpu["error"], Value::Null);
+    // V100s have no MIG: unknown, not "disabled".
+    assert_eq!(listing["gpus"][0]["mig_enabled"], Value::Null);
+}
+
+#[test]
+fn handle_refused_under_a_device_cgroup_is_listed_as_such() {
+    let mut text = common::default_scenario();
+    // GPU 1's device node is outside this job's cgroup.
+    text = text.replacen(
+        "numa_node = 0\n\n[[gpu]]",
+        "numa_node = 0\n\n[[gpu]]\naccessible = false",
+        1,
+    );
+    let sim = Sim::new(&text);
+    let listing = sim
+        .gpurun()
+        .args(["--list", "--json"])
+        .run()
+        .status(0)
+        .json();
+    let gpu = &listing["gpus"][1];
+    assert_eq!(gpu["eligible"], false);
+    assert!(
+        gpu["error"].as_str().unwrap().contains("no permission"),
+        "{gpu:#}"
+    );
+    assert_eq!(listing["gpus"][0]["eligible"], true);
+}
+
+#[test]
+fn missing_library_is_one_line_with_a_hint() {
+    let sim = Sim::new(&common::default_scenario());
+    let outcome = sim
+        .gpurun()
+        .env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .args(["--list"])
+        .run();
+    outcome
+        .status(125)
+        .stderr_has("gpurun: cannot load the NVML library /nonexistent/libnvidia-ml.so.1")
+        .stderr_has("--nvml-lib");
+    assert_eq!(outcome.stderr.lines().count(), 1, "{}", outcome.stderr);
+    assert!(outcome.stdout.is_empty());
+}
+
+#[test]
+fn default_library_name_is_libnvidia_ml_so_1() {
+    let sim = Sim::new(&common::default_scenario());
+    // No GPURUN_NVML_LIB: found through the dynamic loader's path, like the real driver's.
+    let outcome = sim
+        .gpurun()
+        .env_remove("GPURUN_NVML_LIB")
+        .env("LD_LIBRARY_PATH", &sim.lib_dir)
+        .args(["--list", "--json"])
+        .run();
+    assert_eq!(
+        outcome.status(0).json()["nvml_library"],
+        "libnvidia-ml.so.1"
+    );
+    let without = sim
+        .gpurun()
+        .env_remove("GPURUN_NVML_LIB")
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .args(["--list"])
+        .run();
+    without
+        .status(125)
+        .stderr_has("cannot load the NVML library libnvidia-ml.so.1");
+}
+
+#[test]
+fn a_file_that_is_not_a_library_is_reported() {
+    let sim = Sim::new(&common::default_scenario());
+    let outcome = sim
+        .gpurun()
+        .env("GPURUN_NVML_LIB", &sim.scenario)
+        .args(["--list"])
+        .run();
+    outcome
+        .status(125)
+        .stderr_has("cannot load the NVML library");
+}
+
+#[test]
+fn nvml_lib_flag_wins_over_the_environment() {
+    let sim = Sim::new(&common::default_scenario());
+    let outcome = sim
+        .gpurun()
+        .env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .args([
+            std::ffi::OsStr::new("--nvml-lib"),
+            sim.library().as_os_str(),
+            "--list".as_ref(),
+        ])
+        .run();
+    outcome.status(0).stdout_has("8 GPUs");
+}
+
+#[test]
+fn driver_not_loaded() {
+    let sim = Sim::new(&scenario_file("driver_not_loaded.toml"));
+    let outcome = sim.gpurun().args(["--list"]).run();
+    outcome
+        .status(125)
+        .stderr_has("gpurun: the NVIDIA driver is not loaded")
+        .stderr_has("nvidia-smi");
+    assert_eq!(outcome.stderr.lines().count(), 1);
+}
+
+#[test]
+fn no_permission() {
+    let sim = Sim::new(&scenario_file("no_permission.toml"));
+    let outcome = sim.gpurun().args(["--list"]).run();
+    outcome
+        .status(125)
+        .stderr_has("gpurun: no permission to talk to the NVIDIA driver")
+        .stderr_has("/dev/nvidia");
+    assert_eq!(outcome.stderr.lines().count(), 1);
+}
+
+#[test]
+fn slow_init_still_lists() {
+    let mut text = common::default_scenario();
+    text.push_str("\n[init]\ndelay_ms = 300\n");
+    let sim = Sim::new(&text);
+    sim.gpurun()
+        .args(["--list"])
+        .run()
+        .status(0)
+        .stdout_has("8 GPUs");
+}
+
+#[test]
+fn verbosity_flags_change_what_reaches_stderr() {
+    let sim = Sim::new(&scenario_file("mixed8.toml"));
+    let normal = sim.gpurun().args(["--list"]).run();
+    normal
+        .status(0)
+        .stderr_has("gpurun: warning: GPU 5 cannot be used");
+    assert!(!normal.stderr.contains("debug:"));
+
+    let quiet = sim.gpurun().args(["-q", "--list"]).run();
+    assert_eq!(quiet.status(0).stderr, "");
+
+    let verbose = sim.gpurun().args(["-v", "--list"]).run();
+    verbose
+        .status(0)
+        .stderr_has("gpurun: debug: NVML initialised");
+
+    let filtered = sim
+        .gpurun()
+        .env("GPURUN_LOG", "error")
+        .args(["--list"])
+        .run();
+    assert_eq!(filtered.status(0).stderr, "");
+    // stdout is the listing and nothing else, whatever the log level.
+    assert_eq!(normal.stdout, verbose.stdout);
+}

@@ -1,0 +1,394 @@
+"""Checks the NVML simulator against NVIDIA's own Python binding (nvidia-ml-py).
+
+Every answer the simulated libnvidia-ml.so.1 gives through pynvml is compared with what the
+scenario file says the machine is, using NVML's documented semantics (nvml.h):
+
+  - v2 memory: free = total - reserved - used, `used` excludes `reserved`; v1 `used` includes it;
+  - the count/size protocol of nvmlDeviceGetComputeRunningProcesses_*;
+  - injected errors per call and per device, transient ones by count;
+  - a process is listed only while it is alive and not a zombie;
+  - the scenario is re-read when its file changes.
+
+Usage: check_sim.py SCENARIO SIM_CUDA   (LD_LIBRARY_PATH must hold the simulated library)
+Prints one line per failure and ends with "N passed, M failed"; exit status 1 on any failure.
+"""
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+
+import pynvml
+
+UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+ERROR_CODES = {
+    name[len("NVML_ERROR_"):]: getattr(pynvml, name)
+    for name in dir(pynvml)
+    if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)
+}
+COMPUTE_MODES = {"default": 0, "exclusive_thread": 1, "prohibited": 2, "exclusive_process": 3}
+TOPOLOGY = {"internal": 0, "single": 10, "multiple": 20, "hostbridge": 30, "node": 40, "system": 50}
+
+
+# Expected value of a call whose result is opaque (a handle): only success is checked.
+ANY = object()
+
+
+def size(value):
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", value)
+    return round(float(match.group(1)) * UNITS[match.group(2)])
+
+
+class Checker:
+    def __init__(self, scenario_path, sim_cuda):
+        self.path = scenario_path
+        self.sim_cuda = sim_cuda
+        with open(scenario_path, "rb") as f:
+            self.scenario = tomllib.load(f)
+        self.gpus = self.scenario.get("gpu", [])
+        self.errors = self.scenario.get("error", [])
+        self.hits = [0] * len(self.errors)
+        self.passed = 0
+        self.failed = 0
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def check(self, what, got, expected):
+        if got == expected:
+            self.passed += 1
+        else:
+            self.failed += 1
+            print(f"FAIL {what}: got {got!r}, expected {expected!r}")
+
+    def injected(self, call, gpu):
+        """The error the scenario injects for this call, counting transient ones like the sim."""
+        for position, spec in enumerate(self.errors):
+            call_matches = spec["call"] == call or (spec["call"] == "*" and gpu is not None)
+            gpu_matches = "gpu" not in spec or spec["gpu"] == gpu
+            if not (call_matches and gpu_matches):
+                continue
+            if "times" in spec:
+                if self.hits[position] >= spec["times"]:
+                    continue
+                self.hits[position] += 1
+            return ERROR_CODES[spec["error"]]
+        return None
+
+    def call(self, what, call, gpu, function, expected, *, unsupported=False):
+        """Calls `function`; expects the injected error, NOT_SUPPORTED, or `expected()`."""
+        error = self.injected(call, gpu)
+        if error is None and unsupported:
+            error = pynvml.NVML_ERROR_NOT_SUPPORTED
+        try:
+            got = function()
+        except pynvml.NVMLError as e:
+            self.check(what, f"error {e.value}", f"error {error}" if error else expected())
+            return None
+        want = f"error {error}" if error else expected()
+        self.check(what, got if want is not ANY else ANY, want)
+        return got
+
+    # -- the machine -------------------------------------------------------------------------
+
+    def processes_on(self, index):
+        return [p for p in self.scenario.get("process", []) if p["gpu"] == index]
+
+    def used_v2(self, index, extra=0):
+        gpu = self.gpus[index]
+        listed = sum(size(p["used"]) for p in self.processes_on(index) if "used" in p)
+        return size(gpu.get("memory_used", 0)) + listed + extra
+
+    def check_system(self):
+        self.call("driver version", "nvmlSystemGetDriverVersion", None,
+                  pynvml.nvmlSystemGetDriverVersion,
+                  lambda: self.scenario.get("driver_version", "550.54.15"))
+        cuda = self.scenario.get("cuda_driver_version", 12040)
+        self.call("CUDA driver version", "nvmlSystemGetCudaDriverVersion", None,
+                  pynvml.nvmlSystemGetCudaDriverVersion, lambda: cuda)
+        self.call("CUDA driver version v2", "nvmlSystemGetCudaDriverVersion", None,
+                  pynvml.nvmlSystemGetCudaDriverVersion_v2, lambda: cuda)
+        self.call("device count", "nvmlDeviceGetCount", None,
+                  pynvml.nvmlDeviceGetCount, lambda: len(self.gpus))
+
+    def check_gpu(self, index):
+        gpu = self.gpus[index]
+        tag = f"GPU {index}"
+        if not gpu.get("accessible", True):
+            try:
+                pynvml.nvmlDeviceGetHandleByIndex(index)
+                self.check(f"{tag} handle", "a handle", "NO_PERMISSION")
+            except pynvml.NVMLError as e:
+                self.check(f"{tag} handle", e.value, pynvml.NVML_ERROR_NO_PERMISSION)
+            return
+        handle = self.call(f"{tag} handle", "nvmlDeviceGetHandleByIndex", index,
+                           lambda: pynvml.nvmlDeviceGetHandleByIndex(index), lambda: ANY)
+        if handle is None:
+            return
+        if self.injected_everywhere(index):
+            return
+        c = lambda what, call, fn, expected, **kw: self.call(f"{tag} {what}", call, index, fn, expected, **kw)
+        c("index", "nvmlDeviceGetIndex", lambda: pynvml.nvmlDeviceGetIndex(handle), lambda: index)
+        c("name", "nvmlDeviceGetName", lambda: pynvml.nvmlDeviceGetName(handle), lambda: gpu["name"])
+        c("uuid", "nvmlDeviceGetUUID", lambda: pynvml.nvmlDeviceGetUUID(handle), lambda: gpu["uuid"])
+
+        def pci():
+            info = pynvml.nvmlDeviceGetPciInfo(handle)
+            return (info.busId, info.domain, info.bus, info.device, info.pciDeviceId)
+
+        bus_id = gpu["pci_bus_id"].upper()
+        domain, bus, dev = (int(part, 16) for part in re.split(r"[:.]", bus_id)[:3])
+        c("PCI info", "nvmlDeviceGetPciInfo", pci,
+          lambda: (bus_id, domain, bus, dev, gpu.get("pci_device_id", 0x20B510DE)))
+
+        total = size(gpu["memory_total"])
+        reserved = size(gpu.get("memory_reserved", 0))
+        used = self.used_v2(index)
+
+        def memory_v1():
+            m = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            return (m.total, m.used, m.free)
+
+        def memory_v2():
+            m = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            return (m.total, m.reserved, m.used, m.free)
+
+        c("memory v1", "nvmlDeviceGetMemoryInfo", memory_v1,
+          lambda: (total, used + reserved, total - reserved - used))
+        c("memory v2", "nvmlDeviceGetMemoryInfo", memory_v2,
+          lambda: (total, reserved, used, total - reserved - used))
+        try:
+            pynvml.nvmlDeviceGetMemoryInfo(handle, version=0x01000028)
+            self.check(f"{tag} memory v2 with a wrong version", "success", "ARGUMENT_VERSION_MISMATCH")
+        except pynvml.NVMLError as e:
+            self.check(f"{tag} memory v2 with a wrong version", e.value,
+                       pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+
+        def utilization():
+            u = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            return (u.gpu, u.memory)
+
+        has_util = "utilization_gpu" in gpu and "utilization_memory" in gpu
+        c("utilization", "nvmlDeviceGetUtilizationRates", utilization,
+          lambda: (gpu["utilization_gpu"], gpu["utilization_memory"]), unsupported=not has_util)
+        c("temperature", "nvmlDeviceGetTemperature",
+          lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+          lambda: gpu["temperature_c"], unsupported="temperature_c" not in gpu)
+        c("power", "nvmlDeviceGetPowerUsage", lambda: pynvml.nvmlDeviceGetPowerUsage(handle),
+          lambda: gpu["power_mw"], unsupported="power_mw" not in gpu)
+        c("compute mode", "nvmlDeviceGetComputeMode", lambda: pynvml.nvmlDeviceGetComputeMode(handle),
+          lambda: COMPUTE_MODES[gpu["compute_mode"]], unsupported="compute_mode" not in gpu)
+        mig = {"disabled": 0, "enabled": 1}.get(gpu.get("mig_mode"))
+        c("MIG mode", "nvmlDeviceGetMigMode", lambda: list(pynvml.nvmlDeviceGetMigMode(handle)),
+          lambda: [mig, mig], unsupported=mig is None)
+
+        def affinity_words():
+            words = [0, 0]
+            for part in gpu["cpu_affinity"].split(","):
+                first, _, last = part.partition("-")
+                for cpu in range(int(first), int(last or first) + 1):
+                    if cpu < 128:
+                        words[cpu // 64] |= 1 << (cpu % 64)
+            return words
+
+        c("CPU affinity", "nvmlDeviceGetCpuAffinity",
+          lambda: list(pynvml.nvmlDeviceGetCpuAffinity(handle, 2)), affinity_words,
+          unsupported="cpu_affinity" not in gpu)
+        c("minor number", "nvmlDeviceGetMinorNumber", lambda: pynvml.nvmlDeviceGetMinorNumber(handle),
+          lambda: index)
+        self.check_processes(index, handle)
+        self.check_lookups(index, handle)
+
+    def injected_everywhere(self, index):
+        """A `call = "*"` error on this GPU: every device call fails the same way."""
+        for spec in self.errors:
+            if spec["call"] == "*" and spec.get("gpu", index) == index and "times" not in spec:
+                return True
+        return False
+
+    def expected_processes(self, index, extra=()):
+        listed = [(p["pid"], size(p["used"]) if "used" in p else None) for p in self.processes_on(index)]
+        return sorted(listed + list(extra))
+
+    def check_processes(self, index, handle, extra=()):
+        tag = f"GPU {index}"
+        expected = self.expected_processes(index, extra)
+
+        def listed(function):
+            return lambda: sorted((p.pid, p.usedGpuMemory) for p in function(handle))
+
+        call = "nvmlDeviceGetComputeRunningProcesses"
+        # nvidia-ml-py's wrapper makes two calls (size, then fill): count both against injections.
+        for what, function in [("processes v3", pynvml.nvmlDeviceGetComputeRunningProcesses),
+                               ("processes v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2)]:
+            self.call(f"{tag} {what}", call, index, listed(function), lambda: expected)
+            if expected:
+                self.injected(call, index)
+        self.call(f"{tag} processes v1", call, index,
+                  lambda: sorted(self.processes_v1(handle)), lambda: expected)
+        if expected:
+            self.injected(call, index)
+        if self.injected(call, index) is None:
+            self.check_count_protocol(tag, handle, len(expected))
+
+    def processes_v1(self, handle):
+        """The v1 call with its 16-byte entries; pynvml no longer wraps it."""
+
+        class ProcessInfoV1(ctypes.Structure):
+            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+        count = ctypes.c_uint(0)
+        result = function(handle, ctypes.byref(count), None)
+        if result == pynvml.NVML_SUCCESS:
+            return []
+        if result != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(result)
+        entries = (ProcessInfoV1 * count.value)()
+        pynvml._nvmlCheckReturn(function(handle, ctypes.byref(count), entries))
+        not_available = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+        return [(e.pid, None if e.usedGpuMemory == not_available else e.usedGpuMemory)
+                for e in entries[: count.value]]
+
+    def check_count_protocol(self, tag, handle, count_needed):
+        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
+        count = ctypes.c_uint(0)
+        result = function(handle, ctypes.byref(count), None)
+        expected = pynvml.NVML_ERROR_INSUFFICIENT_SIZE if count_needed else pynvml.NVML_SUCCESS
+        self.check(f"{tag} size query", (result, count.value), (expected, count_needed))
+        if count_needed >= 2:
+            count = ctypes.c_uint(count_needed - 1)
+            entries = (pynvml.c_nvmlProcessInfo_v3_t * (count_needed - 1))()
+            result = function(handle, ctypes.byref(count), entries)
+            self.check(f"{tag} too small a buffer", (result, count.value),
+                       (pynvml.NVML_ERROR_INSUFFICIENT_SIZE, count_needed))
+
+    def check_lookups(self, index, handle):
+        gpu = self.gpus[index]
+        tag = f"GPU {index}"
+        by_uuid = self.call(f"{tag} handle by UUID", "nvmlDeviceGetHandleByUUID", index,
+                            lambda: pynvml.nvmlDeviceGetHandleByUUID(gpu["uuid"]), lambda: ANY)
+        if by_uuid is not None:
+            self.check(f"{tag} handle by UUID is the same device", pynvml.nvmlDeviceGetIndex(by_uuid), index)
+        by_bus = self.call(f"{tag} handle by PCI bus id", "nvmlDeviceGetHandleByPciBusId", index,
+                           lambda: pynvml.nvmlDeviceGetHandleByPciBusId(gpu["pci_bus_id"]), lambda: ANY)
+        if by_bus is not None:
+            self.check(f"{tag} handle by PCI bus id is the same device", pynvml.nvmlDeviceGetIndex(by_bus), index)
+
+    def check_topology(self):
+        links = {tuple(sorted(link["gpus"])): TOPOLOGY[link["level"]] for link in self.scenario.get("link", [])}
+        usable = [i for i, g in enumerate(self.gpus) if g.get("accessible", True) and not self.injected_everywhere(i)]
+        for a in usable:
+            for b in usable:
+                if a >= b or self.errors:
+                    continue
+                level = links.get((a, b))
+                if level is None:
+                    node_a, node_b = self.gpus[a].get("numa_node"), self.gpus[b].get("numa_node")
+                    level = 40 if node_a is not None and node_a == node_b else 50
+                got = pynvml.nvmlDeviceGetTopologyCommonAncestor(
+                    pynvml.nvmlDeviceGetHandleByIndex(a), pynvml.nvmlDeviceGetHandleByIndex(b))
+                self.check(f"topology {a}-{b}", got, level)
+
+    # -- live processes ----------------------------------------------------------------------
+
+    def healthy_gpu(self):
+        for index, gpu in enumerate(self.gpus):
+            if gpu.get("accessible", True) and not any(
+                    e.get("gpu", index) == index for e in self.errors):
+                return index
+        return None
+
+    def check_live_registration(self):
+        index = self.healthy_gpu()
+        if index is None:
+            return
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(index), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        mem = 1 << 30
+
+        def start():
+            process = subprocess.Popen([self.sim_cuda, "--mem", "1GiB", "--sleep", "30"],
+                                       env=env, stdout=subprocess.PIPE, text=True)
+            process.stdout.readline()
+            return process
+
+        before = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
+        process = start()
+        self.check_processes(index, handle, extra=[(process.pid, mem)])
+        after = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
+        self.check("a live process's memory counts as used", after - before, mem)
+        process.send_signal(signal.SIGTERM)
+        process.wait()
+        self.check("killed by SIGTERM, like a real program", process.returncode, -signal.SIGTERM)
+        self.check_processes(index, handle)
+
+        # SIGKILLed: no chance to unregister. Unreaped it is a zombie, which NVML does not list.
+        process = start()
+        process.send_signal(signal.SIGKILL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            with open(f"/proc/{process.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        self.check_processes(index, handle)
+        process.wait()
+        self.check_processes(index, handle)
+
+    def check_reload(self):
+        with open(self.path, "rb") as f:
+            original = f.read()
+        changed = re.sub(rb'driver_version = "[^"]*"', b'driver_version = "999.99.99"', original, count=1)
+        if changed == original:
+            changed = b'driver_version = "999.99.99"\n' + original
+        with open(self.path + ".new", "wb") as f:
+            f.write(changed)
+        os.replace(self.path + ".new", self.path)
+        self.check("scenario re-read after a change", pynvml.nvmlSystemGetDriverVersion(), "999.99.99")
+        with open(self.path + ".new", "wb") as f:
+            f.write(original)
+        os.replace(self.path + ".new", self.path)
+        self.hits = [0] * len(self.errors)
+
+    def run(self):
+        pynvml._LoadNvmlLibrary()
+        count = ctypes.c_uint(0)
+        self.check("call before init",
+                   pynvml._nvmlGetFunctionPointer("nvmlDeviceGetCount_v2")(ctypes.byref(count)),
+                   pynvml.NVML_ERROR_UNINITIALIZED)
+        init_error = self.scenario.get("init", {}).get("error")
+        try:
+            pynvml.nvmlInit()  # nvmlInitWithFlags(0)
+        except pynvml.NVMLError as e:
+            self.check("init", e.value, ERROR_CODES.get(init_error))
+            return
+        self.check("init", None, init_error)
+        self.check("nvmlInit_v2", pynvml._nvmlGetFunctionPointer("nvmlInit_v2")(), pynvml.NVML_SUCCESS)
+        self.check("nvmlShutdown", pynvml._nvmlGetFunctionPointer("nvmlShutdown")(), pynvml.NVML_SUCCESS)
+        self.check("error string", pynvml.nvmlErrorString(pynvml.NVML_ERROR_GPU_IS_LOST), "GPU is lost")
+        self.check_system()
+        for index in range(len(self.gpus)):
+            self.check_gpu(index)
+        # Errors injected so far were counted; the rest of the checks are about live state.
+        self.hits = [spec.get("times", 0) for spec in self.errors]
+        self.check_topology()
+        self.check_live_registration()
+        self.check_reload()
+        pynvml.nvmlShutdown()
+
+
+def main():
+    checker = Checker(sys.argv[1], sys.argv[2])
+    checker.run()
+    print(f"{checker.passed} passed, {checker.failed} failed")
+    sys.exit(1 if checker.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+//! The simulator, read through NVIDIA's own Python binding (nvidia-ml-py), must answer exactly
+//! what its scenario says, with NVML's documented semantics. This keeps the simulator honest:
+//! it cannot drift into agreeing only with gpurun's reading of NVML.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{scenario_file, sim_cuda, Sim};
+
+fn python() -> std::path::PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `make venv` installs nvidia-ml-py there (make test does)",
+        python.display()
+    );
+    python
+}
+
+fn check(scenario: &str) {
+    let sim = Sim::new(scenario);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pynvml/check_sim.py");
+    let output = Command::new(python())
+        .arg(script)
+        .arg(&sim.scenario)
+        .arg(sim_cuda())
+        .env("LD_LIBRARY_PATH", &sim.lib_dir)
+        .env("NVML_SIM_SCENARIO", &sim.scenario)
+        .env_remove("NVML_SIM_STATE_DIR")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("CUDA_DEVICE_ORDER")
+        .output()
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "nvidia-ml-py disagrees with the simulator:\n{stdout}\n{stderr}"
+    );
+    let summary = stdout.lines().last().unwrap_or_default();
+    let passed: u32 = summary
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        passed > 0 && summary.ends_with(" 0 failed"),
+        "no checks ran:\n{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn embedded_default_machine() {
+    check(&common::default_scenario());
+}
+
+#[test]
+fn mixed_machine_with_a_lost_gpu() {
+    check(&scenario_file("mixed8.toml"));
+}
+
+#[test]
+fn transient_errors_and_a_device_outside_the_cgroup() {
+    check(&scenario_file("transient.toml"));
+}
+
+#[test]
+fn driver_not_loaded_at_init() {
+    check(&scenario_file("driver_not_loaded.toml"));
+}
+
+#[test]
+fn no_permission_at_init() {
+    check(&scenario_file("no_permission.toml"));
+}
