@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser};
 
+use crate::env::VisibleAs;
+use crate::policy::{self, DeviceList, Fallback, Policy};
+use crate::size::{self, Threshold};
+
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
 
 const LONG_ABOUT: &str = "\
@@ -22,7 +26,60 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         "Examples",
         &[
             ("gpurun --list", "show the GPUs, their memory, load and processes"),
-            ("gpurun --list --json | jq .", "the same, as one JSON object"),
+            ("gpurun --list --min-free 20G", "the same, saying which GPUs have 20 GiB free and why the others do not"),
+            ("gpurun --gpus 2 --min-free 8G -- python train.py", "two GPUs with 8 GiB free each"),
+            ("gpurun --exclusive --model A100 -- ./job", "an A100 with no other process on it"),
+            ("gpurun --dry-run --gpus 2 --policy pack", "which two GPUs would be chosen, and the environment"),
+            ("eval \"$(gpurun --export --min-free 50%)\"", "set CUDA_VISIBLE_DEVICES in this shell (no reservation)"),
+        ],
+    ),
+    (
+        "Selection",
+        &[
+            ("candidates", "every GPU, or only those of an inherited CUDA_VISIBLE_DEVICES (never widened)"),
+            (
+                "filters",
+                "a GPU that NVML cannot read is never chosen; a value NVML cannot give fails every filter that \
+                 needs it; GPUs in MIG mode or the prohibited compute mode are never chosen",
+            ),
+            ("most-free", "free memory, most first; then utilization, lowest first; then index"),
+            ("least-util", "utilization, lowest first; then free memory, most first"),
+            ("balanced", "0.7 x free GiB + 0.3 x (100 - utilization %), highest first"),
+            ("pack", "free memory, least first among the GPUs that qualify: keeps big cards whole"),
+            ("index, random", "lowest index first; any qualifying GPU"),
+            ("ties", "break by index: the same probe always gives the same choice (except random)"),
+            ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
+            ("too few", "exit 75 with every GPU and the reason it was turned away, unless --fallback"),
+            (
+                "inherited",
+                "CUDA_VISIBLE_DEVICES entries are read as CUDA reads them (indices in PCI order, GPU- UUIDs and \
+                 unique prefixes; the list ends at the first invalid entry; empty means no GPU). Indices without \
+                 CUDA_DEVICE_ORDER=PCI_BUS_ID on a machine of mixed models are ambiguous: gpurun warns. \
+                 SLURM_STEP_GPUS/SLURM_JOB_GPUS are used only when CUDA_VISIBLE_DEVICES is unset",
+            ),
+        ],
+    ),
+    (
+        "Sizes",
+        &[
+            ("K, M, G, T, KiB..TiB", "binary: 8G = 8GiB = 8192M = 8 x 1024^3 bytes"),
+            ("KB, MB, GB, TB", "decimal: 16GB = 16 x 1000^3 bytes"),
+            ("bare number", "bytes; fractions (0.5T) are rounded down to whole bytes; units ignore case"),
+            ("P%", "with --min-free: that share of each card's total memory"),
+        ],
+    ),
+    (
+        "Child environment",
+        &[
+            ("CUDA_VISIBLE_DEVICES", "the chosen GPUs, PCI-order indices or UUIDs (--visible-as); empty with --gpus 0"),
+            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID, so that CUDA numbers GPUs as nvidia-smi does"),
+            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "the chosen NVML indices and UUIDs"),
+            (
+                "TF_FORCE_GPU_ALLOW_GROWTH, XLA_PYTHON_CLIENT_PREALLOCATE",
+                "true and false, unless already set (the user's value wins) or --no-framework-env",
+            ),
+            ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
+            ("everything else", "passed through unchanged"),
         ],
     ),
     (
@@ -30,6 +87,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
             ("GPURUN_LOG", "log filter in tracing's EnvFilter syntax, e.g. debug; overrides -v and -q"),
+            ("CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER", "inherited visibility (see Selection)"),
+            ("SLURM_STEP_GPUS, SLURM_JOB_GPUS", "a hint when CUDA_VISIBLE_DEVICES is unset"),
         ],
     ),
     (
@@ -40,6 +99,14 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("126", "COMMAND was found but is not executable"),
             ("127", "COMMAND was not found"),
             ("other", "COMMAND's own exit status"),
+        ],
+    ),
+    (
+        "Export and dry run",
+        &[
+            ("output", "export NAME='value' lines, single-quoted for eval; nothing on stdout when it fails"),
+            ("in scripts", "vars=$(gpurun --export --gpus 2) || exit; eval \"$vars\""),
+            ("no reservation", "--export and --dry-run hold no reservation: another launch may take the same GPUs"),
         ],
     ),
     (
@@ -54,8 +121,9 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("memory", "total_bytes, reserved_bytes, used_bytes, free_bytes: NVML's own numbers, free = total - reserved - used"),
             ("utilization", "gpu_percent, memory_percent"),
             ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable)"),
-            ("eligible, reasons", "whether the GPU can be chosen, and every reason it cannot"),
+            ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
+            ("--dry-run --json", "the same object plus selected: [{index, uuid}] and env: {NAME: value}; both null on exit 75"),
             ("null", "a value NVML cannot give is null, never 0"),
         ],
     ),
@@ -80,15 +148,88 @@ fn reference_text() -> String {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    override_usage = "gpurun [OPTIONS] [--] COMMAND [ARGS]...\n       gpurun --list [--json] [OPTIONS]",
+    override_usage = "gpurun [OPTIONS] [--] COMMAND [ARGS]...\n       \
+                      gpurun --list [--json] [OPTIONS]\n       \
+                      gpurun --dry-run [--json] [OPTIONS]\n       \
+                      gpurun --export [OPTIONS]",
 )]
 pub struct Cli {
-    /// List the GPUs (index, model, memory, utilization, temperature, processes) and exit.
-    #[arg(long, help_heading = "Modes")]
+    /// How many GPUs to give the command; 0 runs it with no GPU visible.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        help_heading = "Selection"
+    )]
+    pub gpus: u32,
+
+    /// Only GPUs with at least this much free memory: a SIZE (8G, 8GiB, 8192M, 0.5T, 16GB)
+    /// or P% of the card's total memory.
+    #[arg(long, value_name = "SIZE|P%", value_parser = size::parse_threshold, help_heading = "Selection")]
+    pub min_free: Option<Threshold>,
+
+    /// Only GPUs with at least this much memory in total (a SIZE).
+    #[arg(long, value_name = "SIZE", value_parser = size::parse_bytes, help_heading = "Selection")]
+    pub min_total: Option<u64>,
+
+    /// Only GPUs whose utilization is at most P percent.
+    #[arg(long, value_name = "P", value_parser = size::parse_util_percent, help_heading = "Selection")]
+    pub max_util: Option<u32>,
+
+    /// Only GPUs with no compute process on them.
+    #[arg(long, help_heading = "Selection")]
+    pub exclusive: bool,
+
+    /// Choose only among these GPUs: NVML indices, UUIDs, unique UUID prefixes or PCI bus ids,
+    /// comma-separated.
+    #[arg(long, value_name = "LIST", value_parser = policy::parse_device_list, help_heading = "Selection")]
+    pub devices: Option<DeviceList>,
+
+    /// Never choose these GPUs (same forms as --devices).
+    #[arg(long, value_name = "LIST", value_parser = policy::parse_device_list, help_heading = "Selection")]
+    pub exclude: Option<DeviceList>,
+
+    /// Only GPUs whose model name matches PATTERN: case-insensitive, anywhere in the name
+    /// (A100), or a whole-name pattern with * and ? (*80GB).
+    #[arg(long, value_name = "PATTERN", help_heading = "Selection")]
+    pub model: Option<String>,
+
+    /// How to rank the GPUs that qualify.
+    #[arg(long, value_enum, default_value_t = Policy::MostFree, help_heading = "Selection")]
+    pub policy: Policy,
+
+    /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
+    /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible.
+    /// Without it gpurun exits 75.
+    #[arg(long, value_enum, value_name = "MODE", help_heading = "Selection")]
+    pub fallback: Option<Fallback>,
+
+    /// Write CUDA_VISIBLE_DEVICES as PCI-order indices (default) or as GPU UUIDs.
+    #[arg(long, value_enum, value_name = "FORM", default_value_t = VisibleAs::Index, help_heading = "Environment")]
+    pub visible_as: VisibleAs,
+
+    /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
+    #[arg(long, help_heading = "Environment")]
+    pub no_framework_env: bool,
+
+    /// List the GPUs (index, model, memory, utilization, temperature, processes) and, with
+    /// selection options, whether each qualifies; then exit.
+    #[arg(long, help_heading = "Modes", conflicts_with_all = ["dry_run", "export"])]
     pub list: bool,
 
-    /// With --list: print one JSON object instead of a table (schema below).
-    #[arg(long, requires = "list", help_heading = "Modes")]
+    /// Show which GPUs would be chosen and the environment the command would get, then exit.
+    /// Holds no reservation.
+    #[arg(long, help_heading = "Modes", conflicts_with = "export")]
+    pub dry_run: bool,
+
+    /// Print `export VAR='value'` lines for eval "$(gpurun --export ...)", then exit. Holds no
+    /// reservation: the GPUs are not protected against other launches.
+    #[arg(long, help_heading = "Modes")]
+    pub export: bool,
+
+    /// With --list or --dry-run: print one JSON object instead of text (schema below).
+    #[arg(long, help_heading = "Modes")]
     pub json: bool,
 
     /// Load NVML from PATH instead of libnvidia-ml.so.1 (unusual installs, WSL, the simulator).

@@ -1,15 +1,22 @@
-//! argv (and the `GPURUN_*` variables clap reads) -> one validated `Config`. No NVML here.
+//! argv (and the `GPURUN_*` variables) -> one validated `Config`. No NVML here.
 
 use std::ffi::OsString;
+use std::hash::{BuildHasher, RandomState};
 use std::path::PathBuf;
 
 use crate::cli::Cli;
+use crate::env::VisibleAs;
+use crate::policy::{ModelPattern, Request};
 
 /// What gpurun was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
-    /// `--list`: show the machine and exit.
+    /// `--list`: show the machine (and, with filters, what qualifies) and exit.
     List { json: bool },
+    /// `--dry-run`: show the choice and the child's environment, and exit.
+    DryRun { json: bool },
+    /// `--export`: print `export` lines for `eval`, and exit.
+    Export,
     /// Run COMMAND.
     Run { command: Vec<OsString> },
 }
@@ -25,6 +32,9 @@ pub enum Verbosity {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub mode: Mode,
+    pub request: Request,
+    pub visible_as: VisibleAs,
+    pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
     pub verbosity: Verbosity,
 }
@@ -33,24 +43,44 @@ pub struct Config {
 pub enum ConfigError {
     #[error("no COMMAND given; usage: gpurun [OPTIONS] [--] COMMAND [ARGS]..., or gpurun --list")]
     NoCommand,
-    #[error("--list takes no COMMAND, but got {0:?}")]
-    CommandWithList(String),
+    #[error("{flag} takes no COMMAND, but got {command:?}")]
+    CommandWithMode { flag: &'static str, command: String },
+    #[error("--json goes with --list or --dry-run")]
+    JsonWithoutMode,
+    #[error("--model is empty; give part of a model name, like A100")]
+    EmptyModel,
 }
 
 impl Config {
     pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
-        let mode = match (cli.list, cli.command.is_empty()) {
-            (true, true) => Mode::List { json: cli.json },
-            (true, false) => {
-                return Err(ConfigError::CommandWithList(
-                    cli.command[0].to_string_lossy().into_owned(),
-                ))
-            }
-            (false, true) => return Err(ConfigError::NoCommand),
-            (false, false) => Mode::Run {
+        let mode_flag = [
+            (cli.list, "--list"),
+            (cli.dry_run, "--dry-run"),
+            (cli.export, "--export"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag));
+        if let (Some(flag), Some(first)) = (mode_flag, cli.command.first()) {
+            return Err(ConfigError::CommandWithMode {
+                flag,
+                command: first.to_string_lossy().into_owned(),
+            });
+        }
+        if cli.json && !(cli.list || cli.dry_run) {
+            return Err(ConfigError::JsonWithoutMode);
+        }
+        let mode = match mode_flag {
+            Some("--list") => Mode::List { json: cli.json },
+            Some("--dry-run") => Mode::DryRun { json: cli.json },
+            Some(_) => Mode::Export,
+            None if cli.command.is_empty() => return Err(ConfigError::NoCommand),
+            None => Mode::Run {
                 command: cli.command,
             },
         };
+        if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(ConfigError::EmptyModel);
+        }
         // Flag, else the variable; an empty variable counts as unset, as in most tools.
         let nvml_lib = cli.nvml_lib.or_else(|| {
             std::env::var_os("GPURUN_NVML_LIB")
@@ -63,8 +93,24 @@ impl Config {
             (false, 1) => Verbosity::Debug,
             (false, _) => Verbosity::Trace,
         };
+        let request = Request {
+            count: cli.gpus,
+            min_free: cli.min_free,
+            min_total: cli.min_total,
+            max_util: cli.max_util,
+            exclusive: cli.exclusive,
+            devices: cli.devices.map(|list| list.0),
+            exclude: cli.exclude.map(|list| list.0).unwrap_or_default(),
+            model: cli.model.map(ModelPattern),
+            policy: cli.policy,
+            fallback: cli.fallback,
+            seed: RandomState::new().hash_one(std::process::id()),
+        };
         Ok(Config {
             mode,
+            request,
+            visible_as: cli.visible_as,
+            framework_env: !cli.no_framework_env,
             nvml_lib,
             verbosity,
         })

@@ -21,6 +21,10 @@ pub struct Gpu {
     pub processes: Option<Vec<GpuProcess>>,
     /// The first query that failed, if any: the GPU is then not eligible.
     pub error: Option<String>,
+    /// NVML refused a handle with NO_PERMISSION: the device node is outside this process's
+    /// device cgroup (Slurm, containers), so CUDA does not enumerate it either.
+    #[serde(skip)]
+    pub handle_refused: bool,
 }
 
 /// NVML's own numbers (the v2 view): `free = total - reserved - used`, and `used` does not
@@ -66,4 +70,32 @@ pub struct Machine {
     /// CUDA version the driver supports, as `12.4`.
     pub cuda_driver_version: Option<String>,
     pub gpus: Vec<Gpu>,
+}
+
+/// A healthy, idle 80 GiB test GPU; tests change what they need.
+#[cfg(test)]
+pub fn test_gpu(index: u32) -> Gpu {
+    Gpu {
+        index,
+        uuid: Some(format!("GPU-0000{index:04}-1111-4222-8333-444455556666")),
+        name: Some("NVIDIA A100-SXM4-80GB".to_owned()),
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", index + 1)),
+        memory: Some(Memory {
+            total_bytes: 80 << 30,
+            reserved_bytes: 0,
+            used_bytes: 0,
+            free_bytes: 80 << 30,
+        }),
+        utilization: Some(Utilization {
+            gpu_percent: 0,
+            memory_percent: 0,
+        }),
+        temperature_c: Some(30),
+        power_watts: Some(60.0),
+        compute_mode: Some(ComputeMode::Default),
+        mig_enabled: Some(false),
+        processes: Some(Vec::new()),
+        error: None,
+        handle_refused: false,
+    }
 }

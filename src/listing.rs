@@ -1,5 +1,6 @@
-//! `--list`: the machine as a table for people, or one JSON object for programs (schema in
-//! `--help` and the man page). Unknown values are shown as `-` and serialised as `null`.
+//! What gpurun shows of the machine: `--list` and `--dry-run` as a table for people or one JSON
+//! object for programs (schema in `--help` and the man page), and the refusal table of exit 75.
+//! Unknown values are shown as `-` and serialised as `null`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -7,9 +8,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::gpu::{Gpu, Machine};
+use crate::policy::Assessment;
 use crate::size::human;
 
-/// Whether a GPU can be chosen, and if not, every reason why.
+/// Whether a GPU qualifies, and if not, every reason why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Eligibility {
     pub eligible: bool,
@@ -17,19 +19,34 @@ pub struct Eligibility {
 }
 
 impl Eligibility {
-    /// Without filters the only reason to turn a GPU away is that it could not be read.
-    pub fn of(gpu: &Gpu) -> Eligibility {
-        match &gpu.error {
-            Some(error) => Eligibility {
-                eligible: false,
-                reasons: vec![format!("unreadable: {error}")],
+    fn of(assessment: Option<&Assessment>) -> Eligibility {
+        match assessment {
+            Some(a) => Eligibility {
+                eligible: a.eligible(),
+                reasons: a.reasons(),
             },
             None => Eligibility {
-                eligible: true,
-                reasons: Vec::new(),
+                eligible: false,
+                reasons: vec!["not assessed".to_owned()],
             },
         }
     }
+}
+
+fn assessment_of(assessments: &[Assessment], index: u32) -> Option<&Assessment> {
+    assessments.iter().find(|a| a.index == index)
+}
+
+/// `--dry-run --json` additions; `None` inside: nothing was selected (exit 75).
+pub struct Plan<'a> {
+    pub selected: Option<Vec<&'a Gpu>>,
+    pub env: Option<&'a [(String, String)]>,
+}
+
+#[derive(Serialize)]
+struct Selected<'a> {
+    index: u32,
+    uuid: &'a Option<String>,
 }
 
 #[derive(Serialize)]
@@ -48,9 +65,22 @@ struct Listing<'a> {
     gpus: Vec<GpuEntry<'a>>,
     /// Live gpurun reservations; none are held until the lock directory is in use.
     reservations: Vec<serde_json::Value>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    plan: Option<PlanEntry<'a>>,
 }
 
-pub fn json(machine: &Machine, library: &Path) -> String {
+#[derive(Serialize)]
+struct PlanEntry<'a> {
+    selected: Option<Vec<Selected<'a>>>,
+    env: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+pub fn json(
+    machine: &Machine,
+    library: &Path,
+    assessments: &[Assessment],
+    plan: Option<Plan<'_>>,
+) -> String {
     let listing = Listing {
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
@@ -60,10 +90,26 @@ pub fn json(machine: &Machine, library: &Path) -> String {
             .iter()
             .map(|gpu| GpuEntry {
                 gpu,
-                eligibility: Eligibility::of(gpu),
+                eligibility: Eligibility::of(assessment_of(assessments, gpu.index)),
             })
             .collect(),
         reservations: Vec::new(),
+        plan: plan.map(|plan| PlanEntry {
+            selected: plan.selected.map(|gpus| {
+                gpus.into_iter()
+                    .map(|gpu| Selected {
+                        index: gpu.index,
+                        uuid: &gpu.uuid,
+                    })
+                    .collect()
+            }),
+            env: plan.env.map(|variables| {
+                variables
+                    .iter()
+                    .map(|(name, value)| (name.clone(), serde_json::Value::from(value.as_str())))
+                    .collect()
+            }),
+        }),
     };
     let mut text = serde_json::to_string_pretty(&listing).expect("plain data serialises");
     text.push('\n');
@@ -87,7 +133,7 @@ fn clip(text: &str, width: usize) -> String {
     }
 }
 
-pub fn table(machine: &Machine) -> String {
+pub fn table(machine: &Machine, assessments: &[Assessment]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -141,9 +187,84 @@ pub fn table(machine: &Machine) -> String {
         for more in &processes[1..] {
             let _ = writeln!(out, "{:>84}{more}", "");
         }
-        if let Some(error) = &gpu.error {
-            let _ = writeln!(out, "{:>5}not eligible: {error}", "");
+        let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));
+        if !eligibility.eligible {
+            let _ = writeln!(
+                out,
+                "{:>5}not eligible: {}",
+                "",
+                eligibility.reasons.join("; ")
+            );
         }
     }
+    out
+}
+
+/// Exit 75's explanation: every GPU and why it was turned away.
+pub fn refusal(
+    machine: &Machine,
+    assessments: &[Assessment],
+    requested: u32,
+    qualified: u32,
+) -> String {
+    let mut text = format!(
+        "not enough GPUs: {requested} requested, {qualified} {}",
+        if qualified == 1 {
+            "qualifies"
+        } else {
+            "qualify"
+        }
+    );
+    for gpu in &machine.gpus {
+        let verdict = match assessment_of(assessments, gpu.index) {
+            Some(a) if a.eligible() => "qualifies".to_owned(),
+            other => Eligibility::of(other).reasons.join("; "),
+        };
+        let _ = write!(
+            text,
+            "\n  GPU {} ({}): {verdict}",
+            gpu.index,
+            gpu.name.as_deref().unwrap_or("-")
+        );
+    }
+    text
+}
+
+/// `--dry-run` for people: the table, the choice, the environment.
+pub fn dry_run(
+    machine: &Machine,
+    assessments: &[Assessment],
+    selected: &[&Gpu],
+    env: &[(String, String)],
+) -> String {
+    let mut out = table(machine, assessments);
+    let chosen: Vec<String> = selected
+        .iter()
+        .map(|gpu| {
+            format!(
+                "GPU {} ({}, {})",
+                gpu.index,
+                gpu.name.as_deref().unwrap_or("-"),
+                gpu.uuid.as_deref().unwrap_or("-")
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nselected: {}",
+        if chosen.is_empty() {
+            "no GPU".to_owned()
+        } else {
+            chosen.join(", ")
+        }
+    );
+    let _ = writeln!(out, "environment:");
+    for (name, value) in env {
+        let _ = writeln!(out, "  {name}={value}");
+    }
+    let _ = writeln!(
+        out,
+        "(dry run: nothing was started and no reservation is held)"
+    );
     out
 }

@@ -134,7 +134,9 @@ impl Session {
 
     fn probe_gpu(&self, index: u32) -> Gpu {
         let mut queries = Queries { first_error: None };
-        let device = queries.value("handle", self.nvml.device_by_index(index));
+        let handle = self.nvml.device_by_index(index);
+        let handle_refused = matches!(handle, Err(NvmlError::NoPermission));
+        let device = queries.value("handle", handle);
         let Some(device) = device else {
             return Gpu {
                 index,
@@ -153,6 +155,7 @@ impl Session {
                         .first_error
                         .unwrap_or_else(|| "handle: not supported".to_owned()),
                 ),
+                handle_refused,
             };
         };
         let uuid = queries.value("uuid", device.uuid());
@@ -204,6 +207,7 @@ impl Session {
             mig_enabled,
             processes,
             error: queries.first_error,
+            handle_refused,
         }
     }
 }

@@ -29,3 +29,222 @@ mod tests {
         assert_eq!(human((6 << 30) + (1 << 27)), "6.1 GiB");
     }
 }
+
+/// A memory requirement: bytes, or a percentage of each card's total.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Threshold {
+    Bytes(u64),
+    PercentOfTotal(f64),
+}
+
+impl Threshold {
+    /// The bytes this means on a card with `total_bytes`.
+    pub fn bytes_on(&self, total_bytes: u64) -> u64 {
+        match *self {
+            Threshold::Bytes(bytes) => bytes,
+            Threshold::PercentOfTotal(percent) => {
+                (total_bytes as f64 * percent / 100.0).ceil() as u64
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Threshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Threshold::Bytes(bytes) => f.write_str(&human(*bytes)),
+            Threshold::PercentOfTotal(percent) => write!(f, "{percent}%"),
+        }
+    }
+}
+
+const SIZE_GRAMMAR: &str =
+    "a number of bytes with an optional unit: K, M, G, T or KiB, MiB, GiB, TiB \
+(binary: 1K = 1024), KB, MB, GB, TB (decimal: 1KB = 1000), B; for example 8G, 8GiB, 8192M, 0.5T";
+
+/// Parses DESIGN 4's SIZE: `8G`, `8GiB`, `8192M`, `0.5T`, `8000000000`, `16GB`. Units are
+/// case-insensitive; K/M/G/T and KiB..TiB are binary, KB..TB decimal, a bare number is bytes.
+/// Fractions are exact in decimal and rounded down to whole bytes.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let multiplier: u128 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(format!("{text:?} is not a size: expected {SIZE_GRAMMAR}")),
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits_ok = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits_ok(whole) || !digits_ok(fraction) {
+        return Err(format!("{text:?} is not a size: expected {SIZE_GRAMMAR}"));
+    }
+    let too_large = || format!("{text:?} is too large (at most 16 EiB)");
+    if whole.len() + fraction.len() > 30 {
+        return Err(too_large());
+    }
+    // mantissa / 10^scale, exactly, in u128.
+    let mantissa: u128 = format!("{whole}{fraction}").parse().unwrap_or(0);
+    let scale = 10u128.pow(fraction.len() as u32);
+    let bytes = mantissa.checked_mul(multiplier).ok_or_else(too_large)? / scale;
+    u64::try_from(bytes).map_err(|_| too_large())
+}
+
+/// `--min-free`: a SIZE, or `P%` of each card's total memory (0 to 100).
+pub fn parse_threshold(text: &str) -> Result<Threshold, String> {
+    match text.trim().strip_suffix('%') {
+        Some(percent) => parse_percent(percent)
+            .map(Threshold::PercentOfTotal)
+            .map_err(|_| {
+                format!("{text:?} is not a percentage: expected 0% to 100%, for example 25%")
+            }),
+        None => parse_bytes(text)
+            .map(Threshold::Bytes)
+            .map_err(|e| format!("{e}, or P% of the card's total memory")),
+    }
+}
+
+fn parse_percent(text: &str) -> Result<f64, ()> {
+    let valid = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    let value: f64 = if valid {
+        text.parse().map_err(|_| ())?
+    } else {
+        return Err(());
+    };
+    if (0.0..=100.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(())
+    }
+}
+
+/// `--max-util`: a whole percentage, `50` or `50%`.
+pub fn parse_util_percent(text: &str) -> Result<u32, String> {
+    let digits = text.trim().strip_suffix('%').unwrap_or(text.trim());
+    digits
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p <= 100)
+        .ok_or_else(|| {
+            format!("{text:?} is not a utilization: expected a whole percentage from 0 to 100")
+        })
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const VALID: &[(&str, u64)] = &[
+        ("0", 0),
+        ("512", 512),
+        ("512B", 512),
+        ("1K", 1024),
+        ("1KiB", 1024),
+        ("1KB", 1000),
+        ("8G", 8 << 30),
+        ("8GiB", 8 << 30),
+        ("8g", 8 << 30),
+        ("8gib", 8 << 30),
+        ("8192M", 8 << 30),
+        ("8192MiB", 8 << 30),
+        ("16GB", 16_000_000_000),
+        ("0.5T", 1 << 39),
+        ("0.5TiB", 1 << 39),
+        ("1.5TB", 1_500_000_000_000),
+        ("0.1GB", 100_000_000),
+        ("0.1K", 102),
+        (".5G", 1 << 29),
+        ("2.", 2),
+        (" 8G ", 8 << 30),
+        ("8 GiB", 8 << 30),
+        ("16777215T", 16_777_215 << 40),
+        ("18446744073709551615", u64::MAX),
+    ];
+
+    const INVALID: &[&str] = &[
+        "",
+        " ",
+        "G",
+        ".",
+        "-1G",
+        "+1G",
+        "8X",
+        "8Gi",
+        "8 G B",
+        "1e9",
+        "0x10",
+        "8,5G",
+        "1.2.3G",
+        "nan",
+        "inf",
+        "16777216T",
+        "18446744073709551616",
+        "99999999999999999999999999999999T",
+        "８G",
+    ];
+
+    #[test]
+    fn valid_sizes() {
+        for (text, bytes) in VALID {
+            assert_eq!(parse_bytes(text), Ok(*bytes), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_sizes_name_the_value() {
+        for text in INVALID {
+            let error = parse_bytes(text).expect_err(text);
+            assert!(error.contains(&format!("{text:?}")), "{error}");
+        }
+    }
+
+    #[test]
+    fn thresholds() {
+        assert_eq!(parse_threshold("50%"), Ok(Threshold::PercentOfTotal(50.0)));
+        assert_eq!(
+            parse_threshold("12.5%"),
+            Ok(Threshold::PercentOfTotal(12.5))
+        );
+        assert_eq!(parse_threshold("8G"), Ok(Threshold::Bytes(8 << 30)));
+        for bad in ["101%", "-1%", "%", "x%", "8G%"] {
+            assert!(parse_threshold(bad).unwrap_err().contains(bad), "{bad}");
+        }
+        assert_eq!(Threshold::PercentOfTotal(50.0).bytes_on(1000), 500);
+        assert_eq!(Threshold::PercentOfTotal(33.3).bytes_on(10), 4);
+    }
+
+    #[test]
+    fn utilization() {
+        assert_eq!(parse_util_percent("50"), Ok(50));
+        assert_eq!(parse_util_percent("50%"), Ok(50));
+        assert_eq!(parse_util_percent("0"), Ok(0));
+        for bad in ["101", "-1", "5.5", "", "x"] {
+            assert!(parse_util_percent(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn whole_units_multiply_exactly(n in 0u64..1_000_000, unit in 0usize..9) {
+            let (suffix, multiplier) = [("", 1u64), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
+                ("KiB", 1 << 10), ("GiB", 1 << 30), ("KB", 1000), ("MB", 1_000_000), ("GB", 1_000_000_000)][unit];
+            prop_assert_eq!(parse_bytes(&format!("{n}{suffix}")), Ok(n * multiplier));
+        }
+
+        #[test]
+        fn never_panics(text in ".{0,24}") {
+            let _ = parse_bytes(&text);
+            let _ = parse_threshold(&text);
+        }
+    }
+}

@@ -30,6 +30,13 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         .iter()
         .map(|p| json!({"pid": p.pid, "used_bytes": p.used.map(|s| s.0), "user": null, "command": null}))
         .collect();
+    // Without filters the only reasons are the card's own: MIG instances are not selectable.
+    let mig_enabled = spec.mig_mode.as_deref() == Some("enabled");
+    let reasons: Vec<&str> = if mig_enabled {
+        vec!["MIG mode is enabled: gpurun does not select MIG instances yet"]
+    } else {
+        vec![]
+    };
     json!({
         "index": index,
         "uuid": spec.uuid,
@@ -48,8 +55,8 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         "mig_enabled": spec.mig_mode.as_deref().map(|m| m == "enabled"),
         "processes": processes,
         "error": null,
-        "eligible": true,
-        "reasons": [],
+        "eligible": !mig_enabled,
+        "reasons": reasons,
     })
 }
 
@@ -146,7 +153,8 @@ fn table_shows_models_memory_processes_and_the_lost_gpu() {
         .stdout_has("19.5 GiB / 24 GiB")
         .stdout_has("4190101 ? ? (19.5 GiB)")
         .stdout_has("4190103 ? ? (?)")
-        .stdout_has("not eligible: handle: GPU is lost");
+        .stdout_has("not eligible: unreadable: handle: GPU is lost")
+        .stdout_has("not eligible: MIG mode is enabled");
     // GPU 7 cannot report utilization, temperature or power: dashes, not zeros.
     let row7 = outcome
         .stdout

@@ -104,6 +104,14 @@ impl Sim {
         Run { command }
     }
 
+    /// Another program (a shell, say) in gpurun's environment, for tests of how gpurun is used.
+    pub fn gpurun_command(&self, program: &str, args: &[&str]) -> Run {
+        let mut command = Command::new(program);
+        self.prepare(&mut command);
+        command.env("GPURUN_NVML_LIB", self.library()).args(args);
+        Run { command }
+    }
+
     /// A sim-cuda process holding GPUs in the background, until killed.
     pub fn spawn_sim_cuda(&self, env: &[(&str, &str)], args: &[&str]) -> Background {
         let mut command = Command::new(sim_cuda());

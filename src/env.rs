@@ -1,0 +1,164 @@
+//! The selection -> the variables the child gets (DESIGN 6). Everything not listed here passes
+//! through untouched, byte for byte.
+
+use std::ffi::OsString;
+
+use clap::ValueEnum;
+
+use crate::gpu::Gpu;
+use crate::visibility::cuda_pci_ordinal;
+
+/// How `CUDA_VISIBLE_DEVICES` names the chosen GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VisibleAs {
+    /// PCI-order indices (what nvidia-smi shows), with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    Index,
+    /// GPU-... UUIDs: immune to any renumbering.
+    Uuid,
+}
+
+/// Framework variables set unless the user already set them (the user's value wins):
+/// TensorFlow and JAX otherwise grab most of the card's memory at start.
+const FRAMEWORK_DEFAULTS: &[(&str, &str)] = &[
+    ("TF_FORCE_GPU_ALLOW_GROWTH", "true"),
+    ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+];
+
+/// The variables to set in the child, in a stable order. `inherited` answers for the caller's
+/// environment (a function, so tests need not touch the real one).
+pub fn child_variables(
+    gpus: &[Gpu],
+    chosen: &[u32],
+    visible_as: VisibleAs,
+    framework_env: bool,
+    inherited: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(String, String)> {
+    let uuid_of = |index: u32| {
+        gpus.iter()
+            .find(|gpu| gpu.index == index)
+            .and_then(|gpu| gpu.uuid.clone())
+            .unwrap_or_default()
+    };
+    // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is
+    // then not the CUDA index, so the ordinal among reachable GPUs is written instead.
+    let ordinals: Vec<String> = chosen
+        .iter()
+        .map(|&index| cuda_pci_ordinal(gpus, index).unwrap_or(index).to_string())
+        .collect();
+    let uuids: Vec<String> = chosen.iter().map(|&index| uuid_of(index)).collect();
+    let visible = match visible_as {
+        VisibleAs::Index => ordinals.join(","),
+        VisibleAs::Uuid => uuids.join(","),
+    };
+    let mut variables = vec![
+        ("CUDA_VISIBLE_DEVICES".to_owned(), visible),
+        ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
+        (
+            "GPURUN_GPUS".to_owned(),
+            chosen
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("GPURUN_GPU_UUIDS".to_owned(), uuids.join(",")),
+    ];
+    if inherited("GPU_DEVICE_ORDINAL").is_some() {
+        // Slurm sets it beside CUDA_VISIBLE_DEVICES; a stale one would point elsewhere.
+        variables.push(("GPU_DEVICE_ORDINAL".to_owned(), ordinals.join(",")));
+    }
+    if framework_env {
+        for (name, value) in FRAMEWORK_DEFAULTS {
+            if inherited(name).is_none() {
+                variables.push(((*name).to_owned(), (*value).to_owned()));
+            }
+        }
+    }
+    variables
+}
+
+/// `export NAME='value'` lines for `eval`: values in single quotes, a quote as `'\''`.
+pub fn export_lines(variables: &[(String, String)]) -> String {
+    variables
+        .iter()
+        .map(|(name, value)| format!("export {name}='{}'\n", value.replace('\'', r"'\''")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::test_gpu;
+
+    fn none(_: &str) -> Option<OsString> {
+        None
+    }
+
+    #[test]
+    fn indices_uuids_and_order() {
+        let gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
+        let variables = child_variables(&gpus, &[3, 1], VisibleAs::Index, true, none);
+        let get = |name: &str| {
+            variables
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3,1"));
+        assert_eq!(get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
+        assert_eq!(get("GPURUN_GPUS"), Some("3,1"));
+        assert_eq!(
+            get("GPURUN_GPU_UUIDS"),
+            Some(
+                format!(
+                    "{},{}",
+                    gpus[3].uuid.as_ref().unwrap(),
+                    gpus[1].uuid.as_ref().unwrap()
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(get("TF_FORCE_GPU_ALLOW_GROWTH"), Some("true"));
+        assert_eq!(get("XLA_PYTHON_CLIENT_PREALLOCATE"), Some("false"));
+        assert_eq!(get("GPU_DEVICE_ORDINAL"), None);
+
+        let by_uuid = child_variables(&gpus, &[2], VisibleAs::Uuid, false, none);
+        assert_eq!(by_uuid[0].1, gpus[2].uuid.clone().unwrap());
+        assert!(by_uuid
+            .iter()
+            .all(|(n, _)| !n.starts_with("TF_") && !n.starts_with("XLA_")));
+    }
+
+    #[test]
+    fn users_framework_values_win_and_gpu_device_ordinal_follows() {
+        let gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
+        let inherited = |name: &str| match name {
+            "TF_FORCE_GPU_ALLOW_GROWTH" => Some(OsString::from("false")),
+            "GPU_DEVICE_ORDINAL" => Some(OsString::from("0,1")),
+            _ => None,
+        };
+        let variables = child_variables(&gpus, &[2], VisibleAs::Index, true, inherited);
+        let names: Vec<&str> = variables.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(!names.contains(&"TF_FORCE_GPU_ALLOW_GROWTH"));
+        assert!(names.contains(&"XLA_PYTHON_CLIENT_PREALLOCATE"));
+        assert!(variables.contains(&("GPU_DEVICE_ORDINAL".to_owned(), "2".to_owned())));
+    }
+
+    #[test]
+    fn cgroup_renumbering() {
+        let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
+        gpus[0].handle_refused = true;
+        let variables = child_variables(&gpus, &[2], VisibleAs::Index, false, none);
+        assert_eq!(variables[0].1, "1");
+        assert_eq!(variables[2].1, "2");
+    }
+
+    #[test]
+    fn export_quotes_for_eval() {
+        let lines = export_lines(&[
+            ("A".to_owned(), "x'y $(z)".to_owned()),
+            ("B".to_owned(), String::new()),
+        ]);
+        assert_eq!(lines, "export A='x'\\''y $(z)'\nexport B=''\n");
+    }
+}

@@ -1,0 +1,867 @@
+//! Pure selection: which GPUs may be chosen, why the others may not, and which are chosen.
+//! No I/O: the probe, the inherited visibility and the request come in, a `Decision` goes out.
+//!
+//! Rules (DESIGN 4):
+//! - A GPU whose queries failed, that is outside the inherited visibility, not in `--devices`,
+//!   in `--exclude`, of another `--model`, below `--min-total`, in MIG mode or in the prohibited
+//!   compute mode is never chosen ("hard" reasons).
+//! - `--min-free`, `--max-util` and `--exclusive` depend on the load ("soft" reasons); only they
+//!   are relaxed by `--fallback best`.
+//! - A value NVML could not give fails every filter that needs it.
+//! - Ranking is deterministic for a given probe (ties break by index), except `random`.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use clap::ValueEnum;
+
+use crate::gpu::{ComputeMode, Gpu};
+use crate::size::{human, Threshold};
+use crate::visibility::Visibility;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    /// Most free memory first, then lowest utilization, then lowest index.
+    MostFree,
+    /// Lowest utilization first, then most free memory.
+    LeastUtil,
+    /// Highest 0.7 x free GiB + 0.3 x (100 - utilization %).
+    Balanced,
+    /// Least free memory that still fits: keeps big cards whole for big jobs.
+    Pack,
+    /// Lowest index first.
+    Index,
+    /// Any qualifying GPU, at random.
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fallback {
+    /// Take the best-ranked GPUs anyway, relaxing --min-free, --max-util and --exclusive.
+    Best,
+    /// Run the command with no GPU visible.
+    Cpu,
+}
+
+/// One entry of `--devices`/`--exclude`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceRef {
+    Index(u32),
+    /// A full UUID or a unique prefix, `GPU-` included.
+    Uuid(String),
+    /// Normalised `DDDDDDDD:BB:DD.F`, upper case.
+    PciBusId(String),
+}
+
+impl fmt::Display for DeviceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceRef::Index(index) => write!(f, "{index}"),
+            DeviceRef::Uuid(uuid) => f.write_str(uuid),
+            DeviceRef::PciBusId(bus_id) => f.write_str(bus_id),
+        }
+    }
+}
+
+/// `0000:07:00.0`, `00000000:07:00.0`, `07:00.0` -> `00000000:07:00.0`.
+pub fn normalize_pci_bus_id(text: &str) -> Option<String> {
+    let (rest, function) = text.trim().rsplit_once('.')?;
+    let mut parts: Vec<&str> = rest.split(':').collect();
+    if parts.len() == 2 {
+        parts.insert(0, "0");
+    }
+    let [domain, bus, device] = parts[..] else {
+        return None;
+    };
+    let hex = |s: &str, max: u32| {
+        u32::from_str_radix(s, 16)
+            .ok()
+            .filter(|v| *v <= max && !s.is_empty())
+    };
+    Some(format!(
+        "{:08X}:{:02X}:{:02X}.{:X}",
+        hex(domain, u32::MAX)?,
+        hex(bus, 0xFF)?,
+        hex(device, 0x1F)?,
+        hex(function, 7)?
+    ))
+}
+
+/// A `--devices`/`--exclude` list (one value to clap, so a newtype).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceList(pub Vec<DeviceRef>);
+
+/// Parses a `--devices`/`--exclude` list: indices, UUIDs, unique UUID prefixes, PCI bus ids.
+pub fn parse_device_list(text: &str) -> Result<DeviceList, String> {
+    text.split(',')
+        .map(|entry| {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                Err(format!("{text:?} has an empty entry; expected a comma-separated list of GPU indices, UUIDs, UUID prefixes or PCI bus ids"))
+            } else if entry.bytes().all(|b| b.is_ascii_digit()) {
+                entry.parse().map(DeviceRef::Index).map_err(|_| format!("{entry:?} is not a GPU index"))
+            } else if entry.contains(':') {
+                normalize_pci_bus_id(entry)
+                    .map(DeviceRef::PciBusId)
+                    .ok_or_else(|| format!("{entry:?} is not a PCI bus id (like 0000:07:00.0)"))
+            } else if entry.starts_with("MIG-") {
+                Err(format!("{entry:?}: gpurun does not select MIG instances yet; give the parent GPU"))
+            } else if entry.starts_with("GPU-") {
+                Ok(DeviceRef::Uuid(entry.to_owned()))
+            } else if entry.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+                Ok(DeviceRef::Uuid(format!("GPU-{entry}")))
+            } else {
+                Err(format!("{entry:?} is not a GPU index, UUID, UUID prefix or PCI bus id"))
+            }
+        })
+        .collect::<Result<_, _>>()
+        .map(DeviceList)
+}
+
+/// `--model`: case-insensitive; `*` and `?` are wildcards over the whole name, otherwise the
+/// pattern may match anywhere in it (`A100` matches `NVIDIA A100-SXM4-80GB`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelPattern(pub String);
+
+impl ModelPattern {
+    pub fn matches(&self, name: &str) -> bool {
+        let pattern: Vec<char> = self.0.to_lowercase().chars().collect();
+        let name: Vec<char> = name.to_lowercase().chars().collect();
+        if pattern.iter().any(|c| *c == '*' || *c == '?') {
+            glob(&pattern, &name)
+        } else {
+            name.windows(pattern.len().max(1))
+                .any(|w| w == &pattern[..])
+                || pattern.is_empty()
+        }
+    }
+}
+
+fn glob(pattern: &[char], text: &[char]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some(('*', rest)) => (0..=text.len()).any(|skip| glob(rest, &text[skip..])),
+        Some(('?', rest)) => !text.is_empty() && glob(rest, &text[1..]),
+        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
+    }
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub count: u32,
+    pub min_free: Option<Threshold>,
+    pub min_total: Option<u64>,
+    pub max_util: Option<u32>,
+    pub exclusive: bool,
+    pub devices: Option<Vec<DeviceRef>>,
+    pub exclude: Vec<DeviceRef>,
+    pub model: Option<ModelPattern>,
+    pub policy: Policy,
+    pub fallback: Option<Fallback>,
+    /// Seed for `--policy random`.
+    pub seed: u64,
+}
+
+impl Default for Request {
+    fn default() -> Request {
+        Request {
+            count: 1,
+            min_free: None,
+            min_total: None,
+            max_util: None,
+            exclusive: false,
+            devices: None,
+            exclude: Vec::new(),
+            model: None,
+            policy: Policy::MostFree,
+            fallback: None,
+            seed: 0,
+        }
+    }
+}
+
+/// Why one GPU may or may not be chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assessment {
+    pub index: u32,
+    /// Reasons no fallback relaxes.
+    pub hard: Vec<String>,
+    /// Reasons that depend on the load.
+    pub soft: Vec<String>,
+}
+
+impl Assessment {
+    pub fn eligible(&self) -> bool {
+        self.hard.is_empty() && self.soft.is_empty()
+    }
+
+    pub fn reasons(&self) -> Vec<String> {
+        self.hard.iter().chain(&self.soft).cloned().collect()
+    }
+}
+
+/// The result of selection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub assessments: Vec<Assessment>,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// These NVML indices, best first.
+    Selected(Vec<u32>),
+    /// Not enough qualified, but `--fallback best` took these anyway.
+    FallbackBest(Vec<u32>),
+    /// Not enough qualified; `--fallback cpu`: run with no GPU.
+    FallbackCpu,
+    /// Not enough GPUs (exit 75).
+    Refused { qualified: u32 },
+}
+
+/// A `--devices`/`--exclude` entry that names no GPU, or more than one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {entry}: {problem}")]
+pub struct DeviceError {
+    pub flag: &'static str,
+    pub entry: String,
+    pub problem: String,
+}
+
+fn resolve_refs(
+    gpus: &[Gpu],
+    refs: &[DeviceRef],
+    flag: &'static str,
+) -> Result<Vec<u32>, DeviceError> {
+    refs.iter()
+        .map(|reference| {
+            let matching: Vec<u32> = gpus
+                .iter()
+                .filter(|gpu| match reference {
+                    DeviceRef::Index(index) => gpu.index == *index,
+                    DeviceRef::Uuid(prefix) => gpu
+                        .uuid
+                        .as_deref()
+                        .is_some_and(|u| u.starts_with(prefix.as_str())),
+                    DeviceRef::PciBusId(bus_id) => {
+                        gpu.pci_bus_id
+                            .as_deref()
+                            .and_then(normalize_pci_bus_id)
+                            .as_deref()
+                            == Some(bus_id)
+                    }
+                })
+                .map(|gpu| gpu.index)
+                .collect();
+            let error = |problem: String| DeviceError {
+                flag,
+                entry: reference.to_string(),
+                problem,
+            };
+            match matching[..] {
+                [index] => Ok(index),
+                [] => Err(error(format!(
+                    "no such GPU; this machine has {} (see gpurun --list)",
+                    match gpus.len() {
+                        0 => "no GPUs".to_owned(),
+                        n => format!("GPUs 0-{}", n - 1),
+                    }
+                ))),
+                _ => Err(error(format!(
+                    "matches GPUs {}; give more of the UUID",
+                    matching
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            }
+        })
+        .collect()
+}
+
+fn assess(
+    gpu: &Gpu,
+    visibility: &Visibility,
+    devices: &Option<Vec<u32>>,
+    excluded: &[u32],
+    request: &Request,
+) -> Assessment {
+    let mut hard = Vec::new();
+    let mut soft = Vec::new();
+    if let Some(error) = &gpu.error {
+        hard.push(format!("unreadable: {error}"));
+    }
+    if !visibility.allows(gpu.index) {
+        hard.push(format!(
+            "not in {}",
+            visibility
+                .source
+                .as_deref()
+                .unwrap_or("the inherited visibility")
+        ));
+    }
+    if devices.as_ref().is_some_and(|d| !d.contains(&gpu.index)) {
+        hard.push("not in --devices".to_owned());
+    }
+    if excluded.contains(&gpu.index) {
+        hard.push("excluded by --exclude".to_owned());
+    }
+    if let Some(pattern) = &request.model {
+        match &gpu.name {
+            Some(name) if pattern.matches(name) => {}
+            Some(name) => hard.push(format!("model {name} does not match --model {}", pattern.0)),
+            None => hard.push("model unknown".to_owned()),
+        }
+    }
+    if gpu.mig_enabled == Some(true) {
+        hard.push("MIG mode is enabled: gpurun does not select MIG instances yet".to_owned());
+    }
+    if gpu.compute_mode == Some(ComputeMode::Prohibited) {
+        hard.push("compute mode is prohibited: no CUDA context allowed".to_owned());
+    }
+    if let Some(min_total) = request.min_total {
+        match gpu.memory {
+            Some(m) if m.total_bytes >= min_total => {}
+            Some(m) => hard.push(format!(
+                "total {} < {}",
+                human(m.total_bytes),
+                human(min_total)
+            )),
+            None => hard.push("total memory unknown".to_owned()),
+        }
+    }
+    if let Some(threshold) = request.min_free {
+        match gpu.memory {
+            Some(m) => {
+                let needed = threshold.bytes_on(m.total_bytes);
+                if m.free_bytes < needed {
+                    let wanted = match threshold {
+                        Threshold::Bytes(_) => human(needed),
+                        Threshold::PercentOfTotal(p) => {
+                            format!("{p}% of {} ({})", human(m.total_bytes), human(needed))
+                        }
+                    };
+                    soft.push(format!("free {} < {wanted}", human(m.free_bytes)));
+                }
+            }
+            None => soft.push("free memory unknown".to_owned()),
+        }
+    }
+    if let Some(max_util) = request.max_util {
+        match gpu.utilization {
+            Some(u) if u.gpu_percent <= max_util => {}
+            Some(u) => soft.push(format!("utilization {}% > {max_util}%", u.gpu_percent)),
+            None => soft.push("utilization unknown".to_owned()),
+        }
+    }
+    let busy = gpu.processes.as_ref().map(|p| !p.is_empty());
+    if request.exclusive {
+        match &gpu.processes {
+            Some(list) if list.is_empty() => {}
+            Some(list) => soft.push(format!(
+                "in use by {}",
+                describe_pids(list.iter().map(|p| p.pid))
+            )),
+            None => soft.push("processes unknown".to_owned()),
+        }
+    } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
+        // Only one context fits on such a card: a second one fails at cudaSetDevice.
+        soft.push(
+            "compute mode is exclusive-process and the card is (or may be) in use".to_owned(),
+        );
+    }
+    Assessment {
+        index: gpu.index,
+        hard,
+        soft,
+    }
+}
+
+fn describe_pids(pids: impl Iterator<Item = u32>) -> String {
+    let pids: Vec<String> = pids.map(|p| p.to_string()).collect();
+    match pids.len() {
+        1 => format!("PID {}", pids[0]),
+        n => format!("{n} processes (PIDs {})", pids.join(", ")),
+    }
+}
+
+/// Ranking keys: a known value beats an unknown one.
+fn rank(gpus: &[&Gpu], policy: Policy, seed: u64) -> Vec<u32> {
+    let free = |gpu: &Gpu| gpu.memory.map(|m| m.free_bytes);
+    let util = |gpu: &Gpu| gpu.utilization.map(|u| u.gpu_percent);
+    // Known first, then ascending.
+    let ascending = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => a.cmp(&b),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    let descending = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => b.cmp(&a),
+        _ => ascending(a, b),
+    };
+    let util64 = |gpu: &Gpu| util(gpu).map(u64::from);
+    let balanced = |gpu: &Gpu| match (free(gpu), util(gpu)) {
+        (Some(free), Some(util)) => {
+            0.7 * (free as f64 / (1u64 << 30) as f64) + 0.3 * (100.0 - f64::from(util))
+        }
+        _ => f64::NEG_INFINITY,
+    };
+    let mut ranked: Vec<&Gpu> = gpus.to_vec();
+    ranked.sort_by(|a, b| {
+        let order = match policy {
+            Policy::MostFree => descending(free(a), free(b)).then(ascending(util64(a), util64(b))),
+            Policy::LeastUtil => ascending(util64(a), util64(b)).then(descending(free(a), free(b))),
+            Policy::Balanced => balanced(b).total_cmp(&balanced(a)),
+            Policy::Pack => ascending(free(a), free(b)).then(ascending(util64(a), util64(b))),
+            Policy::Index | Policy::Random => Ordering::Equal,
+        };
+        order.then(a.index.cmp(&b.index))
+    });
+    let mut indices: Vec<u32> = ranked.into_iter().map(|gpu| gpu.index).collect();
+    if policy == Policy::Random {
+        shuffle(&mut indices, seed);
+    }
+    indices
+}
+
+/// Fisher-Yates with xorshift64*: no dependency, and reproducible from the seed in tests.
+fn shuffle(items: &mut [u32], seed: u64) {
+    let mut state = seed | 1;
+    for i in (1..items.len()).rev() {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let random = state.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        items.swap(i, (random % (i as u64 + 1)) as usize);
+    }
+}
+
+pub fn decide(
+    gpus: &[Gpu],
+    visibility: &Visibility,
+    request: &Request,
+) -> Result<Decision, DeviceError> {
+    let devices = request
+        .devices
+        .as_deref()
+        .map(|refs| resolve_refs(gpus, refs, "--devices"))
+        .transpose()?;
+    let excluded = resolve_refs(gpus, &request.exclude, "--exclude")?;
+    let assessments: Vec<Assessment> = gpus
+        .iter()
+        .map(|gpu| assess(gpu, visibility, &devices, &excluded, request))
+        .collect();
+    let by_index = |a: &Assessment| {
+        gpus.iter()
+            .find(|g| g.index == a.index)
+            .expect("assessed GPU exists")
+    };
+    let wanted = request.count as usize;
+    let eligible: Vec<&Gpu> = assessments
+        .iter()
+        .filter(|a| a.eligible())
+        .map(by_index)
+        .collect();
+    let outcome = if wanted == 0 {
+        Outcome::Selected(Vec::new())
+    } else if eligible.len() >= wanted {
+        Outcome::Selected(
+            rank(&eligible, request.policy, request.seed)
+                .into_iter()
+                .take(wanted)
+                .collect(),
+        )
+    } else {
+        match request.fallback {
+            Some(Fallback::Cpu) => Outcome::FallbackCpu,
+            Some(Fallback::Best) => {
+                // Qualified ones first, then the best of those turned away only for their load.
+                let relaxed: Vec<&Gpu> = assessments
+                    .iter()
+                    .filter(|a| a.hard.is_empty() && !a.eligible())
+                    .map(by_index)
+                    .collect();
+                let mut chosen = rank(&eligible, request.policy, request.seed);
+                chosen.extend(rank(&relaxed, request.policy, request.seed));
+                if chosen.len() >= wanted {
+                    chosen.truncate(wanted);
+                    Outcome::FallbackBest(chosen)
+                } else {
+                    Outcome::Refused {
+                        qualified: eligible.len() as u32,
+                    }
+                }
+            }
+            None => Outcome::Refused {
+                qualified: eligible.len() as u32,
+            },
+        }
+    };
+    Ok(Decision {
+        assessments,
+        outcome,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{test_gpu, GpuProcess, Memory, Utilization};
+    use proptest::prelude::*;
+
+    fn unrestricted() -> Visibility {
+        Visibility {
+            allowed: None,
+            source: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn with_load(index: u32, free_gib: u64, util: u32) -> Gpu {
+        let mut gpu = test_gpu(index);
+        gpu.memory = Some(Memory {
+            total_bytes: 80 << 30,
+            reserved_bytes: 0,
+            used_bytes: (80 - free_gib) << 30,
+            free_bytes: free_gib << 30,
+        });
+        gpu.utilization = Some(Utilization {
+            gpu_percent: util,
+            memory_percent: 0,
+        });
+        gpu
+    }
+
+    fn chosen(gpus: &[Gpu], request: &Request) -> Outcome {
+        decide(gpus, &unrestricted(), request).unwrap().outcome
+    }
+
+    #[test]
+    fn policies_rank_as_documented() {
+        // (free GiB, util %): 0 (10, 0), 1 (70, 90), 2 (40, 10), 3 (70, 20)
+        let gpus = vec![
+            with_load(0, 10, 0),
+            with_load(1, 70, 90),
+            with_load(2, 40, 10),
+            with_load(3, 70, 20),
+        ];
+        let order = |policy| match chosen(
+            &gpus,
+            &Request {
+                count: 4,
+                policy,
+                ..Request::default()
+            },
+        ) {
+            Outcome::Selected(order) => order,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(order(Policy::MostFree), vec![3, 1, 2, 0]);
+        assert_eq!(order(Policy::LeastUtil), vec![0, 2, 3, 1]);
+        // 0.7 x free + 0.3 x (100 - util): 0 -> 37, 1 -> 52, 2 -> 55, 3 -> 73
+        assert_eq!(order(Policy::Balanced), vec![3, 2, 1, 0]);
+        assert_eq!(order(Policy::Pack), vec![0, 2, 3, 1]);
+        assert_eq!(order(Policy::Index), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn pack_takes_the_tightest_card_that_fits() {
+        let gpus = vec![
+            with_load(0, 70, 0),
+            with_load(1, 9, 0),
+            with_load(2, 12, 0),
+            with_load(3, 5, 0),
+        ];
+        let request = Request {
+            policy: Policy::Pack,
+            min_free: Some(Threshold::Bytes(8 << 30)),
+            ..Request::default()
+        };
+        assert_eq!(chosen(&gpus, &request), Outcome::Selected(vec![1]));
+    }
+
+    #[test]
+    fn refusal_gives_every_reason() {
+        let mut gpus = vec![with_load(0, 6, 95), with_load(1, 70, 0), test_gpu(2)];
+        gpus[1].processes = Some(vec![GpuProcess {
+            pid: 42,
+            used_bytes: Some(1),
+            user: None,
+            command: None,
+        }]);
+        gpus[2].utilization = None;
+        let request = Request {
+            count: 2,
+            min_free: Some(Threshold::Bytes(8 << 30)),
+            max_util: Some(50),
+            exclusive: true,
+            ..Request::default()
+        };
+        let decision = decide(&gpus, &unrestricted(), &request).unwrap();
+        assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
+        assert_eq!(
+            decision.assessments[0].reasons(),
+            vec!["free 6 GiB < 8 GiB", "utilization 95% > 50%"]
+        );
+        assert_eq!(decision.assessments[1].reasons(), vec!["in use by PID 42"]);
+        assert_eq!(
+            decision.assessments[2].reasons(),
+            vec!["utilization unknown"]
+        );
+    }
+
+    #[test]
+    fn fallbacks() {
+        let gpus = vec![with_load(0, 6, 0), with_load(1, 7, 0)];
+        let mut request = Request {
+            min_free: Some(Threshold::Bytes(8 << 30)),
+            ..Request::default()
+        };
+        request.fallback = Some(Fallback::Best);
+        assert_eq!(chosen(&gpus, &request), Outcome::FallbackBest(vec![1]));
+        request.fallback = Some(Fallback::Cpu);
+        assert_eq!(chosen(&gpus, &request), Outcome::FallbackCpu);
+        // Hard reasons are never relaxed.
+        request.fallback = Some(Fallback::Best);
+        request.exclude = vec![DeviceRef::Index(0), DeviceRef::Index(1)];
+        assert_eq!(chosen(&gpus, &request), Outcome::Refused { qualified: 0 });
+    }
+
+    #[test]
+    fn percent_threshold_is_of_each_cards_total() {
+        let gpus = vec![with_load(0, 30, 0)];
+        let decision = decide(
+            &gpus,
+            &unrestricted(),
+            &Request {
+                min_free: Some(Threshold::PercentOfTotal(50.0)),
+                ..Request::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            decision.assessments[0].reasons(),
+            vec!["free 30 GiB < 50% of 80 GiB (40 GiB)"]
+        );
+    }
+
+    #[test]
+    fn device_references() {
+        let gpus: Vec<Gpu> = (0..3).map(test_gpu).collect();
+        let uuid = gpus[1].uuid.clone().unwrap();
+        for text in [
+            "1",
+            uuid.as_str(),
+            &uuid[..uuid.len() - 3],
+            &uuid[4..],
+            "00000000:02:00.0",
+            "0000:02:00.0",
+            "02:00.0",
+        ] {
+            let refs = parse_device_list(text).unwrap().0;
+            assert_eq!(
+                resolve_refs(&gpus, &refs, "--devices"),
+                Ok(vec![1]),
+                "{text}"
+            );
+        }
+        let ambiguous = resolve_refs(
+            &gpus,
+            &parse_device_list("GPU-0000").unwrap().0,
+            "--devices",
+        )
+        .unwrap_err();
+        assert_eq!(
+            ambiguous.to_string(),
+            "--devices GPU-0000: matches GPUs 0, 1, 2; give more of the UUID"
+        );
+        let missing = resolve_refs(&gpus, &[DeviceRef::Index(9)], "--exclude").unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            "--exclude 9: no such GPU; this machine has GPUs 0-2 (see gpurun --list)"
+        );
+        for bad in ["", "1,,2", "x y", "MIG-abc", "0000:zz:00.0", "1:2:3:4.0"] {
+            assert!(parse_device_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn model_patterns() {
+        let a100 = ModelPattern("a100".to_owned());
+        assert!(a100.matches("NVIDIA A100-SXM4-80GB"));
+        assert!(!a100.matches("NVIDIA H100 80GB HBM3"));
+        assert!(ModelPattern("*80GB".to_owned()).matches("NVIDIA A100-SXM4-80GB"));
+        assert!(!ModelPattern("*80GB".to_owned()).matches("NVIDIA H100 80GB HBM3"));
+        assert!(ModelPattern("NVIDIA ?100*".to_owned()).matches("NVIDIA H100 80GB HBM3"));
+    }
+
+    #[test]
+    fn mig_prohibited_and_exclusive_process_cards() {
+        let mut gpus: Vec<Gpu> = (0..3).map(test_gpu).collect();
+        gpus[0].mig_enabled = Some(true);
+        gpus[1].compute_mode = Some(ComputeMode::Prohibited);
+        gpus[2].compute_mode = Some(ComputeMode::ExclusiveProcess);
+        gpus[2].processes = Some(vec![GpuProcess {
+            pid: 7,
+            used_bytes: None,
+            user: None,
+            command: None,
+        }]);
+        let decision = decide(&gpus, &unrestricted(), &Request::default()).unwrap();
+        assert!(decision.assessments.iter().all(|a| !a.eligible()));
+        assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
+    }
+
+    fn arbitrary_gpu() -> impl Strategy<Value = Gpu> {
+        (
+            0u64..=80,
+            prop::option::of(0u32..=100),
+            prop::option::of(0usize..3),
+            prop::bool::weighted(0.1),
+            prop::bool::weighted(0.1),
+            0usize..3,
+        )
+            .prop_map(
+                |(free_gib, util, processes, broken, unknown_memory, model)| {
+                    let mut gpu = with_load(0, free_gib, 0);
+                    gpu.utilization = util.map(|gpu_percent| Utilization {
+                        gpu_percent,
+                        memory_percent: 0,
+                    });
+                    gpu.processes = processes.map(|n| {
+                        (0..n as u32)
+                            .map(|pid| GpuProcess {
+                                pid: 100 + pid,
+                                used_bytes: None,
+                                user: None,
+                                command: None,
+                            })
+                            .collect()
+                    });
+                    if broken {
+                        gpu.error = Some("memory: GPU is lost".to_owned());
+                    }
+                    if unknown_memory {
+                        gpu.memory = None;
+                    }
+                    gpu.name = Some(["NVIDIA A100", "NVIDIA H100", "Tesla V100"][model].to_owned());
+                    gpu
+                },
+            )
+    }
+
+    fn arbitrary_machine() -> impl Strategy<Value = Vec<Gpu>> {
+        prop::collection::vec(arbitrary_gpu(), 0..10).prop_map(|mut gpus| {
+            for (index, gpu) in gpus.iter_mut().enumerate() {
+                let uuid_tail = format!("{index:04}");
+                *gpu = Gpu {
+                    index: index as u32,
+                    uuid: Some(format!("GPU-{uuid_tail}")),
+                    ..gpu.clone()
+                };
+            }
+            gpus
+        })
+    }
+
+    fn arbitrary_request() -> impl Strategy<Value = Request> {
+        (
+            0u32..5,
+            prop::option::of(0u64..=80),
+            prop::option::of(0u32..=100),
+            any::<bool>(),
+            prop::option::of(prop::sample::select(vec!["A100", "*100", "V100"])),
+            prop::sample::select(vec![
+                Policy::MostFree,
+                Policy::LeastUtil,
+                Policy::Balanced,
+                Policy::Pack,
+                Policy::Index,
+                Policy::Random,
+            ]),
+            any::<u64>(),
+        )
+            .prop_map(
+                |(count, min_free_gib, max_util, exclusive, model, policy, seed)| Request {
+                    count,
+                    min_free: min_free_gib.map(|g| Threshold::Bytes(g << 30)),
+                    max_util,
+                    exclusive,
+                    model: model.map(|m| ModelPattern(m.to_owned())),
+                    policy,
+                    seed,
+                    ..Request::default()
+                },
+            )
+    }
+
+    fn passes_every_filter(gpu: &Gpu, request: &Request, visibility: &Visibility) -> bool {
+        gpu.error.is_none()
+            && visibility.allows(gpu.index)
+            && request.min_free.is_none_or(|t| {
+                gpu.memory
+                    .is_some_and(|m| m.free_bytes >= t.bytes_on(m.total_bytes))
+            })
+            && request
+                .max_util
+                .is_none_or(|max| gpu.utilization.is_some_and(|u| u.gpu_percent <= max))
+            && (!request.exclusive || gpu.processes.as_ref().is_some_and(|p| p.is_empty()))
+            && request
+                .model
+                .as_ref()
+                .is_none_or(|m| gpu.name.as_deref().is_some_and(|n| m.matches(n)))
+    }
+
+    proptest! {
+        #[test]
+        fn chosen_gpus_pass_every_filter_and_the_count_is_honoured(
+            gpus in arbitrary_machine(),
+            request in arbitrary_request(),
+            allowed in prop::option::of(prop::collection::vec(0u32..10, 0..6)),
+        ) {
+            let visibility = Visibility { allowed: allowed.clone(), source: Some("CUDA_VISIBLE_DEVICES=x".into()), warnings: vec![] };
+            let decision = decide(&gpus, &visibility, &request).unwrap();
+            let qualifying = gpus.iter().filter(|g| passes_every_filter(g, &request, &visibility)).count();
+            match &decision.outcome {
+                Outcome::Selected(chosen) => {
+                    prop_assert_eq!(chosen.len(), request.count as usize);
+                    let mut unique = chosen.clone();
+                    unique.sort_unstable();
+                    unique.dedup();
+                    prop_assert_eq!(unique.len(), chosen.len());
+                    for index in chosen {
+                        let gpu = &gpus[*index as usize];
+                        prop_assert!(passes_every_filter(gpu, &request, &visibility), "GPU {} chosen: {:?}", index, gpu);
+                        prop_assert!(allowed.as_ref().is_none_or(|a| a.contains(index)));
+                    }
+                }
+                Outcome::Refused { qualified } => {
+                    prop_assert!(request.count as usize > qualifying);
+                    prop_assert_eq!(*qualified as usize, qualifying);
+                }
+                other => prop_assert!(false, "no fallback was asked for: {:?}", other),
+            }
+            // Eligibility agrees with the filters, one GPU at a time.
+            for (gpu, assessment) in gpus.iter().zip(&decision.assessments) {
+                prop_assert_eq!(assessment.eligible(), passes_every_filter(gpu, &request, &visibility));
+            }
+            // Same probe, same answer (random included, for the same seed).
+            prop_assert_eq!(decide(&gpus, &visibility, &request).unwrap(), decision);
+        }
+
+        #[test]
+        fn most_free_takes_the_gpus_with_most_free_memory(gpus in arbitrary_machine(), count in 1u32..4) {
+            let request = Request { count, ..Request::default() };
+            if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request).unwrap().outcome {
+                let free = |i: u32| gpus[i as usize].memory.map(|m| m.free_bytes);
+                let worst_chosen = chosen.iter().map(|&i| free(i)).min().unwrap();
+                for gpu in gpus.iter().filter(|g| g.error.is_none() && !chosen.contains(&g.index)) {
+                    prop_assert!(free(gpu.index) <= worst_chosen, "GPU {} left out", gpu.index);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Inherited visibility: which GPUs this process may use at all, from the `CUDA_VISIBLE_DEVICES`
+//! it inherited (Slurm, a container, a parent script). gpurun selects only inside that set and
+//! never widens it.
+//!
+//! Entries are read the way the CUDA runtime reads them, with one deliberate difference:
+//! integers are always taken in PCI order (nvidia-smi's), because that is the only order NVML can
+//! see. When `CUDA_DEVICE_ORDER` is not `PCI_BUS_ID` and the GPUs differ in model, CUDA's own
+//! reading (fastest first) may differ, so gpurun warns that the inherited indices are ambiguous.
+//!
+//! CUDA only enumerates devices whose node it can open. Under a device cgroup NVML may still list
+//! the others but refuses their handles (NO_PERMISSION); those are skipped when counting, so an
+//! inherited `0,1` means the first two GPUs this process can reach, as it does for CUDA.
+
+use crate::gpu::Gpu;
+
+/// What the caller's environment says about GPU visibility.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inherited {
+    pub cuda_visible_devices: Option<String>,
+    pub cuda_device_order: Option<String>,
+    pub slurm_step_gpus: Option<String>,
+    pub slurm_job_gpus: Option<String>,
+}
+
+impl Inherited {
+    pub fn from_env() -> Inherited {
+        let var = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+        Inherited {
+            cuda_visible_devices: var("CUDA_VISIBLE_DEVICES"),
+            cuda_device_order: var("CUDA_DEVICE_ORDER"),
+            slurm_step_gpus: var("SLURM_STEP_GPUS"),
+            slurm_job_gpus: var("SLURM_JOB_GPUS"),
+        }
+    }
+}
+
+/// The GPUs gpurun may choose from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Visibility {
+    /// NVML indices, in the inherited order; `None`: every GPU.
+    pub allowed: Option<Vec<u32>>,
+    /// Where the restriction came from, for messages: `CUDA_VISIBLE_DEVICES=0,1`.
+    pub source: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+impl Visibility {
+    pub fn allows(&self, index: u32) -> bool {
+        self.allowed
+            .as_ref()
+            .is_none_or(|allowed| allowed.contains(&index))
+    }
+}
+
+/// GPUs CUDA can enumerate, in PCI order.
+fn enumerable(gpus: &[Gpu]) -> impl Iterator<Item = &Gpu> {
+    gpus.iter().filter(|gpu| !gpu.handle_refused)
+}
+
+/// The index CUDA gives `index` under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in this process: the NVML
+/// index itself, unless a device cgroup hides GPUs before it.
+pub fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
+    enumerable(gpus)
+        .position(|gpu| gpu.index == index)
+        .map(|p| p as u32)
+}
+
+pub fn resolve(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
+    let mut warnings = Vec::new();
+    let Some(list) = &inherited.cuda_visible_devices else {
+        return slurm_hint(gpus, inherited);
+    };
+    let source = format!("CUDA_VISIBLE_DEVICES={list}");
+    let reachable: Vec<&Gpu> = enumerable(gpus).collect();
+    let mut allowed: Vec<u32> = Vec::new();
+    let mut used_integers = false;
+    if !list.is_empty() {
+        for entry in list.split(',').map(str::trim) {
+            let found = if !entry.is_empty() && entry.bytes().all(|b| b.is_ascii_digit()) {
+                used_integers = true;
+                entry
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|n| reachable.get(n))
+                    .map(|gpu| gpu.index)
+            } else if entry.starts_with("GPU-") {
+                let mut matches = reachable.iter().filter(|gpu| {
+                    gpu.uuid
+                        .as_deref()
+                        .is_some_and(|uuid| uuid.starts_with(entry))
+                });
+                match (matches.next(), matches.next()) {
+                    (Some(only), None) => Some(only.index),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            match found {
+                Some(index) if !allowed.contains(&index) => allowed.push(index),
+                _ => {
+                    let why = if entry.starts_with("MIG-") {
+                        "MIG instances are not supported by gpurun yet"
+                    } else {
+                        "it is not a device CUDA would accept (or a repeat)"
+                    };
+                    warnings.push(format!(
+                        "{source}: entry {entry:?} ends the list ({why}); CUDA ignores it and every entry after it"
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    let mixed_models = {
+        let mut names = reachable.iter().filter_map(|gpu| gpu.name.as_deref());
+        let first = names.next();
+        names.any(|name| Some(name) != first)
+    };
+    if used_integers && inherited.cuda_device_order.as_deref() != Some("PCI_BUS_ID") && mixed_models
+    {
+        warnings.push(format!(
+            "{source} uses indices but CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs differ in model: \
+             CUDA's default order (fastest first) may number them differently from nvidia-smi; \
+             gpurun reads them in PCI order (nvidia-smi's)"
+        ));
+    }
+    Visibility {
+        allowed: Some(allowed),
+        source: Some(source),
+        warnings,
+    }
+}
+
+/// `SLURM_STEP_GPUS`/`SLURM_JOB_GPUS` are only a hint: Slurm sets `CUDA_VISIBLE_DEVICES` with
+/// them, and that wins. Without it, the allocation's global ids are taken as NVML indices when
+/// they all name GPUs this process can reach.
+fn slurm_hint(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
+    let unrestricted = Visibility {
+        allowed: None,
+        source: None,
+        warnings: Vec::new(),
+    };
+    let (name, list) = match (&inherited.slurm_step_gpus, &inherited.slurm_job_gpus) {
+        (Some(list), _) => ("SLURM_STEP_GPUS", list),
+        (None, Some(list)) => ("SLURM_JOB_GPUS", list),
+        (None, None) => return unrestricted,
+    };
+    let ids: Option<Vec<u32>> = list.split(',').map(|id| id.trim().parse().ok()).collect();
+    match ids {
+        Some(ids) if !ids.is_empty() && ids.iter().all(|&id| enumerable(gpus).any(|gpu| gpu.index == id)) => {
+            Visibility { allowed: Some(ids), source: Some(format!("{name}={list}")), warnings: Vec::new() }
+        }
+        _ => Visibility {
+            warnings: vec![format!(
+                "{name}={list} does not name GPUs NVML shows here; ignoring it (CUDA_VISIBLE_DEVICES is unset)"
+            )],
+            ..unrestricted
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::test_gpu;
+
+    fn machine() -> Vec<Gpu> {
+        let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
+        gpus[2].name = Some("NVIDIA H100".to_owned());
+        gpus
+    }
+
+    fn inherited(visible: Option<&str>, order: Option<&str>) -> Inherited {
+        Inherited {
+            cuda_visible_devices: visible.map(str::to_owned),
+            cuda_device_order: order.map(str::to_owned),
+            ..Inherited::default()
+        }
+    }
+
+    #[test]
+    fn unset_is_unrestricted() {
+        let visibility = resolve(&machine(), &inherited(None, None));
+        assert_eq!(visibility.allowed, None);
+        assert!(visibility.allows(3));
+    }
+
+    #[test]
+    fn empty_means_no_gpu() {
+        let visibility = resolve(&machine(), &inherited(Some(""), None));
+        assert_eq!(visibility.allowed, Some(vec![]));
+        assert!(visibility.warnings.is_empty());
+    }
+
+    #[test]
+    fn integers_in_pci_order_and_stop_at_invalid() {
+        let pci = Some("PCI_BUS_ID");
+        assert_eq!(
+            resolve(&machine(), &inherited(Some("3,1"), pci)).allowed,
+            Some(vec![3, 1])
+        );
+        let stopped = resolve(&machine(), &inherited(Some("1,7,2"), pci));
+        assert_eq!(stopped.allowed, Some(vec![1]));
+        assert!(
+            stopped.warnings[0].contains("\"7\""),
+            "{:?}",
+            stopped.warnings
+        );
+        assert_eq!(
+            resolve(&machine(), &inherited(Some("1,1,2"), pci)).allowed,
+            Some(vec![1])
+        );
+        assert_eq!(
+            resolve(&machine(), &inherited(Some("-1"), pci)).allowed,
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn uuids_and_unique_prefixes() {
+        let gpus = machine();
+        let full = gpus[2].uuid.clone().unwrap();
+        assert_eq!(
+            resolve(&gpus, &inherited(Some(&full), None)).allowed,
+            Some(vec![2])
+        );
+        // Every test GPU's UUID starts with GPU-0000: ambiguous.
+        assert_eq!(
+            resolve(&gpus, &inherited(Some("GPU-0000"), None)).allowed,
+            Some(vec![])
+        );
+        let prefix = &full[..full.len() - 2];
+        assert_eq!(
+            resolve(&gpus, &inherited(Some(prefix), None)).allowed,
+            Some(vec![2])
+        );
+    }
+
+    #[test]
+    fn ambiguous_indices_warn_only_on_mixed_models_without_pci_order() {
+        let warned = resolve(&machine(), &inherited(Some("0"), None));
+        assert!(warned
+            .warnings
+            .iter()
+            .any(|w| w.contains("ambiguous") || w.contains("CUDA_DEVICE_ORDER")));
+        assert!(
+            resolve(&machine(), &inherited(Some("0"), Some("PCI_BUS_ID")))
+                .warnings
+                .is_empty()
+        );
+        let uniform: Vec<Gpu> = (0..4).map(test_gpu).collect();
+        assert!(resolve(&uniform, &inherited(Some("0"), None))
+            .warnings
+            .is_empty());
+    }
+
+    #[test]
+    fn device_cgroup_renumbers_like_cuda() {
+        let mut gpus = machine();
+        gpus[0].handle_refused = true;
+        gpus[1].handle_refused = true;
+        // CUDA sees GPUs 2 and 3 as devices 0 and 1.
+        let visibility = resolve(&gpus, &inherited(Some("0,1"), Some("PCI_BUS_ID")));
+        assert_eq!(visibility.allowed, Some(vec![2, 3]));
+        assert_eq!(cuda_pci_ordinal(&gpus, 3), Some(1));
+        assert_eq!(cuda_pci_ordinal(&gpus, 0), None);
+    }
+
+    #[test]
+    fn slurm_ids_are_a_hint_only() {
+        let gpus = machine();
+        let step = Inherited {
+            slurm_step_gpus: Some("2,3".to_owned()),
+            ..Inherited::default()
+        };
+        assert_eq!(resolve(&gpus, &step).allowed, Some(vec![2, 3]));
+        let with_cvd = Inherited {
+            cuda_visible_devices: Some("1".to_owned()),
+            ..step.clone()
+        };
+        assert_eq!(resolve(&gpus, &with_cvd).allowed, Some(vec![1]));
+        let bogus = Inherited {
+            slurm_step_gpus: Some("9".to_owned()),
+            ..Inherited::default()
+        };
+        let visibility = resolve(&gpus, &bogus);
+        assert_eq!(visibility.allowed, None);
+        assert_eq!(visibility.warnings.len(), 1);
+    }
+}
