@@ -21,9 +21,13 @@ sim:
 	mkdir -p $(SIM_DIR)
 	ln -sf ../debug/libnvml_sim.so $(SIM_DIR)/libnvidia-ml.so.1
 
-# Build everything and show what gpurun sees on the bundled simulated 8-GPU server.
+# Build everything, show what gpurun sees on the bundled simulated 8-GPU server, and run the
+# simulated CUDA program on the two GPUs gpurun chooses.
 demo: sim
-	$(CARGO) run --quiet --bin gpurun -- --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --list
+	$(CARGO) build --quiet --bin gpurun
+	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --list
+	@echo
+	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --gpus 2 --min-free 8G -- target/debug/sim-cuda --mem 4GiB
 
 $(VENV)/.installed:
 	$(PYTHON) -m venv $(VENV)

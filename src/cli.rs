@@ -5,8 +5,12 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser};
 
+use std::time::Duration;
+
+use crate::duration;
 use crate::env::VisibleAs;
 use crate::policy::{self, DeviceList, Fallback, Policy};
+use crate::signals::{self, SignalList};
 use crate::size::{self, Threshold};
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
@@ -80,6 +84,26 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ),
             ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
             ("everything else", "passed through unchanged"),
+        ],
+    ),
+    (
+        "Supervision",
+        &[
+            ("parent", "gpurun stays the command's parent, in the same process group (never setsid or tcsetpgrp)"),
+            ("exit status", "the command's; if a signal killed it, gpurun dies by the same signal (its own core dump disabled), so a shell sees 128+N"),
+            ("forwarding", "every catchable signal another process sends gpurun reaches the command once; signals the command sends gpurun are not sent back"),
+            ("terminal keys", "Ctrl-C, Ctrl-\\, Ctrl-Z, hangup and resize reach the whole foreground group from the kernel, so gpurun does not forward them again"),
+            ("ignored signals", "a signal ignored when gpurun starts (nohup, background jobs) stays ignored, in gpurun and in the command; the command starts with the caller's signal mask"),
+            ("job control", "when the command stops (Ctrl-Z, SIGSTOP), gpurun stops too; when gpurun is continued, so is the command"),
+            ("orphans", "processes the command leaves running get SIGTERM when it exits, SIGKILL 3 seconds later (--keep-orphans: left alone); as PID 1 gpurun reaps everything"),
+            ("PID 1", "where a default action cannot kill gpurun, it exits 128+N instead"),
+        ],
+    ),
+    (
+        "Shebang",
+        &[
+            ("#!/usr/bin/env -S gpurun --gpus 1 -- python3", "works as is: env splits the line"),
+            ("#!/usr/local/bin/gpurun --gpus 1 -- python3", "Linux passes '--gpus 1 -- python3' as one argument; gpurun splits a first argument that starts with - and holds blanks like env -S: 'single' and \"double\" quotes, \\_ for a space"),
         ],
     ),
     (
@@ -213,6 +237,30 @@ pub struct Cli {
     #[arg(long, help_heading = "Environment")]
     pub no_framework_env: bool,
 
+    /// Never forward these signals (comma-separated names or numbers), for launchers that
+    /// already signal the whole process group, such as Slurm with proctrack/pgid.
+    #[arg(long, value_name = "SIG,...", value_parser = signals::parse_list, help_heading = "Supervision")]
+    pub no_forward: Option<SignalList>,
+
+    /// After a TERM, INT or HUP reaches the command, SIGKILL it if it is still running after
+    /// DURATION (30, 1.5s, 500ms, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Supervision")]
+    pub kill_after: Option<Duration>,
+
+    /// Signal the command gets if gpurun itself is killed (SIGKILL, OOM), or `none`.
+    #[arg(long, value_name = "SIG|none", default_value = "TERM", value_parser = parse_death_signal, help_heading = "Supervision")]
+    pub parent_death_signal: DeathSignal,
+
+    /// Leave processes the command left running when it exits (by default they get SIGTERM,
+    /// then SIGKILL 3 seconds later, so no orphaned worker keeps holding GPU memory).
+    #[arg(long, help_heading = "Supervision")]
+    pub keep_orphans: bool,
+
+    /// Replace gpurun with the command (exec) once the GPUs are chosen: no supervision, no
+    /// orphan cleanup, no parent-death signal.
+    #[arg(long, help_heading = "Supervision")]
+    pub exec: bool,
+
     /// List the GPUs (index, model, memory, utilization, temperature, processes) and, with
     /// selection options, whether each qualifies; then exit.
     #[arg(long, help_heading = "Modes", conflicts_with_all = ["dry_run", "export"])]
@@ -246,12 +294,19 @@ pub struct Cli {
     pub quiet: bool,
 
     /// The command to run, and its arguments.
-    #[arg(
-        value_name = "COMMAND",
-        trailing_var_arg = true,
-        allow_hyphen_values = false
-    )]
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = false)]
     pub command: Vec<OsString>,
+}
+
+/// `--parent-death-signal`: a signal, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeathSignal(pub Option<libc::c_int>);
+
+fn parse_death_signal(text: &str) -> Result<DeathSignal, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(DeathSignal(None));
+    }
+    signals::parse(text).map(|signal| DeathSignal(Some(signal))).map_err(|e| format!("{e}, or none"))
 }
 
 /// The clap definition, for parsing, `--help` and the man page.

@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::hash::{BuildHasher, RandomState};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::cli::Cli;
 use crate::env::VisibleAs;
@@ -37,6 +38,17 @@ pub struct Config {
     pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
     pub verbosity: Verbosity,
+    pub supervision: Supervision,
+}
+
+/// How the command is run and watched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supervision {
+    pub no_forward: Vec<libc::c_int>,
+    pub kill_after: Option<Duration>,
+    pub parent_death_signal: Option<libc::c_int>,
+    pub keep_orphans: bool,
+    pub exec: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,18 +65,11 @@ pub enum ConfigError {
 
 impl Config {
     pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
-        let mode_flag = [
-            (cli.list, "--list"),
-            (cli.dry_run, "--dry-run"),
-            (cli.export, "--export"),
-        ]
-        .into_iter()
-        .find_map(|(set, flag)| set.then_some(flag));
+        let mode_flag = [(cli.list, "--list"), (cli.dry_run, "--dry-run"), (cli.export, "--export")]
+            .into_iter()
+            .find_map(|(set, flag)| set.then_some(flag));
         if let (Some(flag), Some(first)) = (mode_flag, cli.command.first()) {
-            return Err(ConfigError::CommandWithMode {
-                flag,
-                command: first.to_string_lossy().into_owned(),
-            });
+            return Err(ConfigError::CommandWithMode { flag, command: first.to_string_lossy().into_owned() });
         }
         if cli.json && !(cli.list || cli.dry_run) {
             return Err(ConfigError::JsonWithoutMode);
@@ -74,19 +79,15 @@ impl Config {
             Some("--dry-run") => Mode::DryRun { json: cli.json },
             Some(_) => Mode::Export,
             None if cli.command.is_empty() => return Err(ConfigError::NoCommand),
-            None => Mode::Run {
-                command: cli.command,
-            },
+            None => Mode::Run { command: cli.command },
         };
         if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             return Err(ConfigError::EmptyModel);
         }
         // Flag, else the variable; an empty variable counts as unset, as in most tools.
-        let nvml_lib = cli.nvml_lib.or_else(|| {
-            std::env::var_os("GPURUN_NVML_LIB")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        });
+        let nvml_lib = cli
+            .nvml_lib
+            .or_else(|| std::env::var_os("GPURUN_NVML_LIB").filter(|v| !v.is_empty()).map(PathBuf::from));
         let verbosity = match (cli.quiet, cli.verbose) {
             (true, _) => Verbosity::Quiet,
             (false, 0) => Verbosity::Normal,
@@ -113,6 +114,13 @@ impl Config {
             framework_env: !cli.no_framework_env,
             nvml_lib,
             verbosity,
+            supervision: Supervision {
+                no_forward: cli.no_forward.map(|list| list.0).unwrap_or_default(),
+                kill_after: cli.kill_after,
+                parent_death_signal: cli.parent_death_signal.0,
+                keep_orphans: cli.keep_orphans,
+                exec: cli.exec,
+            },
         })
     }
 }

@@ -19,10 +19,8 @@ pub enum VisibleAs {
 
 /// Framework variables set unless the user already set them (the user's value wins):
 /// TensorFlow and JAX otherwise grab most of the card's memory at start.
-const FRAMEWORK_DEFAULTS: &[(&str, &str)] = &[
-    ("TF_FORCE_GPU_ALLOW_GROWTH", "true"),
-    ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
-];
+const FRAMEWORK_DEFAULTS: &[(&str, &str)] =
+    &[("TF_FORCE_GPU_ALLOW_GROWTH", "true"), ("XLA_PYTHON_CLIENT_PREALLOCATE", "false")];
 
 /// The variables to set in the child, in a stable order. `inherited` answers for the caller's
 /// environment (a function, so tests need not touch the real one).
@@ -34,17 +32,12 @@ pub fn child_variables(
     inherited: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, String)> {
     let uuid_of = |index: u32| {
-        gpus.iter()
-            .find(|gpu| gpu.index == index)
-            .and_then(|gpu| gpu.uuid.clone())
-            .unwrap_or_default()
+        gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.uuid.clone()).unwrap_or_default()
     };
     // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is
     // then not the CUDA index, so the ordinal among reachable GPUs is written instead.
-    let ordinals: Vec<String> = chosen
-        .iter()
-        .map(|&index| cuda_pci_ordinal(gpus, index).unwrap_or(index).to_string())
-        .collect();
+    let ordinals: Vec<String> =
+        chosen.iter().map(|&index| cuda_pci_ordinal(gpus, index).unwrap_or(index).to_string()).collect();
     let uuids: Vec<String> = chosen.iter().map(|&index| uuid_of(index)).collect();
     let visible = match visible_as {
         VisibleAs::Index => ordinals.join(","),
@@ -53,14 +46,7 @@ pub fn child_variables(
     let mut variables = vec![
         ("CUDA_VISIBLE_DEVICES".to_owned(), visible),
         ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
-        (
-            "GPURUN_GPUS".to_owned(),
-            chosen
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
+        ("GPURUN_GPUS".to_owned(), chosen.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
         ("GPURUN_GPU_UUIDS".to_owned(), uuids.join(",")),
     ];
     if inherited("GPU_DEVICE_ORDINAL").is_some() {
@@ -98,25 +84,13 @@ mod tests {
     fn indices_uuids_and_order() {
         let gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
         let variables = child_variables(&gpus, &[3, 1], VisibleAs::Index, true, none);
-        let get = |name: &str| {
-            variables
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-        };
+        let get = |name: &str| variables.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3,1"));
         assert_eq!(get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
         assert_eq!(get("GPURUN_GPUS"), Some("3,1"));
         assert_eq!(
             get("GPURUN_GPU_UUIDS"),
-            Some(
-                format!(
-                    "{},{}",
-                    gpus[3].uuid.as_ref().unwrap(),
-                    gpus[1].uuid.as_ref().unwrap()
-                )
-                .as_str()
-            )
+            Some(format!("{},{}", gpus[3].uuid.as_ref().unwrap(), gpus[1].uuid.as_ref().unwrap()).as_str())
         );
         assert_eq!(get("TF_FORCE_GPU_ALLOW_GROWTH"), Some("true"));
         assert_eq!(get("XLA_PYTHON_CLIENT_PREALLOCATE"), Some("false"));
@@ -124,9 +98,7 @@ mod tests {
 
         let by_uuid = child_variables(&gpus, &[2], VisibleAs::Uuid, false, none);
         assert_eq!(by_uuid[0].1, gpus[2].uuid.clone().unwrap());
-        assert!(by_uuid
-            .iter()
-            .all(|(n, _)| !n.starts_with("TF_") && !n.starts_with("XLA_")));
+        assert!(by_uuid.iter().all(|(n, _)| !n.starts_with("TF_") && !n.starts_with("XLA_")));
     }
 
     #[test]
@@ -155,10 +127,7 @@ mod tests {
 
     #[test]
     fn export_quotes_for_eval() {
-        let lines = export_lines(&[
-            ("A".to_owned(), "x'y $(z)".to_owned()),
-            ("B".to_owned(), String::new()),
-        ]);
+        let lines = export_lines(&[("A".to_owned(), "x'y $(z)".to_owned()), ("B".to_owned(), String::new())]);
         assert_eq!(lines, "export A='x'\\''y $(z)'\nexport B=''\n");
     }
 }

@@ -86,10 +86,7 @@ pub fn test_gpu(index: u32) -> Gpu {
             used_bytes: 0,
             free_bytes: 80 << 30,
         }),
-        utilization: Some(Utilization {
-            gpu_percent: 0,
-            memory_percent: 0,
-        }),
+        utilization: Some(Utilization { gpu_percent: 0, memory_percent: 0 }),
         temperature_c: Some(30),
         power_watts: Some(60.0),
         compute_mode: Some(ComputeMode::Default),

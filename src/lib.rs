@@ -2,22 +2,27 @@
 //!
 //! `run` is the pipeline of DESIGN.md, one module per step.
 
+mod child;
 pub mod cli;
 pub mod config;
+mod duration;
 pub mod env;
 pub mod exit_code;
 pub mod gpu;
 mod listing;
 mod logging;
 pub mod nvml;
+mod orphans;
 pub mod policy;
 mod procfs;
+mod shebang;
+pub mod signals;
 pub mod size;
+mod supervise;
 pub mod visibility;
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 
@@ -26,6 +31,7 @@ use crate::config::{Config, Mode};
 use crate::gpu::{Gpu, Machine};
 use crate::listing::Plan;
 use crate::policy::{Decision, Outcome};
+use crate::signals::CallerState;
 use crate::visibility::Inherited;
 
 /// gpurun's own failures, each with the exit code it means.
@@ -44,46 +50,42 @@ pub enum Error {
     NotEnoughGpus(String),
     #[error("cannot write the output: {0}")]
     Output(std::io::Error),
-    #[error("running a COMMAND is not available in this build yet; use --list")]
-    RunUnavailable,
+    #[error(transparent)]
+    Launch(#[from] child::LaunchError),
+    #[error("cannot set up signal handling: {0}")]
+    Signals(std::io::Error),
 }
 
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::NotEnoughGpus(_) => exit_code::NOT_ENOUGH_GPUS,
+            Error::Launch(launch) => launch.exit_code(),
             _ => exit_code::GPURUN_ERROR,
         }
     }
 }
 
 /// Parses argv; `--help` and `--version` print and return early, before anything touches NVML.
-fn parse_args(args: Vec<OsString>) -> Result<Result<Cli, ExitCode>, Error> {
+fn parse_args(args: Vec<OsString>) -> Result<Result<Cli, u8>, Error> {
+    let args = shebang::expand(args).map_err(Error::Usage)?;
     match cli::parse(args) {
         Ok(cli) => Ok(Ok(cli)),
-        Err(error)
-            if matches!(
-                error.kind(),
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-            ) =>
-        {
+        Err(error) if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             let _ = error.print();
-            Ok(Err(ExitCode::SUCCESS))
+            Ok(Err(0))
         }
         Err(error) => {
             // clap renders "error: <what>\n\n<usage>"; keep gpurun's one-line prefix convention.
             let rendered = error.render().to_string();
-            let message = rendered
-                .trim_end()
-                .strip_prefix("error: ")
-                .unwrap_or(&rendered)
-                .to_owned();
+            let message = rendered.trim_end().strip_prefix("error: ").unwrap_or(&rendered).to_owned();
             Err(Error::Usage(message))
         }
     }
 }
 
-pub fn run(args: Vec<OsString>) -> Result<ExitCode, Error> {
+/// The pipeline; returns the exit status (or ends gpurun by the child's signal).
+pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
     let cli = match parse_args(args)? {
         Ok(cli) => cli,
         Err(early_exit) => return Ok(early_exit),
@@ -106,69 +108,91 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, Error> {
             listing::table(&machine, &decision.assessments)
         };
         print(&text)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(0);
     }
 
     let chosen = match chosen_gpus(&machine, &decision, config.request.count) {
         Ok(chosen) => chosen,
         Err(refusal) => {
             if config.mode == (Mode::DryRun { json: true }) {
-                let plan = Plan {
-                    selected: None,
-                    env: None,
-                };
-                print(&listing::json(
-                    &machine,
-                    session.library(),
-                    &decision.assessments,
-                    Some(plan),
-                ))?;
+                let plan = Plan { selected: None, env: None };
+                print(&listing::json(&machine, session.library(), &decision.assessments, Some(plan)))?;
             }
             return Err(refusal);
         }
     };
     let inherited_var = |name: &str| std::env::var_os(name);
-    let variables = env::child_variables(
-        &machine.gpus,
-        &chosen,
-        config.visible_as,
-        config.framework_env,
-        inherited_var,
-    );
-    let selected: Vec<&Gpu> = chosen
-        .iter()
-        .filter_map(|&index| machine.gpus.iter().find(|gpu| gpu.index == index))
-        .collect();
+    let variables =
+        env::child_variables(&machine.gpus, &chosen, config.visible_as, config.framework_env, inherited_var);
+    let selected: Vec<&Gpu> =
+        chosen.iter().filter_map(|&index| machine.gpus.iter().find(|gpu| gpu.index == index)).collect();
 
     match config.mode {
         Mode::List { .. } => unreachable!("handled above"),
         Mode::DryRun { json: true } => {
-            let plan = Plan {
-                selected: Some(selected),
-                env: Some(&variables),
-            };
-            print(&listing::json(
-                &machine,
-                session.library(),
-                &decision.assessments,
-                Some(plan),
-            ))?;
-            Ok(ExitCode::SUCCESS)
+            let plan = Plan { selected: Some(selected), env: Some(&variables) };
+            print(&listing::json(&machine, session.library(), &decision.assessments, Some(plan)))?;
+            Ok(0)
         }
         Mode::DryRun { json: false } => {
-            print(&listing::dry_run(
-                &machine,
-                &decision.assessments,
-                &selected,
-                &variables,
-            ))?;
-            Ok(ExitCode::SUCCESS)
+            print(&listing::dry_run(&machine, &decision.assessments, &selected, &variables))?;
+            Ok(0)
         }
         Mode::Export => {
             print(&env::export_lines(&variables))?;
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }
-        Mode::Run { .. } => Err(Error::RunUnavailable),
+        Mode::Run { command } => {
+            tracing::info!("running {} on {}", shown_command(&command), shown_gpus(&selected));
+            let launch = child::Launch {
+                command: &command,
+                variables: &variables,
+                caller,
+                parent_death_signal: config.supervision.parent_death_signal,
+            };
+            run_command(&launch, &config.supervision)
+        }
+    }
+}
+
+/// spawn -> supervise -> clean up -> exit with the child's status.
+fn run_command(launch: &child::Launch, supervision: &config::Supervision) -> Result<u8, Error> {
+    if supervision.exec {
+        return Err(child::exec(launch).into());
+    }
+    let receiver = signals::Receiver::open(&launch.caller).map_err(Error::Signals)?;
+    if !supervision.keep_orphans {
+        orphans::become_subreaper();
+    }
+    let pid = child::spawn(launch)?;
+    let options =
+        supervise::Options { no_forward: supervision.no_forward.clone(), kill_after: supervision.kill_after };
+    let end = supervise::run(pid, &receiver, &options);
+    if !supervision.keep_orphans {
+        orphans::end_all(std::process::id());
+    }
+    match end {
+        child::End::Exited(code) => Ok(code),
+        child::End::Signaled(signal) => {
+            tracing::debug!("the command was killed by {}", signals::name(signal));
+            signals::die_by(signal)
+        }
+    }
+}
+
+fn shown_command(command: &[OsString]) -> String {
+    command.iter().map(|word| word.to_string_lossy()).collect::<Vec<_>>().join(" ")
+}
+
+fn shown_gpus(selected: &[&Gpu]) -> String {
+    let names: Vec<String> = selected
+        .iter()
+        .map(|gpu| format!("GPU {} ({})", gpu.index, gpu.name.as_deref().unwrap_or("unknown model")))
+        .collect();
+    if names.is_empty() {
+        "no GPU".to_owned()
+    } else {
+        names.join(", ")
     }
 }
 
@@ -180,10 +204,7 @@ fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result
             for index in chosen {
                 let assessment = decision.assessments.iter().find(|a| a.index == *index);
                 if let Some(a) = assessment.filter(|a| !a.eligible()) {
-                    tracing::warn!(
-                        "taking GPU {index} anyway (--fallback best): {}",
-                        a.reasons().join("; ")
-                    );
+                    tracing::warn!("taking GPU {index} anyway (--fallback best): {}", a.reasons().join("; "));
                 }
             }
             Ok(chosen.clone())
@@ -192,30 +213,26 @@ fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result
             tracing::warn!("not enough GPUs qualify; running with no GPU visible (--fallback cpu)");
             Ok(Vec::new())
         }
-        Outcome::Refused { qualified } => Err(Error::NotEnoughGpus(listing::refusal(
-            machine,
-            &decision.assessments,
-            requested,
-            *qualified,
-        ))),
+        Outcome::Refused { qualified } => {
+            Err(Error::NotEnoughGpus(listing::refusal(machine, &decision.assessments, requested, *qualified)))
+        }
     }
 }
 
 fn print(text: &str) -> Result<(), Error> {
     let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(Error::Output)
+    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(Error::Output)
 }
 
 /// `main`: run, print `gpurun: <error>` once on failure, exit with the documented code.
-pub fn main_exit() -> ExitCode {
-    match run(std::env::args_os().collect()) {
-        Ok(code) => code,
+pub fn main_exit() -> i32 {
+    // First of all: the caller's signal mask and ignored signals, for the child.
+    let caller = CallerState::capture();
+    match run(std::env::args_os().collect(), caller) {
+        Ok(code) => i32::from(code),
         Err(error) => {
             eprintln!("gpurun: {error}");
-            ExitCode::from(error.exit_code())
+            i32::from(error.exit_code())
         }
     }
 }

@@ -21,14 +21,8 @@ pub struct Eligibility {
 impl Eligibility {
     fn of(assessment: Option<&Assessment>) -> Eligibility {
         match assessment {
-            Some(a) => Eligibility {
-                eligible: a.eligible(),
-                reasons: a.reasons(),
-            },
-            None => Eligibility {
-                eligible: false,
-                reasons: vec!["not assessed".to_owned()],
-            },
+            Some(a) => Eligibility { eligible: a.eligible(), reasons: a.reasons() },
+            None => Eligibility { eligible: false, reasons: vec!["not assessed".to_owned()] },
         }
     }
 }
@@ -75,12 +69,7 @@ struct PlanEntry<'a> {
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-pub fn json(
-    machine: &Machine,
-    library: &Path,
-    assessments: &[Assessment],
-    plan: Option<Plan<'_>>,
-) -> String {
+pub fn json(machine: &Machine, library: &Path, assessments: &[Assessment], plan: Option<Plan<'_>>) -> String {
     let listing = Listing {
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
@@ -88,20 +77,12 @@ pub fn json(
         gpus: machine
             .gpus
             .iter()
-            .map(|gpu| GpuEntry {
-                gpu,
-                eligibility: Eligibility::of(assessment_of(assessments, gpu.index)),
-            })
+            .map(|gpu| GpuEntry { gpu, eligibility: Eligibility::of(assessment_of(assessments, gpu.index)) })
             .collect(),
         reservations: Vec::new(),
         plan: plan.map(|plan| PlanEntry {
             selected: plan.selected.map(|gpus| {
-                gpus.into_iter()
-                    .map(|gpu| Selected {
-                        index: gpu.index,
-                        uuid: &gpu.uuid,
-                    })
-                    .collect()
+                gpus.into_iter().map(|gpu| Selected { index: gpu.index, uuid: &gpu.uuid }).collect()
             }),
             env: plan.env.map(|variables| {
                 variables
@@ -117,9 +98,7 @@ pub fn json(
 }
 
 fn or_dash<T: ToString>(value: Option<T>) -> String {
-    value
-        .map(|v| v.to_string())
-        .unwrap_or_else(|| "-".to_owned())
+    value.map(|v| v.to_string()).unwrap_or_else(|| "-".to_owned())
 }
 
 /// Keeps a table cell to `width` characters.
@@ -149,9 +128,7 @@ pub fn table(machine: &Machine, assessments: &[Assessment]) -> String {
         "GPU", "NAME", "MEMORY USED / TOTAL", "FREE", "UTIL", "TEMP", "POWER"
     );
     for gpu in &machine.gpus {
-        let memory = gpu
-            .memory
-            .map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
+        let memory = gpu.memory.map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
         let free = gpu.memory.map(|m| human(m.free_bytes));
         let util = gpu.utilization.map(|u| format!("{}%", u.gpu_percent));
         let temperature = gpu.temperature_c.map(|t| format!("{t}C"));
@@ -189,43 +166,24 @@ pub fn table(machine: &Machine, assessments: &[Assessment]) -> String {
         }
         let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));
         if !eligibility.eligible {
-            let _ = writeln!(
-                out,
-                "{:>5}not eligible: {}",
-                "",
-                eligibility.reasons.join("; ")
-            );
+            let _ = writeln!(out, "{:>5}not eligible: {}", "", eligibility.reasons.join("; "));
         }
     }
     out
 }
 
 /// Exit 75's explanation: every GPU and why it was turned away.
-pub fn refusal(
-    machine: &Machine,
-    assessments: &[Assessment],
-    requested: u32,
-    qualified: u32,
-) -> String {
+pub fn refusal(machine: &Machine, assessments: &[Assessment], requested: u32, qualified: u32) -> String {
     let mut text = format!(
         "not enough GPUs: {requested} requested, {qualified} {}",
-        if qualified == 1 {
-            "qualifies"
-        } else {
-            "qualify"
-        }
+        if qualified == 1 { "qualifies" } else { "qualify" }
     );
     for gpu in &machine.gpus {
         let verdict = match assessment_of(assessments, gpu.index) {
             Some(a) if a.eligible() => "qualifies".to_owned(),
             other => Eligibility::of(other).reasons.join("; "),
         };
-        let _ = write!(
-            text,
-            "\n  GPU {} ({}): {verdict}",
-            gpu.index,
-            gpu.name.as_deref().unwrap_or("-")
-        );
+        let _ = write!(text, "\n  GPU {} ({}): {verdict}", gpu.index, gpu.name.as_deref().unwrap_or("-"));
     }
     text
 }
@@ -252,19 +210,12 @@ pub fn dry_run(
     let _ = writeln!(
         out,
         "\nselected: {}",
-        if chosen.is_empty() {
-            "no GPU".to_owned()
-        } else {
-            chosen.join(", ")
-        }
+        if chosen.is_empty() { "no GPU".to_owned() } else { chosen.join(", ") }
     );
     let _ = writeln!(out, "environment:");
     for (name, value) in env {
         let _ = writeln!(out, "  {name}={value}");
     }
-    let _ = writeln!(
-        out,
-        "(dry run: nothing was started and no reservation is held)"
-    );
+    let _ = writeln!(out, "(dry run: nothing was started and no reservation is held)");
     out
 }

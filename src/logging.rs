@@ -46,9 +46,5 @@ pub fn init(verbosity: &Verbosity) {
         Verbosity::Trace => "trace",
     };
     let filter = EnvFilter::try_from_env("GPURUN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .event_format(Lines)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).event_format(Lines).init();
 }

@@ -51,26 +51,17 @@ pub struct Session {
 
 /// Opens NVML from `library` (default: `libnvidia-ml.so.1`, found like any shared library).
 pub fn open(library: Option<&Path>) -> Result<Session, OpenError> {
-    let library = library
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY));
+    let library = library.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY));
     let shown = library.display().to_string();
-    let nvml = Nvml::builder()
-        .lib_path(library.as_os_str())
-        .init()
-        .map_err(|error| match error {
-            NvmlError::LibloadingError(detail) => OpenError::LibraryMissing {
-                library: shown.clone(),
-                detail: detail.to_string(),
-            },
-            NvmlError::FailedToLoadSymbol(detail) => OpenError::NotNvml {
-                library: shown.clone(),
-                detail,
-            },
-            NvmlError::DriverNotLoaded => OpenError::DriverNotLoaded,
-            NvmlError::NoPermission => OpenError::NoPermission,
-            other => OpenError::Other(other),
-        })?;
+    let nvml = Nvml::builder().lib_path(library.as_os_str()).init().map_err(|error| match error {
+        NvmlError::LibloadingError(detail) => {
+            OpenError::LibraryMissing { library: shown.clone(), detail: detail.to_string() }
+        }
+        NvmlError::FailedToLoadSymbol(detail) => OpenError::NotNvml { library: shown.clone(), detail },
+        NvmlError::DriverNotLoaded => OpenError::DriverNotLoaded,
+        NvmlError::NoPermission => OpenError::NoPermission,
+        other => OpenError::Other(other),
+    })?;
     tracing::debug!(library = %shown, "NVML initialised");
     Ok(Session { nvml, library })
 }
@@ -88,8 +79,7 @@ impl Queries {
             Err(NvmlError::NotSupported) => None,
             Err(error) => {
                 tracing::debug!("{what}: {error}");
-                self.first_error
-                    .get_or_insert_with(|| format!("{what}: {}", describe(&error)));
+                self.first_error.get_or_insert_with(|| format!("{what}: {}", describe(&error)));
                 None
             }
         }
@@ -99,9 +89,7 @@ impl Queries {
 /// NVML's error in the words a user searches for.
 fn describe(error: &NvmlError) -> String {
     match error {
-        NvmlError::GpuLost => {
-            "GPU is lost (fallen off the bus; see dmesg for Xid errors)".to_owned()
-        }
+        NvmlError::GpuLost => "GPU is lost (fallen off the bus; see dmesg for Xid errors)".to_owned(),
         NvmlError::NoPermission => "no permission (outside this job's device cgroup?)".to_owned(),
         other => other.to_string(),
     }
@@ -150,49 +138,31 @@ impl Session {
                 compute_mode: None,
                 mig_enabled: None,
                 processes: None,
-                error: Some(
-                    queries
-                        .first_error
-                        .unwrap_or_else(|| "handle: not supported".to_owned()),
-                ),
+                error: Some(queries.first_error.unwrap_or_else(|| "handle: not supported".to_owned())),
                 handle_refused,
             };
         };
         let uuid = queries.value("uuid", device.uuid());
         let name = queries.value("name", device.name());
-        let pci_bus_id = queries
-            .value("pci info", device.pci_info())
-            .map(|p| p.bus_id);
-        let memory = queries
-            .value("memory", device.memory_info())
-            .map(|m| Memory {
-                total_bytes: m.total,
-                reserved_bytes: m.reserved,
-                used_bytes: m.used,
-                free_bytes: m.free,
-            });
+        let pci_bus_id = queries.value("pci info", device.pci_info()).map(|p| p.bus_id);
+        let memory = queries.value("memory", device.memory_info()).map(|m| Memory {
+            total_bytes: m.total,
+            reserved_bytes: m.reserved,
+            used_bytes: m.used,
+            free_bytes: m.free,
+        });
         let utilization = queries
             .value("utilization", device.utilization_rates())
-            .map(|u| Utilization {
-                gpu_percent: u.gpu,
-                memory_percent: u.memory,
-            });
-        let temperature_c =
-            queries.value("temperature", device.temperature(TemperatureSensor::Gpu));
-        let power_watts = queries
-            .value("power", device.power_usage())
-            .map(|mw| f64::from(mw) / 1000.0);
-        let compute_mode = queries
-            .value("compute mode", device.compute_mode())
-            .map(|mode| match mode {
-                NvmlComputeMode::Default => ComputeMode::Default,
-                NvmlComputeMode::ExclusiveThread => ComputeMode::ExclusiveThread,
-                NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
-                NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
-            });
-        let mig_enabled = queries
-            .value("MIG mode", device.mig_mode())
-            .map(|m| m.current == 1);
+            .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: u.memory });
+        let temperature_c = queries.value("temperature", device.temperature(TemperatureSensor::Gpu));
+        let power_watts = queries.value("power", device.power_usage()).map(|mw| f64::from(mw) / 1000.0);
+        let compute_mode = queries.value("compute mode", device.compute_mode()).map(|mode| match mode {
+            NvmlComputeMode::Default => ComputeMode::Default,
+            NvmlComputeMode::ExclusiveThread => ComputeMode::ExclusiveThread,
+            NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
+            NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
+        });
+        let mig_enabled = queries.value("MIG mode", device.mig_mode()).map(|m| m.current == 1);
         let processes = queries.value("processes", processes_of(&device));
         Gpu {
             index,

@@ -73,11 +73,7 @@ pub fn normalize_pci_bus_id(text: &str) -> Option<String> {
     let [domain, bus, device] = parts[..] else {
         return None;
     };
-    let hex = |s: &str, max: u32| {
-        u32::from_str_radix(s, 16)
-            .ok()
-            .filter(|v| *v <= max && !s.is_empty())
-    };
+    let hex = |s: &str, max: u32| u32::from_str_radix(s, 16).ok().filter(|v| *v <= max && !s.is_empty());
     Some(format!(
         "{:08X}:{:02X}:{:02X}.{:X}",
         hex(domain, u32::MAX)?,
@@ -130,9 +126,7 @@ impl ModelPattern {
         if pattern.iter().any(|c| *c == '*' || *c == '?') {
             glob(&pattern, &name)
         } else {
-            name.windows(pattern.len().max(1))
-                .any(|w| w == &pattern[..])
-                || pattern.is_empty()
+            name.windows(pattern.len().max(1)).any(|w| w == &pattern[..]) || pattern.is_empty()
         }
     }
 }
@@ -229,36 +223,23 @@ pub struct DeviceError {
     pub problem: String,
 }
 
-fn resolve_refs(
-    gpus: &[Gpu],
-    refs: &[DeviceRef],
-    flag: &'static str,
-) -> Result<Vec<u32>, DeviceError> {
+fn resolve_refs(gpus: &[Gpu], refs: &[DeviceRef], flag: &'static str) -> Result<Vec<u32>, DeviceError> {
     refs.iter()
         .map(|reference| {
             let matching: Vec<u32> = gpus
                 .iter()
                 .filter(|gpu| match reference {
                     DeviceRef::Index(index) => gpu.index == *index,
-                    DeviceRef::Uuid(prefix) => gpu
-                        .uuid
-                        .as_deref()
-                        .is_some_and(|u| u.starts_with(prefix.as_str())),
+                    DeviceRef::Uuid(prefix) => {
+                        gpu.uuid.as_deref().is_some_and(|u| u.starts_with(prefix.as_str()))
+                    }
                     DeviceRef::PciBusId(bus_id) => {
-                        gpu.pci_bus_id
-                            .as_deref()
-                            .and_then(normalize_pci_bus_id)
-                            .as_deref()
-                            == Some(bus_id)
+                        gpu.pci_bus_id.as_deref().and_then(normalize_pci_bus_id).as_deref() == Some(bus_id)
                     }
                 })
                 .map(|gpu| gpu.index)
                 .collect();
-            let error = |problem: String| DeviceError {
-                flag,
-                entry: reference.to_string(),
-                problem,
-            };
+            let error = |problem: String| DeviceError { flag, entry: reference.to_string(), problem };
             match matching[..] {
                 [index] => Ok(index),
                 [] => Err(error(format!(
@@ -270,11 +251,7 @@ fn resolve_refs(
                 ))),
                 _ => Err(error(format!(
                     "matches GPUs {}; give more of the UUID",
-                    matching
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    matching.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
                 ))),
             }
         })
@@ -294,13 +271,7 @@ fn assess(
         hard.push(format!("unreadable: {error}"));
     }
     if !visibility.allows(gpu.index) {
-        hard.push(format!(
-            "not in {}",
-            visibility
-                .source
-                .as_deref()
-                .unwrap_or("the inherited visibility")
-        ));
+        hard.push(format!("not in {}", visibility.source.as_deref().unwrap_or("the inherited visibility")));
     }
     if devices.as_ref().is_some_and(|d| !d.contains(&gpu.index)) {
         hard.push("not in --devices".to_owned());
@@ -324,11 +295,7 @@ fn assess(
     if let Some(min_total) = request.min_total {
         match gpu.memory {
             Some(m) if m.total_bytes >= min_total => {}
-            Some(m) => hard.push(format!(
-                "total {} < {}",
-                human(m.total_bytes),
-                human(min_total)
-            )),
+            Some(m) => hard.push(format!("total {} < {}", human(m.total_bytes), human(min_total))),
             None => hard.push("total memory unknown".to_owned()),
         }
     }
@@ -360,23 +327,14 @@ fn assess(
     if request.exclusive {
         match &gpu.processes {
             Some(list) if list.is_empty() => {}
-            Some(list) => soft.push(format!(
-                "in use by {}",
-                describe_pids(list.iter().map(|p| p.pid))
-            )),
+            Some(list) => soft.push(format!("in use by {}", describe_pids(list.iter().map(|p| p.pid)))),
             None => soft.push("processes unknown".to_owned()),
         }
     } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
         // Only one context fits on such a card: a second one fails at cudaSetDevice.
-        soft.push(
-            "compute mode is exclusive-process and the card is (or may be) in use".to_owned(),
-        );
+        soft.push("compute mode is exclusive-process and the card is (or may be) in use".to_owned());
     }
-    Assessment {
-        index: gpu.index,
-        hard,
-        soft,
-    }
+    Assessment { index: gpu.index, hard, soft }
 }
 
 fn describe_pids(pids: impl Iterator<Item = u32>) -> String {
@@ -439,71 +397,38 @@ fn shuffle(items: &mut [u32], seed: u64) {
     }
 }
 
-pub fn decide(
-    gpus: &[Gpu],
-    visibility: &Visibility,
-    request: &Request,
-) -> Result<Decision, DeviceError> {
-    let devices = request
-        .devices
-        .as_deref()
-        .map(|refs| resolve_refs(gpus, refs, "--devices"))
-        .transpose()?;
+pub fn decide(gpus: &[Gpu], visibility: &Visibility, request: &Request) -> Result<Decision, DeviceError> {
+    let devices = request.devices.as_deref().map(|refs| resolve_refs(gpus, refs, "--devices")).transpose()?;
     let excluded = resolve_refs(gpus, &request.exclude, "--exclude")?;
-    let assessments: Vec<Assessment> = gpus
-        .iter()
-        .map(|gpu| assess(gpu, visibility, &devices, &excluded, request))
-        .collect();
-    let by_index = |a: &Assessment| {
-        gpus.iter()
-            .find(|g| g.index == a.index)
-            .expect("assessed GPU exists")
-    };
+    let assessments: Vec<Assessment> =
+        gpus.iter().map(|gpu| assess(gpu, visibility, &devices, &excluded, request)).collect();
+    let by_index = |a: &Assessment| gpus.iter().find(|g| g.index == a.index).expect("assessed GPU exists");
     let wanted = request.count as usize;
-    let eligible: Vec<&Gpu> = assessments
-        .iter()
-        .filter(|a| a.eligible())
-        .map(by_index)
-        .collect();
+    let eligible: Vec<&Gpu> = assessments.iter().filter(|a| a.eligible()).map(by_index).collect();
     let outcome = if wanted == 0 {
         Outcome::Selected(Vec::new())
     } else if eligible.len() >= wanted {
-        Outcome::Selected(
-            rank(&eligible, request.policy, request.seed)
-                .into_iter()
-                .take(wanted)
-                .collect(),
-        )
+        Outcome::Selected(rank(&eligible, request.policy, request.seed).into_iter().take(wanted).collect())
     } else {
         match request.fallback {
             Some(Fallback::Cpu) => Outcome::FallbackCpu,
             Some(Fallback::Best) => {
                 // Qualified ones first, then the best of those turned away only for their load.
-                let relaxed: Vec<&Gpu> = assessments
-                    .iter()
-                    .filter(|a| a.hard.is_empty() && !a.eligible())
-                    .map(by_index)
-                    .collect();
+                let relaxed: Vec<&Gpu> =
+                    assessments.iter().filter(|a| a.hard.is_empty() && !a.eligible()).map(by_index).collect();
                 let mut chosen = rank(&eligible, request.policy, request.seed);
                 chosen.extend(rank(&relaxed, request.policy, request.seed));
                 if chosen.len() >= wanted {
                     chosen.truncate(wanted);
                     Outcome::FallbackBest(chosen)
                 } else {
-                    Outcome::Refused {
-                        qualified: eligible.len() as u32,
-                    }
+                    Outcome::Refused { qualified: eligible.len() as u32 }
                 }
             }
-            None => Outcome::Refused {
-                qualified: eligible.len() as u32,
-            },
+            None => Outcome::Refused { qualified: eligible.len() as u32 },
         }
     };
-    Ok(Decision {
-        assessments,
-        outcome,
-    })
+    Ok(Decision { assessments, outcome })
 }
 
 #[cfg(test)]
@@ -513,11 +438,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn unrestricted() -> Visibility {
-        Visibility {
-            allowed: None,
-            source: None,
-            warnings: Vec::new(),
-        }
+        Visibility { allowed: None, source: None, warnings: Vec::new() }
     }
 
     fn with_load(index: u32, free_gib: u64, util: u32) -> Gpu {
@@ -528,10 +449,7 @@ mod tests {
             used_bytes: (80 - free_gib) << 30,
             free_bytes: free_gib << 30,
         });
-        gpu.utilization = Some(Utilization {
-            gpu_percent: util,
-            memory_percent: 0,
-        });
+        gpu.utilization = Some(Utilization { gpu_percent: util, memory_percent: 0 });
         gpu
     }
 
@@ -542,20 +460,9 @@ mod tests {
     #[test]
     fn policies_rank_as_documented() {
         // (free GiB, util %): 0 (10, 0), 1 (70, 90), 2 (40, 10), 3 (70, 20)
-        let gpus = vec![
-            with_load(0, 10, 0),
-            with_load(1, 70, 90),
-            with_load(2, 40, 10),
-            with_load(3, 70, 20),
-        ];
-        let order = |policy| match chosen(
-            &gpus,
-            &Request {
-                count: 4,
-                policy,
-                ..Request::default()
-            },
-        ) {
+        let gpus =
+            vec![with_load(0, 10, 0), with_load(1, 70, 90), with_load(2, 40, 10), with_load(3, 70, 20)];
+        let order = |policy| match chosen(&gpus, &Request { count: 4, policy, ..Request::default() }) {
             Outcome::Selected(order) => order,
             other => panic!("{other:?}"),
         };
@@ -569,29 +476,17 @@ mod tests {
 
     #[test]
     fn pack_takes_the_tightest_card_that_fits() {
-        let gpus = vec![
-            with_load(0, 70, 0),
-            with_load(1, 9, 0),
-            with_load(2, 12, 0),
-            with_load(3, 5, 0),
-        ];
-        let request = Request {
-            policy: Policy::Pack,
-            min_free: Some(Threshold::Bytes(8 << 30)),
-            ..Request::default()
-        };
+        let gpus = vec![with_load(0, 70, 0), with_load(1, 9, 0), with_load(2, 12, 0), with_load(3, 5, 0)];
+        let request =
+            Request { policy: Policy::Pack, min_free: Some(Threshold::Bytes(8 << 30)), ..Request::default() };
         assert_eq!(chosen(&gpus, &request), Outcome::Selected(vec![1]));
     }
 
     #[test]
     fn refusal_gives_every_reason() {
         let mut gpus = vec![with_load(0, 6, 95), with_load(1, 70, 0), test_gpu(2)];
-        gpus[1].processes = Some(vec![GpuProcess {
-            pid: 42,
-            used_bytes: Some(1),
-            user: None,
-            command: None,
-        }]);
+        gpus[1].processes =
+            Some(vec![GpuProcess { pid: 42, used_bytes: Some(1), user: None, command: None }]);
         gpus[2].utilization = None;
         let request = Request {
             count: 2,
@@ -602,24 +497,15 @@ mod tests {
         };
         let decision = decide(&gpus, &unrestricted(), &request).unwrap();
         assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
-        assert_eq!(
-            decision.assessments[0].reasons(),
-            vec!["free 6 GiB < 8 GiB", "utilization 95% > 50%"]
-        );
+        assert_eq!(decision.assessments[0].reasons(), vec!["free 6 GiB < 8 GiB", "utilization 95% > 50%"]);
         assert_eq!(decision.assessments[1].reasons(), vec!["in use by PID 42"]);
-        assert_eq!(
-            decision.assessments[2].reasons(),
-            vec!["utilization unknown"]
-        );
+        assert_eq!(decision.assessments[2].reasons(), vec!["utilization unknown"]);
     }
 
     #[test]
     fn fallbacks() {
         let gpus = vec![with_load(0, 6, 0), with_load(1, 7, 0)];
-        let mut request = Request {
-            min_free: Some(Threshold::Bytes(8 << 30)),
-            ..Request::default()
-        };
+        let mut request = Request { min_free: Some(Threshold::Bytes(8 << 30)), ..Request::default() };
         request.fallback = Some(Fallback::Best);
         assert_eq!(chosen(&gpus, &request), Outcome::FallbackBest(vec![1]));
         request.fallback = Some(Fallback::Cpu);
@@ -636,16 +522,10 @@ mod tests {
         let decision = decide(
             &gpus,
             &unrestricted(),
-            &Request {
-                min_free: Some(Threshold::PercentOfTotal(50.0)),
-                ..Request::default()
-            },
+            &Request { min_free: Some(Threshold::PercentOfTotal(50.0)), ..Request::default() },
         )
         .unwrap();
-        assert_eq!(
-            decision.assessments[0].reasons(),
-            vec!["free 30 GiB < 50% of 80 GiB (40 GiB)"]
-        );
+        assert_eq!(decision.assessments[0].reasons(), vec!["free 30 GiB < 50% of 80 GiB (40 GiB)"]);
     }
 
     #[test]
@@ -662,22 +542,11 @@ mod tests {
             "02:00.0",
         ] {
             let refs = parse_device_list(text).unwrap().0;
-            assert_eq!(
-                resolve_refs(&gpus, &refs, "--devices"),
-                Ok(vec![1]),
-                "{text}"
-            );
+            assert_eq!(resolve_refs(&gpus, &refs, "--devices"), Ok(vec![1]), "{text}");
         }
-        let ambiguous = resolve_refs(
-            &gpus,
-            &parse_device_list("GPU-0000").unwrap().0,
-            "--devices",
-        )
-        .unwrap_err();
-        assert_eq!(
-            ambiguous.to_string(),
-            "--devices GPU-0000: matches GPUs 0, 1, 2; give more of the UUID"
-        );
+        let ambiguous =
+            resolve_refs(&gpus, &parse_device_list("GPU-0000").unwrap().0, "--devices").unwrap_err();
+        assert_eq!(ambiguous.to_string(), "--devices GPU-0000: matches GPUs 0, 1, 2; give more of the UUID");
         let missing = resolve_refs(&gpus, &[DeviceRef::Index(9)], "--exclude").unwrap_err();
         assert_eq!(
             missing.to_string(),
@@ -704,12 +573,7 @@ mod tests {
         gpus[0].mig_enabled = Some(true);
         gpus[1].compute_mode = Some(ComputeMode::Prohibited);
         gpus[2].compute_mode = Some(ComputeMode::ExclusiveProcess);
-        gpus[2].processes = Some(vec![GpuProcess {
-            pid: 7,
-            used_bytes: None,
-            user: None,
-            command: None,
-        }]);
+        gpus[2].processes = Some(vec![GpuProcess { pid: 7, used_bytes: None, user: None, command: None }]);
         let decision = decide(&gpus, &unrestricted(), &Request::default()).unwrap();
         assert!(decision.assessments.iter().all(|a| !a.eligible()));
         assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
@@ -724,44 +588,30 @@ mod tests {
             prop::bool::weighted(0.1),
             0usize..3,
         )
-            .prop_map(
-                |(free_gib, util, processes, broken, unknown_memory, model)| {
-                    let mut gpu = with_load(0, free_gib, 0);
-                    gpu.utilization = util.map(|gpu_percent| Utilization {
-                        gpu_percent,
-                        memory_percent: 0,
-                    });
-                    gpu.processes = processes.map(|n| {
-                        (0..n as u32)
-                            .map(|pid| GpuProcess {
-                                pid: 100 + pid,
-                                used_bytes: None,
-                                user: None,
-                                command: None,
-                            })
-                            .collect()
-                    });
-                    if broken {
-                        gpu.error = Some("memory: GPU is lost".to_owned());
-                    }
-                    if unknown_memory {
-                        gpu.memory = None;
-                    }
-                    gpu.name = Some(["NVIDIA A100", "NVIDIA H100", "Tesla V100"][model].to_owned());
-                    gpu
-                },
-            )
+            .prop_map(|(free_gib, util, processes, broken, unknown_memory, model)| {
+                let mut gpu = with_load(0, free_gib, 0);
+                gpu.utilization = util.map(|gpu_percent| Utilization { gpu_percent, memory_percent: 0 });
+                gpu.processes = processes.map(|n| {
+                    (0..n as u32)
+                        .map(|pid| GpuProcess { pid: 100 + pid, used_bytes: None, user: None, command: None })
+                        .collect()
+                });
+                if broken {
+                    gpu.error = Some("memory: GPU is lost".to_owned());
+                }
+                if unknown_memory {
+                    gpu.memory = None;
+                }
+                gpu.name = Some(["NVIDIA A100", "NVIDIA H100", "Tesla V100"][model].to_owned());
+                gpu
+            })
     }
 
     fn arbitrary_machine() -> impl Strategy<Value = Vec<Gpu>> {
         prop::collection::vec(arbitrary_gpu(), 0..10).prop_map(|mut gpus| {
             for (index, gpu) in gpus.iter_mut().enumerate() {
                 let uuid_tail = format!("{index:04}");
-                *gpu = Gpu {
-                    index: index as u32,
-                    uuid: Some(format!("GPU-{uuid_tail}")),
-                    ..gpu.clone()
-                };
+                *gpu = Gpu { index: index as u32, uuid: Some(format!("GPU-{uuid_tail}")), ..gpu.clone() };
             }
             gpus
         })
@@ -784,35 +634,27 @@ mod tests {
             ]),
             any::<u64>(),
         )
-            .prop_map(
-                |(count, min_free_gib, max_util, exclusive, model, policy, seed)| Request {
-                    count,
-                    min_free: min_free_gib.map(|g| Threshold::Bytes(g << 30)),
-                    max_util,
-                    exclusive,
-                    model: model.map(|m| ModelPattern(m.to_owned())),
-                    policy,
-                    seed,
-                    ..Request::default()
-                },
-            )
+            .prop_map(|(count, min_free_gib, max_util, exclusive, model, policy, seed)| Request {
+                count,
+                min_free: min_free_gib.map(|g| Threshold::Bytes(g << 30)),
+                max_util,
+                exclusive,
+                model: model.map(|m| ModelPattern(m.to_owned())),
+                policy,
+                seed,
+                ..Request::default()
+            })
     }
 
     fn passes_every_filter(gpu: &Gpu, request: &Request, visibility: &Visibility) -> bool {
         gpu.error.is_none()
             && visibility.allows(gpu.index)
-            && request.min_free.is_none_or(|t| {
-                gpu.memory
-                    .is_some_and(|m| m.free_bytes >= t.bytes_on(m.total_bytes))
-            })
             && request
-                .max_util
-                .is_none_or(|max| gpu.utilization.is_some_and(|u| u.gpu_percent <= max))
+                .min_free
+                .is_none_or(|t| gpu.memory.is_some_and(|m| m.free_bytes >= t.bytes_on(m.total_bytes)))
+            && request.max_util.is_none_or(|max| gpu.utilization.is_some_and(|u| u.gpu_percent <= max))
             && (!request.exclusive || gpu.processes.as_ref().is_some_and(|p| p.is_empty()))
-            && request
-                .model
-                .as_ref()
-                .is_none_or(|m| gpu.name.as_deref().is_some_and(|n| m.matches(n)))
+            && request.model.as_ref().is_none_or(|m| gpu.name.as_deref().is_some_and(|n| m.matches(n)))
     }
 
     proptest! {

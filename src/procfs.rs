@@ -16,24 +16,12 @@ fn user_name(uid: u32) -> Option<String> {
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: all pointers are to live, correctly sized buffers owned by this frame;
     // getpwuid_r writes only within them.
-    let status = unsafe {
-        libc::getpwuid_r(
-            uid,
-            &mut record,
-            buffer.as_mut_ptr(),
-            buffer.len(),
-            &mut found,
-        )
-    };
+    let status = unsafe { libc::getpwuid_r(uid, &mut record, buffer.as_mut_ptr(), buffer.len(), &mut found) };
     if status != 0 || found.is_null() {
         return None;
     }
     // SAFETY: on success pw_name points to a NUL-terminated string inside `buffer`.
-    Some(
-        unsafe { CStr::from_ptr(record.pw_name) }
-            .to_string_lossy()
-            .into_owned(),
-    )
+    Some(unsafe { CStr::from_ptr(record.pw_name) }.to_string_lossy().into_owned())
 }
 
 fn zeroed_passwd() -> libc::passwd {

@@ -42,9 +42,7 @@ impl Threshold {
     pub fn bytes_on(&self, total_bytes: u64) -> u64 {
         match *self {
             Threshold::Bytes(bytes) => bytes,
-            Threshold::PercentOfTotal(percent) => {
-                (total_bytes as f64 * percent / 100.0).ceil() as u64
-            }
+            Threshold::PercentOfTotal(percent) => (total_bytes as f64 * percent / 100.0).ceil() as u64,
         }
     }
 }
@@ -58,8 +56,7 @@ impl std::fmt::Display for Threshold {
     }
 }
 
-const SIZE_GRAMMAR: &str =
-    "a number of bytes with an optional unit: K, M, G, T or KiB, MiB, GiB, TiB \
+const SIZE_GRAMMAR: &str = "a number of bytes with an optional unit: K, M, G, T or KiB, MiB, GiB, TiB \
 (binary: 1K = 1024), KB, MB, GB, TB (decimal: 1KB = 1000), B; for example 8G, 8GiB, 8192M, 0.5T";
 
 /// Parses DESIGN 4's SIZE: `8G`, `8GiB`, `8192M`, `0.5T`, `8000000000`, `16GB`. Units are
@@ -67,9 +64,7 @@ const SIZE_GRAMMAR: &str =
 /// Fractions are exact in decimal and rounded down to whole bytes.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
+    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
     let multiplier: u128 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -104,9 +99,7 @@ pub fn parse_threshold(text: &str) -> Result<Threshold, String> {
     match text.trim().strip_suffix('%') {
         Some(percent) => parse_percent(percent)
             .map(Threshold::PercentOfTotal)
-            .map_err(|_| {
-                format!("{text:?} is not a percentage: expected 0% to 100%, for example 25%")
-            }),
+            .map_err(|_| format!("{text:?} is not a percentage: expected 0% to 100%, for example 25%")),
         None => parse_bytes(text)
             .map(Threshold::Bytes)
             .map_err(|e| format!("{e}, or P% of the card's total memory")),
@@ -134,9 +127,7 @@ pub fn parse_util_percent(text: &str) -> Result<u32, String> {
         .parse::<u32>()
         .ok()
         .filter(|p| *p <= 100)
-        .ok_or_else(|| {
-            format!("{text:?} is not a utilization: expected a whole percentage from 0 to 100")
-        })
+        .ok_or_else(|| format!("{text:?} is not a utilization: expected a whole percentage from 0 to 100"))
 }
 
 #[cfg(test)]
@@ -211,10 +202,7 @@ mod parse_tests {
     #[test]
     fn thresholds() {
         assert_eq!(parse_threshold("50%"), Ok(Threshold::PercentOfTotal(50.0)));
-        assert_eq!(
-            parse_threshold("12.5%"),
-            Ok(Threshold::PercentOfTotal(12.5))
-        );
+        assert_eq!(parse_threshold("12.5%"), Ok(Threshold::PercentOfTotal(12.5)));
         assert_eq!(parse_threshold("8G"), Ok(Threshold::Bytes(8 << 30)));
         for bad in ["101%", "-1%", "%", "x%", "8G%"] {
             assert!(parse_threshold(bad).unwrap_err().contains(bad), "{bad}");

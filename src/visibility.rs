@@ -46,9 +46,7 @@ pub struct Visibility {
 
 impl Visibility {
     pub fn allows(&self, index: u32) -> bool {
-        self.allowed
-            .as_ref()
-            .is_none_or(|allowed| allowed.contains(&index))
+        self.allowed.as_ref().is_none_or(|allowed| allowed.contains(&index))
     }
 }
 
@@ -60,9 +58,7 @@ fn enumerable(gpus: &[Gpu]) -> impl Iterator<Item = &Gpu> {
 /// The index CUDA gives `index` under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in this process: the NVML
 /// index itself, unless a device cgroup hides GPUs before it.
 pub fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
-    enumerable(gpus)
-        .position(|gpu| gpu.index == index)
-        .map(|p| p as u32)
+    enumerable(gpus).position(|gpu| gpu.index == index).map(|p| p as u32)
 }
 
 pub fn resolve(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
@@ -78,17 +74,11 @@ pub fn resolve(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
         for entry in list.split(',').map(str::trim) {
             let found = if !entry.is_empty() && entry.bytes().all(|b| b.is_ascii_digit()) {
                 used_integers = true;
-                entry
-                    .parse::<usize>()
-                    .ok()
-                    .and_then(|n| reachable.get(n))
-                    .map(|gpu| gpu.index)
+                entry.parse::<usize>().ok().and_then(|n| reachable.get(n)).map(|gpu| gpu.index)
             } else if entry.starts_with("GPU-") {
-                let mut matches = reachable.iter().filter(|gpu| {
-                    gpu.uuid
-                        .as_deref()
-                        .is_some_and(|uuid| uuid.starts_with(entry))
-                });
+                let mut matches = reachable
+                    .iter()
+                    .filter(|gpu| gpu.uuid.as_deref().is_some_and(|uuid| uuid.starts_with(entry)));
                 match (matches.next(), matches.next()) {
                     (Some(only), None) => Some(only.index),
                     _ => None,
@@ -117,30 +107,21 @@ pub fn resolve(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
         let first = names.next();
         names.any(|name| Some(name) != first)
     };
-    if used_integers && inherited.cuda_device_order.as_deref() != Some("PCI_BUS_ID") && mixed_models
-    {
+    if used_integers && inherited.cuda_device_order.as_deref() != Some("PCI_BUS_ID") && mixed_models {
         warnings.push(format!(
             "{source} uses indices but CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs differ in model: \
              CUDA's default order (fastest first) may number them differently from nvidia-smi; \
              gpurun reads them in PCI order (nvidia-smi's)"
         ));
     }
-    Visibility {
-        allowed: Some(allowed),
-        source: Some(source),
-        warnings,
-    }
+    Visibility { allowed: Some(allowed), source: Some(source), warnings }
 }
 
 /// `SLURM_STEP_GPUS`/`SLURM_JOB_GPUS` are only a hint: Slurm sets `CUDA_VISIBLE_DEVICES` with
 /// them, and that wins. Without it, the allocation's global ids are taken as NVML indices when
 /// they all name GPUs this process can reach.
 fn slurm_hint(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
-    let unrestricted = Visibility {
-        allowed: None,
-        source: None,
-        warnings: Vec::new(),
-    };
+    let unrestricted = Visibility { allowed: None, source: None, warnings: Vec::new() };
     let (name, list) = match (&inherited.slurm_step_gpus, &inherited.slurm_job_gpus) {
         (Some(list), _) => ("SLURM_STEP_GPUS", list),
         (None, Some(list)) => ("SLURM_JOB_GPUS", list),
@@ -196,63 +177,32 @@ mod tests {
     #[test]
     fn integers_in_pci_order_and_stop_at_invalid() {
         let pci = Some("PCI_BUS_ID");
-        assert_eq!(
-            resolve(&machine(), &inherited(Some("3,1"), pci)).allowed,
-            Some(vec![3, 1])
-        );
+        assert_eq!(resolve(&machine(), &inherited(Some("3,1"), pci)).allowed, Some(vec![3, 1]));
         let stopped = resolve(&machine(), &inherited(Some("1,7,2"), pci));
         assert_eq!(stopped.allowed, Some(vec![1]));
-        assert!(
-            stopped.warnings[0].contains("\"7\""),
-            "{:?}",
-            stopped.warnings
-        );
-        assert_eq!(
-            resolve(&machine(), &inherited(Some("1,1,2"), pci)).allowed,
-            Some(vec![1])
-        );
-        assert_eq!(
-            resolve(&machine(), &inherited(Some("-1"), pci)).allowed,
-            Some(vec![])
-        );
+        assert!(stopped.warnings[0].contains("\"7\""), "{:?}", stopped.warnings);
+        assert_eq!(resolve(&machine(), &inherited(Some("1,1,2"), pci)).allowed, Some(vec![1]));
+        assert_eq!(resolve(&machine(), &inherited(Some("-1"), pci)).allowed, Some(vec![]));
     }
 
     #[test]
     fn uuids_and_unique_prefixes() {
         let gpus = machine();
         let full = gpus[2].uuid.clone().unwrap();
-        assert_eq!(
-            resolve(&gpus, &inherited(Some(&full), None)).allowed,
-            Some(vec![2])
-        );
+        assert_eq!(resolve(&gpus, &inherited(Some(&full), None)).allowed, Some(vec![2]));
         // Every test GPU's UUID starts with GPU-0000: ambiguous.
-        assert_eq!(
-            resolve(&gpus, &inherited(Some("GPU-0000"), None)).allowed,
-            Some(vec![])
-        );
+        assert_eq!(resolve(&gpus, &inherited(Some("GPU-0000"), None)).allowed, Some(vec![]));
         let prefix = &full[..full.len() - 2];
-        assert_eq!(
-            resolve(&gpus, &inherited(Some(prefix), None)).allowed,
-            Some(vec![2])
-        );
+        assert_eq!(resolve(&gpus, &inherited(Some(prefix), None)).allowed, Some(vec![2]));
     }
 
     #[test]
     fn ambiguous_indices_warn_only_on_mixed_models_without_pci_order() {
         let warned = resolve(&machine(), &inherited(Some("0"), None));
-        assert!(warned
-            .warnings
-            .iter()
-            .any(|w| w.contains("ambiguous") || w.contains("CUDA_DEVICE_ORDER")));
-        assert!(
-            resolve(&machine(), &inherited(Some("0"), Some("PCI_BUS_ID")))
-                .warnings
-                .is_empty()
-        );
+        assert!(warned.warnings.iter().any(|w| w.contains("ambiguous") || w.contains("CUDA_DEVICE_ORDER")));
+        assert!(resolve(&machine(), &inherited(Some("0"), Some("PCI_BUS_ID"))).warnings.is_empty());
         let uniform: Vec<Gpu> = (0..4).map(test_gpu).collect();
-        assert!(resolve(&uniform, &inherited(Some("0"), None))
-            .warnings
-            .is_empty());
+        assert!(resolve(&uniform, &inherited(Some("0"), None)).warnings.is_empty());
     }
 
     #[test]
@@ -270,20 +220,11 @@ mod tests {
     #[test]
     fn slurm_ids_are_a_hint_only() {
         let gpus = machine();
-        let step = Inherited {
-            slurm_step_gpus: Some("2,3".to_owned()),
-            ..Inherited::default()
-        };
+        let step = Inherited { slurm_step_gpus: Some("2,3".to_owned()), ..Inherited::default() };
         assert_eq!(resolve(&gpus, &step).allowed, Some(vec![2, 3]));
-        let with_cvd = Inherited {
-            cuda_visible_devices: Some("1".to_owned()),
-            ..step.clone()
-        };
+        let with_cvd = Inherited { cuda_visible_devices: Some("1".to_owned()), ..step.clone() };
         assert_eq!(resolve(&gpus, &with_cvd).allowed, Some(vec![1]));
-        let bogus = Inherited {
-            slurm_step_gpus: Some("9".to_owned()),
-            ..Inherited::default()
-        };
+        let bogus = Inherited { slurm_step_gpus: Some("9".to_owned()), ..Inherited::default() };
         let visibility = resolve(&gpus, &bogus);
         assert_eq!(visibility.allowed, None);
         assert_eq!(visibility.warnings.len(), 1);

@@ -9,19 +9,10 @@ use common::Sim;
 const INVALID: &[(&[&str], &str)] = &[
     (&["--bogus"], "unexpected argument '--bogus'"),
     (&["--json"], "--list"),
-    (
-        &["--list", "nvidia-smi"],
-        "--list takes no COMMAND, but got \"nvidia-smi\"",
-    ),
+    (&["--list", "nvidia-smi"], "--list takes no COMMAND, but got \"nvidia-smi\""),
     (&["-v", "-q", "--list"], "cannot be used with"),
-    (
-        &["--nvml-lib"],
-        "a value is required for '--nvml-lib <PATH>'",
-    ),
-    (
-        &["--nvml-lib", "", "--list"],
-        "a value is required for '--nvml-lib <PATH>'",
-    ),
+    (&["--nvml-lib"], "a value is required for '--nvml-lib <PATH>'"),
+    (&["--nvml-lib", "", "--list"], "a value is required for '--nvml-lib <PATH>'"),
     (&[], "no COMMAND given"),
 ];
 
@@ -32,18 +23,9 @@ fn invalid_argv_is_a_usage_error() {
     for (argv, message) in INVALID {
         let outcome = sim.gpurun().args(*argv).run();
         assert_eq!(outcome.code, Some(125), "{argv:?}: {outcome:#?}");
-        assert!(
-            outcome.stderr.starts_with("gpurun: "),
-            "{argv:?}: {outcome:#?}"
-        );
-        assert!(
-            outcome.stderr.contains(message),
-            "{argv:?}: expected {message:?} in {outcome:#?}"
-        );
-        assert!(
-            !outcome.stderr.contains("driver is not loaded"),
-            "{argv:?} touched NVML"
-        );
+        assert!(outcome.stderr.starts_with("gpurun: "), "{argv:?}: {outcome:#?}");
+        assert!(outcome.stderr.contains(message), "{argv:?}: expected {message:?} in {outcome:#?}");
+        assert!(!outcome.stderr.contains("driver is not loaded"), "{argv:?} touched NVML");
         assert!(outcome.stdout.is_empty(), "{argv:?}: {outcome:#?}");
     }
 }
@@ -52,18 +34,12 @@ fn invalid_argv_is_a_usage_error() {
 fn help_and_version_need_no_nvml() {
     let sim = Sim::new(&common::scenario_file("driver_not_loaded.toml"));
     let help = sim.gpurun().args(["--help"]).run();
-    help.status(0)
-        .stdout_has("Usage: gpurun [OPTIONS] [--] COMMAND")
-        .stdout_has("--nvml-lib <PATH>");
-    help.stdout_has("GPURUN_NVML_LIB")
-        .stdout_has("free_bytes")
-        .stdout_has("Exit status:");
+    help.status(0).stdout_has("Usage: gpurun [OPTIONS] [--] COMMAND").stdout_has("--nvml-lib <PATH>");
+    help.stdout_has("GPURUN_NVML_LIB").stdout_has("free_bytes").stdout_has("Exit status:");
     let short = sim.gpurun().args(["-h"]).run();
     short.status(0).stdout_has("--list");
     let version = sim.gpurun().args(["--version"]).run();
-    version
-        .status(0)
-        .stdout_has(concat!("gpurun ", env!("CARGO_PKG_VERSION")));
+    version.status(0).stdout_has(concat!("gpurun ", env!("CARGO_PKG_VERSION")));
 }
 
 #[test]

@@ -10,15 +10,9 @@ use serde_json::{json, Value};
 /// used = in-use memory plus every listed process, free = total - reserved - used.
 fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)]) -> Value {
     let spec = &scenario.gpus[index];
-    let foreign: Vec<&scenario::ProcessSpec> = scenario
-        .processes
-        .iter()
-        .filter(|p| p.gpu as usize == index)
-        .collect();
-    let process_bytes: u64 = foreign
-        .iter()
-        .filter_map(|p| p.used.map(|s| s.0))
-        .sum::<u64>()
+    let foreign: Vec<&scenario::ProcessSpec> =
+        scenario.processes.iter().filter(|p| p.gpu as usize == index).collect();
+    let process_bytes: u64 = foreign.iter().filter_map(|p| p.used.map(|s| s.0)).sum::<u64>()
         + extra_processes.iter().map(|(_, bytes)| bytes).sum::<u64>();
     let used = spec.memory_used.0 + process_bytes;
     let free = spec.memory_total.0 - spec.memory_reserved.0 - used;
@@ -67,10 +61,7 @@ fn json_reports_every_field_of_a_mixed_machine() {
     let sim = Sim::new(&text);
     // A live CUDA process of ours on GPU 0, so /proc has a user and a command for it.
     let holder = sim.spawn_sim_cuda(
-        &[
-            ("CUDA_VISIBLE_DEVICES", "0"),
-            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
-        ],
+        &[("CUDA_VISIBLE_DEVICES", "0"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")],
         &["--mem", "3GiB", "--sleep", "60"],
     );
     let holder_pid = holder.child.id();
@@ -92,53 +83,30 @@ fn json_reports_every_field_of_a_mixed_machine() {
     assert_eq!(ours[0]["pid"], holder_pid);
     assert_eq!(ours[0]["used_bytes"], 3u64 << 30);
     assert_eq!(ours[0]["user"], common_user());
-    assert!(
-        ours[0]["command"]
-            .as_str()
-            .unwrap()
-            .contains("sim-cuda --mem 3GiB"),
-        "{ours:?}"
-    );
+    assert!(ours[0]["command"].as_str().unwrap().contains("sim-cuda --mem 3GiB"), "{ours:?}");
     gpu0["processes"] = json!([]);
     let mut expected0 = expected_gpu(&scenario, 0, &[(holder_pid, 3 << 30)]);
     expected0["processes"] = json!([]);
     assert_eq!(gpu0, expected0);
 
     for index in [1, 2, 3, 4, 6, 7] {
-        assert_eq!(
-            gpus[index],
-            expected_gpu(&scenario, index, &[]),
-            "GPU {index}"
-        );
+        assert_eq!(gpus[index], expected_gpu(&scenario, index, &[]), "GPU {index}");
     }
 
     // GPU 5 fell off the bus: listed, with the error, not eligible, nothing made up.
     let lost = &gpus[5];
     assert_eq!(lost["index"], 5);
     assert_eq!(lost["eligible"], false);
-    assert!(
-        lost["error"].as_str().unwrap().contains("GPU is lost"),
-        "{lost:#}"
-    );
+    assert!(lost["error"].as_str().unwrap().contains("GPU is lost"), "{lost:#}");
     assert!(lost["reasons"][0].as_str().unwrap().contains("GPU is lost"));
-    for field in [
-        "uuid",
-        "name",
-        "memory",
-        "utilization",
-        "temperature_c",
-        "processes",
-    ] {
+    for field in ["uuid", "name", "memory", "utilization", "temperature_c", "processes"] {
         assert_eq!(lost[field], Value::Null, "{field}");
     }
     outcome.stderr_has("GPU 5 cannot be used");
 }
 
 fn common_user() -> String {
-    let output = std::process::Command::new("id")
-        .arg("-un")
-        .output()
-        .unwrap();
+    let output = std::process::Command::new("id").arg("-un").output().unwrap();
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
@@ -156,11 +124,7 @@ fn table_shows_models_memory_processes_and_the_lost_gpu() {
         .stdout_has("not eligible: unreadable: handle: GPU is lost")
         .stdout_has("not eligible: MIG mode is enabled");
     // GPU 7 cannot report utilization, temperature or power: dashes, not zeros.
-    let row7 = outcome
-        .stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with("7 "))
-        .unwrap();
+    let row7 = outcome.stdout.lines().find(|l| l.trim_start().starts_with("7 ")).unwrap();
     assert!(!row7.contains("0%") && !row7.contains("0C"), "{row7}");
     assert!(row7.contains("  -  "), "{row7}");
 }
@@ -168,23 +132,13 @@ fn table_shows_models_memory_processes_and_the_lost_gpu() {
 #[test]
 fn one_failing_query_makes_only_that_gpu_ineligible() {
     let mut text = common::default_scenario();
-    text.push_str(
-        "\n[[error]]\ncall = \"nvmlDeviceGetMemoryInfo\"\ngpu = 3\nerror = \"GPU_IS_LOST\"\n",
-    );
+    text.push_str("\n[[error]]\ncall = \"nvmlDeviceGetMemoryInfo\"\ngpu = 3\nerror = \"GPU_IS_LOST\"\n");
     let sim = Sim::new(&text);
-    let listing = sim
-        .gpurun()
-        .args(["--list", "--json"])
-        .run()
-        .status(0)
-        .json();
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
     let gpus = listing["gpus"].as_array().unwrap();
     assert_eq!(gpus[3]["memory"], Value::Null);
     assert_eq!(gpus[3]["eligible"], false);
-    assert!(gpus[3]["error"]
-        .as_str()
-        .unwrap()
-        .starts_with("memory: GPU is lost"));
+    assert!(gpus[3]["error"].as_str().unwrap().starts_with("memory: GPU is lost"));
     // What NVML did answer is still shown.
     assert_eq!(gpus[3]["name"], "NVIDIA A100-SXM4-80GB");
     for (index, gpu) in gpus.iter().enumerate().filter(|(i, _)| *i != 3) {
@@ -200,12 +154,7 @@ fn unsupported_values_are_null_and_do_not_make_a_gpu_ineligible() {
         "\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 2\nerror = \"NOT_SUPPORTED\"\n",
     );
     let sim = Sim::new(&text);
-    let listing = sim
-        .gpurun()
-        .args(["--list", "--json"])
-        .run()
-        .status(0)
-        .json();
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
     let gpu = &listing["gpus"][2];
     assert_eq!(gpu["processes"], Value::Null);
     assert_eq!(gpu["eligible"], true);
@@ -218,35 +167,20 @@ fn unsupported_values_are_null_and_do_not_make_a_gpu_ineligible() {
 fn handle_refused_under_a_device_cgroup_is_listed_as_such() {
     let mut text = common::default_scenario();
     // GPU 1's device node is outside this job's cgroup.
-    text = text.replacen(
-        "numa_node = 0\n\n[[gpu]]",
-        "numa_node = 0\n\n[[gpu]]\naccessible = false",
-        1,
-    );
+    text = text.replacen("numa_node = 0\n\n[[gpu]]", "numa_node = 0\n\n[[gpu]]\naccessible = false", 1);
     let sim = Sim::new(&text);
-    let listing = sim
-        .gpurun()
-        .args(["--list", "--json"])
-        .run()
-        .status(0)
-        .json();
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
     let gpu = &listing["gpus"][1];
     assert_eq!(gpu["eligible"], false);
-    assert!(
-        gpu["error"].as_str().unwrap().contains("no permission"),
-        "{gpu:#}"
-    );
+    assert!(gpu["error"].as_str().unwrap().contains("no permission"), "{gpu:#}");
     assert_eq!(listing["gpus"][0]["eligible"], true);
 }
 
 #[test]
 fn missing_library_is_one_line_with_a_hint() {
     let sim = Sim::new(&common::default_scenario());
-    let outcome = sim
-        .gpurun()
-        .env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
-        .args(["--list"])
-        .run();
+    let outcome =
+        sim.gpurun().env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1").args(["--list"]).run();
     outcome
         .status(125)
         .stderr_has("gpurun: cannot load the NVML library /nonexistent/libnvidia-ml.so.1")
@@ -265,32 +199,21 @@ fn default_library_name_is_libnvidia_ml_so_1() {
         .env("LD_LIBRARY_PATH", &sim.lib_dir)
         .args(["--list", "--json"])
         .run();
-    assert_eq!(
-        outcome.status(0).json()["nvml_library"],
-        "libnvidia-ml.so.1"
-    );
+    assert_eq!(outcome.status(0).json()["nvml_library"], "libnvidia-ml.so.1");
     let without = sim
         .gpurun()
         .env_remove("GPURUN_NVML_LIB")
         .env("LD_LIBRARY_PATH", "/nonexistent")
         .args(["--list"])
         .run();
-    without
-        .status(125)
-        .stderr_has("cannot load the NVML library libnvidia-ml.so.1");
+    without.status(125).stderr_has("cannot load the NVML library libnvidia-ml.so.1");
 }
 
 #[test]
 fn a_file_that_is_not_a_library_is_reported() {
     let sim = Sim::new(&common::default_scenario());
-    let outcome = sim
-        .gpurun()
-        .env("GPURUN_NVML_LIB", &sim.scenario)
-        .args(["--list"])
-        .run();
-    outcome
-        .status(125)
-        .stderr_has("cannot load the NVML library");
+    let outcome = sim.gpurun().env("GPURUN_NVML_LIB", &sim.scenario).args(["--list"]).run();
+    outcome.status(125).stderr_has("cannot load the NVML library");
 }
 
 #[test]
@@ -299,11 +222,7 @@ fn nvml_lib_flag_wins_over_the_environment() {
     let outcome = sim
         .gpurun()
         .env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
-        .args([
-            std::ffi::OsStr::new("--nvml-lib"),
-            sim.library().as_os_str(),
-            "--list".as_ref(),
-        ])
+        .args([std::ffi::OsStr::new("--nvml-lib"), sim.library().as_os_str(), "--list".as_ref()])
         .run();
     outcome.status(0).stdout_has("8 GPUs");
 }
@@ -312,10 +231,7 @@ fn nvml_lib_flag_wins_over_the_environment() {
 fn driver_not_loaded() {
     let sim = Sim::new(&scenario_file("driver_not_loaded.toml"));
     let outcome = sim.gpurun().args(["--list"]).run();
-    outcome
-        .status(125)
-        .stderr_has("gpurun: the NVIDIA driver is not loaded")
-        .stderr_has("nvidia-smi");
+    outcome.status(125).stderr_has("gpurun: the NVIDIA driver is not loaded").stderr_has("nvidia-smi");
     assert_eq!(outcome.stderr.lines().count(), 1);
 }
 
@@ -335,35 +251,23 @@ fn slow_init_still_lists() {
     let mut text = common::default_scenario();
     text.push_str("\n[init]\ndelay_ms = 300\n");
     let sim = Sim::new(&text);
-    sim.gpurun()
-        .args(["--list"])
-        .run()
-        .status(0)
-        .stdout_has("8 GPUs");
+    sim.gpurun().args(["--list"]).run().status(0).stdout_has("8 GPUs");
 }
 
 #[test]
 fn verbosity_flags_change_what_reaches_stderr() {
     let sim = Sim::new(&scenario_file("mixed8.toml"));
     let normal = sim.gpurun().args(["--list"]).run();
-    normal
-        .status(0)
-        .stderr_has("gpurun: warning: GPU 5 cannot be used");
+    normal.status(0).stderr_has("gpurun: warning: GPU 5 cannot be used");
     assert!(!normal.stderr.contains("debug:"));
 
     let quiet = sim.gpurun().args(["-q", "--list"]).run();
     assert_eq!(quiet.status(0).stderr, "");
 
     let verbose = sim.gpurun().args(["-v", "--list"]).run();
-    verbose
-        .status(0)
-        .stderr_has("gpurun: debug: NVML initialised");
+    verbose.status(0).stderr_has("gpurun: debug: NVML initialised");
 
-    let filtered = sim
-        .gpurun()
-        .env("GPURUN_LOG", "error")
-        .args(["--list"])
-        .run();
+    let filtered = sim.gpurun().env("GPURUN_LOG", "error").args(["--list"]).run();
     assert_eq!(filtered.status(0).stderr, "");
     // stdout is the listing and nothing else, whatever the log level.
     assert_eq!(normal.stdout, verbose.stdout);

@@ -20,10 +20,7 @@ fn render() -> String {
     for (heading, entries) in gpurun::cli::REFERENCE {
         reference.control("SH", [heading.to_uppercase().as_str()]);
         for (term, meaning) in *entries {
-            reference
-                .control("TP", [])
-                .text([bold(*term)])
-                .text([roman(*meaning)]);
+            reference.control("TP", []).text([bold(*term)]).text([roman(*meaning)]);
         }
     }
     reference.to_writer(&mut page).unwrap();
@@ -40,10 +37,7 @@ fn man_page_is_current() {
         return;
     }
     let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        checked_in == rendered,
-        "man/gpurun.1 is stale: run `make man` and commit it"
-    );
+    assert!(checked_in == rendered, "man/gpurun.1 is stale: run `make man` and commit it");
 }
 
 #[test]
@@ -51,8 +45,7 @@ fn man_page_has_the_reference_sections() {
     let page = render();
     for heading in ["EXAMPLES", "ENVIRONMENT", "EXIT STATUS", "JSON OUTPUT"] {
         assert!(
-            page.contains(&format!(".SH \"{heading}\""))
-                || page.contains(&format!(".SH {heading}")),
+            page.contains(&format!(".SH \"{heading}\"")) || page.contains(&format!(".SH {heading}")),
             "{heading}"
         );
     }

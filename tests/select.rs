@@ -17,14 +17,9 @@ fn exports(outcome: &Outcome) -> BTreeMap<String, String> {
         .stdout
         .lines()
         .map(|line| {
-            let rest = line
-                .strip_prefix("export ")
-                .unwrap_or_else(|| panic!("not an export line: {line:?}"));
+            let rest = line.strip_prefix("export ").unwrap_or_else(|| panic!("not an export line: {line:?}"));
             let (name, quoted) = rest.split_once('=').expect("NAME=value");
-            let value = quoted
-                .strip_prefix('\'')
-                .and_then(|v| v.strip_suffix('\''))
-                .expect("single-quoted");
+            let value = quoted.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')).expect("single-quoted");
             (name.to_owned(), value.replace(r"'\''", "'"))
         })
         .collect()
@@ -48,43 +43,22 @@ fn each_selection_flag_changes_the_choice() {
         (&["--min-free", "99.3%", "--policy", "index"], "3"),
         (&["--min-total", "80G", "--policy", "index"], "2"),
         (&["--max-util", "10", "--policy", "pack"], "0"),
-        (
-            &["--max-util", "10", "--policy", "pack", "--min-free", "35G"],
-            "7",
-        ),
-        (
-            &["--max-util", "0", "--policy", "index", "--gpus", "2"],
-            "0,3",
-        ),
-        (
-            &["--exclusive", "--policy", "least-util", "--gpus", "3"],
-            "3,5,7",
-        ),
+        (&["--max-util", "10", "--policy", "pack", "--min-free", "35G"], "7"),
+        (&["--max-util", "0", "--policy", "index", "--gpus", "2"], "0,3"),
+        (&["--exclusive", "--policy", "least-util", "--gpus", "3"], "3,5,7"),
         (&["--exclusive", "--policy", "index", "--gpus", "2"], "0,3"),
         (&["--devices", "6,7"], "7"),
-        (
-            &["--devices", "GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a66"],
-            "6",
-        ),
+        (&["--devices", "GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a66"], "6"),
         (&["--devices", "0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a67"], "7"),
         (&["--devices", "0000:C7:00.0"], "6"),
         (&["--devices", "c7:00.0,1"], "6"),
         (&["--exclude", "3,5"], "2"),
-        (
-            &[
-                "--exclude",
-                "GPU-c0ffee00-1234-4abc-9def-0123456789a5,00000000:4E:00.0",
-            ],
-            "2",
-        ),
+        (&["--exclude", "GPU-c0ffee00-1234-4abc-9def-0123456789a5,00000000:4E:00.0"], "2"),
         (&["--model", "V100"], "0"),
         (&["--model", "*40gb", "--gpus", "2"], "7,6"),
         (&["--model", "h100", "--min-free", "8G"], "5"),
         (&["--policy", "balanced"], "3"),
-        (
-            &["--policy", "balanced", "--exclude", "3,5", "--gpus", "2"],
-            "2,7",
-        ),
+        (&["--policy", "balanced", "--exclude", "3,5", "--gpus", "2"], "2,7"),
         (&["--policy", "pack", "--min-free", "30G"], "0"),
         (&["--policy", "pack"], "1"),
         (&["--policy", "least-util", "--exclude", "3"], "5"),
@@ -102,10 +76,7 @@ fn random_policy_only_picks_qualifying_gpus_and_varies() {
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..30 {
         let choice = visible(&sim, &["--policy", "random", "--min-free", "30G"]);
-        assert!(
-            ["0", "2", "3", "5", "6", "7"].contains(&choice.as_str()),
-            "{choice}"
-        );
+        assert!(["0", "2", "3", "5", "6", "7"].contains(&choice.as_str()), "{choice}");
         seen.insert(choice);
     }
     assert!(seen.len() > 1, "random always chose {seen:?}");
@@ -127,23 +98,10 @@ fn the_child_environment() {
     assert_eq!(variables["XLA_PYTHON_CLIENT_PREALLOCATE"], "false");
     assert!(!variables.contains_key("GPU_DEVICE_ORDINAL"));
 
-    let by_uuid = exports(
-        sim.gpurun()
-            .args(["--export", "--visible-as", "uuid"])
-            .run()
-            .status(0),
-    );
-    assert_eq!(
-        by_uuid["CUDA_VISIBLE_DEVICES"],
-        "GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53"
-    );
+    let by_uuid = exports(sim.gpurun().args(["--export", "--visible-as", "uuid"]).run().status(0));
+    assert_eq!(by_uuid["CUDA_VISIBLE_DEVICES"], "GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53");
 
-    let bare = exports(
-        sim.gpurun()
-            .args(["--export", "--no-framework-env"])
-            .run()
-            .status(0),
-    );
+    let bare = exports(sim.gpurun().args(["--export", "--no-framework-env"]).run().status(0));
     assert!(
         !bare.contains_key("TF_FORCE_GPU_ALLOW_GROWTH")
             && !bare.contains_key("XLA_PYTHON_CLIENT_PREALLOCATE")
@@ -156,10 +114,7 @@ fn the_child_environment() {
         .args(["--export", "--gpus", "2"])
         .run();
     let users = exports(users.status(0));
-    assert!(
-        !users.contains_key("TF_FORCE_GPU_ALLOW_GROWTH"),
-        "the user's value wins"
-    );
+    assert!(!users.contains_key("TF_FORCE_GPU_ALLOW_GROWTH"), "the user's value wins");
     assert_eq!(users["GPU_DEVICE_ORDINAL"], "3,5");
 }
 
@@ -187,17 +142,9 @@ fn exported_variables_land_cuda_on_the_reported_gpus() {
     ] {
         let variables = exports(sim.gpurun().args(["--export"]).args(args).run().status(0));
         let report = run_sim_cuda(&sim, &variables);
-        let landed: Vec<String> = report["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["nvml_index"].to_string())
-            .collect();
-        assert_eq!(
-            landed.join(","),
-            variables["GPURUN_GPUS"],
-            "{args:?}: {report}"
-        );
+        let landed: Vec<String> =
+            report["devices"].as_array().unwrap().iter().map(|d| d["nvml_index"].to_string()).collect();
+        assert_eq!(landed.join(","), variables["GPURUN_GPUS"], "{args:?}: {report}");
     }
 }
 
@@ -215,18 +162,7 @@ fn run_sim_cuda(sim: &Sim, variables: &BTreeMap<String, String>) -> Value {
 #[test]
 fn not_enough_gpus_exits_75_with_every_reason() {
     let sim = Sim::new(&default_scenario());
-    let outcome = sim
-        .gpurun()
-        .args([
-            "--export",
-            "--gpus",
-            "2",
-            "--min-free",
-            "75G",
-            "--exclude",
-            "3",
-        ])
-        .run();
+    let outcome = sim.gpurun().args(["--export", "--gpus", "2", "--min-free", "75G", "--exclude", "3"]).run();
     outcome
         .status(75)
         .stderr_has("gpurun: not enough GPUs: 2 requested, 1 qualifies")
@@ -237,135 +173,70 @@ fn not_enough_gpus_exits_75_with_every_reason() {
     assert_eq!(outcome.stdout, "", "nothing to eval on failure");
     assert_eq!(outcome.stderr.lines().count(), 9);
 
-    let utilization = sim
-        .gpurun()
-        .args(["--export", "--max-util", "50", "--devices", "4"])
-        .run();
-    utilization
-        .status(75)
-        .stderr_has("GPU 4 (NVIDIA H100 80GB HBM3): utilization 100% > 50%");
-    let exclusive = sim
-        .gpurun()
-        .args(["--dry-run", "--exclusive", "--devices", "4"])
-        .run();
-    exclusive
-        .status(75)
-        .stderr_has("in use by 2 processes (PIDs 4190003, 4190004)");
-    let percent = sim
-        .gpurun()
-        .args(["--export", "--min-free", "50%", "--devices", "1"])
-        .run();
-    percent
-        .status(75)
-        .stderr_has("free 2.3 GiB < 50% of 32 GiB (16 GiB)");
+    let utilization = sim.gpurun().args(["--export", "--max-util", "50", "--devices", "4"]).run();
+    utilization.status(75).stderr_has("GPU 4 (NVIDIA H100 80GB HBM3): utilization 100% > 50%");
+    let exclusive = sim.gpurun().args(["--dry-run", "--exclusive", "--devices", "4"]).run();
+    exclusive.status(75).stderr_has("in use by 2 processes (PIDs 4190003, 4190004)");
+    let percent = sim.gpurun().args(["--export", "--min-free", "50%", "--devices", "1"]).run();
+    percent.status(75).stderr_has("free 2.3 GiB < 50% of 32 GiB (16 GiB)");
 }
 
 #[test]
 fn fallbacks() {
     let sim = Sim::new(&default_scenario());
-    let args = [
-        "--export",
-        "--gpus",
-        "2",
-        "--min-free",
-        "75G",
-        "--exclude",
-        "3",
-    ];
+    let args = ["--export", "--gpus", "2", "--min-free", "75G", "--exclude", "3"];
     let best = sim.gpurun().args(args).args(["--fallback", "best"]).run();
-    best.status(0).stderr_has(
-        "gpurun: warning: taking GPU 2 anyway (--fallback best): free 70.7 GiB < 75 GiB",
-    );
+    best.status(0)
+        .stderr_has("gpurun: warning: taking GPU 2 anyway (--fallback best): free 70.7 GiB < 75 GiB");
     assert_eq!(exports(&best)["CUDA_VISIBLE_DEVICES"], "5,2");
 
     let cpu = sim.gpurun().args(args).args(["--fallback", "cpu"]).run();
-    cpu.status(0)
-        .stderr_has("running with no GPU visible (--fallback cpu)");
+    cpu.status(0).stderr_has("running with no GPU visible (--fallback cpu)");
     assert_eq!(exports(&cpu)["CUDA_VISIBLE_DEVICES"], "");
 
     // Only the load filters are relaxed: an excluded or unreadable GPU is never taken.
-    let hard = sim
-        .gpurun()
-        .args([
-            "--export",
-            "--gpus",
-            "2",
-            "--devices",
-            "3",
-            "--fallback",
-            "best",
-        ])
-        .run();
+    let hard = sim.gpurun().args(["--export", "--gpus", "2", "--devices", "3", "--fallback", "best"]).run();
     hard.status(75);
 }
 
 #[test]
 fn inherited_visibility_is_never_widened() {
     let sim = Sim::new(&default_scenario());
-    let inherited = |value: &str| {
-        sim.gpurun()
-            .env("CUDA_VISIBLE_DEVICES", value)
-            .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    };
+    let inherited =
+        |value: &str| sim.gpurun().env("CUDA_VISIBLE_DEVICES", value).env("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
 
-    assert_eq!(
-        exports(inherited("4,5").args(["--export"]).run().status(0))["CUDA_VISIBLE_DEVICES"],
-        "5"
-    );
+    assert_eq!(exports(inherited("4,5").args(["--export"]).run().status(0))["CUDA_VISIBLE_DEVICES"], "5");
     inherited("4,5")
         .args(["--export", "--gpus", "3"])
         .run()
         .status(75)
         .stderr_has("GPU 3 (NVIDIA A100-SXM4-80GB): not in CUDA_VISIBLE_DEVICES=4,5");
     // --devices inside the inherited set only.
-    inherited("4,5")
-        .args(["--export", "--devices", "3"])
-        .run()
-        .status(75);
+    inherited("4,5").args(["--export", "--devices", "3"]).run().status(75);
 
     // Empty: no GPU at all.
-    inherited("")
-        .args(["--export"])
-        .run()
-        .status(75)
-        .stderr_has("not in CUDA_VISIBLE_DEVICES=");
+    inherited("").args(["--export"]).run().status(75).stderr_has("not in CUDA_VISIBLE_DEVICES=");
     assert_eq!(
-        exports(
-            inherited("")
-                .args(["--export", "--gpus", "0"])
-                .run()
-                .status(0)
-        )["CUDA_VISIBLE_DEVICES"],
+        exports(inherited("").args(["--export", "--gpus", "0"]).run().status(0))["CUDA_VISIBLE_DEVICES"],
         ""
     );
 
     // UUIDs and unique prefixes; an ambiguous prefix ends the list, like CUDA.
-    let by_uuid = inherited(
-        "GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a66,GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e52",
-    );
+    let by_uuid =
+        inherited("GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a66,GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e52");
     assert_eq!(
         exports(by_uuid.args(["--export", "--gpus", "2"]).run().status(0))["CUDA_VISIBLE_DEVICES"],
         "2,6"
     );
-    let ambiguous = inherited("6,GPU-c0ffee00,3")
-        .args(["--export", "--gpus", "2"])
-        .run();
-    ambiguous
-        .status(75)
-        .stderr_has("entry \"GPU-c0ffee00\" ends the list");
+    let ambiguous = inherited("6,GPU-c0ffee00,3").args(["--export", "--gpus", "2"]).run();
+    ambiguous.status(75).stderr_has("entry \"GPU-c0ffee00\" ends the list");
 }
 
 #[test]
 fn inherited_indices_without_pci_order_are_ambiguous_on_mixed_machines() {
     let sim = Sim::new(&default_scenario());
-    let warned = sim
-        .gpurun()
-        .env("CUDA_VISIBLE_DEVICES", "0,1")
-        .args(["--export"])
-        .run();
-    warned
-        .status(0)
-        .stderr_has("CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs differ in model");
+    let warned = sim.gpurun().env("CUDA_VISIBLE_DEVICES", "0,1").args(["--export"]).run();
+    warned.status(0).stderr_has("CUDA_DEVICE_ORDER is not PCI_BUS_ID and the GPUs differ in model");
     let quiet = sim
         .gpurun()
         .env("CUDA_VISIBLE_DEVICES", "0,1")
@@ -408,29 +279,17 @@ fn uuid_of(index: usize) -> String {
 #[test]
 fn slurm_allocation_is_a_hint_when_cuda_visible_devices_is_unset() {
     let sim = Sim::new(&default_scenario());
-    let hinted = sim
-        .gpurun()
-        .env("SLURM_STEP_GPUS", "6,7")
-        .args(["--export"])
-        .run();
+    let hinted = sim.gpurun().env("SLURM_STEP_GPUS", "6,7").args(["--export"]).run();
     assert_eq!(exports(hinted.status(0))["CUDA_VISIBLE_DEVICES"], "7");
-    let job = sim
-        .gpurun()
-        .env("SLURM_JOB_GPUS", "0")
-        .args(["--export"])
-        .run();
+    let job = sim.gpurun().env("SLURM_JOB_GPUS", "0").args(["--export"]).run();
     assert_eq!(exports(job.status(0))["CUDA_VISIBLE_DEVICES"], "0");
 }
 
 #[test]
 fn dry_run_json_has_selected_and_env() {
     let sim = Sim::new(&default_scenario());
-    let plan = sim
-        .gpurun()
-        .args(["--dry-run", "--json", "--gpus", "2", "--min-free", "75G"])
-        .run()
-        .status(0)
-        .json();
+    let plan =
+        sim.gpurun().args(["--dry-run", "--json", "--gpus", "2", "--min-free", "75G"]).run().status(0).json();
     assert_eq!(
         plan["selected"],
         serde_json::json!([
@@ -441,16 +300,10 @@ fn dry_run_json_has_selected_and_env() {
     assert_eq!(plan["env"]["CUDA_VISIBLE_DEVICES"], "3,5");
     assert_eq!(plan["env"]["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
     assert_eq!(plan["gpus"][1]["eligible"], false);
-    assert_eq!(
-        plan["gpus"][1]["reasons"],
-        serde_json::json!(["free 2.3 GiB < 75 GiB"])
-    );
+    assert_eq!(plan["gpus"][1]["reasons"], serde_json::json!(["free 2.3 GiB < 75 GiB"]));
     assert_eq!(plan["gpus"].as_array().unwrap().len(), 8);
 
-    let refused = sim
-        .gpurun()
-        .args(["--dry-run", "--json", "--gpus", "3", "--min-free", "75G"])
-        .run();
+    let refused = sim.gpurun().args(["--dry-run", "--json", "--gpus", "3", "--min-free", "75G"]).run();
     let refused_plan = refused.status(75).json();
     assert_eq!(refused_plan["selected"], Value::Null);
     assert_eq!(refused_plan["env"], Value::Null);
@@ -460,13 +313,12 @@ fn dry_run_json_has_selected_and_env() {
 #[test]
 fn dry_run_for_people() {
     let sim = Sim::new(&default_scenario());
-    let outcome = sim
-        .gpurun()
-        .args(["--dry-run", "--gpus", "2", "--model", "A100"])
-        .run();
+    let outcome = sim.gpurun().args(["--dry-run", "--gpus", "2", "--model", "A100"]).run();
     outcome
         .status(0)
-        .stdout_has("selected: GPU 3 (NVIDIA A100-SXM4-80GB, GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53), GPU 2 (")
+        .stdout_has(
+            "selected: GPU 3 (NVIDIA A100-SXM4-80GB, GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53), GPU 2 (",
+        )
         .stdout_has("  CUDA_VISIBLE_DEVICES=3,2\n")
         .stdout_has("not eligible: model Tesla V100-SXM2-32GB does not match --model A100")
         .stdout_has("no reservation is held");
@@ -503,57 +355,24 @@ fn list_with_filters_says_what_qualifies() {
 
 /// (argv, a piece of the expected message): all exit 125 before anything runs.
 const INVALID: &[(&[&str], &str)] = &[
-    (
-        &["--gpus", "two", "--export"],
-        "invalid value 'two' for '--gpus <N>'",
-    ),
+    (&["--gpus", "two", "--export"], "invalid value 'two' for '--gpus <N>'"),
     (&["--gpus", "-1", "--export"], "--gpus"),
     (&["--min-free", "8X", "--export"], "\"8X\" is not a size"),
-    (
-        &["--min-free", "101%", "--export"],
-        "\"101%\" is not a percentage",
-    ),
+    (&["--min-free", "101%", "--export"], "\"101%\" is not a percentage"),
     (&["--min-free", "99999999999T", "--export"], "too large"),
     (&["--min-total", "50%", "--export"], "\"50%\" is not a size"),
-    (
-        &["--max-util", "101", "--export"],
-        "\"101\" is not a utilization",
-    ),
+    (&["--max-util", "101", "--export"], "\"101\" is not a utilization"),
     (&["--devices", "1,,2", "--export"], "empty entry"),
-    (
-        &["--devices", "9", "--export"],
-        "--devices 9: no such GPU; this machine has GPUs 0-7",
-    ),
-    (
-        &["--devices", "GPU-5a1c", "--export"],
-        "--devices GPU-5a1c: matches GPUs 0, 1",
-    ),
-    (
-        &["--exclude", "MIG-abc", "--export"],
-        "does not select MIG instances",
-    ),
+    (&["--devices", "9", "--export"], "--devices 9: no such GPU; this machine has GPUs 0-7"),
+    (&["--devices", "GPU-5a1c", "--export"], "--devices GPU-5a1c: matches GPUs 0, 1"),
+    (&["--exclude", "MIG-abc", "--export"], "does not select MIG instances"),
     (&["--exclude", "zz:00.0", "--export"], "not a PCI bus id"),
-    (
-        &["--policy", "fastest", "--export"],
-        "invalid value 'fastest' for '--policy <POLICY>'",
-    ),
-    (
-        &["--fallback", "gpu", "--export"],
-        "invalid value 'gpu' for '--fallback <MODE>'",
-    ),
-    (
-        &["--visible-as", "name", "--export"],
-        "invalid value 'name' for '--visible-as <FORM>'",
-    ),
+    (&["--policy", "fastest", "--export"], "invalid value 'fastest' for '--policy <POLICY>'"),
+    (&["--fallback", "gpu", "--export"], "invalid value 'gpu' for '--fallback <MODE>'"),
+    (&["--visible-as", "name", "--export"], "invalid value 'name' for '--visible-as <FORM>'"),
     (&["--model", "", "--export"], "--model is empty"),
-    (
-        &["--export", "--json"],
-        "--json goes with --list or --dry-run",
-    ),
-    (
-        &["--dry-run", "python3"],
-        "--dry-run takes no COMMAND, but got \"python3\"",
-    ),
+    (&["--export", "--json"], "--json goes with --list or --dry-run"),
+    (&["--dry-run", "python3"], "--dry-run takes no COMMAND, but got \"python3\""),
     (&["--export", "--", "env"], "--export takes no COMMAND"),
     (&["--list", "--dry-run"], "cannot be used with"),
     (&["--dry-run", "--export"], "cannot be used with"),
@@ -565,14 +384,8 @@ fn invalid_selection_argv_is_a_usage_error() {
     for (argv, message) in INVALID {
         let outcome = sim.gpurun().args(*argv).run();
         assert_eq!(outcome.code, Some(125), "{argv:?}: {outcome:#?}");
-        assert!(
-            outcome.stderr.starts_with("gpurun: "),
-            "{argv:?}: {outcome:#?}"
-        );
-        assert!(
-            outcome.stderr.contains(message),
-            "{argv:?}: expected {message:?} in {outcome:#?}"
-        );
+        assert!(outcome.stderr.starts_with("gpurun: "), "{argv:?}: {outcome:#?}");
+        assert!(outcome.stderr.contains(message), "{argv:?}: expected {message:?} in {outcome:#?}");
         assert!(outcome.stdout.is_empty(), "{argv:?}");
     }
 }
@@ -581,20 +394,8 @@ fn invalid_selection_argv_is_a_usage_error() {
 fn a_lost_gpu_is_never_chosen() {
     let sim = Sim::new(&common::scenario_file("mixed8.toml"));
     // GPU 5 (an idle L40S) has fallen off the bus.
-    let outcome = sim
-        .gpurun()
-        .args([
-            "--export",
-            "--model",
-            "L40S",
-            "--gpus",
-            "2",
-            "--fallback",
-            "best",
-        ])
-        .run();
-    outcome
-        .status(75)
-        .stderr_has("GPU 5 (-): unreadable: handle: GPU is lost");
+    let outcome =
+        sim.gpurun().args(["--export", "--model", "L40S", "--gpus", "2", "--fallback", "best"]).run();
+    outcome.status(75).stderr_has("GPU 5 (-): unreadable: handle: GPU is lost");
     assert_eq!(visible(&sim, &["--model", "L40S"]), "4");
 }

@@ -10,10 +10,7 @@ pub const GPURUN: &str = env!("CARGO_BIN_EXE_gpurun");
 
 /// Where cargo put gpurun, and with it the simulator (built by `make sim`/`make test`).
 fn build_dir() -> PathBuf {
-    Path::new(GPURUN)
-        .parent()
-        .expect("binary has a directory")
-        .to_path_buf()
+    Path::new(GPURUN).parent().expect("binary has a directory").to_path_buf()
 }
 
 fn built(name: &str) -> PathBuf {
@@ -37,9 +34,7 @@ pub fn sim_cuda() -> PathBuf {
 
 /// The scenario files shipped with the tests.
 pub fn scenario_file(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/scenarios")
-        .join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -62,13 +57,8 @@ impl Sim {
         std::fs::write(&scenario_path, scenario).expect("write scenario");
         let lib_dir = dir.path().join("lib");
         std::fs::create_dir(&lib_dir).expect("lib dir");
-        std::os::unix::fs::symlink(sim_library(), lib_dir.join("libnvidia-ml.so.1"))
-            .expect("symlink");
-        Sim {
-            dir,
-            scenario: scenario_path,
-            lib_dir,
-        }
+        std::os::unix::fs::symlink(sim_library(), lib_dir.join("libnvidia-ml.so.1")).expect("symlink");
+        Sim { dir, scenario: scenario_path, lib_dir }
     }
 
     /// Replaces the scenario; the simulator notices on its next call.
@@ -116,10 +106,7 @@ impl Sim {
     pub fn spawn_sim_cuda(&self, env: &[(&str, &str)], args: &[&str]) -> Background {
         let mut command = Command::new(sim_cuda());
         self.prepare(&mut command);
-        command
-            .envs(env.iter().copied())
-            .args(args)
-            .stdout(Stdio::piped());
+        command.envs(env.iter().copied()).args(args).stdout(Stdio::piped());
         let mut child = command.spawn().expect("start sim-cuda");
         // Its first line says it has registered.
         let mut line = String::new();
@@ -128,10 +115,7 @@ impl Sim {
             &mut line,
         )
         .expect("sim-cuda reports");
-        Background {
-            child,
-            report: line,
-        }
+        Background { child, report: line }
     }
 }
 
@@ -169,11 +153,7 @@ impl Run {
     }
 
     pub fn run(mut self) -> Outcome {
-        let output = self
-            .command
-            .stdin(Stdio::null())
-            .output()
-            .expect("run gpurun");
+        let output = self.command.stdin(Stdio::null()).output().expect("run gpurun");
         Outcome {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -193,35 +173,63 @@ impl Outcome {
     /// Asserts the exit code, showing everything gpurun said when it differs.
     #[track_caller]
     pub fn status(&self, expected: i32) -> &Outcome {
-        assert_eq!(
-            self.code,
-            Some(expected),
-            "unexpected exit status\n{self:#?}"
-        );
+        assert_eq!(self.code, Some(expected), "unexpected exit status\n{self:#?}");
         self
     }
 
     #[track_caller]
     pub fn stderr_has(&self, needle: &str) -> &Outcome {
-        assert!(
-            self.stderr.contains(needle),
-            "stderr lacks {needle:?}\n{self:#?}"
-        );
+        assert!(self.stderr.contains(needle), "stderr lacks {needle:?}\n{self:#?}");
         self
     }
 
     #[track_caller]
     pub fn stdout_has(&self, needle: &str) -> &Outcome {
-        assert!(
-            self.stdout.contains(needle),
-            "stdout lacks {needle:?}\n{self:#?}"
-        );
+        assert!(self.stdout.contains(needle), "stdout lacks {needle:?}\n{self:#?}");
         self
     }
 
     #[track_caller]
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON: {e}\n{self:#?}"))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON: {e}\n{self:#?}"))
     }
+}
+
+/// tests/helpers/recorder.py: a child that records the signals it receives.
+pub fn recorder() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/recorder.py")
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: std::time::Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rfind(')').map(|end| stat[end + 1..].trim_start().chars().next()))
+        .flatten()
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+/// The one-letter state of `pid` from /proc (R, S, T, Z...).
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+pub fn send_signal(pid: u32, signal: i32) {
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid as i32, signal) };
 }

@@ -242,11 +242,7 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: 
     // SAFETY: forwarded caller contract.
     system_call("nvmlSystemGetNVMLVersion", |state| unsafe {
         let major = state.scenario.cuda_driver_version / 1000;
-        write_string(
-            &format!("{major}.{}", state.scenario.driver_version),
-            version,
-            length,
-        )
+        write_string(&format!("{major}.{}", state.scenario.driver_version), version, length)
     })
 }
 
@@ -273,9 +269,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(cuda_version: *mut c_
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
-    system_call("nvmlDeviceGetCount", |state| unsafe {
-        put(count, state.scenario.gpus.len() as c_uint)
-    })
+    system_call("nvmlDeviceGetCount", |state| unsafe { put(count, state.scenario.gpus.len() as c_uint) })
 }
 
 /// # Safety
@@ -331,19 +325,12 @@ unsafe fn handle_by(
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     // SAFETY: caller passes a NUL-terminated string.
-    let key = unsafe { CStr::from_ptr(key) }
-        .to_string_lossy()
-        .into_owned();
+    let key = unsafe { CStr::from_ptr(key) }.to_string_lossy().into_owned();
     let result = with_state(|state| {
         if state.init_count == 0 {
             return Err(NVML_ERROR_UNINITIALIZED);
         }
-        let Some(index) = state
-            .scenario
-            .gpus
-            .iter()
-            .position(|gpu| matches(gpu, &key))
-        else {
+        let Some(index) = state.scenario.gpus.iter().position(|gpu| matches(gpu, &key)) else {
             return Err(NVML_ERROR_NOT_FOUND);
         };
         if !state.scenario.gpus[index].accessible {
@@ -361,33 +348,20 @@ unsafe fn handle_by(
 /// # Safety
 /// `uuid` must be a NUL-terminated string; `device` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
-    uuid: *const c_char,
-    device: *mut Device,
-) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut Device) -> u32 {
     // SAFETY: forwarded caller contract.
-    unsafe {
-        handle_by(uuid, device, "nvmlDeviceGetHandleByUUID", |gpu, key| {
-            gpu.uuid == key
-        })
-    }
+    unsafe { handle_by(uuid, device, "nvmlDeviceGetHandleByUUID", |gpu, key| gpu.uuid == key) }
 }
 
 /// # Safety
 /// `bus_id` must be a NUL-terminated string; `device` valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
-    bus_id: *const c_char,
-    device: *mut Device,
-) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, device: *mut Device) -> u32 {
     // SAFETY: forwarded caller contract.
     unsafe {
-        handle_by(
-            bus_id,
-            device,
-            "nvmlDeviceGetHandleByPciBusId",
-            |gpu, key| gpu.pci_bus_id.eq_ignore_ascii_case(key),
-        )
+        handle_by(bus_id, device, "nvmlDeviceGetHandleByPciBusId", |gpu, key| {
+            gpu.pci_bus_id.eq_ignore_ascii_case(key)
+        })
     }
 }
 
@@ -396,19 +370,13 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(device: Device, index: *mut c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
-    device_call(device, "nvmlDeviceGetIndex", |_, gpu| unsafe {
-        put(index, gpu)
-    })
+    device_call(device, "nvmlDeviceGetIndex", |_, gpu| unsafe { put(index, gpu) })
 }
 
 /// # Safety
 /// `name` must be valid for `length` bytes of writes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetName(
-    device: Device,
-    name: *mut c_char,
-    length: c_uint,
-) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetName(device: Device, name: *mut c_char, length: c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
     device_call(device, "nvmlDeviceGetName", |state, gpu| unsafe {
         write_string(&state.scenario.gpus[gpu as usize].name, name, length)
@@ -418,11 +386,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
 /// # Safety
 /// `uuid` must be valid for `length` bytes of writes.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUUID(
-    device: Device,
-    uuid: *mut c_char,
-    length: c_uint,
-) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetUUID(device: Device, uuid: *mut c_char, length: c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
     device_call(device, "nvmlDeviceGetUUID", |state, gpu| unsafe {
         write_string(&state.scenario.gpus[gpu as usize].uuid, uuid, length)
@@ -432,12 +396,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
 /// Splits `00000000:07:00.0` into (domain, bus, device).
 fn pci_parts(bus_id: &str) -> (u32, u32, u32) {
     let mut parts = bus_id.split([':', '.']);
-    let mut next = || {
-        parts
-            .next()
-            .and_then(|p| u32::from_str_radix(p, 16).ok())
-            .unwrap_or(0)
-    };
+    let mut next = || parts.next().and_then(|p| u32::from_str_radix(p, 16).ok()).unwrap_or(0);
     (next(), next(), next())
 }
 
@@ -465,10 +424,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Device, pci: *mut PciIn
             bus_id: [0; 32],
         };
         fill_c_string(&mut info.bus_id, &spec.pci_bus_id.to_uppercase());
-        fill_c_string(
-            &mut info.bus_id_legacy,
-            &format!("{domain:04X}:{bus:02X}:{dev:02X}.0"),
-        );
+        fill_c_string(&mut info.bus_id_legacy, &format!("{domain:04X}:{bus:02X}:{dev:02X}.0"));
         // SAFETY: forwarded caller contract.
         unsafe { put(pci, info) }
     })
@@ -481,11 +437,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Device, memory: *mut Me
     device_call(device, "nvmlDeviceGetMemoryInfo", |state, gpu| {
         let m = state.memory(gpu);
         // v1 predates the `reserved` field and counts it as used.
-        let info = MemoryV1 {
-            total: m.total,
-            free: m.free,
-            used: m.used + m.reserved,
-        };
+        let info = MemoryV1 { total: m.total, free: m.free, used: m.used + m.reserved };
         // SAFETY: forwarded caller contract.
         unsafe { put(memory, info) }
     })
@@ -519,10 +471,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Device, memory: *mut
 /// # Safety
 /// `utilization` must be valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
-    device: Device,
-    utilization: *mut Utilization,
-) -> u32 {
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: Device, utilization: *mut Utilization) -> u32 {
     device_call(device, "nvmlDeviceGetUtilizationRates", |state, gpu| {
         let spec = &state.scenario.gpus[gpu as usize];
         match (spec.utilization_gpu, spec.utilization_memory) {
@@ -572,10 +521,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: Device, power: *mut c_u
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetComputeMode(device: Device, mode: *mut c_uint) -> u32 {
     device_call(device, "nvmlDeviceGetComputeMode", |state, gpu| {
-        match state.scenario.gpus[gpu as usize]
-            .compute_mode
-            .as_deref()
-            .and_then(scenario::compute_mode_code)
+        match state.scenario.gpus[gpu as usize].compute_mode.as_deref().and_then(scenario::compute_mode_code)
         {
             // SAFETY: forwarded caller contract.
             Some(code) => unsafe { put(mode, code) },
@@ -593,11 +539,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     pending: *mut c_uint,
 ) -> u32 {
     device_call(device, "nvmlDeviceGetMigMode", |state, gpu| {
-        match state.scenario.gpus[gpu as usize]
-            .mig_mode
-            .as_deref()
-            .and_then(scenario::mig_mode_code)
-        {
+        match state.scenario.gpus[gpu as usize].mig_mode.as_deref().and_then(scenario::mig_mode_code) {
             // SAFETY: forwarded caller contract.
             Some(code) => unsafe {
                 match put(current, code) {
@@ -644,9 +586,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
 pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: Device, minor: *mut c_uint) -> u32 {
     // The minor number of /dev/nvidiaN follows the index on a plain machine.
     // SAFETY: forwarded caller contract.
-    device_call(device, "nvmlDeviceGetMinorNumber", |_, gpu| unsafe {
-        put(minor, gpu)
-    })
+    device_call(device, "nvmlDeviceGetMinorNumber", |_, gpu| unsafe { put(minor, gpu) })
 }
 
 /// # Safety
@@ -663,11 +603,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
             return NVML_ERROR_INVALID_ARGUMENT;
         }
         let b = b as u32;
-        let linked = state
-            .scenario
-            .links
-            .iter()
-            .find(|link| link.gpus == [a, b] || link.gpus == [b, a]);
+        let linked = state.scenario.links.iter().find(|link| link.gpus == [a, b] || link.gpus == [b, a]);
         let answer = match linked {
             Some(link) => scenario::topology_level(&link.level).unwrap_or(50),
             None if a == b => 0,
@@ -699,42 +635,33 @@ unsafe fn running_processes<T>(
     if count.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    device_call(
-        device,
-        "nvmlDeviceGetComputeRunningProcesses",
-        |state, gpu| {
-            let listed = state.processes(gpu);
-            // SAFETY: checked non-null; caller contract.
-            let capacity = unsafe { *count } as usize;
-            // SAFETY: as above.
-            unsafe { *count = listed.len() as c_uint };
-            if capacity < listed.len() {
-                return NVML_ERROR_INSUFFICIENT_SIZE;
-            }
-            if listed.is_empty() {
-                return NVML_SUCCESS;
-            }
-            if infos.is_null() {
-                return NVML_ERROR_INVALID_ARGUMENT;
-            }
-            for (slot, process) in listed.iter().enumerate() {
-                let used = process.used_bytes.unwrap_or(VALUE_NOT_AVAILABLE);
-                // SAFETY: slot < listed.len() <= capacity, which the caller allocated.
-                unsafe { infos.add(slot).write(make(process.pid, used)) };
-            }
-            NVML_SUCCESS
-        },
-    )
+    device_call(device, "nvmlDeviceGetComputeRunningProcesses", |state, gpu| {
+        let listed = state.processes(gpu);
+        // SAFETY: checked non-null; caller contract.
+        let capacity = unsafe { *count } as usize;
+        // SAFETY: as above.
+        unsafe { *count = listed.len() as c_uint };
+        if capacity < listed.len() {
+            return NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        if listed.is_empty() {
+            return NVML_SUCCESS;
+        }
+        if infos.is_null() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        for (slot, process) in listed.iter().enumerate() {
+            let used = process.used_bytes.unwrap_or(VALUE_NOT_AVAILABLE);
+            // SAFETY: slot < listed.len() <= capacity, which the caller allocated.
+            unsafe { infos.add(slot).write(make(process.pid, used)) };
+        }
+        NVML_SUCCESS
+    })
 }
 
 fn process_v2(pid: u32, used: u64) -> ProcessInfoV2 {
     // 0xFFFFFFFF: no MIG instance.
-    ProcessInfoV2 {
-        pid,
-        used_gpu_memory: used,
-        gpu_instance_id: u32::MAX,
-        compute_instance_id: u32::MAX,
-    }
+    ProcessInfoV2 { pid, used_gpu_memory: used, gpu_instance_id: u32::MAX, compute_instance_id: u32::MAX }
 }
 
 /// # Safety
@@ -771,9 +698,6 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
 ) -> u32 {
     // SAFETY: forwarded caller contract.
     unsafe {
-        running_processes(device, count, infos, |pid, used| ProcessInfoV1 {
-            pid,
-            used_gpu_memory: used,
-        })
+        running_processes(device, count, infos, |pid, used| ProcessInfoV1 { pid, used_gpu_memory: used })
     }
 }

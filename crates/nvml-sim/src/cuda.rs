@@ -31,10 +31,7 @@ pub fn visible_devices(
     } else {
         scenario.fastest_first()
     };
-    let enumerated: Vec<u32> = order
-        .into_iter()
-        .filter(|&i| scenario.gpus[i as usize].accessible)
-        .collect();
+    let enumerated: Vec<u32> = order.into_iter().filter(|&i| scenario.gpus[i as usize].accessible).collect();
     let uuid = |index: u32| scenario.gpus[index as usize].uuid.clone();
 
     let chosen: Vec<u32> = match visible {
@@ -43,10 +40,7 @@ pub fn visible_devices(
             let mut chosen = Vec::new();
             for entry in list.split(',').map(str::trim) {
                 let found = if !entry.is_empty() && entry.bytes().all(|b| b.is_ascii_digit()) {
-                    entry
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|n| enumerated.get(n).copied())
+                    entry.parse::<usize>().ok().and_then(|n| enumerated.get(n).copied())
                 } else if entry.starts_with("GPU-") {
                     let mut matches = enumerated.iter().filter(|&&i| uuid(i).starts_with(entry));
                     match (matches.next(), matches.next()) {
@@ -82,10 +76,7 @@ mod tests {
 
     fn nvml_indices(order: Option<&str>, visible: Option<&str>) -> Vec<u32> {
         let scenario = scenario::parse(scenario::EMBEDDED_DEFAULT).unwrap();
-        visible_devices(&scenario, order, visible)
-            .iter()
-            .map(|d| d.nvml_index)
-            .collect()
+        visible_devices(&scenario, order, visible).iter().map(|d| d.nvml_index).collect()
     }
 
     #[test]
@@ -102,26 +93,14 @@ mod tests {
         assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("2,9,3")), vec![2]);
         assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("2,2,3")), vec![2]);
         assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("3,x,1")), vec![3]);
-        assert_eq!(
-            nvml_indices(Some("PCI_BUS_ID"), Some("-1")),
-            Vec::<u32>::new()
-        );
+        assert_eq!(nvml_indices(Some("PCI_BUS_ID"), Some("-1")), Vec::<u32>::new());
     }
 
     #[test]
     fn uuids_and_prefixes() {
-        assert_eq!(
-            nvml_indices(None, Some("GPU-c0ffee00-1234-4abc-9def-0123456789a5")),
-            vec![5]
-        );
+        assert_eq!(nvml_indices(None, Some("GPU-c0ffee00-1234-4abc-9def-0123456789a5")), vec![5]);
         // Ambiguous prefix (both H100s) stops enumeration.
-        assert_eq!(
-            nvml_indices(None, Some("GPU-5a1c,GPU-c0ffee")),
-            vec![] as Vec<u32>
-        );
-        assert_eq!(
-            nvml_indices(None, Some("GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a67,1")),
-            vec![7, 5]
-        );
+        assert_eq!(nvml_indices(None, Some("GPU-5a1c,GPU-c0ffee")), vec![] as Vec<u32>);
+        assert_eq!(nvml_indices(None, Some("GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a67,1")), vec![7, 5]);
     }
 }

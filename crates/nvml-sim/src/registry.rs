@@ -60,10 +60,8 @@ pub fn live(dir: &Path) -> Vec<Registration> {
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".proc"))
-            .and_then(|n| n.parse::<u32>().ok())
+        let Some(pid) =
+            name.to_str().and_then(|n| n.strip_suffix(".proc")).and_then(|n| n.parse::<u32>().ok())
         else {
             continue;
         };
@@ -71,21 +69,15 @@ pub fn live(dir: &Path) -> Vec<Registration> {
             continue;
         };
         let mut lines = text.lines();
-        let recorded_start = lines
-            .next()
-            .and_then(|l| l.strip_prefix("start "))
-            .and_then(|t| t.parse::<u64>().ok());
+        let recorded_start =
+            lines.next().and_then(|l| l.strip_prefix("start ")).and_then(|t| t.parse::<u64>().ok());
         if live_start_time(pid).is_none() || live_start_time(pid) != recorded_start {
             continue;
         }
         for line in lines {
             if let Some((uuid, bytes)) = line.split_once(' ') {
                 if let Ok(used_bytes) = bytes.parse() {
-                    found.push(Registration {
-                        pid,
-                        uuid: uuid.to_owned(),
-                        used_bytes,
-                    });
+                    found.push(Registration { pid, uuid: uuid.to_owned(), used_bytes });
                 }
             }
         }
@@ -103,14 +95,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nvml-sim-registry-{}", std::process::id()));
         let pid = std::process::id();
         register(&dir, pid, &[("GPU-x".to_owned(), 42)]).unwrap();
-        assert_eq!(
-            live(&dir),
-            vec![Registration {
-                pid,
-                uuid: "GPU-x".to_owned(),
-                used_bytes: 42
-            }]
-        );
+        assert_eq!(live(&dir), vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 42 }]);
         unregister(&dir, pid);
         assert!(live(&dir).is_empty());
         let _ = fs::remove_dir_all(dir);
@@ -118,8 +103,7 @@ mod tests {
 
     #[test]
     fn dead_process_is_not_listed() {
-        let dir =
-            std::env::temp_dir().join(format!("nvml-sim-registry-dead-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("nvml-sim-registry-dead-{}", std::process::id()));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();

@@ -151,9 +151,7 @@ impl<'de> Deserialize<'de> for Size {
         }
         match Raw::deserialize(deserializer)? {
             Raw::Bytes(bytes) => Ok(Size(bytes)),
-            Raw::Text(text) => parse_size(&text)
-                .map(Size)
-                .map_err(serde::de::Error::custom),
+            Raw::Text(text) => parse_size(&text).map(Size).map_err(serde::de::Error::custom),
         }
     }
 }
@@ -161,9 +159,7 @@ impl<'de> Deserialize<'de> for Size {
 /// Parses `123`, `80GiB`, `1.5 TiB`: binary units only, so a scenario reads like `nvidia-smi`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
+    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
     let multiplier: u64 = match unit.trim() {
         "" | "B" => 1,
@@ -171,15 +167,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "MiB" => 1 << 20,
         "GiB" => 1 << 30,
         "TiB" => 1 << 40,
-        other => {
-            return Err(format!(
-                "size {text:?}: unit {other:?} is not one of B, KiB, MiB, GiB, TiB"
-            ))
-        }
+        other => return Err(format!("size {text:?}: unit {other:?} is not one of B, KiB, MiB, GiB, TiB")),
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("size {text:?}: {number:?} is not a number"))?;
+    let value: f64 = number.parse().map_err(|_| format!("size {text:?}: {number:?} is not a number"))?;
     let bytes = value * multiplier as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
         return Err(format!("size {text:?} is out of range"));
@@ -204,12 +194,9 @@ impl Source {
 
     pub fn load(&self) -> Result<Scenario, String> {
         match self {
-            Source::Embedded => {
-                parse(EMBEDDED_DEFAULT).map_err(|e| format!("embedded default: {e}"))
-            }
+            Source::Embedded => parse(EMBEDDED_DEFAULT).map_err(|e| format!("embedded default: {e}")),
             Source::File(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
                 parse(&text).map_err(|e| format!("{}: {e}", path.display()))
             }
         }
@@ -227,15 +214,9 @@ impl Scenario {
         let count = self.gpus.len() as u32;
         for (index, gpu) in self.gpus.iter().enumerate() {
             if !gpu.uuid.starts_with("GPU-") {
-                return Err(format!(
-                    "gpu {index}: uuid {:?} must start with GPU-",
-                    gpu.uuid
-                ));
+                return Err(format!("gpu {index}: uuid {:?} must start with GPU-", gpu.uuid));
             }
-            if self.gpus[..index]
-                .iter()
-                .any(|other| other.uuid == gpu.uuid)
-            {
+            if self.gpus[..index].iter().any(|other| other.uuid == gpu.uuid) {
                 return Err(format!("gpu {index}: uuid {} appears twice", gpu.uuid));
             }
             if let Some(mode) = &gpu.compute_mode {
@@ -244,9 +225,8 @@ impl Scenario {
                 })?;
             }
             if let Some(mode) = &gpu.mig_mode {
-                mig_mode_code(mode).ok_or_else(|| {
-                    format!("gpu {index}: mig_mode {mode:?} is not enabled or disabled")
-                })?;
+                mig_mode_code(mode)
+                    .ok_or_else(|| format!("gpu {index}: mig_mode {mode:?} is not enabled or disabled"))?;
             }
             if let Some(list) = &gpu.cpu_affinity {
                 parse_cpu_list(list).map_err(|e| format!("gpu {index}: cpu_affinity: {e}"))?;
@@ -263,10 +243,7 @@ impl Scenario {
         }
         for process in &self.processes {
             if process.gpu >= count {
-                return Err(format!(
-                    "process {}: gpu {} does not exist",
-                    process.pid, process.gpu
-                ));
+                return Err(format!("process {}: gpu {} does not exist", process.pid, process.gpu));
             }
         }
         for error in &self.errors {
@@ -274,12 +251,10 @@ impl Scenario {
                 .ok_or_else(|| format!("error {:?}: unknown NVML error name", error.error))?;
         }
         if let Some(name) = &self.init.error {
-            error_code(name)
-                .ok_or_else(|| format!("init.error {name:?}: unknown NVML error name"))?;
+            error_code(name).ok_or_else(|| format!("init.error {name:?}: unknown NVML error name"))?;
         }
         for link in &self.links {
-            topology_level(&link.level)
-                .ok_or_else(|| format!("link level {:?} is unknown", link.level))?;
+            topology_level(&link.level).ok_or_else(|| format!("link level {:?} is unknown", link.level))?;
             if link.gpus.iter().any(|&gpu| gpu >= count) {
                 return Err(format!("link {:?}: no such GPU", link.gpus));
             }
@@ -289,10 +264,7 @@ impl Scenario {
 
     /// CUDA's FASTEST_FIRST order as NVML indices.
     pub fn fastest_first(&self) -> Vec<u32> {
-        self.cuda
-            .fastest_first
-            .clone()
-            .unwrap_or_else(|| (0..self.gpus.len() as u32).collect())
+        self.cuda.fastest_first.clone().unwrap_or_else(|| (0..self.gpus.len() as u32).collect())
     }
 }
 
@@ -331,10 +303,7 @@ pub fn topology_level(name: &str) -> Option<u32> {
 
 /// `nvmlReturn_t` by name, as in nvml.h without the `NVML_ERROR_` prefix.
 pub fn error_code(name: &str) -> Option<u32> {
-    ERROR_NAMES
-        .iter()
-        .find(|(_, known)| *known == name)
-        .map(|(code, _)| *code)
+    ERROR_NAMES.iter().find(|(_, known)| *known == name).map(|(code, _)| *code)
 }
 
 pub const ERROR_NAMES: &[(u32, &str)] = &[
@@ -399,9 +368,7 @@ pub fn state_dir(source: &Source) -> PathBuf {
             path.parent().unwrap_or(Path::new(".")).join(name)
         }
         // SAFETY: getuid cannot fail and touches no memory.
-        Source::Embedded => {
-            std::env::temp_dir().join(format!("nvml-sim-{}", unsafe { libc::getuid() }))
-        }
+        Source::Embedded => std::env::temp_dir().join(format!("nvml-sim-{}", unsafe { libc::getuid() })),
     }
 }
 

@@ -39,9 +39,7 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 fn file_stamp(source: &Source) -> Option<(SystemTime, u64)> {
     match source {
-        Source::File(path) => std::fs::metadata(path)
-            .ok()
-            .and_then(|m| Some((m.modified().ok()?, m.len()))),
+        Source::File(path) => std::fs::metadata(path).ok().and_then(|m| Some((m.modified().ok()?, m.len()))),
         Source::Embedded => None,
     }
 }
@@ -103,52 +101,32 @@ impl State {
             .processes
             .iter()
             .filter(|p| p.gpu == gpu)
-            .map(|p| ListedProcess {
-                pid: p.pid,
-                used_bytes: p.used.map(|s| s.0),
-            })
+            .map(|p| ListedProcess { pid: p.pid, used_bytes: p.used.map(|s| s.0) })
             .collect();
         listed.extend(
             registry::live(&self.state_dir)
                 .into_iter()
                 .filter(|r| &r.uuid == uuid)
-                .map(|r| ListedProcess {
-                    pid: r.pid,
-                    used_bytes: Some(r.used_bytes),
-                }),
+                .map(|r| ListedProcess { pid: r.pid, used_bytes: Some(r.used_bytes) }),
         );
         listed
     }
 
     pub fn memory(&self, gpu: u32) -> Memory {
         let spec = &self.scenario.gpus[gpu as usize];
-        let by_processes: u64 = self
-            .processes(gpu)
-            .iter()
-            .filter_map(|p| p.used_bytes)
-            .fold(0u64, u64::saturating_add);
+        let by_processes: u64 =
+            self.processes(gpu).iter().filter_map(|p| p.used_bytes).fold(0u64, u64::saturating_add);
         let total = spec.memory_total.0;
         let reserved = spec.memory_reserved.0.min(total);
-        let used = spec
-            .memory_used
-            .0
-            .saturating_add(by_processes)
-            .min(total - reserved);
-        Memory {
-            total,
-            reserved,
-            used,
-            free: total - reserved - used,
-        }
+        let used = spec.memory_used.0.saturating_add(by_processes).min(total - reserved);
+        Memory { total, reserved, used, free: total - reserved - used }
     }
 }
 
 /// Runs `body` with the current state, loading or refreshing it first. A scenario that cannot
 /// be loaded makes every call fail with `NVML_ERROR_UNKNOWN` and says why on stderr.
 pub fn with_state<T>(body: impl FnOnce(&mut State) -> Result<T, u32>) -> Result<T, u32> {
-    let mut guard = STATE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut guard = STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     match guard.as_mut() {
         Some(state) => state.refresh(),
         None => match State::load() {

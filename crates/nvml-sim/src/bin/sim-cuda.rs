@@ -51,21 +51,13 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     };
     let mut rest = args.iter();
     while let Some(flag) = rest.next() {
-        let mut value = || {
-            rest.next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
+        let mut value = || rest.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--mem" => options.mem_bytes = scenario::parse_size(&value()?)?,
             "--use" => options.use_count = Some(number(flag, &value()?)?),
             "--device" => {
-                options.ordinals = Some(
-                    value()?
-                        .split(',')
-                        .map(|o| number(flag, o))
-                        .collect::<Result<_, _>>()?,
-                )
+                options.ordinals =
+                    Some(value()?.split(',').map(|o| number(flag, o)).collect::<Result<_, _>>()?)
             }
             "--workers" => options.workers = number(flag, &value()?)?,
             "--sleep" => {
@@ -88,9 +80,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
 }
 
 fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("{flag} {text:?} is not a valid number"))
+    text.trim().parse().map_err(|_| format!("{flag} {text:?} is not a valid number"))
 }
 
 /// The registration file to remove from a signal handler, where allocating is not allowed.
@@ -116,10 +106,8 @@ fn install_release_handlers(registration: PathBuf) {
         // SAFETY: installing a handler that only makes async-signal-safe calls. A signal the
         // caller ignored (nohup, background job) stays ignored, as in a real program.
         unsafe {
-            let previous = libc::signal(
-                signal,
-                release_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            );
+            let previous =
+                libc::signal(signal, release_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t);
             if previous == libc::SIG_IGN {
                 libc::signal(signal, libc::SIG_IGN);
             }
@@ -162,28 +150,18 @@ fn run() -> Result<u8, String> {
             .iter()
             .map(|&o| {
                 visible.get(o as usize).cloned().ok_or_else(|| {
-                    format!(
-                        "CUDA error: invalid device ordinal {o} ({} visible)",
-                        visible.len()
-                    )
+                    format!("CUDA error: invalid device ordinal {o} ({} visible)", visible.len())
                 })
             })
             .collect::<Result<_, _>>()?,
-        None => visible
-            .iter()
-            .take(options.use_count.unwrap_or(usize::MAX))
-            .cloned()
-            .collect(),
+        None => visible.iter().take(options.use_count.unwrap_or(usize::MAX)).cloned().collect(),
     };
 
     let pid = std::process::id();
     let registers_here = options.workers == 0 && !used.is_empty();
     if registers_here {
         install_release_handlers(state_dir.join(format!("{pid}.proc")));
-        let entries: Vec<(String, u64)> = used
-            .iter()
-            .map(|d| (d.uuid.clone(), options.mem_bytes))
-            .collect();
+        let entries: Vec<(String, u64)> = used.iter().map(|d| (d.uuid.clone(), options.mem_bytes)).collect();
         registry::register(&state_dir, pid, &entries)
             .map_err(|e| format!("cannot register in {}: {e}", state_dir.display()))?;
     }
@@ -195,15 +173,8 @@ fn run() -> Result<u8, String> {
     for _ in 0..options.workers {
         // A worker does what its parent was asked, minus spawning workers of its own.
         let mut worker = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
-        worker
-            .args(strip_workers(&args))
-            .arg("--worker")
-            .arg("--quiet");
-        workers.push(
-            worker
-                .spawn()
-                .map_err(|e| format!("cannot start a worker: {e}"))?,
-        );
+        worker.args(strip_workers(&args)).arg("--worker").arg("--quiet");
+        workers.push(worker.spawn().map_err(|e| format!("cannot start a worker: {e}"))?);
     }
 
     std::thread::sleep(options.sleep);

@@ -1,0 +1,47 @@
+//! DURATION as `timeout(1)` reads it, plus milliseconds: `30` (seconds), `1.5s`, `500ms`, `2m`,
+//! `1h`, `1d`.
+
+use std::time::Duration;
+
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let seconds_per_unit = match unit {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => f64::NAN,
+    };
+    let valid_number =
+        !number.is_empty() && number.bytes().filter(|b| *b == b'.').count() <= 1 && number != ".";
+    let value: f64 = if valid_number { number.parse().unwrap_or(f64::NAN) } else { f64::NAN };
+    let seconds = value * seconds_per_unit;
+    if !seconds.is_finite() || seconds > 1e9 {
+        return Err(format!(
+            "{text:?} is not a duration: expected a number of seconds with an optional unit ms, s, m, h or d, \
+             like 30, 1.5s, 500ms or 2m"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        for bad in ["", "s", "-1", "1x", "1.2.3", "inf", "1 s s", "."] {
+            assert!(parse(bad).unwrap_err().contains(&format!("{bad:?}")), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The supervisor loop: wait for signals and child state changes, forward what the policy in
+//! `signals` says, follow the child's job-control stops, and end when the child ends.
+
+use std::time::{Duration, Instant};
+
+use crate::child::End;
+use crate::signals::{self, Action, Receiver};
+
+pub struct Options {
+    /// Signals never forwarded (`--no-forward`).
+    pub no_forward: Vec<libc::c_int>,
+    /// SIGKILL the child this long after a TERM, INT or HUP reached it.
+    pub kill_after: Option<Duration>,
+}
+
+/// Whether `pid` is in a job-control stop, from /proc.
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rfind(')').map(|end| stat[end + 1..].trim_start().starts_with(['T', 't'])))
+        .unwrap_or(false)
+}
+
+fn in_our_process_group(pid: u32) -> bool {
+    // SAFETY: plain syscalls without memory arguments.
+    unsafe { libc::getpgid(pid as libc::pid_t) == libc::getpgrp() }
+}
+
+fn ends_the_job(signal: libc::c_int) -> bool {
+    matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP)
+}
+
+/// Runs until the child ends; reaps any other child (orphans) on the way.
+pub fn run(child: u32, receiver: &Receiver, options: &Options) -> End {
+    let own_pid = std::process::id();
+    let mut kill_deadline: Option<Instant> = None;
+    // The SIGCONT that resumed gpurun after a job-control stop reached the child directly (or
+    // was sent to it below): it is not forwarded again.
+    let mut resumed_from_stop = false;
+    loop {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a local.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+            if pid <= 0 {
+                break;
+            }
+            if pid as u32 != child {
+                tracing::debug!("reaped PID {pid}");
+                continue;
+            }
+            if libc::WIFSTOPPED(status) {
+                resumed_from_stop |= follow_stop(child, libc::WSTOPSIG(status));
+                continue;
+            }
+            if let Some(end) = End::from_wait_status(status) {
+                return end;
+            }
+        }
+        if kill_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            tracing::warn!(
+                "the command is still running {:?} after it was asked to stop: sending SIGKILL",
+                options.kill_after.unwrap_or_default()
+            );
+            signals::send(child, libc::SIGKILL);
+            kill_deadline = None;
+        }
+        let timeout = kill_deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+        for received in receiver.wait(timeout) {
+            let action =
+                signals::decide(received, child, own_pid, in_our_process_group(child), &options.no_forward);
+            let reached_child = match action {
+                Action::Reap => false,
+                Action::Forward if received.signal == libc::SIGCONT && resumed_from_stop => {
+                    resumed_from_stop = false;
+                    false
+                }
+                Action::Forward => {
+                    tracing::debug!("forwarding {} to PID {child}", signals::name(received.signal));
+                    signals::send(child, received.signal)
+                }
+                // Terminal signals reached the child through its process group.
+                Action::Drop => {
+                    matches!(received.origin, signals::Origin::Kernel) && in_our_process_group(child)
+                }
+            };
+            if reached_child && ends_the_job(received.signal) && kill_deadline.is_none() {
+                kill_deadline = options.kill_after.map(|after| Instant::now() + after);
+            }
+        }
+    }
+}
+
+/// The child stopped (Ctrl-Z, SIGSTOP from someone): stop gpurun too, so the shell sees the
+/// whole job stopped; when gpurun is continued, make sure the child is too. Returns whether
+/// gpurun stopped (and so was resumed by a SIGCONT).
+fn follow_stop(child: u32, stop_signal: libc::c_int) -> bool {
+    tracing::debug!("the command stopped ({}); stopping too", signals::name(stop_signal));
+    // It may already have been continued (a quick `fg`): then there is nothing to follow.
+    if !is_stopped(child) {
+        return false;
+    }
+    signals::stop_self();
+    if is_stopped(child) {
+        signals::send(child, libc::SIGCONT);
+    }
+    true
+}

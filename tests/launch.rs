@@ -1,0 +1,508 @@
+//! Launch and supervision (DESIGN 6 and 7) through the real binary: exit status, die-by-signal,
+//! 125/126/127, signal forwarding exactly once, the caller's signal state, parent death, orphan
+//! cleanup, shebang use, --exec, and the child's environment.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use common::{alive, default_scenario, recorder, send_signal, wait_until, Sim, GPURUN};
+
+const LONG: Duration = Duration::from_secs(10);
+
+#[test]
+fn exit_codes_0_to_255_pass_through() {
+    let sim = Sim::new(&default_scenario());
+    for code in 0..=255 {
+        let outcome = sim.gpurun().args(["-q", "--", "sh", "-c", &format!("exit {code}")]).run();
+        assert_eq!(outcome.code, Some(code), "exit {code}: {outcome:#?}");
+    }
+}
+
+fn status_of(sim: &Sim, args: &[&str]) -> ExitStatus {
+    sim.gpurun().args(args).command.stdin(Stdio::null()).stderr(Stdio::null()).status().expect("run gpurun")
+}
+
+#[test]
+fn a_child_killed_by_a_signal_kills_gpurun_by_the_same_signal() {
+    let sim = Sim::new(&default_scenario());
+    for (name, number) in [("KILL", libc::SIGKILL), ("TERM", libc::SIGTERM), ("INT", libc::SIGINT)] {
+        let status = status_of(&sim, &["--", "sh", "-c", &format!("kill -s {name} $$")]);
+        assert_eq!(status.signal(), Some(number), "{name}: {status:?}");
+        assert!(!status.core_dumped(), "{name}");
+    }
+}
+
+#[test]
+fn gpurun_disables_its_own_core_dump_before_dying_by_the_childs_signal() {
+    let sim = Sim::new(&default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = sim.gpurun().args(["--", "sh", "-c", "ulimit -c 0; kill -s QUIT $$"]);
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit is async-signal-safe; it only raises gpurun's own core limit.
+    unsafe {
+        run.command.current_dir(dir.path()).pre_exec(move || {
+            libc::setrlimit(libc::RLIMIT_CORE, &unlimited);
+            Ok(())
+        });
+    }
+    let status = run.command.stderr(Stdio::null()).status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGQUIT));
+    assert!(!status.core_dumped(), "gpurun dumped core");
+}
+
+#[test]
+fn own_failures_are_125_126_127_and_no_child_starts_after_a_usage_error() {
+    let sim = Sim::new(&default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    let touch = ["--", "touch", marker.to_str().unwrap()];
+    sim.gpurun().args(["--min-free", "lots"]).args(touch).run().status(125);
+    sim.gpurun().args(["--bogus"]).args(touch).run().status(125);
+    sim.gpurun().args(["--gpus", "9"]).args(touch).run().status(75);
+    assert!(!marker.exists(), "the child ran after an error");
+
+    sim.gpurun()
+        .args(["--", "no-such-command-gpurun"])
+        .run()
+        .status(127)
+        .stderr_has("gpurun: no-such-command-gpurun: command not found");
+    let not_executable = dir.path().join("script.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\necho hi\n").unwrap();
+    sim.gpurun()
+        .args([not_executable.as_os_str()])
+        .run()
+        .status(126)
+        .stderr_has("cannot execute: Permission denied");
+    sim.gpurun().args(["--", "/"]).run().status(126);
+
+    let broken = Sim::new(&common::scenario_file("driver_not_loaded.toml"));
+    broken.gpurun().args(touch).run().status(125).stderr_has("driver is not loaded");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn stdout_belongs_to_the_child_and_the_environment_passes_byte_for_byte() {
+    let sim = Sim::new(&default_scenario());
+    let non_utf8 = std::ffi::OsStr::from_bytes(b"caf\xe9 \xff\xfe");
+    let output = sim
+        .gpurun()
+        .env("ODD_VALUE", non_utf8)
+        .env("TF_FORCE_GPU_ALLOW_GROWTH", "false")
+        .args(["--gpus", "2", "--", "sh", "-c"])
+        .args(["printf '%s|%s|%s|%s|%s|%s' \"$ODD_VALUE\" \"$CUDA_VISIBLE_DEVICES\" \"$CUDA_DEVICE_ORDER\" \"$GPURUN_GPUS\" \"$TF_FORCE_GPU_ALLOW_GROWTH\" \"$XLA_PYTHON_CLIENT_PREALLOCATE\""])
+        .command
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let mut expected = non_utf8.as_bytes().to_vec();
+    expected.extend_from_slice(b"|3,5|PCI_BUS_ID|3,5|false|false");
+    assert_eq!(output.stdout, expected);
+}
+
+#[test]
+fn a_cuda_program_lands_on_the_chosen_gpus() {
+    let sim = Sim::new(&default_scenario());
+    let outcome =
+        sim.gpurun().args(["--gpus", "2", "--min-free", "8G", "--"]).args([common::sim_cuda()]).run();
+    let report: serde_json::Value = serde_json::from_str(outcome.status(0).stdout.trim()).unwrap();
+    let landed: Vec<u64> =
+        report["devices"].as_array().unwrap().iter().map(|d| d["nvml_index"].as_u64().unwrap()).collect();
+    assert_eq!(landed, vec![3, 5]);
+    outcome
+        .stderr_has("running ")
+        .stderr_has("on GPU 3 (NVIDIA A100-SXM4-80GB), GPU 5 (NVIDIA H100 80GB HBM3)");
+}
+
+/// gpurun running recorder.py, with the recorder's "ready" line read.
+struct Recorded {
+    gpurun: Child,
+    log: PathBuf,
+    child_pid: u32,
+    _dir: tempfile::TempDir,
+}
+
+impl Recorded {
+    fn start(sim: &Sim, gpurun_args: &[&str], recorder_args: &[&str]) -> Recorded {
+        Recorded::start_with(sim, gpurun_args, recorder_args, |_| {})
+    }
+
+    fn start_with(
+        sim: &Sim,
+        gpurun_args: &[&str],
+        recorder_args: &[&str],
+        adjust: impl FnOnce(&mut Command),
+    ) -> Recorded {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("signals.log");
+        let mut run = sim
+            .gpurun()
+            .args(["-q"])
+            .args(gpurun_args)
+            .args(["--", "python3"])
+            .args([recorder()])
+            .args([&log]);
+        run.command.args(recorder_args).stdin(Stdio::null()).stdout(Stdio::piped());
+        adjust(&mut run.command);
+        let mut gpurun = run.command.spawn().expect("start gpurun");
+        let mut line = String::new();
+        BufReader::new(gpurun.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let child_pid = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("recorder said {line:?}"));
+        Recorded { gpurun, log, child_pid, _dir: dir }
+    }
+
+    fn received(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log).unwrap_or_default().lines().map(str::to_owned).collect()
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.received().iter().filter(|n| *n == name).count()
+    }
+
+    fn stop(mut self) -> ExitStatus {
+        let mut stop = self.log.clone().into_os_string();
+        stop.push(".stop");
+        std::fs::write(stop, "").unwrap();
+        let finished = wait_until(LONG, || self.gpurun.try_wait().unwrap().is_some());
+        assert!(finished, "gpurun did not end");
+        self.gpurun.wait().unwrap()
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        let _ = self.gpurun.kill();
+        send_signal(self.child_pid, libc::SIGKILL);
+        let _ = self.gpurun.wait();
+    }
+}
+
+#[test]
+fn every_signal_sent_to_gpurun_reaches_the_child_exactly_once() {
+    let sim = Sim::new(&default_scenario());
+    let recorded = Recorded::start(&sim, &[], &[]);
+    let gpurun = recorded.gpurun.id();
+    let rtmin = libc::SIGRTMIN();
+    let signals: Vec<(&str, i32)> = vec![
+        ("HUP", libc::SIGHUP),
+        ("INT", libc::SIGINT),
+        ("QUIT", libc::SIGQUIT),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+        ("PIPE", libc::SIGPIPE),
+        ("ALRM", libc::SIGALRM),
+        ("TERM", libc::SIGTERM),
+        ("CONT", libc::SIGCONT),
+        ("TSTP", libc::SIGTSTP),
+        ("TTIN", libc::SIGTTIN),
+        ("TTOU", libc::SIGTTOU),
+        ("URG", libc::SIGURG),
+        ("XCPU", libc::SIGXCPU),
+        ("XFSZ", libc::SIGXFSZ),
+        ("VTALRM", libc::SIGVTALRM),
+        ("PROF", libc::SIGPROF),
+        ("WINCH", libc::SIGWINCH),
+        ("IO", libc::SIGIO),
+        ("PWR", libc::SIGPWR),
+        ("RTMIN+0", rtmin),
+        ("RTMIN+3", rtmin + 3),
+    ];
+    for (name, number) in &signals {
+        send_signal(gpurun, *number);
+        assert!(
+            wait_until(LONG, || recorded.count(name) >= 1),
+            "{name} did not reach the child: {:?}",
+            recorded.received()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for (name, _) in &signals {
+        assert_eq!(recorded.count(name), 1, "{name}: {:?}", recorded.received());
+    }
+    assert_eq!(recorded.received().len(), signals.len(), "{:?}", recorded.received());
+    assert_eq!(recorded.stop().code(), Some(0));
+}
+
+#[test]
+fn signals_sent_by_the_child_are_not_sent_back() {
+    let sim = Sim::new(&default_scenario());
+    let recorded = Recorded::start(&sim, &[], &["--signal-parent", "USR1"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(recorded.count("USR1"), 0, "{:?}", recorded.received());
+    assert!(alive(recorded.gpurun.id()), "gpurun must not die from its child's signal");
+    send_signal(recorded.gpurun.id(), libc::SIGUSR1);
+    assert!(wait_until(LONG, || recorded.count("USR1") == 1));
+    assert_eq!(recorded.stop().code(), Some(0));
+}
+
+#[test]
+fn no_forward_keeps_a_signal_from_the_child_and_gpurun_survives_it() {
+    let sim = Sim::new(&default_scenario());
+    let recorded = Recorded::start(&sim, &["--no-forward", "TERM,SIGUSR2"], &[]);
+    send_signal(recorded.gpurun.id(), libc::SIGTERM);
+    send_signal(recorded.gpurun.id(), libc::SIGUSR2);
+    send_signal(recorded.gpurun.id(), libc::SIGHUP);
+    assert!(wait_until(LONG, || recorded.count("HUP") == 1));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(recorded.received(), vec!["HUP"]);
+    assert_eq!(recorded.stop().code(), Some(0));
+}
+
+#[test]
+fn gpurun_waits_for_the_child_after_forwarding_and_takes_its_status() {
+    let sim = Sim::new(&default_scenario());
+    let mut recorded = Recorded::start(&sim, &[], &["--exit-on", "TERM"]);
+    send_signal(recorded.gpurun.id(), libc::SIGTERM);
+    assert!(wait_until(LONG, || recorded.gpurun.try_wait().unwrap().is_some()));
+    let status = recorded.gpurun.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    assert_eq!(recorded.received(), vec!["TERM"]);
+}
+
+#[test]
+fn kill_after_ends_a_child_that_ignores_term() {
+    let sim = Sim::new(&default_scenario());
+    // The recorder records TERM and keeps running: it "ignores" it.
+    let mut recorded = Recorded::start(&sim, &["--kill-after", "300ms"], &["--signals", "TERM"]);
+    send_signal(recorded.gpurun.id(), libc::SIGTERM);
+    assert!(wait_until(LONG, || recorded.gpurun.try_wait().unwrap().is_some()), "no SIGKILL came");
+    assert_eq!(recorded.gpurun.wait().unwrap().signal(), Some(libc::SIGKILL));
+    assert_eq!(recorded.received(), vec!["TERM"]);
+
+    // Without --kill-after gpurun keeps waiting.
+    let patient = Recorded::start(&sim, &[], &["--signals", "TERM"]);
+    send_signal(patient.gpurun.id(), libc::SIGTERM);
+    assert!(wait_until(LONG, || patient.count("TERM") == 1));
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(alive(patient.child_pid) && alive(patient.gpurun.id()));
+    assert_eq!(patient.stop().code(), Some(0));
+}
+
+/// SigIgn/SigBlk of a process, from /proc.
+fn signal_sets(status: &str) -> (u64, u64) {
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    (field("SigIgn:"), field("SigBlk:"))
+}
+
+fn bit(signal: i32) -> u64 {
+    1 << (signal - 1)
+}
+
+/// Signals 32 and 33 belong to glibc (thread cancellation, setxid): a process cannot change
+/// them, and some launchers start everything with them ignored. They are not compared.
+const GLIBC_INTERNAL: u64 = (1 << 31) | (1 << 32);
+
+#[test]
+fn the_child_starts_with_the_callers_ignored_signals_and_mask() {
+    let sim = Sim::new(&default_scenario());
+    let mut run = sim.gpurun().args(["-q", "--", "cat", "/proc/self/status"]);
+    // SAFETY: signal and sigprocmask are async-signal-safe.
+    unsafe {
+        run.command.pre_exec(|| {
+            libc::signal(libc::SIGUSR1, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR2);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let output = run.command.output().unwrap();
+    assert!(output.status.success());
+    let (ignored, blocked) = signal_sets(&String::from_utf8_lossy(&output.stdout));
+    assert_eq!(ignored & !GLIBC_INTERNAL, bit(libc::SIGUSR1) | bit(libc::SIGHUP), "SigIgn {ignored:x}");
+    assert_eq!(blocked, bit(libc::SIGUSR2), "SigBlk {blocked:x}");
+
+    // And with nothing ignored or blocked, nothing of gpurun's own blocking leaks.
+    let clean = sim.gpurun().args(["-q", "--", "cat", "/proc/self/status"]).command.output().unwrap();
+    let (ignored, blocked) = signal_sets(&String::from_utf8_lossy(&clean.stdout));
+    assert_eq!((ignored & !GLIBC_INTERNAL, blocked), (0, 0));
+}
+
+#[test]
+fn a_signal_the_caller_ignored_stays_ignored_in_gpurun_too() {
+    let sim = Sim::new(&default_scenario());
+    let recorded = Recorded::start_with(&sim, &[], &[], |command| {
+        // SAFETY: signal is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGUSR1, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    });
+    let status = std::fs::read_to_string(format!("/proc/{}/status", recorded.gpurun.id())).unwrap();
+    assert_ne!(signal_sets(&status).0 & bit(libc::SIGUSR1), 0, "gpurun caught an ignored signal");
+    send_signal(recorded.gpurun.id(), libc::SIGUSR1);
+    send_signal(recorded.gpurun.id(), libc::SIGUSR2);
+    assert!(wait_until(LONG, || recorded.count("USR2") == 1));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(recorded.received(), vec!["USR2"]);
+    assert_eq!(recorded.stop().code(), Some(0));
+}
+
+#[test]
+fn parent_death_signal() {
+    let sim = Sim::new(&default_scenario());
+    for (args, expected) in [
+        (&[][..], Some("TERM")),
+        (&["--parent-death-signal", "USR1"][..], Some("USR1")),
+        (&["--parent-death-signal", "none"][..], None),
+    ] {
+        let mut recorded = Recorded::start(&sim, args, &["--exit-on", "TERM", "--signals", "TERM,USR1"]);
+        recorded.gpurun.kill().unwrap();
+        recorded.gpurun.wait().unwrap();
+        match expected {
+            Some(name) => {
+                assert!(wait_until(LONG, || recorded.count(name) == 1), "{args:?}: {:?}", recorded.received())
+            }
+            None => {
+                std::thread::sleep(Duration::from_millis(500));
+                assert!(recorded.received().is_empty());
+                assert!(alive(recorded.child_pid), "the child died without a parent-death signal");
+            }
+        }
+    }
+}
+
+fn orphan_pid(stdout: &[u8]) -> u32 {
+    String::from_utf8_lossy(stdout).trim().parse().unwrap_or_else(|_| panic!("no PID in {stdout:?}"))
+}
+
+#[test]
+fn orphans_are_ended_when_the_command_exits() {
+    let sim = Sim::new(&default_scenario());
+    let output = sim
+        .gpurun()
+        .args(["--", "sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"])
+        .command
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let orphan = orphan_pid(&output.stdout);
+    assert!(!alive(orphan), "orphan {orphan} still running");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("left 1 process running"));
+
+    // One that ignores SIGTERM gets SIGKILL after the grace period.
+    let stubborn = sim
+        .gpurun()
+        .args(["--", "sh", "-c", "(trap '' TERM; exec sleep 300) >/dev/null 2>&1 & echo $!"])
+        .command
+        .output()
+        .unwrap();
+    let orphan = orphan_pid(&stubborn.stdout);
+    assert!(!alive(orphan));
+    assert!(String::from_utf8_lossy(&stubborn.stderr).contains("sending SIGKILL"));
+}
+
+#[test]
+fn keep_orphans_leaves_them() {
+    let sim = Sim::new(&default_scenario());
+    let output = sim
+        .gpurun()
+        .args(["--keep-orphans", "--", "sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"])
+        .command
+        .output()
+        .unwrap();
+    let orphan = orphan_pid(&output.stdout);
+    let survived = alive(orphan);
+    send_signal(orphan, libc::SIGKILL);
+    assert!(survived, "--keep-orphans did not keep the orphan");
+}
+
+fn executable(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn shebang_direct_and_env_s_forms() {
+    let sim = Sim::new(&default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let body = "echo \"cvd=$CUDA_VISIBLE_DEVICES args=$*\"\n";
+    let direct = executable(dir.path(), "direct", &format!("#!{GPURUN} -q --gpus 2 -- /bin/sh\n{body}"));
+    let quoted =
+        executable(dir.path(), "quoted", &format!("#!{GPURUN} -q --model 'NVIDIA H100' -- /bin/sh\n{body}"));
+    let env_s = executable(
+        dir.path(),
+        "env_s",
+        &format!("#!/usr/bin/env -S gpurun -q --devices 6 -- /bin/sh\n{body}"),
+    );
+    let path = format!(
+        "{}:{}",
+        Path::new(GPURUN).parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (script, expected) in
+        [(&direct, "cvd=3,5 args=a b"), (&quoted, "cvd=5 args=a b"), (&env_s, "cvd=6 args=a b")]
+    {
+        let outcome = sim.gpurun_command(script.to_str().unwrap(), &["a", "b"]).env("PATH", &path).run();
+        assert_eq!(outcome.status(0).stdout.trim(), expected, "{}", script.display());
+    }
+}
+
+#[test]
+fn exec_replaces_gpurun() {
+    let sim = Sim::new(&default_scenario());
+    let child = sim
+        .gpurun()
+        .args(["-q", "--exec", "--", "sh", "-c", "echo $$ $CUDA_VISIBLE_DEVICES"])
+        .command
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), format!("{pid} 3"));
+    sim.gpurun().args(["--exec", "--", "no-such-command-gpurun"]).run().status(127);
+}
+
+#[test]
+fn as_pid_1_it_exits_128_plus_n() {
+    let sim = Sim::new(&default_scenario());
+    let probe = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
+    match probe {
+        Ok(output) if output.status.success() => {}
+        other => {
+            eprintln!(
+                "SKIPPED as_pid_1_it_exits_128_plus_n: `unshare --pid` is not permitted here ({other:?})"
+            );
+            return;
+        }
+    }
+    let outcome = sim
+        .gpurun_command(
+            "unshare",
+            &[
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                GPURUN,
+                "-q",
+                "--",
+                "sh",
+                "-c",
+                "sleep 30 & kill -s TERM $$",
+            ],
+        )
+        .run();
+    // Default actions do not apply to PID 1: gpurun survives its own raise and exits 128+15,
+    // after ending the orphaned sleep.
+    outcome.status(143);
+}

@@ -1,0 +1,248 @@
+//! Terminal behaviour through a real pseudo-terminal: an interactive bash with job control runs
+//! gpurun, and the test types Ctrl-C and Ctrl-Z at it like a person. Every wait is bounded.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{default_scenario, recorder, state, wait_until, Sim, GPURUN};
+
+const LONG: Duration = Duration::from_secs(10);
+
+/// bash -i on a pseudo-terminal, with its output collected by a reader thread.
+struct Terminal {
+    master: std::fs::File,
+    output: Arc<Mutex<Vec<u8>>>,
+    bash: Child,
+}
+
+impl Terminal {
+    fn start(sim: &Sim) -> Terminal {
+        // SAFETY: posix_openpt/grantpt/unlockpt/ptsname on a descriptor we own; ptsname's static
+        // buffer is copied at once, and no other thread of this test uses it.
+        let (master, slave_path) = unsafe {
+            let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+            assert!(master >= 0, "posix_openpt");
+            assert_eq!(libc::grantpt(master), 0);
+            assert_eq!(libc::unlockpt(master), 0);
+            let name = std::ffi::CStr::from_ptr(libc::ptsname(master)).to_owned();
+            (OwnedFd::from_raw_fd(master), name)
+        };
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(Path::new(slave_path.to_str().unwrap()))
+            .expect("open the terminal");
+        let gpurun_dir = Path::new(GPURUN).parent().unwrap().display().to_string();
+        let mut command = Command::new("bash");
+        command
+            .args(["--norc", "--noprofile", "-i"])
+            .env("PS1", "READY$ ")
+            .env("TERM", "dumb")
+            .env("PATH", format!("{gpurun_dir}:{}", std::env::var("PATH").unwrap_or_default()))
+            .env("NVML_SIM_SCENARIO", &sim.scenario)
+            .env("GPURUN_NVML_LIB", sim.library())
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave));
+        // SAFETY: setsid and ioctl are async-signal-safe; they make the terminal bash's own.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let bash = command.spawn().expect("start bash");
+        let master = std::fs::File::from(master);
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let mut reader = master.try_clone().unwrap();
+        let sink = Arc::clone(&output);
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        });
+        let terminal = Terminal { master, output, bash };
+        assert!(terminal.expect("READY$ "), "no prompt: {}", terminal.text());
+        terminal
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until `needle` appears in the output after everything consumed so far.
+    fn expect(&self, needle: &str) -> bool {
+        wait_until(LONG, || self.text().contains(needle))
+    }
+
+    fn clear(&self) {
+        self.output.lock().unwrap().clear();
+    }
+
+    fn type_text(&mut self, text: &str) {
+        self.master.write_all(text.as_bytes()).unwrap();
+        self.master.flush().unwrap();
+    }
+
+    fn ctrl(&mut self, key: char) {
+        let byte = (key.to_ascii_uppercase() as u8) - b'@';
+        self.master.write_all(&[byte]).unwrap();
+    }
+
+    /// The exit status bash reports for the last command.
+    fn status_of_last(&mut self) -> String {
+        self.clear();
+        self.type_text("echo \"STATUS=$?.\"\n");
+        let reported = |text: &str| -> Option<String> {
+            text.match_indices("STATUS=").find_map(|(at, _)| {
+                let rest = &text[at + "STATUS=".len()..];
+                rest.starts_with(|c: char| c.is_ascii_digit())
+                    .then(|| rest.split('.').next().unwrap().to_owned())
+            })
+        };
+        assert!(wait_until(LONG, || reported(&self.text()).is_some()), "{}", self.text());
+        reported(&self.text()).unwrap()
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        // Closing the terminal ends the reader thread.
+        let _ = self.bash.kill();
+        let _ = self.bash.wait();
+    }
+}
+
+fn recorder_line(log: &Path, extra: &str) -> String {
+    format!("gpurun -q -- python3 {} {} {extra}\n", recorder().display(), log.display())
+}
+
+fn log_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+/// "ready PID PPID" from the recorder's output.
+fn ready_pids(terminal: &Terminal) -> (u32, u32) {
+    assert!(terminal.expect("ready "), "the recorder did not start: {}", terminal.text());
+    assert!(wait_until(LONG, || {
+        let text = terminal.text();
+        text.split("ready ").nth(1).is_some_and(|rest| rest.contains('\n'))
+    }));
+    let text = terminal.text();
+    let mut fields = text.split("ready ").nth(1).unwrap().split_whitespace();
+    (fields.next().unwrap().parse().unwrap(), fields.next().unwrap().parse().unwrap())
+}
+
+#[test]
+fn one_ctrl_c_is_one_sigint_in_the_child_and_status_130() {
+    let sim = Sim::new(&default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("signals.log");
+    let mut terminal = Terminal::start(&sim);
+    // The recorder survives the first SIGINT and dies of the second, so a forwarded duplicate
+    // of the first would show (and kill it early).
+    terminal.type_text(&recorder_line(&log, "--exit-on INT --exit-after 2"));
+    let (child, gpurun) = ready_pids(&terminal);
+    terminal.ctrl('c');
+    assert!(wait_until(LONG, || log_lines(&log).len() == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(log_lines(&log), vec!["INT"], "one Ctrl-C, one SIGINT");
+    assert!(state(gpurun).is_some(), "gpurun must wait for its child");
+    terminal.ctrl('c');
+    assert!(wait_until(LONG, || state(child).is_none() && state(gpurun).is_none()), "{}", terminal.text());
+    assert_eq!(terminal.status_of_last(), "130", "{}", terminal.text());
+    assert_eq!(log_lines(&log), vec!["INT", "INT"]);
+}
+
+#[test]
+fn ctrl_c_stops_a_for_loop() {
+    let sim = Sim::new(&default_scenario());
+    let mut terminal = Terminal::start(&sim);
+    terminal.clear();
+    // The quotes keep the markers out of bash's echo of the typed line.
+    terminal.type_text("for i in 1 2 3; do gpurun -- sleep 5; echo IT\"\"ER$i; done; echo AF\"\"TER\n");
+    assert!(terminal.expect("running sleep 5"), "{}", terminal.text());
+    std::thread::sleep(Duration::from_millis(200));
+    terminal.ctrl('c');
+    assert!(terminal.expect("READY$ "), "{}", terminal.text());
+    std::thread::sleep(Duration::from_millis(300));
+    let text = terminal.text();
+    assert!(!text.contains("ITER") && !text.contains("AFTER"), "the loop went on: {text}");
+}
+
+#[test]
+fn ctrl_z_and_fg_twice_then_ctrl_c() {
+    let sim = Sim::new(&default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("signals.log");
+    let mut terminal = Terminal::start(&sim);
+    // The recorder records INT and CONT and leaves TSTP to its default action: it stops.
+    terminal.type_text(&recorder_line(&log, "--signals INT,CONT --exit-on INT --exit-after 2"));
+    let (child, gpurun) = ready_pids(&terminal);
+    for cycle in 1..=2 {
+        terminal.clear();
+        terminal.ctrl('z');
+        assert!(terminal.expect("Stopped"), "cycle {cycle}: {}", terminal.text());
+        assert!(
+            wait_until(LONG, || state(child) == Some('T') && state(gpurun) == Some('T')),
+            "cycle {cycle}: both should be stopped"
+        );
+        assert!(terminal.expect("READY$ "));
+        terminal.type_text("fg\n");
+        assert!(
+            wait_until(LONG, || matches!(state(child), Some('S' | 'R'))
+                && matches!(state(gpurun), Some('S' | 'R'))),
+            "cycle {cycle}: both should run again: {:?} {:?}",
+            state(child),
+            state(gpurun)
+        );
+        assert!(wait_until(LONG, || log_lines(&log).iter().filter(|l| *l == "CONT").count() == cycle));
+    }
+    terminal.ctrl('c');
+    assert!(wait_until(LONG, || log_lines(&log).len() == 3));
+    std::thread::sleep(Duration::from_millis(300));
+    terminal.ctrl('c');
+    assert!(wait_until(LONG, || state(child).is_none() && state(gpurun).is_none()), "{}", terminal.text());
+    assert_eq!(terminal.status_of_last(), "130", "{}", terminal.text());
+    // One SIGCONT per fg, one SIGINT per Ctrl-C: nothing doubled by forwarding.
+    assert_eq!(log_lines(&log), vec!["CONT", "CONT", "INT", "INT"]);
+}
+
+#[test]
+fn a_child_stopped_by_someone_else_stops_gpurun_and_a_sigcont_resumes_both() {
+    let sim = Sim::new(&default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("signals.log");
+    let mut run = sim.gpurun().args(["-q", "--", "python3"]).args([recorder()]).args([&log]);
+    run.command.args(["--signals", "CONT"]).stdout(Stdio::piped()).stdin(Stdio::null());
+    let mut gpurun = run.command.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(gpurun.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let child: u32 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    common::send_signal(child, libc::SIGSTOP);
+    assert!(wait_until(LONG, || state(gpurun.id()) == Some('T')), "gpurun did not follow the stop");
+    common::send_signal(gpurun.id(), libc::SIGCONT);
+    assert!(wait_until(LONG, || matches!(state(child), Some('S' | 'R'))), "the child was not resumed");
+    assert!(wait_until(LONG, || log_lines(&log) == vec!["CONT"]));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(log_lines(&log), vec!["CONT"], "SIGCONT must reach the child once");
+    let mut stop = log.into_os_string();
+    stop.push(".stop");
+    std::fs::write(stop, "").unwrap();
+    assert!(wait_until(LONG, || gpurun.try_wait().unwrap().is_some()));
+}
