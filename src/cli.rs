@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::duration;
 use crate::env::VisibleAs;
+use crate::monitor::VerifyMode;
 use crate::policy::{self, DeviceList, Fallback, Policy};
 use crate::signals::{self, SignalList};
 use crate::size::{self, Threshold};
@@ -100,6 +101,18 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "Verification",
+        &[
+            ("polling", "NVML is asked for the processes of gpurun's whole tree (the command, its children, workers, orphans) every 0.1 s at first, backing off to 2 s, then every 5 s for the report"),
+            ("verified", "every process of the tree seen on a GPU is on a selected GPU, and every selected GPU is used"),
+            ("wrong-gpu", "a process is on a GPU that was not selected: the log names the PID, the GPU and the likely cause"),
+            ("partial", "more than one GPU selected, fewer used"),
+            ("not-observed", "no process of the tree appeared on a GPU before the command exited or --verify-timeout"),
+            ("unverifiable", "NVML cannot list processes, or its PIDs belong to another PID namespace (a container): the log says which"),
+            ("--exec", "no verification: gpurun is gone"),
+        ],
+    ),
+    (
         "Shebang",
         &[
             ("#!/usr/bin/env -S gpurun --gpus 1 -- python3", "works as is: env splits the line"),
@@ -147,6 +160,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable)"),
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
+            ("--report-json FILE", "command, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status"),
             ("--dry-run --json", "the same object plus selected: [{index, uuid}] and env: {NAME: value}; both null on exit 75"),
             ("null", "a value NVML cannot give is null, never 0"),
         ],
@@ -260,6 +274,26 @@ pub struct Cli {
     /// orphan cleanup, no parent-death signal.
     #[arg(long, help_heading = "Supervision")]
     pub exec: bool,
+
+    /// Check through NVML that the command's processes run on the selected GPUs: `warn` logs
+    /// the verdict, `strict` also ends the command (TERM, KILL after 5 s or --kill-after) and
+    /// exits 125 if one is on another GPU.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = VerifyMode::Warn, help_heading = "Verification")]
+    pub verify: VerifyMode,
+
+    /// How long to wait for the command's processes to appear on a GPU before the verdict
+    /// (polling continues, slower, for the report).
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = duration::parse, help_heading = "Verification")]
+    pub verify_timeout: Duration,
+
+    /// Print a summary on stderr when the command ends: GPUs, verdict, peak GPU memory of the
+    /// command's processes per GPU, wall time, exit status.
+    #[arg(long, conflicts_with = "exec", help_heading = "Verification")]
+    pub report: bool,
+
+    /// Write the summary as JSON to FILE (schema below); FILE is created before the command starts.
+    #[arg(long, value_name = "FILE", conflicts_with = "exec", help_heading = "Verification")]
+    pub report_json: Option<PathBuf>,
 
     /// List the GPUs (index, model, memory, utilization, temperature, processes) and, with
     /// selection options, whether each qualifies; then exit.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::cli::Cli;
 use crate::env::VisibleAs;
+use crate::monitor::VerifyMode;
 use crate::policy::{ModelPattern, Request};
 
 /// What gpurun was asked to do.
@@ -49,6 +50,10 @@ pub struct Supervision {
     pub parent_death_signal: Option<libc::c_int>,
     pub keep_orphans: bool,
     pub exec: bool,
+    pub verify: VerifyMode,
+    pub verify_timeout: Duration,
+    pub report: bool,
+    pub report_json: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +125,10 @@ impl Config {
                 parent_death_signal: cli.parent_death_signal.0,
                 keep_orphans: cli.keep_orphans,
                 exec: cli.exec,
+                verify: cli.verify,
+                verify_timeout: cli.verify_timeout,
+                report: cli.report,
+                report_json: cli.report_json,
             },
         })
     }

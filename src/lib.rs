@@ -11,18 +11,22 @@ pub mod exit_code;
 pub mod gpu;
 mod listing;
 mod logging;
+mod monitor;
 pub mod nvml;
 mod orphans;
 pub mod policy;
 mod procfs;
+mod report;
 mod shebang;
 pub mod signals;
 pub mod size;
 mod supervise;
+pub mod verify;
 pub mod visibility;
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::time::Instant;
 
 use clap::error::ErrorKind;
 
@@ -30,6 +34,7 @@ use crate::cli::Cli;
 use crate::config::{Config, Mode};
 use crate::gpu::{Gpu, Machine};
 use crate::listing::Plan;
+use crate::monitor::{Monitor, VerifyMode};
 use crate::policy::{Decision, Outcome};
 use crate::signals::CallerState;
 use crate::visibility::Inherited;
@@ -54,6 +59,8 @@ pub enum Error {
     Launch(#[from] child::LaunchError),
     #[error("cannot set up signal handling: {0}")]
     Signals(std::io::Error),
+    #[error("cannot create the --report-json file {0}: {1}")]
+    ReportFile(String, std::io::Error),
 }
 
 impl Error {
@@ -150,16 +157,69 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
                 caller,
                 parent_death_signal: config.supervision.parent_death_signal,
             };
-            run_command(&launch, &config.supervision)
+            let supervision = &config.supervision;
+            if supervision.exec {
+                return Err(child::exec(&launch).into());
+            }
+            let report_file = match &supervision.report_json {
+                Some(path) => Some(
+                    std::fs::File::create(path)
+                        .map_err(|e| Error::ReportFile(path.display().to_string(), e))?,
+                ),
+                None => None,
+            };
+            let monitor = (supervision.verify != VerifyMode::Off && !chosen.is_empty()).then(|| {
+                let watched =
+                    machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect();
+                let before_launch = machine
+                    .gpus
+                    .iter()
+                    .flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid))
+                    .collect();
+                let visible_given = variables
+                    .iter()
+                    .find(|(name, _)| name == "CUDA_VISIBLE_DEVICES")
+                    .map(|(_, value)| value.clone())
+                    .unwrap_or_default();
+                Monitor::new(
+                    &session,
+                    supervision.verify,
+                    &chosen,
+                    watched,
+                    before_launch,
+                    visible_given,
+                    supervision.verify_timeout,
+                )
+            });
+            let reporting = Reporting {
+                summary: supervision.report,
+                json_file: report_file,
+                selected: &selected,
+                uuids: machine.gpus.iter().filter_map(|gpu| Some((gpu.index, gpu.uuid.clone()?))).collect(),
+                started: Instant::now(),
+            };
+            run_command(&launch, supervision, monitor, reporting)
         }
     }
 }
 
-/// spawn -> supervise -> clean up -> exit with the child's status.
-fn run_command(launch: &child::Launch, supervision: &config::Supervision) -> Result<u8, Error> {
-    if supervision.exec {
-        return Err(child::exec(launch).into());
-    }
+/// What the end-of-run report needs besides the outcome.
+struct Reporting<'a> {
+    summary: bool,
+    json_file: Option<std::fs::File>,
+    selected: &'a [&'a Gpu],
+    /// NVML index -> UUID of every GPU, for the per-GPU peaks.
+    uuids: std::collections::BTreeMap<u32, String>,
+    started: Instant,
+}
+
+/// spawn -> supervise (verify) -> clean up -> report -> exit with the child's status.
+fn run_command(
+    launch: &child::Launch,
+    supervision: &config::Supervision,
+    mut monitor: Option<Monitor>,
+    reporting: Reporting,
+) -> Result<u8, Error> {
     let receiver = signals::Receiver::open(&launch.caller).map_err(Error::Signals)?;
     if !supervision.keep_orphans {
         orphans::become_subreaper();
@@ -167,13 +227,54 @@ fn run_command(launch: &child::Launch, supervision: &config::Supervision) -> Res
     let pid = child::spawn(launch)?;
     let options =
         supervise::Options { no_forward: supervision.no_forward.clone(), kill_after: supervision.kill_after };
-    let end = supervise::run(pid, &receiver, &options);
+    let supervised = supervise::run(pid, &receiver, &options, monitor.as_mut());
     if !supervision.keep_orphans {
         orphans::end_all(std::process::id());
     }
-    match end {
-        child::End::Exited(code) => Ok(code),
-        child::End::Signaled(signal) => {
+    let status = match (&supervised.strict_failure, supervised.end) {
+        (Some(_), _) => i32::from(exit_code::GPURUN_ERROR),
+        (None, child::End::Exited(code)) => i32::from(code),
+        (None, child::End::Signaled(signal)) => 128 + signal,
+    };
+    if reporting.summary || reporting.json_file.is_some() {
+        let verification = match monitor.as_mut() {
+            Some(monitor) => {
+                let (verdict, detail) = monitor.finish();
+                report::Verification { verdict: Some(verdict), detail }
+            }
+            None if supervision.verify == VerifyMode::Off => {
+                report::Verification { verdict: None, detail: "--verify off".to_owned() }
+            }
+            None => report::Verification { verdict: None, detail: "no GPU was selected".to_owned() },
+        };
+        let uuid_of =
+            |index: &u32| reporting.uuids.get(index).cloned().unwrap_or_else(|| format!("GPU {index}"));
+        let peak_memory_bytes = monitor
+            .as_ref()
+            .map(|m| m.peak_bytes.iter().map(|(index, bytes)| (uuid_of(index), *bytes)).collect())
+            .unwrap_or_default();
+        let summary = report::Report {
+            command: launch.command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
+            selected: report::Report::selected_from(reporting.selected),
+            verification,
+            peak_memory_bytes,
+            wall_seconds: reporting.started.elapsed().as_secs_f64(),
+            exit: report::Report::exit_from(supervised.end),
+            gpurun_exit_status: status,
+        };
+        if reporting.summary {
+            eprintln!("gpurun: {}", summary.summary());
+        }
+        if let Some(file) = reporting.json_file {
+            summary.write_json(file);
+        }
+    } else if let Some(monitor) = monitor.as_mut() {
+        monitor.finish();
+    }
+    match (supervised.strict_failure, supervised.end) {
+        (Some(_), _) => Ok(exit_code::GPURUN_ERROR),
+        (None, child::End::Exited(code)) => Ok(code),
+        (None, child::End::Signaled(signal)) => {
             tracing::debug!("the command was killed by {}", signals::name(signal));
             signals::die_by(signal)
         }

@@ -47,6 +47,22 @@ pub enum OpenError {
 pub struct Session {
     nvml: Nvml,
     library: PathBuf,
+    /// Use the `_v2` process list: the driver writes `_v3` entries wider than nvml.h says.
+    v3_misread: std::cell::Cell<bool>,
+}
+
+/// Drivers 535.43 to 535.86 write 32-byte `_v3` process entries where nvml.h (and nvml-wrapper
+/// 0.13) expect 24, so every entry after the first is misread (pynvml PR #48, go-nvml #75).
+fn has_535_v3_bug(driver_version: &str) -> bool {
+    let mut parts = driver_version.split('.').map(|p| p.parse::<u32>().ok());
+    matches!((parts.next(), parts.next()), (Some(Some(535)), Some(Some(minor))) if (43..=86).contains(&minor))
+}
+
+/// A process with a compute context on one GPU, as NVML lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed {
+    pub pid: u32,
+    pub used_bytes: Option<u64>,
 }
 
 /// Opens NVML from `library` (default: `libnvidia-ml.so.1`, found like any shared library).
@@ -63,7 +79,11 @@ pub fn open(library: Option<&Path>) -> Result<Session, OpenError> {
         other => OpenError::Other(other),
     })?;
     tracing::debug!(library = %shown, "NVML initialised");
-    Ok(Session { nvml, library })
+    let v3_misread = nvml.sys_driver_version().is_ok_and(|version| has_535_v3_bug(&version));
+    if v3_misread {
+        tracing::debug!("driver 535.43-535.86: reading process lists with the _v2 call");
+    }
+    Ok(Session { nvml, library, v3_misread: std::cell::Cell::new(v3_misread) })
 }
 
 /// Collects the first failed query of a GPU: the GPU is then listed with it and not eligible.
@@ -163,7 +183,23 @@ impl Session {
             NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
         });
         let mig_enabled = queries.value("MIG mode", device.mig_mode()).map(|m| m.current == 1);
-        let processes = queries.value("processes", processes_of(&device));
+        // Process lists can be refused where everything else works (some containers, locked
+        // down drivers): that makes them unknown, not the GPU unusable.
+        let listed = match self.listed(&device) {
+            Err(NvmlError::NoPermission) => Err(NvmlError::NotSupported),
+            other => other,
+        };
+        let processes = queries.value("processes", listed).map(|listed| {
+            listed
+                .into_iter()
+                .map(|p| GpuProcess {
+                    pid: p.pid,
+                    used_bytes: p.used_bytes,
+                    user: procfs::owner(p.pid),
+                    command: procfs::command_line(p.pid),
+                })
+                .collect()
+        });
         Gpu {
             index,
             uuid,
@@ -182,18 +218,52 @@ impl Session {
     }
 }
 
-fn processes_of(device: &Device) -> Result<Vec<GpuProcess>, NvmlError> {
-    Ok(device
-        .running_compute_processes()?
+fn to_listed(infos: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>) -> Vec<Listed> {
+    infos
         .into_iter()
-        .map(|info| GpuProcess {
+        .map(|info| Listed {
             pid: info.pid,
             used_bytes: match info.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => Some(bytes),
                 UsedGpuMemory::Unavailable => None,
             },
-            user: procfs::owner(info.pid),
-            command: procfs::command_line(info.pid),
         })
-        .collect())
+        .collect()
+}
+
+impl Session {
+    /// The compute processes on GPU `index`.
+    pub fn processes(&self, index: u32) -> Result<Vec<Listed>, NvmlError> {
+        let device = self.nvml.device_by_index(index)?;
+        self.listed(&device)
+    }
+
+    fn listed(&self, device: &Device) -> Result<Vec<Listed>, NvmlError> {
+        if self.v3_misread.get() {
+            return device.running_compute_processes_v2().map(to_listed);
+        }
+        let listed = to_listed(device.running_compute_processes()?);
+        // A PID 0 after the first entry is the 535 misread on a driver that did not say so.
+        if listed.iter().skip(1).any(|p| p.pid == 0) {
+            tracing::debug!("the _v3 process list looks misread (PID 0): using the _v2 call");
+            self.v3_misread.set(true);
+            return device.running_compute_processes_v2().map(to_listed);
+        }
+        Ok(listed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_535_v3_bug;
+
+    #[test]
+    fn affected_drivers() {
+        for version in ["535.43.02", "535.54.03", "535.86.05"] {
+            assert!(has_535_v3_bug(version), "{version}");
+        }
+        for version in ["535.104.05", "535.42.01", "550.54.15", "525.85.12", "garbage"] {
+            assert!(!has_535_v3_bug(version), "{version}");
+        }
+    }
 }

@@ -3,9 +3,9 @@
 //! exits, those still alive (a DataLoader worker, a daemonised helper) would keep holding GPU
 //! memory after gpurun returns. They get SIGTERM, then SIGKILL after a grace period.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::procfs::descendants;
 use crate::signals;
 
 /// How long orphans get between SIGTERM and SIGKILL.
@@ -14,43 +14,6 @@ pub const GRACE: Duration = Duration::from_secs(3);
 pub fn become_subreaper() {
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-}
-
-/// (pid, parent pid, state) of every process in /proc.
-fn process_table() -> Vec<(u32, u32, char)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-            let state = fields.next()?.chars().next()?;
-            let parent: u32 = fields.next()?.parse().ok()?;
-            Some((pid, parent, state))
-        })
-        .collect()
-}
-
-/// Live (non-zombie) descendants of `root`.
-pub fn descendants(root: u32) -> Vec<u32> {
-    let table = process_table();
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (pid, parent, _) in &table {
-        children.entry(*parent).or_default().push(*pid);
-    }
-    let zombie: Vec<u32> = table.iter().filter(|(_, _, state)| *state == 'Z').map(|(pid, ..)| *pid).collect();
-    let mut found = Vec::new();
-    let mut queue = vec![root];
-    while let Some(pid) = queue.pop() {
-        for child in children.get(&pid).into_iter().flatten() {
-            if !zombie.contains(child) {
-                found.push(*child);
-            }
-            queue.push(*child);
-        }
-    }
-    found
 }
 
 /// Reaps every child that has ended, without blocking.

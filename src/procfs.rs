@@ -1,6 +1,7 @@
 //! What `/proc` says about a process: owner and command line. `None` where it cannot be read
 //! (gone, another PID namespace, hidepid).
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::unix::fs::MetadataExt;
 
@@ -45,6 +46,60 @@ pub fn command_line(pid: u32) -> Option<String> {
     Some(words.join(" "))
 }
 
+/// (pid, parent pid, state) of every process in /proc.
+fn process_table() -> Vec<(u32, u32, char)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+            let state = fields.next()?.chars().next()?;
+            let parent: u32 = fields.next()?.parse().ok()?;
+            Some((pid, parent, state))
+        })
+        .collect()
+}
+
+/// Live (non-zombie) descendants of `root`.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let table = process_table();
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (pid, parent, _) in &table {
+        children.entry(*parent).or_default().push(*pid);
+    }
+    let zombie: Vec<u32> = table.iter().filter(|(_, _, state)| *state == 'Z').map(|(pid, ..)| *pid).collect();
+    let mut found = Vec::new();
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        for child in children.get(&pid).into_iter().flatten() {
+            if !zombie.contains(child) {
+                found.push(*child);
+            }
+            queue.push(*child);
+        }
+    }
+    found
+}
+
+/// One variable of a process's initial environment: `None` when the environment cannot be read
+/// (another user's process), `Some(None)` when the variable is not set.
+pub fn environment_variable(pid: u32, name: &str) -> Option<Option<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{name}=");
+    Some(
+        raw.split(|&b| b == 0)
+            .find(|entry| entry.starts_with(prefix.as_bytes()))
+            .map(|entry| String::from_utf8_lossy(&entry[prefix.len()..]).into_owned()),
+    )
+}
+
+/// Whether a process with this PID exists in this PID namespace.
+pub fn exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +109,19 @@ mod tests {
         let pid = std::process::id();
         assert!(command_line(pid).is_some());
         assert!(owner(pid).is_some());
+    }
+
+    #[test]
+    fn descendants_and_environment() {
+        let mut child = std::process::Command::new("sleep").arg("5").env("PROCFS_TEST", "x").spawn().unwrap();
+        let pid = child.id();
+        assert!(descendants(std::process::id()).contains(&pid));
+        assert_eq!(environment_variable(pid, "PROCFS_TEST"), Some(Some("x".to_owned())));
+        assert_eq!(environment_variable(pid, "PROCFS_TEST_UNSET"), Some(None));
+        assert!(exists(pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!descendants(std::process::id()).contains(&pid));
     }
 
     #[test]

@@ -4,7 +4,19 @@
 use std::time::{Duration, Instant};
 
 use crate::child::End;
+use crate::monitor::Monitor;
 use crate::signals::{self, Action, Receiver};
+
+/// How long `--verify strict` gives a command on the wrong GPU between SIGTERM and SIGKILL,
+/// unless `--kill-after` says otherwise.
+const STRICT_GRACE: Duration = Duration::from_secs(5);
+
+/// How supervision ended.
+pub struct Supervised {
+    pub end: End,
+    /// `--verify strict` ended the command for being on the wrong GPU: this detail.
+    pub strict_failure: Option<String>,
+}
 
 pub struct Options {
     /// Signals never forwarded (`--no-forward`).
@@ -30,8 +42,15 @@ fn ends_the_job(signal: libc::c_int) -> bool {
     matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP)
 }
 
-/// Runs until the child ends; reaps any other child (orphans) on the way.
-pub fn run(child: u32, receiver: &Receiver, options: &Options) -> End {
+/// Runs until the child ends; reaps any other child (orphans) on the way, and lets the monitor
+/// poll NVML when it is due.
+pub fn run(
+    child: u32,
+    receiver: &Receiver,
+    options: &Options,
+    mut monitor: Option<&mut Monitor>,
+) -> Supervised {
+    let mut strict_failure = None;
     let own_pid = std::process::id();
     let mut kill_deadline: Option<Instant> = None;
     // The SIGCONT that resumed gpurun after a job-control stop reached the child directly (or
@@ -54,7 +73,7 @@ pub fn run(child: u32, receiver: &Receiver, options: &Options) -> End {
                 continue;
             }
             if let Some(end) = End::from_wait_status(status) {
-                return end;
+                return Supervised { end, strict_failure };
             }
         }
         if kill_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
@@ -65,7 +84,15 @@ pub fn run(child: u32, receiver: &Receiver, options: &Options) -> End {
             signals::send(child, libc::SIGKILL);
             kill_deadline = None;
         }
-        let timeout = kill_deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+        if let Some(monitor) = monitor.as_deref_mut() {
+            if let Some(detail) = monitor.tick(own_pid) {
+                signals::send(child, libc::SIGTERM);
+                kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
+                strict_failure = Some(detail);
+            }
+        }
+        let wake = [kill_deadline, monitor.as_deref().map(Monitor::next_poll)].into_iter().flatten().min();
+        let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
         for received in receiver.wait(timeout) {
             let action =
                 signals::decide(received, child, own_pid, in_our_process_group(child), &options.no_forward);

@@ -65,3 +65,13 @@ fn driver_not_loaded_at_init() {
 fn no_permission_at_init() {
     check(&scenario_file("no_permission.toml"));
 }
+
+#[test]
+fn the_535_v3_stride_quirk() {
+    check(&scenario_file("quirk535.toml"));
+}
+
+#[test]
+fn pids_seen_from_another_pid_namespace() {
+    check(&scenario_file("container.toml"));
+}

@@ -223,8 +223,12 @@ class Checker:
             return lambda: sorted((p.pid, p.usedGpuMemory) for p in function(handle))
 
         call = "nvmlDeviceGetComputeRunningProcesses"
+        v3 = pynvml.nvmlDeviceGetComputeRunningProcesses
+        if "v3_stride_32" in self.scenario.get("quirks", []):
+            # The 535 quirk: pynvml's 24-byte reading would be garbled; read 32-byte entries.
+            v3 = self.processes_v3_wide
         # nvidia-ml-py's wrapper makes two calls (size, then fill): count both against injections.
-        for what, function in [("processes v3", pynvml.nvmlDeviceGetComputeRunningProcesses),
+        for what, function in [("processes v3", v3),
                                ("processes v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2)]:
             self.call(f"{tag} {what}", call, index, listed(function), lambda: expected)
             if expected:
@@ -254,6 +258,33 @@ class Checker:
         not_available = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
         return [(e.pid, None if e.usedGpuMemory == not_available else e.usedGpuMemory)
                 for e in entries[: count.value]]
+
+    def processes_v3_wide(self, handle):
+        """The v3 call read with the 32-byte entries drivers 535.43 to 535.86 wrote."""
+
+        class ProcessInfo535(ctypes.Structure):
+            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                        ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint),
+                        ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+
+        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
+        count = ctypes.c_uint(0)
+        result = function(handle, ctypes.byref(count), None)
+        if result == pynvml.NVML_SUCCESS:
+            return []
+        if result != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(result)
+        # Room for the 24-byte entries the caller would allocate: the sim writes what fits.
+        wanted = count.value
+        entries = (ProcessInfo535 * (wanted * 2))()
+        count = ctypes.c_uint(wanted * 2 * 32 // 24)
+        pynvml._nvmlCheckReturn(function(handle, ctypes.byref(count), entries))
+
+        class Entry:
+            def __init__(self, e):
+                self.pid, self.usedGpuMemory = e.pid, e.usedGpuMemory
+
+        return [Entry(e) for e in entries[: count.value]]
 
     def check_count_protocol(self, tag, handle, count_needed):
         function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
@@ -320,7 +351,8 @@ class Checker:
 
         before = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
         process = start()
-        self.check_processes(index, handle, extra=[(process.pid, mem)])
+        offset = self.scenario.get("pid_offset", 0)
+        self.check_processes(index, handle, extra=[(process.pid + offset, mem)])
         after = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
         self.check("a live process's memory counts as used", after - before, mem)
         process.send_signal(signal.SIGTERM)

@@ -70,6 +70,17 @@ pub struct ProcessInfoV1 {
     used_gpu_memory: c_ulonglong,
 }
 
+/// What drivers 535.43 to 535.86 wrote for the `_v3` call: `nvmlProcessInfo_v2_t` plus
+/// `usedGpuCcProtectedMemory`, 32 bytes where callers allocated 24.
+#[repr(C)]
+pub struct ProcessInfo535 {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+    used_gpu_cc_protected_memory: c_ulonglong,
+}
+
 /// `nvmlProcessInfo_v2_t`, which nvml.h also uses for the `_v3` call.
 #[repr(C)]
 pub struct ProcessInfoV2 {
@@ -650,7 +661,10 @@ unsafe fn running_processes<T>(
         if infos.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        for (slot, process) in listed.iter().enumerate() {
+        // With the 535 quirk the entries are wider than the caller's; never write past the
+        // caller's buffer (capacity x its entry size), even though the real driver did.
+        let fits = capacity * std::mem::size_of::<ProcessInfoV2>() / std::mem::size_of::<T>();
+        for (slot, process) in listed.iter().enumerate().take(fits) {
             let used = process.used_bytes.unwrap_or(VALUE_NOT_AVAILABLE);
             // SAFETY: slot < listed.len() <= capacity, which the caller allocated.
             unsafe { infos.add(slot).write(make(process.pid, used)) };
@@ -672,6 +686,22 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     count: *mut c_uint,
     infos: *mut ProcessInfoV2,
 ) -> u32 {
+    let quirk =
+        with_state(|state| Ok(state.scenario.has_quirk(scenario::QUIRK_V3_STRIDE_32))).unwrap_or(false);
+    if quirk {
+        let wide = infos.cast::<ProcessInfo535>();
+        // SAFETY: forwarded caller contract; running_processes bounds the writes by the
+        // caller's buffer size.
+        return unsafe {
+            running_processes(device, count, wide, |pid, used| ProcessInfo535 {
+                pid,
+                used_gpu_memory: used,
+                gpu_instance_id: u32::MAX,
+                compute_instance_id: u32::MAX,
+                used_gpu_cc_protected_memory: 0,
+            })
+        };
+    }
     // SAFETY: forwarded caller contract.
     unsafe { running_processes(device, count, infos, process_v2) }
 }

@@ -21,6 +21,14 @@ pub struct Scenario {
     pub cuda_driver_version: i32,
     #[serde(default)]
     pub init: InitSpec,
+    /// Added to the PIDs of live (sim-cuda) processes: NVML in a container reports host PIDs.
+    #[serde(default)]
+    pub pid_offset: u32,
+    /// Driver bugs to reproduce. `v3_stride_32`: nvmlDeviceGetComputeRunningProcesses_v3 writes
+    /// 32-byte entries (with usedGpuCcProtectedMemory) where nvml.h says 24, as drivers 535.43
+    /// to 535.86 did.
+    #[serde(default)]
+    pub quirks: Vec<String>,
     #[serde(default)]
     pub cuda: CudaSpec,
     #[serde(default, rename = "gpu")]
@@ -250,6 +258,11 @@ impl Scenario {
             error_code(&error.error)
                 .ok_or_else(|| format!("error {:?}: unknown NVML error name", error.error))?;
         }
+        for quirk in &self.quirks {
+            if !KNOWN_QUIRKS.contains(&quirk.as_str()) {
+                return Err(format!("quirk {quirk:?} is unknown; known: {}", KNOWN_QUIRKS.join(", ")));
+            }
+        }
         if let Some(name) = &self.init.error {
             error_code(name).ok_or_else(|| format!("init.error {name:?}: unknown NVML error name"))?;
         }
@@ -262,11 +275,18 @@ impl Scenario {
         Ok(())
     }
 
+    pub fn has_quirk(&self, quirk: &str) -> bool {
+        self.quirks.iter().any(|q| q == quirk)
+    }
+
     /// CUDA's FASTEST_FIRST order as NVML indices.
     pub fn fastest_first(&self) -> Vec<u32> {
         self.cuda.fastest_first.clone().unwrap_or_else(|| (0..self.gpus.len() as u32).collect())
     }
 }
+
+pub const QUIRK_V3_STRIDE_32: &str = "v3_stride_32";
+const KNOWN_QUIRKS: &[&str] = &[QUIRK_V3_STRIDE_32];
 
 /// `nvmlComputeMode_t`.
 pub fn compute_mode_code(name: &str) -> Option<u32> {

@@ -103,12 +103,9 @@ impl State {
             .filter(|p| p.gpu == gpu)
             .map(|p| ListedProcess { pid: p.pid, used_bytes: p.used.map(|s| s.0) })
             .collect();
-        listed.extend(
-            registry::live(&self.state_dir)
-                .into_iter()
-                .filter(|r| &r.uuid == uuid)
-                .map(|r| ListedProcess { pid: r.pid, used_bytes: Some(r.used_bytes) }),
-        );
+        listed.extend(registry::live(&self.state_dir).into_iter().filter(|r| &r.uuid == uuid).map(|r| {
+            ListedProcess { pid: r.pid + self.scenario.pid_offset, used_bytes: Some(r.used_bytes) }
+        }));
         listed
     }
 

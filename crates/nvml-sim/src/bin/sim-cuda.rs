@@ -15,12 +15,16 @@ use nvml_sim::cuda::{self, CudaDevice};
 use nvml_sim::registry;
 use nvml_sim::scenario::{self, Source};
 
-const USAGE: &str = "usage: sim-cuda [--mem SIZE] [--use N | --device ORDINAL[,ORDINAL...]] \
+const USAGE: &str =
+    "usage: sim-cuda [--mem SIZE] [--use N | --device ORDINAL[,ORDINAL...]] [--set-visible LIST] \
 [--workers N] [--sleep SECONDS] [--exit CODE] [--quiet]
 
   --mem SIZE        memory each process takes on each GPU it uses (binary units; default 1GiB)
   --use N           use only the first N visible devices (a multi-GPU job that uses fewer)
   --device LIST     use these CUDA ordinals, like a hard-coded torch.device(\"cuda:1\")
+  --set-visible LIST
+                    resolve LIST instead of CUDA_VISIBLE_DEVICES, like a program that sets
+                    os.environ[\"CUDA_VISIBLE_DEVICES\"] itself before CUDA starts
   --workers N       N worker processes register on the devices instead of this one
   --sleep SECONDS   how long to hold the devices (default 0)
   --exit CODE       exit status once done (default 0)
@@ -30,6 +34,7 @@ struct Options {
     mem_bytes: u64,
     use_count: Option<usize>,
     ordinals: Option<Vec<u32>>,
+    set_visible: Option<String>,
     workers: u32,
     sleep: Duration,
     exit_code: u8,
@@ -43,6 +48,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         mem_bytes: 1 << 30,
         use_count: None,
         ordinals: None,
+        set_visible: None,
         workers: 0,
         sleep: Duration::ZERO,
         exit_code: 0,
@@ -59,6 +65,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                 options.ordinals =
                     Some(value()?.split(',').map(|o| number(flag, o)).collect::<Result<_, _>>()?)
             }
+            "--set-visible" => options.set_visible = Some(value()?),
             "--workers" => options.workers = number(flag, &value()?)?,
             "--sleep" => {
                 let text = value()?;
@@ -143,7 +150,7 @@ fn run() -> Result<u8, String> {
     let visible = cuda::visible_devices(
         &scenario,
         std::env::var("CUDA_DEVICE_ORDER").ok().as_deref(),
-        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+        options.set_visible.clone().or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok()).as_deref(),
     );
     let used: Vec<CudaDevice> = match &options.ordinals {
         Some(ordinals) => ordinals

@@ -1,0 +1,201 @@
+//! Watching where the command landed: polls NVML for the processes of gpurun's whole tree (the
+//! command, its children, DataLoader workers, orphans reparented to gpurun), quickly at first and
+//! backing off, feeds `verify::Tracker`, logs each verdict once, and samples the tree's GPU
+//! memory for the report.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+
+use crate::nvml::Session;
+use crate::procfs;
+use crate::verify::{Poll, Sighting, Tracker, Verdict};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VerifyMode {
+    /// Do not check.
+    Off,
+    /// Log the verdict.
+    Warn,
+    /// On wrong-gpu, terminate the command (TERM, KILL after the grace) and exit 125.
+    Strict,
+}
+
+/// The first poll comes this soon after launch; the interval then grows by half each time.
+const FIRST_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest interval while no verdict has settled.
+const LONGEST_INTERVAL: Duration = Duration::from_secs(2);
+/// After the verdict: memory samples for the report (and a late wrong-gpu).
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+
+pub struct Monitor<'a> {
+    session: &'a Session,
+    mode: VerifyMode,
+    /// NVML indices of the selected GPUs.
+    selected: Vec<u32>,
+    /// GPUs whose processes are listed each poll (all that could be read at launch).
+    watched: Vec<u32>,
+    /// PIDs on any GPU at launch: not the command's.
+    before_launch: HashSet<u32>,
+    /// The CUDA_VISIBLE_DEVICES gpurun gave the command, to explain a wrong GPU.
+    visible_given: String,
+    tracker: Tracker,
+    interval: Duration,
+    next_poll: Instant,
+    deadline: Instant,
+    logged: Vec<Verdict>,
+    /// Largest total of the tree's memory seen on each GPU.
+    pub peak_bytes: BTreeMap<u32, u64>,
+}
+
+impl<'a> Monitor<'a> {
+    pub fn new(
+        session: &'a Session,
+        mode: VerifyMode,
+        selected: &[u32],
+        watched: Vec<u32>,
+        before_launch: HashSet<u32>,
+        visible_given: String,
+        timeout: Duration,
+    ) -> Monitor<'a> {
+        let now = Instant::now();
+        Monitor {
+            session,
+            mode,
+            selected: selected.to_vec(),
+            watched,
+            before_launch,
+            visible_given,
+            tracker: Tracker::new(selected),
+            interval: FIRST_INTERVAL,
+            next_poll: now + FIRST_INTERVAL,
+            deadline: now + timeout,
+            logged: Vec::new(),
+            peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
+        }
+    }
+
+    pub fn next_poll(&self) -> Instant {
+        self.next_poll
+    }
+
+    /// Polls if due. Returns a wrong-gpu verdict when `--verify strict` must end the command.
+    pub fn tick(&mut self, own_pid: u32) -> Option<String> {
+        let now = Instant::now();
+        if now < self.next_poll {
+            return None;
+        }
+        let poll = self.poll(own_pid);
+        let visible_given = self.visible_given.clone();
+        self.tracker.observe(poll, |sighting| likely_cause(sighting, &visible_given));
+        let mut strict_failure = None;
+        if let Some((verdict, detail)) = self.tracker.settled() {
+            if self.log_once(verdict, &detail)
+                && verdict == Verdict::WrongGpu
+                && self.mode == VerifyMode::Strict
+            {
+                strict_failure = Some(detail);
+            }
+            self.interval = SAMPLE_INTERVAL;
+        } else if now >= self.deadline {
+            let (verdict, detail) = self.tracker.verdict();
+            self.log_once(verdict, &format!("{detail} (within --verify-timeout)"));
+            self.interval = SAMPLE_INTERVAL;
+        } else {
+            self.interval = (self.interval * 3 / 2).min(LONGEST_INTERVAL);
+        }
+        self.next_poll = now + self.interval;
+        strict_failure
+    }
+
+    /// The final verdict, once the command has ended; logged if nothing was yet.
+    pub fn finish(&mut self) -> (Verdict, String) {
+        let (verdict, detail) = self.tracker.verdict();
+        if self.logged.is_empty() || verdict == Verdict::WrongGpu {
+            self.log_once(verdict, &detail);
+        }
+        (verdict, detail)
+    }
+
+    fn log_once(&mut self, verdict: Verdict, detail: &str) -> bool {
+        if self.logged.contains(&verdict) {
+            return false;
+        }
+        self.logged.push(verdict);
+        match verdict {
+            Verdict::Verified | Verdict::Unverifiable => tracing::info!("{verdict}: {detail}"),
+            Verdict::WrongGpu if self.mode == VerifyMode::Strict => {
+                tracing::error!("{verdict}: {detail}; ending the command (--verify strict)")
+            }
+            Verdict::WrongGpu | Verdict::Partial | Verdict::NotObserved => {
+                tracing::warn!("{verdict}: {detail}")
+            }
+        }
+        true
+    }
+
+    fn poll(&mut self, own_pid: u32) -> Poll {
+        let tree: HashSet<u32> = procfs::descendants(own_pid).into_iter().collect();
+        let mut poll = Poll::default();
+        for &gpu in &self.watched {
+            let selected = self.selected.contains(&gpu);
+            match self.session.processes(gpu) {
+                Ok(listed) => {
+                    let mut tree_bytes = 0u64;
+                    for process in listed {
+                        if tree.contains(&process.pid) {
+                            tree_bytes += process.used_bytes.unwrap_or(0);
+                            let command = procfs::command_line(process.pid).unwrap_or_else(|| "?".to_owned());
+                            poll.sightings.push(Sighting { pid: process.pid, command: clip(&command), gpu });
+                        } else if selected
+                            && !self.before_launch.contains(&process.pid)
+                            && !procfs::exists(process.pid)
+                        {
+                            poll.foreign_namespace_pids.push((process.pid, gpu));
+                        }
+                    }
+                    if tree_bytes > 0 || selected {
+                        let peak = self.peak_bytes.entry(gpu).or_insert(0);
+                        *peak = (*peak).max(tree_bytes);
+                    }
+                }
+                Err(error) if selected => poll.unlistable.push((gpu, error.to_string())),
+                Err(error) => tracing::debug!("GPU {gpu}: cannot list processes: {error}"),
+            }
+        }
+        poll
+    }
+}
+
+fn clip(command: &str) -> String {
+    if command.chars().count() <= 60 {
+        command.to_owned()
+    } else {
+        format!("{}…", command.chars().take(59).collect::<String>())
+    }
+}
+
+/// Why a process of the command may be on a GPU it was not given, from its environment at exec.
+fn likely_cause(sighting: &Sighting, visible_given: &str) -> String {
+    let pid = sighting.pid;
+    match procfs::environment_variable(pid, "CUDA_VISIBLE_DEVICES") {
+        Some(Some(value)) if value != visible_given => return format!(
+            "CUDA_VISIBLE_DEVICES was overridden to {value:?} in that process (gpurun set {visible_given:?})"
+        ),
+        Some(None) => return "CUDA_VISIBLE_DEVICES was removed from that process's environment".to_owned(),
+        _ => {}
+    }
+    match procfs::environment_variable(pid, "CUDA_DEVICE_ORDER") {
+        Some(Some(order)) if order == "PCI_BUS_ID" => {}
+        Some(_) => {
+            return "CUDA_DEVICE_ORDER is not PCI_BUS_ID in that process, so CUDA numbered the GPUs fastest \
+                    first, not as nvidia-smi does"
+                .to_owned()
+        }
+        None => {}
+    }
+    "a hard-coded device index (cuda:N, torch.cuda.set_device), a library that picks GPUs itself, or \
+     CUDA_VISIBLE_DEVICES changed inside the program"
+        .to_owned()
+}

@@ -1,0 +1,235 @@
+//! Pure verification (DESIGN 8): what NVML showed of the command's process tree, against the
+//! GPUs that were selected, gives one verdict. No I/O: `monitor` feeds it.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Every tree process seen on a GPU is on a selected GPU, and every selected GPU is used.
+    Verified,
+    /// A tree process is on a GPU that was not selected.
+    WrongGpu,
+    /// More than one GPU selected, fewer used.
+    Partial,
+    /// No tree process appeared on a GPU.
+    NotObserved,
+    /// NVML cannot list processes, or its PIDs belong to another PID namespace.
+    Unverifiable,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Verified => "verified",
+            Verdict::WrongGpu => "wrong-gpu",
+            Verdict::Partial => "partial",
+            Verdict::NotObserved => "not-observed",
+            Verdict::Unverifiable => "unverifiable",
+        })
+    }
+}
+
+/// A process of the command's tree seen by NVML on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sighting {
+    pub pid: u32,
+    pub command: String,
+    pub gpu: u32,
+}
+
+/// One poll of NVML, as seen from the command's tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Poll {
+    /// Tree processes on GPUs.
+    pub sightings: Vec<Sighting>,
+    /// GPUs (selected ones) whose processes NVML could not list, with why.
+    pub unlistable: Vec<(u32, String)>,
+    /// PIDs that appeared on a selected GPU after launch and do not exist here: NVML reports
+    /// them from another PID namespace.
+    pub foreign_namespace_pids: Vec<(u32, u32)>,
+}
+
+/// The verdict so far, updated by each poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracker {
+    selected: Vec<u32>,
+    used: BTreeSet<u32>,
+    seen: Vec<Sighting>,
+    wrong: Option<(Sighting, String)>,
+    unlistable: Option<(u32, String)>,
+    foreign_namespace: Option<(u32, u32)>,
+}
+
+impl Tracker {
+    pub fn new(selected: &[u32]) -> Tracker {
+        Tracker {
+            selected: selected.to_vec(),
+            used: BTreeSet::new(),
+            seen: Vec::new(),
+            wrong: None,
+            unlistable: None,
+            foreign_namespace: None,
+        }
+    }
+
+    /// Takes one poll. `cause_of` explains a process on the wrong GPU (it reads /proc).
+    pub fn observe(&mut self, poll: Poll, cause_of: impl Fn(&Sighting) -> String) {
+        for sighting in poll.sightings {
+            if self.selected.contains(&sighting.gpu) {
+                self.used.insert(sighting.gpu);
+            } else if self.wrong.is_none() {
+                let cause = cause_of(&sighting);
+                self.wrong = Some((sighting.clone(), cause));
+            }
+            if !self.seen.iter().any(|s| s.pid == sighting.pid && s.gpu == sighting.gpu) {
+                self.seen.push(sighting);
+            }
+        }
+        if self.unlistable.is_none() {
+            self.unlistable = poll.unlistable.into_iter().next();
+        }
+        if self.foreign_namespace.is_none() {
+            self.foreign_namespace = poll.foreign_namespace_pids.into_iter().next();
+        }
+    }
+
+    /// A verdict that no later poll can improve on: wrong-gpu, or verified with every selected
+    /// GPU in use. `None` while it may still change.
+    pub fn settled(&self) -> Option<(Verdict, String)> {
+        if self.wrong.is_some() {
+            return Some(self.verdict());
+        }
+        let all_used = !self.selected.is_empty() && self.selected.iter().all(|gpu| self.used.contains(gpu));
+        all_used.then(|| self.verdict())
+    }
+
+    /// The verdict now, with its detail; at the end of the run, the final one.
+    pub fn verdict(&self) -> (Verdict, String) {
+        if let Some((sighting, cause)) = &self.wrong {
+            return (
+                Verdict::WrongGpu,
+                format!(
+                    "PID {} ({}) is on GPU {}, which was not selected (selected: {}); likely cause: {cause}",
+                    sighting.pid,
+                    sighting.command,
+                    sighting.gpu,
+                    gpu_list(&self.selected)
+                ),
+            );
+        }
+        if !self.used.is_empty() {
+            let on_selected: Vec<String> =
+                self.seen.iter().map(|s| format!("PID {} ({}) on GPU {}", s.pid, s.command, s.gpu)).collect();
+            let unused: Vec<u32> = self.selected.iter().copied().filter(|g| !self.used.contains(g)).collect();
+            if unused.is_empty() {
+                return (Verdict::Verified, on_selected.join(", "));
+            }
+            return (
+                Verdict::Partial,
+                format!(
+                    "{} GPUs selected, {} used: {}; unused: {}",
+                    self.selected.len(),
+                    self.used.len(),
+                    on_selected.join(", "),
+                    gpu_list(&unused)
+                ),
+            );
+        }
+        if let Some((gpu, why)) = &self.unlistable {
+            return (Verdict::Unverifiable, format!("NVML cannot list the processes on GPU {gpu}: {why}"));
+        }
+        if let Some((pid, gpu)) = &self.foreign_namespace {
+            return (
+                Verdict::Unverifiable,
+                format!(
+                    "NVML shows PID {pid} on GPU {gpu}, which does not exist here: its PIDs belong to another \
+                     PID namespace (gpurun runs in a container?), so the command's processes cannot be matched"
+                ),
+            );
+        }
+        (Verdict::NotObserved, "no process of the command appeared on a GPU".to_owned())
+    }
+}
+
+fn gpu_list(gpus: &[u32]) -> String {
+    let names: Vec<String> = gpus.iter().map(|g| format!("GPU {g}")).collect();
+    names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(pid: u32, gpu: u32) -> Sighting {
+        Sighting { pid, command: "job".to_owned(), gpu }
+    }
+
+    fn poll(sightings: Vec<Sighting>) -> Poll {
+        Poll { sightings, ..Poll::default() }
+    }
+
+    fn no_cause(_: &Sighting) -> String {
+        "a hard-coded device index".to_owned()
+    }
+
+    #[test]
+    fn verified_when_every_selected_gpu_is_used() {
+        let mut tracker = Tracker::new(&[3, 5]);
+        assert_eq!(tracker.settled(), None);
+        tracker.observe(poll(vec![seen(10, 3)]), no_cause);
+        assert_eq!(tracker.settled(), None, "GPU 5 may still be used");
+        assert_eq!(tracker.verdict().0, Verdict::Partial);
+        tracker.observe(poll(vec![seen(10, 3), seen(11, 5)]), no_cause);
+        let (verdict, detail) = tracker.settled().unwrap();
+        assert_eq!(verdict, Verdict::Verified);
+        assert_eq!(detail, "PID 10 (job) on GPU 3, PID 11 (job) on GPU 5");
+    }
+
+    #[test]
+    fn wrong_gpu_wins_and_names_pid_gpu_and_cause() {
+        let mut tracker = Tracker::new(&[3]);
+        tracker.observe(poll(vec![seen(10, 3), seen(12, 0)]), no_cause);
+        let (verdict, detail) = tracker.settled().unwrap();
+        assert_eq!(verdict, Verdict::WrongGpu);
+        assert!(
+            detail.starts_with("PID 12 (job) is on GPU 0, which was not selected (selected: GPU 3)"),
+            "{detail}"
+        );
+        assert!(detail.ends_with("likely cause: a hard-coded device index"));
+    }
+
+    #[test]
+    fn nothing_seen() {
+        let tracker = Tracker::new(&[1]);
+        assert_eq!(tracker.verdict().0, Verdict::NotObserved);
+        let mut unlistable = Tracker::new(&[1]);
+        unlistable
+            .observe(Poll { unlistable: vec![(1, "Not Supported".to_owned())], ..Poll::default() }, no_cause);
+        assert_eq!(
+            unlistable.verdict(),
+            (Verdict::Unverifiable, "NVML cannot list the processes on GPU 1: Not Supported".to_owned())
+        );
+        let mut container = Tracker::new(&[1]);
+        container.observe(Poll { foreign_namespace_pids: vec![(4194400, 1)], ..Poll::default() }, no_cause);
+        assert_eq!(container.verdict().0, Verdict::Unverifiable);
+        assert!(container.verdict().1.contains("another PID namespace"));
+    }
+
+    #[test]
+    fn a_sighting_beats_an_unlistable_gpu() {
+        let mut tracker = Tracker::new(&[1, 2]);
+        tracker.observe(
+            Poll {
+                sightings: vec![seen(5, 1)],
+                unlistable: vec![(2, "Not Supported".to_owned())],
+                ..Poll::default()
+            },
+            no_cause,
+        );
+        assert_eq!(tracker.verdict().0, Verdict::Partial);
+    }
+}

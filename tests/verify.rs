@@ -1,0 +1,307 @@
+//! Verification and the report, end to end on the simulator: every verdict of DESIGN 8, its log
+//! line, `--verify strict`, the 535 driver quirk, `--report` and `--report-json`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{default_scenario, scenario_file, sim_cuda, wait_until, Outcome, Sim};
+use serde_json::Value;
+
+fn sim_cuda_path() -> String {
+    sim_cuda().display().to_string()
+}
+
+fn run(sim: &Sim, gpurun_args: &[&str], command: &[&str]) -> Outcome {
+    sim.gpurun().args(gpurun_args).args(["--"]).args(command).run()
+}
+
+fn verdict_lines(outcome: &Outcome) -> Vec<String> {
+    let verdicts = ["verified:", "wrong-gpu:", "partial:", "not-observed:", "unverifiable:"];
+    outcome
+        .stderr
+        .lines()
+        .filter(|line| verdicts.iter().any(|v| line.contains(v)))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn verified_names_pid_command_and_gpu() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(&sim, &[], &[&sim_cuda_path(), "--sleep", "0.5"]);
+    outcome.status(0);
+    let lines = verdict_lines(&outcome);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("gpurun: verified: PID "), "{lines:?}");
+    assert!(lines[0].contains("sim-cuda --sleep 0.5) on GPU 3"), "{lines:?}");
+}
+
+#[test]
+fn worker_processes_count_as_the_commands() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(&sim, &["--gpus", "2"], &[&sim_cuda_path(), "--workers", "2", "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("verified:") && lines[0].contains("--worker"), "{lines:?}");
+    assert_eq!(lines[0].matches("on GPU 3").count(), 2, "{lines:?}");
+    assert_eq!(lines[0].matches("on GPU 5").count(), 2, "{lines:?}");
+}
+
+/// The default machine's FASTEST_FIRST order differs from PCI order: a process that loses
+/// CUDA_DEVICE_ORDER lands elsewhere, and gpurun says so.
+#[test]
+fn wrong_gpu_without_cuda_device_order() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(
+        &sim,
+        &["--exclude", "3"],
+        &["env", "-u", "CUDA_DEVICE_ORDER", &sim_cuda_path(), "--sleep", "0.5"],
+    );
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("gpurun: warning: wrong-gpu: PID "), "{lines:?}");
+    assert!(lines[0].contains("is on GPU 7, which was not selected (selected: GPU 5)"), "{lines:?}");
+    assert!(lines[0].contains("CUDA_DEVICE_ORDER is not PCI_BUS_ID"), "{lines:?}");
+}
+
+#[test]
+fn wrong_gpu_with_an_overridden_cuda_visible_devices() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(&sim, &[], &["env", "CUDA_VISIBLE_DEVICES=0", &sim_cuda_path(), "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert!(lines[0].contains("is on GPU 0, which was not selected (selected: GPU 3)"), "{lines:?}");
+    assert!(
+        lines[0].contains("CUDA_VISIBLE_DEVICES was overridden to \"0\" in that process (gpurun set \"3\")")
+    );
+}
+
+#[test]
+fn wrong_gpu_with_a_hard_coded_device() {
+    let sim = Sim::new(&default_scenario());
+    // The environment at exec is gpurun's, but the program picks its own device inside.
+    let outcome = run(&sim, &[], &[&sim_cuda_path(), "--set-visible", "6", "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("is on GPU 6, which was not selected (selected: GPU 3)"), "{lines:?}");
+    assert!(lines[0].contains("likely cause: a hard-coded device index"), "{lines:?}");
+}
+
+#[test]
+fn strict_ends_the_command_and_exits_125() {
+    let sim = Sim::new(&default_scenario());
+    let started = std::time::Instant::now();
+    let outcome = run(
+        &sim,
+        &["--verify", "strict"],
+        &["env", "CUDA_VISIBLE_DEVICES=0", &sim_cuda_path(), "--sleep", "60"],
+    );
+    outcome
+        .status(125)
+        .stderr_has("gpurun: error: wrong-gpu: PID")
+        .stderr_has("ending the command (--verify strict)");
+    assert!(started.elapsed() < Duration::from_secs(30), "the command was not ended");
+
+    // A command that ignores SIGTERM gets SIGKILL after the grace (--kill-after here).
+    let stubborn = run(
+        &sim,
+        &["--verify", "strict", "--kill-after", "300ms"],
+        &["sh", "-c", &format!("trap '' TERM; CUDA_VISIBLE_DEVICES=0 {} --sleep 60", sim_cuda_path())],
+    );
+    stubborn.status(125);
+
+    // And in warn mode the same command runs to its end.
+    let warned = run(
+        &sim,
+        &["--verify", "warn"],
+        &["env", "CUDA_VISIBLE_DEVICES=0", &sim_cuda_path(), "--sleep", "0.3", "--exit", "3"],
+    );
+    warned.status(3).stderr_has("gpurun: warning: wrong-gpu:");
+}
+
+#[test]
+fn partial_when_a_multi_gpu_job_uses_one_card() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(&sim, &["--gpus", "2"], &[&sim_cuda_path(), "--use", "1", "--sleep", "0.3"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("partial: 2 GPUs selected, 1 used:") && lines[0].ends_with("unused: GPU 5"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn not_observed_when_nothing_touches_a_gpu() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(&sim, &[], &["sleep", "0.3"]);
+    assert_eq!(
+        verdict_lines(outcome.status(0)),
+        vec!["gpurun: warning: not-observed: no process of the command appeared on a GPU"]
+    );
+}
+
+#[test]
+fn verify_timeout_gives_the_verdict_early_and_polling_goes_on() {
+    let sim = Sim::new(&default_scenario());
+    // Appears after the timeout; the slower sampling (every 5 s) still sees it.
+    let late = format!("sleep 1; exec {} --sleep 5", sim_cuda_path());
+    let outcome = run(&sim, &["--verify-timeout", "200ms"], &["sh", "-c", &late]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].contains("not-observed:") && lines[0].contains("(within --verify-timeout)"),
+        "{lines:?}"
+    );
+    assert!(lines[1].contains("verified:"), "{lines:?}");
+}
+
+#[test]
+fn unverifiable_when_nvml_cannot_list_processes() {
+    let mut text = default_scenario();
+    text.push_str(
+        "\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 3\nerror = \"NO_PERMISSION\"\n",
+    );
+    let sim = Sim::new(&text);
+    // A refused process list makes the processes unknown, not the GPU unusable...
+    let outcome = run(&sim, &["--devices", "3"], &[&sim_cuda_path(), "--sleep", "0.3"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines, vec!["gpurun: unverifiable: NVML cannot list the processes on GPU 3: the current user does not have permission to perform this operation"]);
+    // ...but --exclusive cannot be satisfied on it.
+    run(&sim, &["--devices", "3", "--exclusive"], &["true"])
+        .status(75)
+        .stderr_has("GPU 3 (NVIDIA A100-SXM4-80GB): processes unknown");
+}
+
+#[test]
+fn unverifiable_when_listing_stops_after_launch() {
+    // Listing works at probe time and fails afterwards (a transient error in the first call
+    // lets the probe through; here every later call fails).
+    let mut text = default_scenario();
+    text.push_str(
+        "\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 3\nerror = \"NOT_SUPPORTED\"\n",
+    );
+    let sim = Sim::new(&text);
+    let outcome = run(&sim, &["--devices", "3"], &[&sim_cuda_path(), "--sleep", "0.3"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines, vec!["gpurun: unverifiable: NVML cannot list the processes on GPU 3: the requested operation is not available on the target device"]);
+}
+
+#[test]
+fn unverifiable_when_pids_come_from_another_namespace() {
+    let sim = Sim::new(&scenario_file("container.toml"));
+    let outcome = run(&sim, &[], &[&sim_cuda_path(), "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("unverifiable: NVML shows PID") && lines[0].contains("another PID namespace"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn verification_works_on_the_535_driver_quirk() {
+    // Three processes on GPU 0 (two foreign, ours), read through the quirky _v3 call.
+    let sim = Sim::new(&scenario_file("quirk535.toml"));
+    let outcome =
+        run(&sim, &["--devices", "0", "--report"], &[&sim_cuda_path(), "--mem", "2GiB", "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert!(lines[0].contains("verified:") && lines[0].contains("on GPU 0"), "{lines:?}");
+    outcome.stderr_has("peak memory:  GPU-53553553-0000-4000-8000-000000000000 2 GiB");
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    let pids: Vec<u64> = listing["gpus"][0]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, vec![4190301, 4190302]);
+
+    // A driver outside the known range with the same bug: detected from the misread itself.
+    let unlabelled = Sim::new(&scenario_file("quirk535.toml").replace("535.54.03", "535.98.01"));
+    let listing = unlabelled.gpurun().args(["--list", "--json"]).run().status(0).json();
+    let pids: Vec<u64> = listing["gpus"][0]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, vec![4190301, 4190302]);
+}
+
+#[test]
+fn verify_off_checks_nothing() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(
+        &sim,
+        &["--verify", "off", "--report"],
+        &["env", "CUDA_VISIBLE_DEVICES=0", &sim_cuda_path(), "--sleep", "0.3"],
+    );
+    assert!(verdict_lines(outcome.status(0)).iter().all(|l| l.contains("verification: not checked")));
+    outcome.stderr_has("verification: not checked: --verify off");
+}
+
+#[test]
+fn report_json_has_the_documented_schema() {
+    let sim = Sim::new(&default_scenario());
+    let path = sim.dir.path().join("report.json");
+    let outcome = run(
+        &sim,
+        &["--gpus", "2", "--report-json", path.to_str().unwrap()],
+        &[&sim_cuda_path(), "--mem", "3GiB", "--sleep", "0.5", "--exit", "4"],
+    );
+    outcome.status(4);
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        report["selected"],
+        serde_json::json!([
+            {"index": 3, "uuid": "GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53", "name": "NVIDIA A100-SXM4-80GB"},
+            {"index": 5, "uuid": "GPU-c0ffee00-1234-4abc-9def-0123456789a5", "name": "NVIDIA H100 80GB HBM3"},
+        ])
+    );
+    assert_eq!(report["verification"]["verdict"], "verified");
+    assert!(report["verification"]["detail"].as_str().unwrap().contains("on GPU 5"));
+    assert_eq!(report["peak_memory_bytes"]["GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53"], 3u64 << 30);
+    assert_eq!(report["peak_memory_bytes"]["GPU-c0ffee00-1234-4abc-9def-0123456789a5"], 3u64 << 30);
+    let wall = report["wall_seconds"].as_f64().unwrap();
+    assert!((0.4..30.0).contains(&wall), "{wall}");
+    assert_eq!(report["exit"], serde_json::json!({"code": 4, "signal": null, "signal_name": null}));
+    assert_eq!(report["gpurun_exit_status"], 4);
+    assert!(report["command"][0].as_str().unwrap().ends_with("sim-cuda"));
+}
+
+#[test]
+fn the_report_is_written_before_gpurun_dies_by_the_childs_signal() {
+    let sim = Sim::new(&default_scenario());
+    let path = sim.dir.path().join("report.json");
+    let mut running = sim
+        .gpurun()
+        .args(["--report", "--report-json", path.to_str().unwrap(), "--", &sim_cuda_path(), "--sleep", "30"])
+        .command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(running.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    common::send_signal(running.id(), libc::SIGTERM);
+    assert!(wait_until(Duration::from_secs(10), || running.try_wait().unwrap().is_some()));
+    let output = running.wait_with_output().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&output.status), Some(libc::SIGTERM));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(report["exit"]["signal"], libc::SIGTERM);
+    assert_eq!(report["exit"]["signal_name"], "SIGTERM");
+    assert_eq!(report["gpurun_exit_status"], 128 + libc::SIGTERM);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("command:      killed by SIGTERM"));
+}
+
+#[test]
+fn an_unwritable_report_file_fails_before_the_command_starts() {
+    let sim = Sim::new(&default_scenario());
+    let marker = sim.dir.path().join("started");
+    let outcome =
+        run(&sim, &["--report-json", "/nonexistent/dir/report.json"], &["touch", marker.to_str().unwrap()]);
+    outcome.status(125).stderr_has("cannot create the --report-json file /nonexistent/dir/report.json");
+    assert!(!marker.exists());
+}
