@@ -4,6 +4,8 @@ CARGO  ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 PYTHON ?= python3
+# systemd-tmpfiles reads /usr/lib/tmpfiles.d whatever PREFIX is.
+TMPFILESDIR ?= /usr/lib/tmpfiles.d
 # The simulator is checked against NVIDIA's own Python binding, pinned here.
 NVIDIA_ML_PY_VERSION ?= 13.615.71
 
@@ -51,6 +53,7 @@ lint:
 install: build
 	install -D -m 0755 target/release/gpurun $(DESTDIR)$(PREFIX)/bin/gpurun
 	install -D -m 0644 man/gpurun.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpurun.1
+	install -D -m 0644 packaging/gpurun-tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/gpurun.conf
 
 clean:
 	$(CARGO) clean

@@ -88,6 +88,16 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "Reservations",
+        &[
+            ("lock directory", "--lock-dir, else $GPURUN_LOCK_DIR, else /run/lock/gpurun (created mode 1777); must be a directory owned by root or you, sticky if others may write: else exit 125"),
+            ("leases", "one file per chosen GPU, flock-ed for the command's life: a dead gpurun frees its GPUs at once; --min-free memory counts until the holder's processes show in NVML"),
+            ("--exclusive", "also avoids GPUs another launch reserved; an exclusive reservation keeps everyone off"),
+            ("--wait", "first come, first served among waiters (a ticket in the lock directory); 75 when --wait=DURATION is up"),
+            ("--exec", "the command inherits the locked lease: the reservation lasts as long as it runs"),
+        ],
+    ),
+    (
         "Supervision",
         &[
             ("parent", "gpurun stays the command's parent, in the same process group (never setsid or tcsetpgrp)"),
@@ -143,13 +153,14 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("output", "export NAME='value' lines, single-quoted for eval; nothing on stdout when it fails"),
             ("in scripts", "vars=$(gpurun --export --gpus 2) || exit; eval \"$vars\""),
-            ("no reservation", "--export and --dry-run hold no reservation: another launch may take the same GPUs"),
+            ("no reservation", "--export and --dry-run respect live reservations but hold none: another launch may take the same GPUs"),
         ],
     ),
     (
         "JSON output",
         &[
             ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations"),
+            ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds"),
             (
                 "gpus[]",
                 "index, uuid, name, pci_bus_id, memory, utilization, temperature_c, power_watts, \
@@ -243,6 +254,20 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "MODE", help_heading = "Selection")]
     pub fallback: Option<Fallback>,
 
+    /// If too few GPUs qualify, wait until enough do (forever, or at most DURATION: --wait=10m),
+    /// first come, first served among waiters, then exit 75 if the time is up.
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true, default_missing_value = "forever", value_parser = parse_wait, help_heading = "Selection")]
+    pub wait: Option<WaitLimit>,
+
+    /// Directory of the reservations shared by all gpurun launches on this machine
+    /// (default: $GPURUN_LOCK_DIR, else /run/lock/gpurun; created with mode 1777).
+    #[arg(long, value_name = "DIR", help_heading = "Reservations")]
+    pub lock_dir: Option<PathBuf>,
+
+    /// Take no reservation and ignore other launches' reservations.
+    #[arg(long, conflicts_with = "lock_dir", help_heading = "Reservations")]
+    pub no_lock: bool,
+
     /// Write CUDA_VISIBLE_DEVICES as PCI-order indices (default) or as GPU UUIDs.
     #[arg(long, value_enum, value_name = "FORM", default_value_t = VisibleAs::Index, help_heading = "Environment")]
     pub visible_as: VisibleAs,
@@ -330,6 +355,17 @@ pub struct Cli {
     /// The command to run, and its arguments.
     #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = false)]
     pub command: Vec<OsString>,
+}
+
+/// `--wait`: how long; `None` is forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitLimit(pub Option<Duration>);
+
+fn parse_wait(text: &str) -> Result<WaitLimit, String> {
+    if text == "forever" {
+        return Ok(WaitLimit(None));
+    }
+    duration::parse(text).map(|limit| WaitLimit(Some(limit)))
 }
 
 /// `--parent-death-signal`: a signal, or none.

@@ -39,6 +39,10 @@ pub struct Config {
     pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
     pub verbosity: Verbosity,
+    /// `None`: `--no-lock`.
+    pub lock_dir: Option<PathBuf>,
+    /// `Some(None)`: wait forever.
+    pub wait: Option<Option<Duration>>,
     pub supervision: Supervision,
 }
 
@@ -119,6 +123,8 @@ impl Config {
             framework_env: !cli.no_framework_env,
             nvml_lib,
             verbosity,
+            lock_dir: (!cli.no_lock).then(|| crate::lease::resolve_dir(cli.lock_dir.as_deref())),
+            wait: cli.wait.map(|limit| limit.0),
             supervision: Supervision {
                 no_forward: cli.no_forward.map(|list| list.0).unwrap_or_default(),
                 kill_after: cli.kill_after,

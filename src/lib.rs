@@ -2,6 +2,7 @@
 //!
 //! `run` is the pipeline of DESIGN.md, one module per step.
 
+mod acquire;
 mod child;
 pub mod cli;
 pub mod config;
@@ -9,6 +10,7 @@ mod duration;
 pub mod env;
 pub mod exit_code;
 pub mod gpu;
+mod lease;
 mod listing;
 mod logging;
 mod monitor;
@@ -32,10 +34,9 @@ use clap::error::ErrorKind;
 
 use crate::cli::Cli;
 use crate::config::{Config, Mode};
-use crate::gpu::{Gpu, Machine};
+use crate::gpu::Gpu;
 use crate::listing::Plan;
 use crate::monitor::{Monitor, VerifyMode};
-use crate::policy::{Decision, Outcome};
 use crate::signals::CallerState;
 use crate::visibility::Inherited;
 
@@ -50,6 +51,8 @@ pub enum Error {
     Nvml(#[from] nvml::OpenError),
     #[error(transparent)]
     Devices(#[from] policy::DeviceError),
+    #[error(transparent)]
+    Lease(#[from] lease::LeaseError),
     /// Exit 75, with the table of reasons.
     #[error("{0}")]
     NotEnoughGpus(String),
@@ -101,31 +104,41 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
     logging::init(&config.verbosity);
 
     let session = nvml::open(config.nvml_lib.as_deref())?;
-    let machine = session.probe()?;
-    let visibility = visibility::resolve(&machine.gpus, &Inherited::from_env());
-    for warning in &visibility.warnings {
-        tracing::warn!("{warning}");
-    }
-    let decision = policy::decide(&machine.gpus, &visibility, &config.request)?;
+    let listing_only = matches!(config.mode, Mode::List { .. });
+    let acquisition = acquire::acquire(
+        &session,
+        &Inherited::from_env(),
+        &acquire::Options {
+            request: &config.request,
+            lock_dir: config.lock_dir.clone(),
+            wait: if listing_only { None } else { config.wait },
+            hold: matches!(config.mode, Mode::Run { .. }),
+            command: match &config.mode {
+                Mode::Run { command } => shown_command(command),
+                _ => String::new(),
+            },
+        },
+    )?;
+    let acquire::Acquisition { machine, decision, chosen, leases, live } = acquisition;
 
     if let Mode::List { json } = config.mode {
         let text = if json {
-            listing::json(&machine, session.library(), &decision.assessments, None)
+            listing::json(&machine, session.library(), &decision.assessments, &live, None)
         } else {
-            listing::table(&machine, &decision.assessments)
+            listing::table(&machine, &decision.assessments, &live)
         };
         print(&text)?;
         return Ok(0);
     }
 
-    let chosen = match chosen_gpus(&machine, &decision, config.request.count) {
+    let chosen = match chosen {
         Ok(chosen) => chosen,
         Err(refusal) => {
             if config.mode == (Mode::DryRun { json: true }) {
                 let plan = Plan { selected: None, env: None };
-                print(&listing::json(&machine, session.library(), &decision.assessments, Some(plan)))?;
+                print(&listing::json(&machine, session.library(), &decision.assessments, &live, Some(plan)))?;
             }
-            return Err(refusal);
+            return Err(Error::NotEnoughGpus(refusal));
         }
     };
     let inherited_var = |name: &str| std::env::var_os(name);
@@ -138,11 +151,11 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
         Mode::List { .. } => unreachable!("handled above"),
         Mode::DryRun { json: true } => {
             let plan = Plan { selected: Some(selected), env: Some(&variables) };
-            print(&listing::json(&machine, session.library(), &decision.assessments, Some(plan)))?;
+            print(&listing::json(&machine, session.library(), &decision.assessments, &live, Some(plan)))?;
             Ok(0)
         }
         Mode::DryRun { json: false } => {
-            print(&listing::dry_run(&machine, &decision.assessments, &selected, &variables))?;
+            print(&listing::dry_run(&machine, &decision.assessments, &live, &selected, &variables))?;
             Ok(0)
         }
         Mode::Export => {
@@ -159,6 +172,9 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
             };
             let supervision = &config.supervision;
             if supervision.exec {
+                // The locked lease descriptors are inherited: the reservation lives as long as
+                // the command.
+                leases.into_iter().for_each(lease::HeldLease::hand_over_to_exec);
                 return Err(child::exec(&launch).into());
             }
             let report_file = match &supervision.report_json {
@@ -198,7 +214,7 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
                 uuids: machine.gpus.iter().filter_map(|gpu| Some((gpu.index, gpu.uuid.clone()?))).collect(),
                 started: Instant::now(),
             };
-            run_command(&launch, supervision, monitor, reporting)
+            run_command(&launch, supervision, monitor, reporting, leases)
         }
     }
 }
@@ -219,6 +235,7 @@ fn run_command(
     supervision: &config::Supervision,
     mut monitor: Option<Monitor>,
     reporting: Reporting,
+    leases: Vec<lease::HeldLease>,
 ) -> Result<u8, Error> {
     let receiver = signals::Receiver::open(&launch.caller).map_err(Error::Signals)?;
     if !supervision.keep_orphans {
@@ -231,6 +248,8 @@ fn run_command(
     if !supervision.keep_orphans {
         orphans::end_all(std::process::id());
     }
+    // The GPUs are free once the command and its leftovers are gone.
+    drop(leases);
     let status = match (&supervised.strict_failure, supervised.end) {
         (Some(_), _) => i32::from(exit_code::GPURUN_ERROR),
         (None, child::End::Exited(code)) => i32::from(code),
@@ -294,29 +313,6 @@ fn shown_gpus(selected: &[&Gpu]) -> String {
         "no GPU".to_owned()
     } else {
         names.join(", ")
-    }
-}
-
-/// The NVML indices to give the child, or exit 75's explanation. Fallbacks say what they did.
-fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result<Vec<u32>, Error> {
-    match &decision.outcome {
-        Outcome::Selected(chosen) => Ok(chosen.clone()),
-        Outcome::FallbackBest(chosen) => {
-            for index in chosen {
-                let assessment = decision.assessments.iter().find(|a| a.index == *index);
-                if let Some(a) = assessment.filter(|a| !a.eligible()) {
-                    tracing::warn!("taking GPU {index} anyway (--fallback best): {}", a.reasons().join("; "));
-                }
-            }
-            Ok(chosen.clone())
-        }
-        Outcome::FallbackCpu => {
-            tracing::warn!("not enough GPUs qualify; running with no GPU visible (--fallback cpu)");
-            Ok(Vec::new())
-        }
-        Outcome::Refused { qualified } => {
-            Err(Error::NotEnoughGpus(listing::refusal(machine, &decision.assessments, requested, *qualified)))
-        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::gpu::{Gpu, Machine};
+use crate::lease::{self, Lease};
 use crate::policy::Assessment;
 use crate::size::human;
 
@@ -57,10 +58,32 @@ struct Listing<'a> {
     cuda_driver_version: &'a Option<String>,
     nvml_library: String,
     gpus: Vec<GpuEntry<'a>>,
-    /// Live gpurun reservations; none are held until the lock directory is in use.
-    reservations: Vec<serde_json::Value>,
+    /// Live gpurun reservations.
+    reservations: Vec<ReservationEntry<'a>>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     plan: Option<PlanEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct ReservationEntry<'a> {
+    index: Option<u32>,
+    #[serde(flatten)]
+    lease: &'a Lease,
+    age_seconds: u64,
+}
+
+fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<ReservationEntry<'a>> {
+    live.iter()
+        .map(|lease| ReservationEntry {
+            index: machine
+                .gpus
+                .iter()
+                .find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))
+                .map(|gpu| gpu.index),
+            lease,
+            age_seconds: lease::age_seconds(lease),
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -69,7 +92,13 @@ struct PlanEntry<'a> {
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-pub fn json(machine: &Machine, library: &Path, assessments: &[Assessment], plan: Option<Plan<'_>>) -> String {
+pub fn json(
+    machine: &Machine,
+    library: &Path,
+    assessments: &[Assessment],
+    live: &[Lease],
+    plan: Option<Plan<'_>>,
+) -> String {
     let listing = Listing {
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
@@ -79,7 +108,7 @@ pub fn json(machine: &Machine, library: &Path, assessments: &[Assessment], plan:
             .iter()
             .map(|gpu| GpuEntry { gpu, eligibility: Eligibility::of(assessment_of(assessments, gpu.index)) })
             .collect(),
-        reservations: Vec::new(),
+        reservations: reservation_entries(machine, live),
         plan: plan.map(|plan| PlanEntry {
             selected: plan.selected.map(|gpus| {
                 gpus.into_iter().map(|gpu| Selected { index: gpu.index, uuid: &gpu.uuid }).collect()
@@ -112,7 +141,7 @@ fn clip(text: &str, width: usize) -> String {
     }
 }
 
-pub fn table(machine: &Machine, assessments: &[Assessment]) -> String {
+pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -164,6 +193,19 @@ pub fn table(machine: &Machine, assessments: &[Assessment]) -> String {
         for more in &processes[1..] {
             let _ = writeln!(out, "{:>84}{more}", "");
         }
+        for lease in live.iter().filter(|lease| gpu.uuid.as_deref() == Some(lease.uuid.as_str())) {
+            let _ = writeln!(
+                out,
+                "{:>5}reserved by {} PID {} for {} s ({}{}): {}",
+                "",
+                lease.user,
+                lease.pid,
+                lease::age_seconds(lease),
+                human(lease.reserved_bytes),
+                if lease.exclusive { ", exclusive" } else { "" },
+                clip(&lease.command, 40)
+            );
+        }
         let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));
         if !eligibility.eligible {
             let _ = writeln!(out, "{:>5}not eligible: {}", "", eligibility.reasons.join("; "));
@@ -192,10 +234,11 @@ pub fn refusal(machine: &Machine, assessments: &[Assessment], requested: u32, qu
 pub fn dry_run(
     machine: &Machine,
     assessments: &[Assessment],
+    live: &[Lease],
     selected: &[&Gpu],
     env: &[(String, String)],
 ) -> String {
-    let mut out = table(machine, assessments);
+    let mut out = table(machine, assessments, live);
     let chosen: Vec<String> = selected
         .iter()
         .map(|gpu| {

@@ -180,9 +180,11 @@ fn clip(command: &str) -> String {
 fn likely_cause(sighting: &Sighting, visible_given: &str) -> String {
     let pid = sighting.pid;
     match procfs::environment_variable(pid, "CUDA_VISIBLE_DEVICES") {
-        Some(Some(value)) if value != visible_given => return format!(
+        Some(Some(value)) if value != visible_given => {
+            return format!(
             "CUDA_VISIBLE_DEVICES was overridden to {value:?} in that process (gpurun set {visible_given:?})"
-        ),
+        )
+        }
         Some(None) => return "CUDA_VISIBLE_DEVICES was removed from that process's environment".to_owned(),
         _ => {}
     }

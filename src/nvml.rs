@@ -124,11 +124,6 @@ impl Session {
     pub fn probe(&self) -> Result<Machine, OpenError> {
         let count = self.nvml.device_count().map_err(OpenError::DeviceCount)?;
         let gpus: Vec<Gpu> = (0..count).map(|index| self.probe_gpu(index)).collect();
-        for gpu in &gpus {
-            if let Some(error) = &gpu.error {
-                tracing::warn!("GPU {} cannot be used: {error}", gpu.index);
-            }
-        }
         Ok(Machine {
             driver_version: self.nvml.sys_driver_version().ok(),
             cuda_driver_version: self

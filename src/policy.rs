@@ -175,6 +175,17 @@ impl Default for Request {
     }
 }
 
+/// Another gpurun's live reservation of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub index: u32,
+    pub pid: u32,
+    pub user: String,
+    /// Reserved memory not yet visible in NVML (its processes have not shown up yet).
+    pub pending_bytes: u64,
+    pub exclusive: bool,
+}
+
 /// Why one GPU may or may not be chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assessment {
@@ -264,9 +275,13 @@ fn assess(
     devices: &Option<Vec<u32>>,
     excluded: &[u32],
     request: &Request,
+    reservations: &[&Reservation],
 ) -> Assessment {
     let mut hard = Vec::new();
     let mut soft = Vec::new();
+    if let Some(holder) = reservations.iter().find(|r| r.exclusive) {
+        hard.push(format!("reserved exclusively by gpurun PID {} ({})", holder.pid, holder.user));
+    }
     if let Some(error) = &gpu.error {
         hard.push(format!("unreadable: {error}"));
     }
@@ -310,7 +325,13 @@ fn assess(
                             format!("{p}% of {} ({})", human(m.total_bytes), human(needed))
                         }
                     };
-                    soft.push(format!("free {} < {wanted}", human(m.free_bytes)));
+                    let pending: u64 = reservations.iter().map(|r| r.pending_bytes).sum();
+                    let note = if pending > 0 {
+                        format!(" (after {} reserved by other gpurun launches)", human(pending))
+                    } else {
+                        String::new()
+                    };
+                    soft.push(format!("free {}{note} < {wanted}", human(m.free_bytes)));
                 }
             }
             None => soft.push("free memory unknown".to_owned()),
@@ -329,6 +350,9 @@ fn assess(
             Some(list) if list.is_empty() => {}
             Some(list) => soft.push(format!("in use by {}", describe_pids(list.iter().map(|p| p.pid)))),
             None => soft.push("processes unknown".to_owned()),
+        }
+        if let Some(holder) = reservations.iter().find(|r| !r.exclusive) {
+            soft.push(format!("reserved by gpurun PID {} ({})", holder.pid, holder.user));
         }
     } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
         // Only one context fits on such a card: a second one fails at cudaSetDevice.
@@ -397,11 +421,39 @@ fn shuffle(items: &mut [u32], seed: u64) {
     }
 }
 
-pub fn decide(gpus: &[Gpu], visibility: &Visibility, request: &Request) -> Result<Decision, DeviceError> {
+/// The probe as other gpurun launches leave it: memory they reserved and that NVML does not
+/// show yet is not free.
+fn after_reservations(gpus: &[Gpu], reservations: &[Reservation]) -> Vec<Gpu> {
+    gpus.iter()
+        .map(|gpu| {
+            let pending: u64 =
+                reservations.iter().filter(|r| r.index == gpu.index).map(|r| r.pending_bytes).sum();
+            let mut adjusted = gpu.clone();
+            if let Some(memory) = adjusted.memory.as_mut() {
+                memory.free_bytes = memory.free_bytes.saturating_sub(pending);
+            }
+            adjusted
+        })
+        .collect()
+}
+
+pub fn decide(
+    gpus: &[Gpu],
+    visibility: &Visibility,
+    request: &Request,
+    reservations: &[Reservation],
+) -> Result<Decision, DeviceError> {
     let devices = request.devices.as_deref().map(|refs| resolve_refs(gpus, refs, "--devices")).transpose()?;
     let excluded = resolve_refs(gpus, &request.exclude, "--exclude")?;
-    let assessments: Vec<Assessment> =
-        gpus.iter().map(|gpu| assess(gpu, visibility, &devices, &excluded, request)).collect();
+    let adjusted = after_reservations(gpus, reservations);
+    let gpus = &adjusted[..];
+    let assessments: Vec<Assessment> = gpus
+        .iter()
+        .map(|gpu| {
+            let on_gpu: Vec<&Reservation> = reservations.iter().filter(|r| r.index == gpu.index).collect();
+            assess(gpu, visibility, &devices, &excluded, request, &on_gpu)
+        })
+        .collect();
     let by_index = |a: &Assessment| gpus.iter().find(|g| g.index == a.index).expect("assessed GPU exists");
     let wanted = request.count as usize;
     let eligible: Vec<&Gpu> = assessments.iter().filter(|a| a.eligible()).map(by_index).collect();
@@ -454,7 +506,7 @@ mod tests {
     }
 
     fn chosen(gpus: &[Gpu], request: &Request) -> Outcome {
-        decide(gpus, &unrestricted(), request).unwrap().outcome
+        decide(gpus, &unrestricted(), request, &[]).unwrap().outcome
     }
 
     #[test]
@@ -495,7 +547,7 @@ mod tests {
             exclusive: true,
             ..Request::default()
         };
-        let decision = decide(&gpus, &unrestricted(), &request).unwrap();
+        let decision = decide(&gpus, &unrestricted(), &request, &[]).unwrap();
         assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
         assert_eq!(decision.assessments[0].reasons(), vec!["free 6 GiB < 8 GiB", "utilization 95% > 50%"]);
         assert_eq!(decision.assessments[1].reasons(), vec!["in use by PID 42"]);
@@ -523,6 +575,7 @@ mod tests {
             &gpus,
             &unrestricted(),
             &Request { min_free: Some(Threshold::PercentOfTotal(50.0)), ..Request::default() },
+            &[],
         )
         .unwrap();
         assert_eq!(decision.assessments[0].reasons(), vec!["free 30 GiB < 50% of 80 GiB (40 GiB)"]);
@@ -558,6 +611,32 @@ mod tests {
     }
 
     #[test]
+    fn reservations_take_memory_and_exclusivity() {
+        let gpus = vec![with_load(0, 79, 0), with_load(1, 70, 0)];
+        let pending = Reservation {
+            index: 0,
+            pid: 9,
+            user: "alice".to_owned(),
+            pending_bytes: 50 << 30,
+            exclusive: false,
+        };
+        let request = Request { min_free: Some(Threshold::Bytes(40 << 30)), ..Request::default() };
+        let decision = decide(&gpus, &unrestricted(), &request, std::slice::from_ref(&pending)).unwrap();
+        assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
+        assert_eq!(
+            decision.assessments[0].reasons(),
+            vec!["free 29 GiB (after 50 GiB reserved by other gpurun launches) < 40 GiB"]
+        );
+        let exclusive = Request { exclusive: true, ..Request::default() };
+        let decision = decide(&gpus, &unrestricted(), &exclusive, std::slice::from_ref(&pending)).unwrap();
+        assert_eq!(decision.assessments[0].reasons(), vec!["reserved by gpurun PID 9 (alice)"]);
+        let held = Reservation { exclusive: true, pending_bytes: 0, ..pending };
+        let decision = decide(&gpus, &unrestricted(), &Request::default(), &[held]).unwrap();
+        assert_eq!(decision.assessments[0].hard, vec!["reserved exclusively by gpurun PID 9 (alice)"]);
+        assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
+    }
+
+    #[test]
     fn model_patterns() {
         let a100 = ModelPattern("a100".to_owned());
         assert!(a100.matches("NVIDIA A100-SXM4-80GB"));
@@ -574,7 +653,7 @@ mod tests {
         gpus[1].compute_mode = Some(ComputeMode::Prohibited);
         gpus[2].compute_mode = Some(ComputeMode::ExclusiveProcess);
         gpus[2].processes = Some(vec![GpuProcess { pid: 7, used_bytes: None, user: None, command: None }]);
-        let decision = decide(&gpus, &unrestricted(), &Request::default()).unwrap();
+        let decision = decide(&gpus, &unrestricted(), &Request::default(), &[]).unwrap();
         assert!(decision.assessments.iter().all(|a| !a.eligible()));
         assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
     }
@@ -665,7 +744,7 @@ mod tests {
             allowed in prop::option::of(prop::collection::vec(0u32..10, 0..6)),
         ) {
             let visibility = Visibility { allowed: allowed.clone(), source: Some("CUDA_VISIBLE_DEVICES=x".into()), warnings: vec![] };
-            let decision = decide(&gpus, &visibility, &request).unwrap();
+            let decision = decide(&gpus, &visibility, &request, &[]).unwrap();
             let qualifying = gpus.iter().filter(|g| passes_every_filter(g, &request, &visibility)).count();
             match &decision.outcome {
                 Outcome::Selected(chosen) => {
@@ -691,13 +770,13 @@ mod tests {
                 prop_assert_eq!(assessment.eligible(), passes_every_filter(gpu, &request, &visibility));
             }
             // Same probe, same answer (random included, for the same seed).
-            prop_assert_eq!(decide(&gpus, &visibility, &request).unwrap(), decision);
+            prop_assert_eq!(decide(&gpus, &visibility, &request, &[]).unwrap(), decision);
         }
 
         #[test]
         fn most_free_takes_the_gpus_with_most_free_memory(gpus in arbitrary_machine(), count in 1u32..4) {
             let request = Request { count, ..Request::default() };
-            if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request).unwrap().outcome {
+            if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request, &[]).unwrap().outcome {
                 let free = |i: u32| gpus[i as usize].memory.map(|m| m.free_bytes);
                 let worst_chosen = chosen.iter().map(|&i| free(i)).min().unwrap();
                 for gpu in gpus.iter().filter(|g| g.error.is_none() && !chosen.contains(&g.index)) {

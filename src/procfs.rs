@@ -11,7 +11,7 @@ pub fn owner(pid: u32) -> Option<String> {
     Some(user_name(uid).unwrap_or_else(|| uid.to_string()))
 }
 
-fn user_name(uid: u32) -> Option<String> {
+pub fn user_name(uid: u32) -> Option<String> {
     let mut record: libc::passwd = zeroed_passwd();
     let mut buffer = vec![0 as libc::c_char; 4096];
     let mut found: *mut libc::passwd = std::ptr::null_mut();
@@ -95,6 +95,28 @@ pub fn environment_variable(pid: u32, name: &str) -> Option<Option<String>> {
     )
 }
 
+/// Whether `ancestor` is `pid` or one of its ancestors.
+pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut current = pid;
+    // A bounded walk: PID chains are short, and a loop in a racing /proc must not hang us.
+    for _ in 0..128 {
+        if current == ancestor {
+            return true;
+        }
+        let Some(parent) = parent_of(current) else { return false };
+        if parent == 0 || parent == current {
+            return false;
+        }
+        current = parent;
+    }
+    false
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Whether a process with this PID exists in this PID namespace.
 pub fn exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -116,6 +138,11 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("5").env("PROCFS_TEST", "x").spawn().unwrap();
         let pid = child.id();
         assert!(descendants(std::process::id()).contains(&pid));
+        // Until the exec, /proc shows the forked copy of this process.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while command_line(pid).as_deref() != Some("sleep 5") && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(environment_variable(pid, "PROCFS_TEST"), Some(Some("x".to_owned())));
         assert_eq!(environment_variable(pid, "PROCFS_TEST_UNSET"), Some(None));
         assert!(exists(pid));

@@ -48,6 +48,7 @@ impl Terminal {
             .env("PATH", format!("{gpurun_dir}:{}", std::env::var("PATH").unwrap_or_default()))
             .env("NVML_SIM_SCENARIO", &sim.scenario)
             .env("GPURUN_NVML_LIB", sim.library())
+            .env("GPURUN_LOCK_DIR", sim.lock_dir())
             .env_remove("CUDA_VISIBLE_DEVICES")
             .stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))

@@ -72,10 +72,16 @@ impl Sim {
         self.lib_dir.join("libnvidia-ml.so.1")
     }
 
+    /// This simulated machine's reservations (created by gpurun on first use).
+    pub fn lock_dir(&self) -> PathBuf {
+        self.dir.path().join("locks")
+    }
+
     /// Environment every simulated program needs, and nothing from the caller's GPU setup.
     fn prepare(&self, command: &mut Command) {
         command
             .env("NVML_SIM_SCENARIO", &self.scenario)
+            .env("GPURUN_LOCK_DIR", self.lock_dir())
             .env_remove("NVML_SIM_STATE_DIR")
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("CUDA_DEVICE_ORDER")
