@@ -10,9 +10,12 @@ TMPFILESDIR ?= /usr/lib/tmpfiles.d
 NVIDIA_ML_PY_VERSION ?= 13.615.71
 
 VENV := .venv
+BENCH_VENV := .venv-bench
+# nvitop's nvisel, the incumbent the benchmark compares against.
+NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test venv man lint install clean
+.PHONY: build sim demo test venv man lint install clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -43,6 +46,17 @@ venv: $(VENV)/.installed
 test: venv sim
 	$(CARGO) test --workspace
 
+$(BENCH_VENV)/.installed:
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check nvitop==$(NVITOP_VERSION)
+	touch $@
+
+# Speed and memory, measured (release builds, the simulator, nvisel side by side); about 2 min.
+# BENCH_ARGS=--quick for a shorter run. Results: target/bench/bench.json.
+bench: $(BENCH_VENV)/.installed
+	$(CARGO) build --release --workspace --bins --lib
+	target/release/gpurun-bench --nvisel $(BENCH_VENV)/bin/nvisel --out target/bench/bench.json $(BENCH_ARGS)
+
 man:
 	GPURUN_BLESS=1 $(CARGO) test --test man_page
 
@@ -57,4 +71,4 @@ install: build
 
 clean:
 	$(CARGO) clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(BENCH_VENV)

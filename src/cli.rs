@@ -133,7 +133,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         "Environment",
         &[
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
-            ("GPURUN_LOG", "log filter in tracing's EnvFilter syntax, e.g. debug; overrides -v and -q"),
+            ("GPURUN_LOG", "log filter: a level (error, warn, info, debug, trace) or target=level directives, e.g. gpurun=debug; overrides -v and -q"),
             ("CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER", "inherited visibility (see Selection)"),
             ("SLURM_STEP_GPUS, SLURM_JOB_GPUS", "a hint when CUDA_VISIBLE_DEVICES is unset"),
         ],

@@ -3,10 +3,12 @@
 use std::fmt;
 
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::Verbosity;
 
@@ -37,14 +39,26 @@ where
     }
 }
 
-/// Installs the stderr logger. `GPURUN_LOG` (EnvFilter syntax) wins over -q/-v.
+/// Installs the stderr logger. `GPURUN_LOG` (a level, or `target=level,...` directives) wins
+/// over -q/-v. (`Targets` rather than `EnvFilter`: no regex engine in a process that stays
+/// resident for the whole job.)
 pub fn init(verbosity: &Verbosity) {
-    let default = match verbosity {
-        Verbosity::Quiet => "error",
-        Verbosity::Normal => "info",
-        Verbosity::Debug => "debug",
-        Verbosity::Trace => "trace",
+    let level = match verbosity {
+        Verbosity::Quiet => LevelFilter::ERROR,
+        Verbosity::Normal => LevelFilter::INFO,
+        Verbosity::Debug => LevelFilter::DEBUG,
+        Verbosity::Trace => LevelFilter::TRACE,
     };
-    let filter = EnvFilter::try_from_env("GPURUN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).event_format(Lines).init();
+    let from_env = std::env::var("GPURUN_LOG").ok().filter(|v| !v.trim().is_empty());
+    let filter = match from_env.as_deref().map(str::parse::<Targets>) {
+        Some(Ok(targets)) => targets,
+        Some(Err(error)) => {
+            eprintln!("gpurun: warning: ignoring GPURUN_LOG ({error}); expected a level like debug, or gpurun=debug");
+            Targets::new().with_default(level)
+        }
+        None => Targets::new().with_default(level),
+    };
+    let lines =
+        tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false).event_format(Lines);
+    tracing_subscriber::registry().with(lines).with(filter).init();
 }

@@ -78,7 +78,7 @@ pub fn open(library: Option<&Path>) -> Result<Session, OpenError> {
         NvmlError::NoPermission => OpenError::NoPermission,
         other => OpenError::Other(other),
     })?;
-    tracing::debug!(library = %shown, "NVML initialised");
+    tracing::debug!("NVML initialised from {shown}");
     let v3_misread = nvml.sys_driver_version().is_ok_and(|version| has_535_v3_bug(&version));
     if v3_misread {
         tracing::debug!("driver 535.43-535.86: reading process lists with the _v2 call");

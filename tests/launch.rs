@@ -399,7 +399,14 @@ fn orphans_are_ended_when_the_command_exits() {
     // One that ignores SIGTERM gets SIGKILL after the grace period.
     let stubborn = sim
         .gpurun()
-        .args(["--", "sh", "-c", "(trap '' TERM; exec sleep 300) >/dev/null 2>&1 & echo $!"])
+        // The subshell reports once its TERM is ignored, so gpurun's SIGTERM cannot come first.
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "f=$(mktemp); (trap '' TERM; echo x > \"$f\"; exec sleep 300) >/dev/null 2>&1 & \
+             while [ ! -s \"$f\" ]; do sleep 0.01; done; rm -f \"$f\"; echo $!",
+        ])
         .command
         .output()
         .unwrap();

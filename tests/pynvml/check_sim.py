@@ -201,6 +201,11 @@ class Checker:
           unsupported="cpu_affinity" not in gpu)
         c("minor number", "nvmlDeviceGetMinorNumber", lambda: pynvml.nvmlDeviceGetMinorNumber(handle),
           lambda: index)
+        # Queries the simulator has no data for answer NOT_SUPPORTED, like a board without them.
+        c("fan speed", "nvmlDeviceGetFanSpeed", lambda: pynvml.nvmlDeviceGetFanSpeed(handle),
+          lambda: None, unsupported=True)
+        c("performance state", "nvmlDeviceGetPerformanceState",
+          lambda: pynvml.nvmlDeviceGetPerformanceState(handle), lambda: None, unsupported=True)
         self.check_processes(index, handle)
         self.check_lookups(index, handle)
 

@@ -731,3 +731,33 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
         running_processes(device, count, infos, |pid, used| ProcessInfoV1 { pid, used_gpu_memory: used })
     }
 }
+
+/// Queries the simulator has no data for, answered as a board without the feature answers them
+/// (NVML_ERROR_NOT_SUPPORTED), so that tools such as nvitop run without missing-symbol errors.
+/// Only the device handle is read: under the x86-64 and AArch64 C calling conventions the
+/// caller's further arguments are simply not looked at.
+macro_rules! not_supported {
+    ($($name:ident),* $(,)?) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name(device: Device) -> u32 {
+            device_call(device, stringify!($name), |_, _| NVML_ERROR_NOT_SUPPORTED)
+        }
+    )*};
+}
+
+not_supported!(
+    nvmlDeviceGetClockInfo,
+    nvmlDeviceGetMaxClockInfo,
+    nvmlDeviceGetCudaComputeCapability,
+    nvmlDeviceGetDecoderUtilization,
+    nvmlDeviceGetEncoderUtilization,
+    nvmlDeviceGetDisplayActive,
+    nvmlDeviceGetDisplayMode,
+    nvmlDeviceGetDriverModel,
+    nvmlDeviceGetFanSpeed,
+    nvmlDeviceGetPcieThroughput,
+    nvmlDeviceGetPerformanceState,
+    nvmlDeviceGetPersistenceMode,
+    nvmlDeviceGetPowerManagementLimit,
+    nvmlDeviceGetTotalEccErrors,
+);

@@ -1,0 +1,432 @@
+//! `make bench`: what users pay for gpurun, measured side by side on the NVML simulator.
+//!
+//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH]
+//!
+//! Every figure is a median over repeated runs; every comparison is measured in the same run.
+//! Targets (DESIGN 13): launch overhead within 5 ms of NVML's own init time and at least 20x
+//! faster than nvisel; supervision under 4 MiB resident and 0.1% of a core; 200 concurrent
+//! launches onto 8 GPUs with zero double bookings.
+//! `gpurun-bench --nvml-init-only LIB` is an internal mode: load and initialise NVML, count GPUs.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+struct Bench {
+    gpurun: PathBuf,
+    sim_library: PathBuf,
+    sim_cuda: PathBuf,
+    own_exe: PathBuf,
+    nvisel: Option<PathBuf>,
+    work: tempfile::TempDir,
+    quick: bool,
+}
+
+fn scenario(gpus: usize, init_delay_ms: u64) -> String {
+    let mut text = format!("[init]\ndelay_ms = {init_delay_ms}\n");
+    for index in 0..gpus {
+        text.push_str(&format!(
+            "[[gpu]]\nname = \"NVIDIA A100-SXM4-80GB\"\nuuid = \"GPU-bench000-0000-4000-8000-{index:012}\"\n\
+             pci_bus_id = \"00000000:{bus:02X}:00.0\"\nmemory_total = \"80GiB\"\nmemory_reserved = \"512MiB\"\n\
+             memory_used = \"{used}MiB\"\nutilization_gpu = {util}\nutilization_memory = 0\ntemperature_c = 40\n\
+             power_mw = 60000\ncompute_mode = \"default\"\nmig_mode = \"disabled\"\n",
+            bus = index + 1,
+            used = (index * 997) % 20000,
+            util = (index * 37) % 100,
+        ));
+    }
+    text
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+impl Bench {
+    fn write_scenario(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.work.path().join(name);
+        std::fs::write(&path, text).expect("write scenario");
+        path
+    }
+
+    /// A command in the simulated machine's environment.
+    fn command(&self, program: &Path, scenario: &Path) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env("NVML_SIM_SCENARIO", scenario)
+            .env("GPURUN_NVML_LIB", &self.sim_library)
+            .env("GPURUN_LOCK_DIR", self.work.path().join("locks"))
+            .env("LD_LIBRARY_PATH", self.sim_library.parent().unwrap())
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    fn time(&self, runs: usize, mut make: impl FnMut() -> Command) -> Duration {
+        let mut samples = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let mut command = make();
+            let started = Instant::now();
+            let status = command.status().expect("run");
+            samples.push(started.elapsed());
+            assert!(status.success(), "{command:?} failed: {status}");
+        }
+        median(samples)
+    }
+
+    fn runs(&self, full: usize) -> usize {
+        if self.quick {
+            (full / 3).max(5)
+        } else {
+            full
+        }
+    }
+
+    fn launch_overhead(&self) -> Value {
+        let mut rows = Vec::new();
+        for (gpus, delay) in [(1usize, 0u64), (8, 0), (64, 0), (8, 200)] {
+            let scenario =
+                self.write_scenario(&format!("overhead-{gpus}-{delay}.toml"), &scenario(gpus, delay));
+            let runs = self.runs(if delay > 0 { 10 } else { 40 });
+            let true_time = self.time(runs, || self.command(Path::new("true"), &scenario));
+            let noop = self.time(runs, || {
+                let mut command = self.command(&self.own_exe, &scenario);
+                command.arg("--noop");
+                command
+            });
+            let init = self.time(runs, || {
+                let mut command = self.command(&self.own_exe, &scenario);
+                command.arg("--nvml-init-only").arg(&self.sim_library);
+                command
+            });
+            let gpurun = self.time(runs, || {
+                let mut command = self.command(&self.gpurun, &scenario);
+                command.args(["-q", "--gpus", "1", "--", "true"]);
+                command
+            });
+            let nvml_init = init.saturating_sub(noop);
+            let overhead = gpurun.saturating_sub(true_time);
+            rows.push(json!({
+                "gpus": gpus,
+                "nvml_init_delay_ms": delay,
+                "runs": runs,
+                "true_ms": ms(true_time),
+                "gpurun_ms": ms(gpurun),
+                "overhead_ms": ms(overhead),
+                "nvml_init_ms": ms(nvml_init),
+                "overhead_beyond_nvml_init_ms": ms(overhead.saturating_sub(nvml_init)),
+            }));
+        }
+        Value::Array(rows)
+    }
+
+    fn against_nvisel(&self) -> Value {
+        let Some(nvisel) = &self.nvisel else {
+            return json!({"measured": false, "why": "nvisel not found (make bench installs nvitop into .venv-bench)"});
+        };
+        let scenario = self.write_scenario("nvisel.toml", &scenario(8, 0));
+        let runs = self.runs(20);
+        let nvisel_time = self.time(runs, || {
+            let mut command = self.command(nvisel, &scenario);
+            command.args(["-n", "1", "--min-free", "8GiB"]);
+            command
+        });
+        let gpurun_export = self.time(runs, || {
+            let mut command = self.command(&self.gpurun, &scenario);
+            command.args(["-q", "--gpus", "1", "--min-free", "8G", "--export"]);
+            command
+        });
+        let gpurun_run = self.time(runs, || {
+            let mut command = self.command(&self.gpurun, &scenario);
+            command.args(["-q", "--gpus", "1", "--min-free", "8G", "--", "true"]);
+            command
+        });
+        json!({
+            "measured": true,
+            "runs": runs,
+            "nvisel_ms": ms(nvisel_time),
+            "gpurun_export_ms": ms(gpurun_export),
+            "gpurun_run_true_ms": ms(gpurun_run),
+            "speedup_export": nvisel_time.as_secs_f64() / gpurun_export.as_secs_f64(),
+            "speedup_run": nvisel_time.as_secs_f64() / gpurun_run.as_secs_f64(),
+        })
+    }
+
+    fn supervision(&self) -> Value {
+        let seconds = if self.quick { 10 } else { 60 };
+        let scenario = self.write_scenario("supervision.toml", &scenario(8, 0));
+        let mut command = self.command(&self.gpurun, &scenario);
+        command.args(["-q", "--gpus", "1", "--"]).arg(&self.sim_cuda).args([
+            "--quiet",
+            "--sleep",
+            &seconds.to_string(),
+        ]);
+        let started = Instant::now();
+        let mut child = command.spawn().expect("start gpurun");
+        let pid = child.id();
+        std::thread::sleep(Duration::from_secs(seconds) - Duration::from_millis(500));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let wall = started.elapsed();
+        child.wait().expect("wait gpurun");
+        let kib = |field: &str| -> u64 {
+            status
+                .lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        // utime and stime are fields 14 and 15; `fields` starts at field 3.
+        let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+        // SAFETY: sysconf has no memory effects.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let cpu_seconds = ticks as f64 / hz;
+        json!({
+            "child_seconds": seconds,
+            "vm_hwm_kib": kib("VmHWM:"),
+            "vm_rss_kib": kib("VmRSS:"),
+            "cpu_seconds": cpu_seconds,
+            "cpu_percent_of_a_core": 100.0 * cpu_seconds / wall.as_secs_f64(),
+        })
+    }
+
+    fn verification_latency(&self) -> Value {
+        let scenario = self.write_scenario("latency.toml", &scenario(8, 0));
+        let mut samples = Vec::new();
+        for _ in 0..self.runs(10) {
+            let mut command = self.command(&self.gpurun, &scenario);
+            command.args(["--gpus", "1", "--"]).arg(&self.sim_cuda).args(["--sleep", "1.5"]);
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            let mut child = command.spawn().expect("start gpurun");
+            let mut stdout = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("sim-cuda registered");
+            let registered = Instant::now();
+            let stderr = BufReader::new(child.stderr.take().unwrap());
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("verified:") {
+                    samples.push(registered.elapsed());
+                    break;
+                }
+            }
+            child.wait().expect("wait gpurun");
+        }
+        let runs = samples.len();
+        json!({"runs": runs, "median_ms": ms(median(samples.clone())), "max_ms": ms(samples.into_iter().max().unwrap_or_default())})
+    }
+
+    fn contention(&self) -> Value {
+        let launches = if self.quick { 60 } else { 200 };
+        let scenario = self.write_scenario("contention.toml", &scenario(8, 0));
+        let log = self.work.path().join("contention.log");
+        let job = format!(
+            "echo START $(date +%s%N) $GPURUN_GPUS >> {log}; {sim} --quiet --mem 1GiB --sleep 0.2; echo END $(date +%s%N) $GPURUN_GPUS >> {log}",
+            log = log.display(),
+            sim = self.sim_cuda.display()
+        );
+        let started = Instant::now();
+        let launched_at = now_ns();
+        let children: Vec<Child> = (0..launches)
+            .map(|_| {
+                let mut command = self.command(&self.gpurun, &scenario);
+                command.args(["-q", "--exclusive", "--wait", "--", "sh", "-c", &job]);
+                command.spawn().expect("launch")
+            })
+            .collect();
+        let mut failed = 0;
+        for mut child in children {
+            if !child.wait().map(|s| s.success()).unwrap_or(false) {
+                failed += 1;
+            }
+        }
+        let wall = started.elapsed();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let mut open: Vec<(u128, String)> = Vec::new();
+        let mut runs: BTreeMap<String, Vec<(u128, u128)>> = BTreeMap::new();
+        let mut longest_wait_ns = 0u128;
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(event), Some(time), Some(gpu)) =
+                (fields.first(), fields.get(1).and_then(|t| t.parse::<u128>().ok()), fields.get(2))
+            else {
+                continue;
+            };
+            if *event == "START" {
+                longest_wait_ns = longest_wait_ns.max(time.saturating_sub(launched_at));
+                open.push((time, gpu.to_string()));
+            } else if let Some(position) = open.iter().position(|(t, g)| g == gpu && *t <= time) {
+                let (start, gpu) = open.remove(position);
+                runs.entry(gpu).or_default().push((start, time));
+            }
+        }
+        let mut double_bookings = 0;
+        for intervals in runs.values_mut() {
+            intervals.sort_unstable();
+            double_bookings += intervals.windows(2).filter(|pair| pair[0].1 > pair[1].0).count();
+        }
+        let completed: usize = runs.values().map(Vec::len).sum();
+        json!({
+            "launches": launches,
+            "gpus": 8,
+            "job_seconds": 0.2,
+            "completed": completed,
+            "failed": failed,
+            "wall_seconds": wall.as_secs_f64(),
+            "throughput_jobs_per_second": completed as f64 / wall.as_secs_f64(),
+            "longest_wait_seconds": longest_wait_ns as f64 / 1e9,
+            "double_bookings": double_bookings,
+        })
+    }
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|m| m.trim().to_owned())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    json!({"cpu": model, "cores": cores})
+}
+
+fn print_table(results: &Value) {
+    println!("gpurun benchmark on {} ({} cores)\n", results["machine"]["cpu"], results["machine"]["cores"]);
+    println!("Launch overhead: gpurun --gpus 1 -- true vs true (medians, ms)");
+    println!(
+        "{:>5} {:>9} {:>8} {:>10} {:>10} {:>10} {:>16}",
+        "GPUs", "init(ms)", "true", "gpurun", "overhead", "NVML init", "beyond NVML init"
+    );
+    for row in results["launch_overhead"].as_array().into_iter().flatten() {
+        println!(
+            "{:>5} {:>9} {:>8.2} {:>10.2} {:>10.2} {:>10.2} {:>16.2}",
+            row["gpus"].as_u64().unwrap_or(0),
+            row["nvml_init_delay_ms"].as_u64().unwrap_or(0),
+            row["true_ms"].as_f64().unwrap_or(0.0),
+            row["gpurun_ms"].as_f64().unwrap_or(0.0),
+            row["overhead_ms"].as_f64().unwrap_or(0.0),
+            row["nvml_init_ms"].as_f64().unwrap_or(0.0),
+            row["overhead_beyond_nvml_init_ms"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let nvisel = &results["against_nvisel"];
+    if nvisel["measured"] == true {
+        println!(
+            "\nAgainst nvisel (8 GPUs, 1 GPU with 8 GiB free): nvisel {:.1} ms, gpurun --export {:.1} ms ({:.1}x), gpurun -- true {:.1} ms ({:.1}x)",
+            nvisel["nvisel_ms"].as_f64().unwrap_or(0.0),
+            nvisel["gpurun_export_ms"].as_f64().unwrap_or(0.0),
+            nvisel["speedup_export"].as_f64().unwrap_or(0.0),
+            nvisel["gpurun_run_true_ms"].as_f64().unwrap_or(0.0),
+            nvisel["speedup_run"].as_f64().unwrap_or(0.0)
+        );
+    } else {
+        println!("\nAgainst nvisel: not measured ({})", nvisel["why"]);
+    }
+    let supervision = &results["supervision"];
+    println!(
+        "\nSupervision of a {} s child with verification polling: VmHWM {} KiB, CPU {:.3} s = {:.3}% of a core",
+        supervision["child_seconds"],
+        supervision["vm_hwm_kib"],
+        supervision["cpu_seconds"].as_f64().unwrap_or(0.0),
+        supervision["cpu_percent_of_a_core"].as_f64().unwrap_or(0.0)
+    );
+    let latency = &results["verification_latency"];
+    println!(
+        "Verification latency (registration in NVML -> verdict): median {:.0} ms, max {:.0} ms over {} runs",
+        latency["median_ms"].as_f64().unwrap_or(0.0),
+        latency["max_ms"].as_f64().unwrap_or(0.0),
+        latency["runs"]
+    );
+    let contention = &results["contention"];
+    println!(
+        "Contention: {} launches of a {} s job onto {} GPUs with --exclusive --wait: {} completed, {} failed, \
+         {:.1} s, {:.1} jobs/s, longest wait {:.1} s, double bookings {}",
+        contention["launches"], contention["job_seconds"], contention["gpus"], contention["completed"], contention["failed"],
+        contention["wall_seconds"].as_f64().unwrap_or(0.0),
+        contention["throughput_jobs_per_second"].as_f64().unwrap_or(0.0),
+        contention["longest_wait_seconds"].as_f64().unwrap_or(0.0),
+        contention["double_bookings"]
+    );
+}
+
+fn nvml_init_only(library: &str) -> i32 {
+    match nvml_wrapper::Nvml::builder().lib_path(std::ffi::OsStr::new(library)).init() {
+        Ok(nvml) => match nvml.device_count() {
+            Ok(_) => 0,
+            Err(_) => 1,
+        },
+        Err(_) => 1,
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("--noop") => return,
+        Some("--nvml-init-only") => std::process::exit(nvml_init_only(&args[1])),
+        _ => {}
+    }
+    let option = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let own_exe = std::env::current_exe().expect("own path");
+    let build = own_exe.parent().expect("build directory").to_path_buf();
+    let work = tempfile::tempdir().expect("temporary directory");
+    let sim_dir = work.path().join("lib");
+    std::fs::create_dir(&sim_dir).expect("lib dir");
+    let sim_library = sim_dir.join("libnvidia-ml.so.1");
+    std::os::unix::fs::symlink(build.join("libnvml_sim.so"), &sim_library).expect("link the simulator");
+    let bench = Bench {
+        gpurun: build.join("gpurun"),
+        sim_library,
+        sim_cuda: build.join("sim-cuda"),
+        own_exe,
+        nvisel: option("--nvisel").map(PathBuf::from).filter(|p| p.exists()),
+        work,
+        quick: args.iter().any(|a| a == "--quick"),
+    };
+    eprintln!("measuring launch overhead...");
+    let launch_overhead = bench.launch_overhead();
+    eprintln!("measuring against nvisel...");
+    let against_nvisel = bench.against_nvisel();
+    eprintln!("measuring supervision (this takes a minute)...");
+    let supervision = bench.supervision();
+    eprintln!("measuring verification latency...");
+    let verification_latency = bench.verification_latency();
+    eprintln!("measuring contention...");
+    let contention = bench.contention();
+    let results = json!({
+        "machine": machine(),
+        "quick": bench.quick,
+        "launch_overhead": launch_overhead,
+        "against_nvisel": against_nvisel,
+        "supervision": supervision,
+        "verification_latency": verification_latency,
+        "contention": contention,
+    });
+    print_table(&results);
+    if let Some(out) = option("--out") {
+        if let Some(parent) = Path::new(&out).parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        std::fs::write(&out, serde_json::to_string_pretty(&results).expect("json")).expect("write results");
+        println!("\nwritten to {out}");
+    }
+}
