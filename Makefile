@@ -15,7 +15,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test venv man lint install clean bench
+.PHONY: build sim demo test venv slurm-deps man lint install clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -41,9 +41,14 @@ $(VENV)/.installed:
 
 venv: $(VENV)/.installed
 
-# Every test: unit, integration through the real binary and the simulator, and the
-# simulator checked against nvidia-ml-py.
-test: venv sim
+# Debian's Slurm and MUNGE for tests/slurm.rs, installed when missing (as root; elsewhere the
+# Slurm tests say why they skip).
+slurm-deps:
+	@tests/slurm/cluster.sh install || [ $$? -eq 3 ]
+
+# Every test: unit, integration through the real binary and the simulator, the simulator
+# checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
+test: venv sim slurm-deps
 	$(CARGO) test --workspace
 
 $(BENCH_VENV)/.installed:

@@ -9,6 +9,10 @@
 //!   window resize) went by the kernel to the whole foreground process group, the child
 //!   included: forwarding them would deliver them twice. They are forwarded only when the child
 //!   has left gpurun's process group.
+//! - Signals sent by a launcher that signals every process of the job itself are not forwarded
+//!   either, for the same reason: Slurm's slurmstepd delivers scancel, --signal and srun's
+//!   Ctrl-C to every process of the step under every proctrack plugin (linuxproc walks the
+//!   tree, pgid signals the group, cgroup every PID in it); measured in tests/slurm.rs.
 //! - SIGCHLD is gpurun's own (reaping). Faults (SEGV, BUS, FPE, ILL, TRAP, ABRT, SYS) concern
 //!   gpurun itself and keep their default action. KILL and STOP cannot be caught.
 //! - A signal the caller ignored (nohup, `trap '' SIG`, a background job's INT and QUIT) stays
@@ -189,11 +193,21 @@ impl CallerState {
     }
 }
 
+/// Launchers (by process name) that deliver a signal to every process of the job themselves.
+const TREE_SIGNALLERS: &[&str] = &["slurmstepd"];
+
+fn signals_the_whole_tree(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|comm| TREE_SIGNALLERS.contains(&comm.trim_end()))
+}
+
 /// Who sent a signal, as far as the kernel says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
     /// kill(2) and friends: this PID.
     Process(u32),
+    /// A launcher that signalled the child too (see TREE_SIGNALLERS).
+    Launcher(u32),
     /// The kernel: terminal keys, hangup, window size.
     Kernel,
     /// Anything else (a timer, I/O readiness, a child's state change).
@@ -233,6 +247,7 @@ pub fn decide(
     match received.origin {
         Origin::Process(pid) if pid == child_pid || pid == own_pid => Action::Drop,
         Origin::Process(_) => Action::Forward,
+        Origin::Launcher(_) => Action::Drop,
         Origin::Kernel if child_in_our_group => Action::Drop,
         Origin::Kernel => Action::Forward,
         Origin::Other => Action::Drop,
@@ -296,7 +311,9 @@ impl Receiver {
             // SAFETY: the kernel filled the whole struct.
             let info = unsafe { info.assume_init() };
             let code = info.ssi_code;
-            let origin = if code <= 0 {
+            let origin = if code <= 0 && signals_the_whole_tree(info.ssi_pid) {
+                Origin::Launcher(info.ssi_pid)
+            } else if code <= 0 {
                 Origin::Process(info.ssi_pid)
             } else if code == SI_KERNEL {
                 Origin::Kernel
@@ -366,6 +383,7 @@ mod tests {
         assert_eq!(decide(from(Origin::Process(own)), child, own, true, &[]), Action::Drop);
         assert_eq!(decide(from(Origin::Kernel), child, own, true, &[]), Action::Drop);
         assert_eq!(decide(from(Origin::Kernel), child, own, false, &[]), Action::Forward);
+        assert_eq!(decide(from(Origin::Launcher(7)), child, own, true, &[]), Action::Drop);
         assert_eq!(decide(from(Origin::Process(7)), child, own, true, &[libc::SIGTERM]), Action::Drop);
         let chld = Received { signal: libc::SIGCHLD, origin: Origin::Other };
         assert_eq!(decide(chld, child, own, true, &[]), Action::Reap);

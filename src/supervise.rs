@@ -106,10 +106,13 @@ pub fn run(
                     tracing::debug!("forwarding {} to PID {child}", signals::name(received.signal));
                     signals::send(child, received.signal)
                 }
-                // Terminal signals reached the child through its process group.
-                Action::Drop => {
-                    matches!(received.origin, signals::Origin::Kernel) && in_our_process_group(child)
-                }
+                // Terminal signals reached the child through its process group, a launcher's
+                // directly.
+                Action::Drop => match received.origin {
+                    signals::Origin::Kernel => in_our_process_group(child),
+                    signals::Origin::Launcher(_) => true,
+                    _ => false,
+                },
             };
             if reached_child && ends_the_job(received.signal) && kill_deadline.is_none() {
                 kill_deadline = options.kill_after.map(|after| Instant::now() + after);
