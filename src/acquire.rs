@@ -89,7 +89,20 @@ fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result
 }
 
 pub fn acquire(session: &Session, inherited: &Inherited, options: &Options) -> Result<Acquisition, Error> {
-    let lock_dir = options.lock_dir.as_deref().map(LockDir::open).transpose()?;
+    let lock_dir = match options.lock_dir.as_deref() {
+        None => None,
+        Some(path) if options.hold => Some(LockDir::open(path)?),
+        // Only looking: a missing directory holds no reservation (and is not created by a
+        // mere --list), and an unusable one is worth a warning, not a failed listing.
+        Some(path) if !path.exists() => None,
+        Some(path) => match LockDir::open(path) {
+            Ok(dir) => Some(dir),
+            Err(error) => {
+                tracing::warn!("{error}; reservations are not shown");
+                None
+            }
+        },
+    };
     let started = Instant::now();
     let mut ticket = None;
     let mut progress = Progress::new();

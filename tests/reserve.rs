@@ -236,7 +236,8 @@ fn symlinks_are_never_followed() {
     let target = sim.dir.path().join("elsewhere");
     std::fs::create_dir(&target).unwrap();
     std::os::unix::fs::symlink(&target, sim.lock_dir()).unwrap();
-    export(&sim, &[]).status(125).stderr_has("it is a symbolic link");
+    sim.gpurun().args(["--", "true"]).run().status(125).stderr_has("it is a symbolic link");
+    export(&sim, &[]).status(0).stderr_has("it is a symbolic link;").stderr_has("reservations are not shown");
 
     let other = two_gpus();
     std::fs::create_dir_all(other.lock_dir()).unwrap();
@@ -429,4 +430,16 @@ fn ticket_count(sim: &Sim) -> usize {
             entries.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("ticket.")).count()
         })
         .unwrap_or(0)
+}
+
+#[test]
+fn looking_creates_no_lock_directory_and_survives_a_bad_one() {
+    let sim = two_gpus();
+    sim.gpurun().args(["--list"]).run().status(0);
+    export(&sim, &[]).status(0);
+    sim.gpurun().args(["--dry-run"]).run().status(0);
+    assert!(!sim.lock_dir().exists(), "looking created the lock directory");
+    std::fs::write(sim.lock_dir(), "not a directory").unwrap();
+    sim.gpurun().args(["--list"]).run().status(0).stderr_has("reservations are not shown");
+    sim.gpurun().args(["--", "true"]).run().status(125);
 }

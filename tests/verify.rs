@@ -158,33 +158,28 @@ fn verify_timeout_gives_the_verdict_early_and_polling_goes_on() {
 
 #[test]
 fn unverifiable_when_nvml_cannot_list_processes() {
-    let mut text = default_scenario();
-    text.push_str(
-        "\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 3\nerror = \"NO_PERMISSION\"\n",
-    );
-    let sim = Sim::new(&text);
-    // A refused process list makes the processes unknown, not the GPU unusable...
-    let outcome = run(&sim, &["--devices", "3"], &[&sim_cuda_path(), "--sleep", "0.3"]);
-    let lines = verdict_lines(outcome.status(0));
-    assert_eq!(lines, vec!["gpurun: unverifiable: NVML cannot list the processes on GPU 3: the current user does not have permission to perform this operation"]);
-    // ...but --exclusive cannot be satisfied on it.
-    run(&sim, &["--devices", "3", "--exclusive"], &["true"])
-        .status(75)
-        .stderr_has("GPU 3 (NVIDIA A100-SXM4-80GB): processes unknown");
-}
-
-#[test]
-fn unverifiable_when_listing_stops_after_launch() {
-    // Listing works at probe time and fails afterwards (a transient error in the first call
-    // lets the probe through; here every later call fails).
-    let mut text = default_scenario();
-    text.push_str(
-        "\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 3\nerror = \"NOT_SUPPORTED\"\n",
-    );
-    let sim = Sim::new(&text);
-    let outcome = run(&sim, &["--devices", "3"], &[&sim_cuda_path(), "--sleep", "0.3"]);
-    let lines = verdict_lines(outcome.status(0));
-    assert_eq!(lines, vec!["gpurun: unverifiable: NVML cannot list the processes on GPU 3: the requested operation is not available on the target device"]);
+    let cases = [
+        ("NO_PERMISSION", "the current user does not have permission to perform this operation"),
+        ("NOT_SUPPORTED", "the requested operation is not available on the target device"),
+    ];
+    for (error, said) in cases {
+        let mut text = default_scenario();
+        text.push_str(&format!(
+            "\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 3\nerror = \"{error}\"\n"
+        ));
+        let sim = Sim::new(&text);
+        // A process list NVML will not give makes the processes unknown, not the GPU unusable...
+        let outcome = run(&sim, &["--devices", "3"], &[&sim_cuda_path(), "--sleep", "0.3"]);
+        let lines = verdict_lines(outcome.status(0));
+        assert_eq!(
+            lines,
+            vec![format!("gpurun: unverifiable: NVML cannot list the processes on GPU 3: {said}")]
+        );
+        // ...but --exclusive cannot be satisfied on it.
+        run(&sim, &["--devices", "3", "--exclusive"], &["true"])
+            .status(75)
+            .stderr_has("GPU 3 (NVIDIA A100-SXM4-80GB): processes unknown");
+    }
 }
 
 #[test]
