@@ -15,7 +15,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test venv slurm-deps man lint install clean bench
+.PHONY: build sim demo test test-gpu venv slurm-deps man lint install clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -61,6 +61,11 @@ $(BENCH_VENV)/.installed:
 bench: $(BENCH_VENV)/.installed
 	$(CARGO) build --release --workspace --bins --lib
 	target/release/gpurun-bench --nvisel $(BENCH_VENV)/bin/nvisel --out target/bench/bench.json $(BENCH_ARGS)
+
+# What only a real GPU can show (a PyTorch job landing on the chosen card, verified). CI has no
+# GPU and never runs it.
+test-gpu:
+	tests/gpu/check.sh
 
 man:
 	GPURUN_BLESS=1 $(CARGO) test --test man_page
