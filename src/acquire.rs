@@ -192,17 +192,16 @@ impl Progress {
 
     fn show(&mut self, wanted: u32, qualified: usize, ahead: usize, waited: Duration) {
         let text = format!(
-            "gpurun: waiting for {wanted} GPU{}: {qualified} qualif{} now, {ahead} ahead in the queue, waited {} s",
+            "waiting for {wanted} GPU{}: {qualified} qualif{} now, {ahead} ahead in the queue, waited {} s",
             if wanted == 1 { "" } else { "s" },
             if qualified == 1 { "ies" } else { "y" },
             waited.as_secs()
         );
-        let mut stderr = std::io::stderr().lock();
-        if self.on_terminal {
-            let _ = write!(stderr, "\r{text}\x1b[K");
+        if self.on_terminal && !crate::logging::is_json() {
+            let _ = write!(std::io::stderr().lock(), "\rgpurun: {text}\x1b[K");
             self.shown = true;
         } else if self.last_line.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
-            let _ = writeln!(stderr, "{text}");
+            tracing::info!("{text}");
             self.last_line = Some(Instant::now());
         }
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::duration;
 use crate::env::VisibleAs;
+use crate::logging::LogFormat;
 use crate::monitor::VerifyMode;
 use crate::policy::{self, DeviceList, Fallback, Policy};
 use crate::signals::{self, SignalList};
@@ -351,6 +352,11 @@ pub struct Cli {
     /// Log only errors.
     #[arg(short, long, help_heading = "Logging")]
     pub quiet: bool,
+
+    /// How log lines look on stderr: `text` (gpurun: warning: ...) or `json` (one object per
+    /// line: time, level, message; the --report summary adds `report`). Never coloured.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, help_heading = "Logging")]
+    pub log_format: LogFormat,
 
     /// The command to run, and its arguments.
     #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = false)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::cli::Cli;
 use crate::env::VisibleAs;
+use crate::logging::LogFormat;
 use crate::monitor::VerifyMode;
 use crate::policy::{ModelPattern, Request};
 
@@ -39,6 +40,7 @@ pub struct Config {
     pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
     pub verbosity: Verbosity,
+    pub log_format: LogFormat,
     /// `None`: `--no-lock`.
     pub lock_dir: Option<PathBuf>,
     /// `Some(None)`: wait forever.
@@ -123,6 +125,7 @@ impl Config {
             framework_env: !cli.no_framework_env,
             nvml_lib,
             verbosity,
+            log_format: cli.log_format,
             lock_dir: (!cli.no_lock).then(|| crate::lease::resolve_dir(cli.lock_dir.as_deref())),
             wait: cli.wait.map(|limit| limit.0),
             supervision: Supervision {

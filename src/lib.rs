@@ -101,7 +101,7 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
         Err(early_exit) => return Ok(early_exit),
     };
     let config = Config::from_cli(cli)?;
-    logging::init(&config.verbosity);
+    logging::init(&config.verbosity, config.log_format);
 
     let session = nvml::open(config.nvml_lib.as_deref())?;
     let listing_only = matches!(config.mode, Mode::List { .. });
@@ -282,7 +282,11 @@ fn run_command(
             gpurun_exit_status: status,
         };
         if reporting.summary {
-            eprintln!("gpurun: {}", summary.summary());
+            logging::print_outside(
+                "info",
+                &summary.summary(),
+                Some(("report", serde_json::to_value(&summary).expect("plain data"))),
+            );
         }
         if let Some(file) = reporting.json_file {
             summary.write_json(file);
@@ -328,7 +332,7 @@ pub fn main_exit() -> i32 {
     match run(std::env::args_os().collect(), caller) {
         Ok(code) => i32::from(code),
         Err(error) => {
-            eprintln!("gpurun: {error}");
+            logging::print_outside("error", &error.to_string(), None);
             i32::from(error.exit_code())
         }
     }

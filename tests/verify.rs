@@ -300,3 +300,31 @@ fn an_unwritable_report_file_fails_before_the_command_starts() {
     outcome.status(125).stderr_has("cannot create the --report-json file /nonexistent/dir/report.json");
     assert!(!marker.exists());
 }
+
+#[test]
+fn log_format_json_makes_every_stderr_line_an_object() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(&sim, &["--log-format", "json", "--report"], &[&sim_cuda_path(), "--sleep", "0.3"]);
+    outcome.status(0);
+    let lines: Vec<Value> = outcome
+        .stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    assert!(lines.iter().all(|l| l["time"].is_f64() && l["level"].is_string() && l["message"].is_string()));
+    assert!(lines
+        .iter()
+        .any(|l| l["level"] == "info" && l["message"].as_str().unwrap().starts_with("verified: PID")));
+    let report = lines.iter().find(|l| l.get("report").is_some()).expect("the report line");
+    assert_eq!(report["report"]["verification"]["verdict"], "verified");
+    // stdout is still the command's alone.
+    assert!(serde_json::from_str::<Value>(outcome.stdout.trim()).unwrap()["devices"].is_array());
+
+    let failed = run(&sim, &["--log-format", "json", "--devices", "9"], &["true"]);
+    let line: Value = serde_json::from_str(failed.status(125).stderr.trim()).unwrap();
+    assert_eq!(line["level"], "error");
+    assert!(line["message"].as_str().unwrap().contains("--devices 9: no such GPU"));
+
+    let text = run(&sim, &["--log-format", "text"], &["true"]);
+    assert!(text.stderr.lines().all(|l| l.starts_with("gpurun: ")), "{text:?}");
+}
