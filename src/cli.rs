@@ -32,6 +32,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         "Examples",
         &[
             ("gpurun --list", "show the GPUs, their memory, load and processes"),
+            ("gpurun --doctor", "check the driver, device nodes, inherited variables, lock directory and frameworks"),
             ("gpurun --list --min-free 20G", "the same, saying which GPUs have 20 GiB free and why the others do not"),
             ("gpurun --gpus 2 --min-free 8G -- python train.py", "two GPUs with 8 GiB free each"),
             ("gpurun --exclusive --model A100 -- ./job", "an A100 with no other process on it"),
@@ -201,7 +202,8 @@ fn reference_text() -> String {
     override_usage = "gpurun [OPTIONS] [--] COMMAND [ARGS]...\n       \
                       gpurun --list [--json] [OPTIONS]\n       \
                       gpurun --dry-run [--json] [OPTIONS]\n       \
-                      gpurun --export [OPTIONS]",
+                      gpurun --export [OPTIONS]\n       \
+                      gpurun --doctor [OPTIONS]",
 )]
 pub struct Cli {
     /// How many GPUs to give the command; 0 runs it with no GPU visible.
@@ -323,18 +325,24 @@ pub struct Cli {
 
     /// List the GPUs (index, model, memory, utilization, temperature, processes) and, with
     /// selection options, whether each qualifies; then exit.
-    #[arg(long, help_heading = "Modes", conflicts_with_all = ["dry_run", "export"])]
+    #[arg(long, help_heading = "Modes", conflicts_with_all = ["dry_run", "export", "doctor"])]
     pub list: bool,
 
     /// Show which GPUs would be chosen and the environment the command would get, then exit.
     /// Holds no reservation.
-    #[arg(long, help_heading = "Modes", conflicts_with = "export")]
+    #[arg(long, help_heading = "Modes", conflicts_with_all = ["export", "doctor"])]
     pub dry_run: bool,
 
     /// Print `export VAR='value'` lines for eval "$(gpurun --export ...)", then exit. Holds no
     /// reservation: the GPUs are not protected against other launches.
     #[arg(long, help_heading = "Modes")]
     pub export: bool,
+
+    /// Check what decides whether jobs land on the right GPU (NVML and driver, /dev/nvidia*,
+    /// inherited variables, container and Slurm, the lock directory, the CUDA version of torch
+    /// and tensorflow) and print the findings; exit 125 if NVML is unusable, else 0.
+    #[arg(long, help_heading = "Modes", conflicts_with = "export")]
+    pub doctor: bool,
 
     /// With --list or --dry-run: print one JSON object instead of text (schema below).
     #[arg(long, help_heading = "Modes")]

@@ -20,6 +20,8 @@ pub enum Mode {
     DryRun { json: bool },
     /// `--export`: print `export` lines for `eval`, and exit.
     Export,
+    /// `--doctor`: check the machine and say what is wrong.
+    Doctor,
     /// Run COMMAND.
     Run { command: Vec<OsString> },
 }
@@ -76,9 +78,14 @@ pub enum ConfigError {
 
 impl Config {
     pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
-        let mode_flag = [(cli.list, "--list"), (cli.dry_run, "--dry-run"), (cli.export, "--export")]
-            .into_iter()
-            .find_map(|(set, flag)| set.then_some(flag));
+        let mode_flag = [
+            (cli.list, "--list"),
+            (cli.dry_run, "--dry-run"),
+            (cli.export, "--export"),
+            (cli.doctor, "--doctor"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag));
         if let (Some(flag), Some(first)) = (mode_flag, cli.command.first()) {
             return Err(ConfigError::CommandWithMode { flag, command: first.to_string_lossy().into_owned() });
         }
@@ -88,6 +95,7 @@ impl Config {
         let mode = match mode_flag {
             Some("--list") => Mode::List { json: cli.json },
             Some("--dry-run") => Mode::DryRun { json: cli.json },
+            Some("--doctor") => Mode::Doctor,
             Some(_) => Mode::Export,
             None if cli.command.is_empty() => return Err(ConfigError::NoCommand),
             None => Mode::Run { command: cli.command },

@@ -6,6 +6,7 @@ mod acquire;
 mod child;
 pub mod cli;
 pub mod config;
+mod doctor;
 mod duration;
 pub mod env;
 pub mod exit_code;
@@ -103,6 +104,11 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
     let config = Config::from_cli(cli)?;
     logging::init(&config.verbosity, config.log_format);
 
+    if config.mode == Mode::Doctor {
+        let diagnosis = doctor::diagnose(config.nvml_lib.as_deref(), config.lock_dir.as_deref());
+        print(&diagnosis.text)?;
+        return Ok(if diagnosis.usable { 0 } else { exit_code::GPURUN_ERROR });
+    }
     let session = nvml::open(config.nvml_lib.as_deref())?;
     let listing_only = matches!(config.mode, Mode::List { .. });
     let acquisition = acquire::acquire(
@@ -148,7 +154,7 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
         chosen.iter().filter_map(|&index| machine.gpus.iter().find(|gpu| gpu.index == index)).collect();
 
     match config.mode {
-        Mode::List { .. } => unreachable!("handled above"),
+        Mode::List { .. } | Mode::Doctor => unreachable!("handled above"),
         Mode::DryRun { json: true } => {
             let plan = Plan { selected: Some(selected), env: Some(&variables) };
             print(&listing::json(&machine, session.library(), &decision.assessments, &live, Some(plan)))?;

@@ -1,0 +1,295 @@
+//! `--doctor`: everything that decides whether a job lands on the right GPU, checked and said
+//! plainly on stdout: NVML and the driver, device nodes, inherited variables, containers and
+//! Slurm, the lock directory, and the CUDA version the Python frameworks were built for.
+
+use std::fmt::Write as _;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::gpu::Machine;
+use crate::lease::LockDir;
+use crate::nvml;
+use crate::visibility::{self, Inherited};
+
+/// The report, and whether gpurun can run a job here at all (NVML usable).
+pub struct Diagnosis {
+    pub text: String,
+    pub usable: bool,
+}
+
+struct Out {
+    text: String,
+    problems: usize,
+}
+
+impl Out {
+    fn section(&mut self, title: &str) {
+        let _ = writeln!(self.text, "\n{title}");
+    }
+
+    fn ok(&mut self, line: impl AsRef<str>) {
+        let _ = writeln!(self.text, "  ok       {}", line.as_ref());
+    }
+
+    fn info(&mut self, line: impl AsRef<str>) {
+        let _ = writeln!(self.text, "  info     {}", line.as_ref());
+    }
+
+    fn problem(&mut self, line: impl AsRef<str>) {
+        self.problems += 1;
+        let _ = writeln!(self.text, "  PROBLEM  {}", line.as_ref());
+    }
+}
+
+pub fn diagnose(nvml_lib: Option<&Path>, lock_dir: Option<&Path>) -> Diagnosis {
+    let mut out = Out { text: String::from("gpurun doctor\n"), problems: 0 };
+    out.section("NVML and driver");
+    let library =
+        nvml_lib.map(|p| p.display().to_string()).unwrap_or_else(|| nvml::DEFAULT_LIBRARY.to_owned());
+    let mut usable = false;
+    let mut machine = None;
+    match nvml::open(nvml_lib) {
+        Err(error) => out.problem(format!("NVML from {library}: {error}")),
+        Ok(session) => match session.probe() {
+            Err(error) => out.problem(format!("NVML from {library} opened, but {error}")),
+            Ok(probed) => {
+                usable = true;
+                out.ok(format!("NVML loaded from {library}"));
+                out.info(format!(
+                    "driver {}, supports CUDA {}",
+                    probed.driver_version.as_deref().unwrap_or("unknown"),
+                    probed.cuda_driver_version.as_deref().unwrap_or("unknown")
+                ));
+                for gpu in &probed.gpus {
+                    let name = gpu.name.as_deref().unwrap_or("unknown model");
+                    match &gpu.error {
+                        None => out.ok(format!(
+                            "GPU {}: {name} ({})",
+                            gpu.index,
+                            gpu.uuid.as_deref().unwrap_or("-")
+                        )),
+                        Some(error) => out.problem(format!("GPU {}: {name}: {error}", gpu.index)),
+                    }
+                }
+                if probed.gpus.is_empty() {
+                    out.problem("NVML sees no GPU");
+                }
+                machine = Some(probed);
+            }
+        },
+    }
+
+    out.section("Device nodes");
+    device_nodes(&mut out);
+
+    out.section("Inherited GPU variables");
+    inherited(&mut out, machine.as_ref());
+
+    out.section("Container and scheduler");
+    environment(&mut out);
+
+    out.section("Lock directory");
+    lock_directory(&mut out, lock_dir);
+
+    out.section("Python frameworks");
+    frameworks(&mut out, machine.as_ref().and_then(|m| m.cuda_driver_version.as_deref()));
+
+    let _ = writeln!(
+        out.text,
+        "\n{}",
+        match out.problems {
+            0 => "no problem found".to_owned(),
+            1 => "1 problem found".to_owned(),
+            n => format!("{n} problems found"),
+        }
+    );
+    Diagnosis { text: out.text, usable }
+}
+
+fn device_nodes(out: &mut Out) {
+    let Ok(entries) = std::fs::read_dir("/dev") else {
+        out.problem("cannot read /dev");
+        return;
+    };
+    let mut nodes: Vec<_> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("nvidia"))
+        .map(|e| e.path())
+        .collect();
+    nodes.sort();
+    if nodes.is_empty() {
+        out.info("no /dev/nvidia* device nodes (no driver here, or a container without GPUs passed in)");
+        return;
+    }
+    for node in nodes {
+        let Ok(metadata) = std::fs::metadata(&node) else { continue };
+        if !metadata.file_type().is_char_device() {
+            continue;
+        }
+        let c_path = std::ffi::CString::new(node.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        // SAFETY: access() with a valid C string.
+        let usable = unsafe { libc::access(c_path.as_ptr(), libc::R_OK | libc::W_OK) } == 0;
+        let line = format!(
+            "{} mode {:o} uid {} gid {}",
+            node.display(),
+            metadata.mode() & 0o7777,
+            metadata.uid(),
+            metadata.gid()
+        );
+        if usable {
+            out.ok(format!("{line}: readable and writable by you"));
+        } else {
+            out.problem(format!("{line}: not readable and writable by you (check your groups, e.g. video)"));
+        }
+    }
+}
+
+fn inherited(out: &mut Out, machine: Option<&Machine>) {
+    let names = [
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "GPU_DEVICE_ORDINAL",
+        "NVIDIA_VISIBLE_DEVICES",
+        "SLURM_STEP_GPUS",
+        "SLURM_JOB_GPUS",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "XLA_PYTHON_CLIENT_PREALLOCATE",
+    ];
+    let mut any = false;
+    for name in names {
+        if let Some(value) = std::env::var_os(name) {
+            any = true;
+            out.info(format!("{name}={}", value.to_string_lossy()));
+        }
+    }
+    if !any {
+        out.info("none set: gpurun may choose among every GPU");
+    }
+    if let Some(machine) = machine {
+        let visibility = visibility::resolve(&machine.gpus, &Inherited::from_env());
+        if let Some(allowed) = &visibility.allowed {
+            let list: Vec<String> = allowed.iter().map(u32::to_string).collect();
+            out.info(format!(
+                "gpurun will choose only among GPU {} ({})",
+                if list.is_empty() { "none".to_owned() } else { list.join(", ") },
+                visibility.source.as_deref().unwrap_or("")
+            ));
+        }
+        for warning in &visibility.warnings {
+            out.problem(warning);
+        }
+    }
+}
+
+fn environment(out: &mut Out) {
+    // PID 2 is kthreadd in the host's PID namespace only.
+    let kthreadd = std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd");
+    if kthreadd {
+        out.ok("host PID namespace: NVML's PIDs are this process's PIDs (verification works)");
+    } else {
+        out.info(
+            "a PID namespace of its own (container?): NVML reports host PIDs, so verification may say \
+             'unverifiable'",
+        );
+    }
+    if Path::new("/.dockerenv").exists() || Path::new("/run/.containerenv").exists() {
+        out.info("container runtime files present (/.dockerenv or /run/.containerenv)");
+    }
+    match std::env::var("SLURM_JOB_ID") {
+        Ok(job) => out.info(format!(
+            "inside Slurm job {job}{}: gpurun selects only among the GPUs Slurm gave the step",
+            std::env::var("SLURM_STEP_ID").map(|s| format!(", step {s}")).unwrap_or_default()
+        )),
+        Err(_) => out.info("not inside a Slurm job"),
+    }
+}
+
+fn lock_directory(out: &mut Out, lock_dir: Option<&Path>) {
+    let Some(path) = lock_dir else {
+        out.info("--no-lock: reservations are off");
+        return;
+    };
+    if !path.exists() {
+        out.info(format!(
+            "{} does not exist yet; the first gpurun that runs a command creates it (install the tmpfiles.d \
+             entry on shared machines so that root owns it)",
+            path.display()
+        ));
+        return;
+    }
+    match LockDir::open(path) {
+        Ok(dir) => {
+            let live = dir.live_leases(false);
+            out.ok(format!("{} is safe; {} live reservation(s)", path.display(), live.len()));
+        }
+        Err(error) => out.problem(error.to_string()),
+    }
+}
+
+/// The CUDA version a framework was built for, from python3 (bounded in time).
+fn framework_cuda(probe: &str) -> Result<String, String> {
+    let mut child = Command::new("python3")
+        .args(["-c", probe])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|_| "python3 not found".to_owned())?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("timed out importing it".to_owned());
+            }
+        }
+    }
+    let output = child.wait_with_output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if output.status.success() && !text.is_empty() {
+        Ok(text)
+    } else {
+        Err("not installed".to_owned())
+    }
+}
+
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
+}
+
+fn frameworks(out: &mut Out, driver_cuda: Option<&str>) {
+    let probes = [
+        ("torch", "import torch; print(torch.version.cuda or 'cpu')"),
+        (
+            "tensorflow",
+            "import tensorflow as tf; print(tf.sysconfig.get_build_info().get('cuda_version') or 'cpu')",
+        ),
+    ];
+    for (name, probe) in probes {
+        match framework_cuda(probe) {
+            Err(why) => out.info(format!("{name}: {why}")),
+            Ok(built) if built == "cpu" => {
+                out.problem(format!("{name} is a CPU-only build: it will not use any GPU"))
+            }
+            Ok(built) => match (major_minor(&built), driver_cuda.and_then(major_minor)) {
+                (Some(framework), Some(driver)) if framework > driver => out.problem(format!(
+                    "{name} was built for CUDA {built}, newer than the driver's CUDA {}: it will fail to \
+                     initialise the GPU; upgrade the driver or install a {name} built for CUDA {} or older",
+                    driver_cuda.unwrap_or("?"),
+                    driver_cuda.unwrap_or("?")
+                )),
+                (Some(_), Some(_)) => out.ok(format!(
+                    "{name} built for CUDA {built}; the driver supports {}",
+                    driver_cuda.unwrap_or("?")
+                )),
+                _ => out.info(format!("{name} built for CUDA {built}")),
+            },
+        }
+    }
+}
