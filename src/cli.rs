@@ -132,6 +132,17 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "Configuration",
+        &[
+            ("precedence", "command line > GPURUN_* variables > user file > system file > built-in"),
+            ("user file", "$GPURUN_CONFIG, else $XDG_CONFIG_HOME/gpurun/config.toml (~/.config/gpurun/config.toml)"),
+            ("system file", "/etc/gpurun/config.toml"),
+            ("keys", "the long option names: policy = \"pack\", min-free = \"8G\", exclusive = true, wait = \"2h\""),
+            ("variables", "GPURUN_ and the key in capitals: GPURUN_MIN_FREE=8G, GPURUN_EXCLUSIVE=1; not for --gpus (GPURUN_GPUS is what gpurun tells the command)"),
+            ("errors", "an unknown key or a bad value is an error naming the file, line and key (or the variable), exit 125"),
+        ],
+    ),
+    (
         "Environment",
         &[
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
@@ -268,7 +279,7 @@ pub struct Cli {
     pub lock_dir: Option<PathBuf>,
 
     /// Take no reservation and ignore other launches' reservations.
-    #[arg(long, conflicts_with = "lock_dir", help_heading = "Reservations")]
+    #[arg(long, help_heading = "Reservations")]
     pub no_lock: bool,
 
     /// Write CUDA_VISIBLE_DEVICES as PCI-order indices (default) or as GPU UUIDs.
@@ -348,16 +359,20 @@ pub struct Cli {
     #[arg(long, help_heading = "Modes")]
     pub json: bool,
 
+    /// Read no configuration file (the GPURUN_* variables still apply).
+    #[arg(long, help_heading = "Configuration")]
+    pub no_config: bool,
+
     /// Load NVML from PATH instead of libnvidia-ml.so.1 (unusual installs, WSL, the simulator).
     /// Default: $GPURUN_NVML_LIB, else libnvidia-ml.so.1 through the dynamic loader's path.
     #[arg(long, value_name = "PATH", help_heading = "NVML")]
     pub nvml_lib: Option<PathBuf>,
 
     /// More log detail on stderr: -v for debug, -vv for trace.
-    #[arg(short, long, action = ArgAction::Count, conflicts_with = "quiet", help_heading = "Logging")]
+    #[arg(short, long, action = ArgAction::Count, help_heading = "Logging")]
     pub verbose: u8,
 
-    /// Log only errors.
+    /// Log only errors (wins over -v).
     #[arg(short, long, help_heading = "Logging")]
     pub quiet: bool,
 
@@ -395,7 +410,9 @@ fn parse_death_signal(text: &str) -> Result<DeathSignal, String> {
 
 /// The clap definition, for parsing, `--help` and the man page.
 pub fn command() -> clap::Command {
-    <Cli as clap::CommandFactory>::command().after_long_help(reference_text())
+    // A later occurrence of an option overrides an earlier one: configuration files and
+    // GPURUN_* variables are placed before the user's own options (see settings.rs).
+    <Cli as clap::CommandFactory>::command().after_long_help(reference_text()).args_override_self(true)
 }
 
 /// Parses argv with the full definition (reference sections included in `--help`).

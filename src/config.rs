@@ -103,10 +103,7 @@ impl Config {
         if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             return Err(ConfigError::EmptyModel);
         }
-        // Flag, else the variable; an empty variable counts as unset, as in most tools.
-        let nvml_lib = cli
-            .nvml_lib
-            .or_else(|| std::env::var_os("GPURUN_NVML_LIB").filter(|v| !v.is_empty()).map(PathBuf::from));
+        let nvml_lib = cli.nvml_lib;
         let verbosity = match (cli.quiet, cli.verbose) {
             (true, _) => Verbosity::Quiet,
             (false, 0) => Verbosity::Normal,

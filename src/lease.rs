@@ -401,11 +401,10 @@ pub fn age_seconds(lease: &Lease) -> u64 {
     now.saturating_sub(lease.started)
 }
 
-/// The lock directory from `--lock-dir`, `GPURUN_LOCK_DIR`, or the default.
+/// The lock directory from `--lock-dir` (or its GPURUN_LOCK_DIR variable, see settings.rs), or
+/// the default.
 pub fn resolve_dir(flag: Option<&Path>) -> PathBuf {
-    flag.map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("GPURUN_LOCK_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+    flag.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
 
 #[cfg(test)]

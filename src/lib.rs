@@ -20,6 +20,7 @@ mod orphans;
 pub mod policy;
 mod procfs;
 mod report;
+mod settings;
 mod shebang;
 pub mod signals;
 pub mod size;
@@ -54,6 +55,8 @@ pub enum Error {
     Devices(#[from] policy::DeviceError),
     #[error(transparent)]
     Lease(#[from] lease::LeaseError),
+    #[error(transparent)]
+    Settings(#[from] settings::SettingsError),
     /// Exit 75, with the table of reasons.
     #[error("{0}")]
     NotEnoughGpus(String),
@@ -80,6 +83,7 @@ impl Error {
 /// Parses argv; `--help` and `--version` print and return early, before anything touches NVML.
 fn parse_args(args: Vec<OsString>) -> Result<Result<Cli, u8>, Error> {
     let args = shebang::expand(args).map_err(Error::Usage)?;
+    let args = settings::layered(args)?;
     match cli::parse(args) {
         Ok(cli) => Ok(Ok(cli)),
         Err(error) if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {

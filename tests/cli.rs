@@ -10,7 +10,7 @@ const INVALID: &[(&[&str], &str)] = &[
     (&["--bogus"], "unexpected argument '--bogus'"),
     (&["--json"], "--list"),
     (&["--list", "nvidia-smi"], "--list takes no COMMAND, but got \"nvidia-smi\""),
-    (&["-v", "-q", "--list"], "cannot be used with"),
+    (&["--list", "--export"], "cannot be used with"),
     (&["--nvml-lib"], "a value is required for '--nvml-lib <PATH>'"),
     (&["--nvml-lib", "", "--list"], "a value is required for '--nvml-lib <PATH>'"),
     (&[], "no COMMAND given"),

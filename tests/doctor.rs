@@ -24,7 +24,11 @@ fn a_healthy_machine_and_inherited_variables() {
 #[test]
 fn broken_machines_are_problems() {
     let sim = Sim::new(&scenario_file("mixed8.toml"));
-    sim.gpurun().args(["--doctor"]).run().status(0).stdout_has("PROBLEM  GPU 5: unknown model: handle: GPU is lost");
+    sim.gpurun()
+        .args(["--doctor"])
+        .run()
+        .status(0)
+        .stdout_has("PROBLEM  GPU 5: unknown model: handle: GPU is lost");
     let missing =
         sim.gpurun().env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1").args(["--doctor"]).run();
     missing

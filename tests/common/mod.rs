@@ -77,9 +77,16 @@ impl Sim {
         self.dir.path().join("locks")
     }
 
-    /// Environment every simulated program needs, and nothing from the caller's GPU setup.
+    /// Environment every simulated program needs, and nothing from the caller's GPU setup or
+    /// gpurun configuration.
     fn prepare(&self, command: &mut Command) {
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("GPURUN_") {
+                command.env_remove(name);
+            }
+        }
         command
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .env("NVML_SIM_SCENARIO", &self.scenario)
             .env("GPURUN_LOCK_DIR", self.lock_dir())
             .env_remove("NVML_SIM_STATE_DIR")

@@ -1,0 +1,112 @@
+//! Configuration (DESIGN 11): command line > GPURUN_* variables > user file > system file >
+//! built-in; GPURUN_CONFIG; --no-config; errors naming file, line and key.
+
+mod common;
+
+use common::{default_scenario, Outcome, Sim};
+
+fn visible(outcome: &Outcome) -> String {
+    outcome.status(0);
+    outcome
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("export CUDA_VISIBLE_DEVICES='"))
+        .map(|v| v.trim_end_matches('\'').to_owned())
+        .expect("CUDA_VISIBLE_DEVICES exported")
+}
+
+fn with_user_file(text: &str) -> Sim {
+    let sim = Sim::new(&default_scenario());
+    let dir = sim.dir.path().join("config/gpurun");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+    sim
+}
+
+#[test]
+fn command_line_beats_variables_beat_the_user_file() {
+    // Free GiB on the default machine: 3 has the most, 1 the least.
+    let sim = with_user_file("policy = \"index\"\n");
+    assert_eq!(visible(&sim.gpurun().args(["--export"]).run()), "0", "the user file");
+    assert_eq!(
+        visible(&sim.gpurun().env("GPURUN_POLICY", "pack").args(["--export"]).run()),
+        "1",
+        "the variable"
+    );
+    let command_line =
+        sim.gpurun().env("GPURUN_POLICY", "pack").args(["--policy", "most-free", "--export"]).run();
+    assert_eq!(visible(&command_line), "3", "the command line");
+    assert_eq!(visible(&sim.gpurun().args(["--no-config", "--export"]).run()), "3", "--no-config");
+    // --no-config leaves the variables.
+    assert_eq!(
+        visible(&sim.gpurun().env("GPURUN_POLICY", "pack").args(["--no-config", "--export"]).run()),
+        "1"
+    );
+}
+
+#[test]
+fn switches_and_values_from_a_file() {
+    let sim = with_user_file("exclusive = true\nmin-free = \"70G\"\ngpus = 2\n");
+    let outcome = sim.gpurun().args(["--export"]).run();
+    assert_eq!(visible(&outcome), "3,5");
+    let refused = sim.gpurun().args(["--export", "--devices", "4,2"]).run();
+    refused
+        .status(75)
+        .stderr_has("GPU 4 (NVIDIA H100 80GB HBM3): free 7.6 GiB < 70 GiB; in use by 2 processes");
+}
+
+#[test]
+fn gpurun_config_names_another_file() {
+    let sim = Sim::new(&default_scenario());
+    let file = sim.dir.path().join("team.toml");
+    std::fs::write(&file, "exclude = \"3,5\"\n").unwrap();
+    assert_eq!(visible(&sim.gpurun().env("GPURUN_CONFIG", &file).args(["--export"]).run()), "2");
+    let missing = sim.gpurun().env("GPURUN_CONFIG", "/nonexistent/gpurun.toml").args(["--export"]).run();
+    missing.status(125).stderr_has("gpurun: /nonexistent/gpurun.toml: No such file or directory");
+}
+
+#[test]
+fn bad_settings_name_file_line_and_key() {
+    let sim = with_user_file("policy = \"pack\"\nmin-free = \"8X\"\n");
+    let outcome = sim.gpurun().args(["--", "true"]).run();
+    outcome.status(125).stderr_has("config.toml:2: key min-free: invalid value '8X' for '--min-free");
+    let unknown = with_user_file("# team defaults\npolicy = \"pack\"\nmin_free = \"8G\"\n");
+    unknown
+        .gpurun()
+        .args(["--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("config.toml:3: unknown key \"min_free\"");
+    let variable = Sim::new(&default_scenario());
+    variable
+        .gpurun()
+        .env("GPURUN_MAX_UTIL", "200")
+        .args(["--export"])
+        .run()
+        .status(125)
+        .stderr_has("GPURUN_MAX_UTIL: key max-util: invalid value '200'");
+}
+
+#[test]
+fn variables_for_switches_and_the_commands_own_variables() {
+    let sim = Sim::new(&default_scenario());
+    sim.gpurun()
+        .env("GPURUN_EXCLUSIVE", "1")
+        .args(["--export", "--devices", "4"])
+        .run()
+        .status(75)
+        .stderr_has("in use by 2 processes");
+    // A gpurun inside a job started by gpurun: GPURUN_GPUS is the outer choice, not a request.
+    let nested = sim.gpurun().env("GPURUN_GPUS", "3,5").env("GPURUN_GPU_UUIDS", "x").args(["--export"]).run();
+    assert_eq!(visible(&nested), "3");
+    assert_eq!(
+        visible(
+            &sim.gpurun()
+                .env("GPURUN_NVML_LIB", sim.library())
+                .env("GPURUN_WAIT", "1")
+                .args(["--export"])
+                .run()
+        ),
+        "3"
+    );
+}
