@@ -30,11 +30,10 @@ const SET_FOR_THE_COMMAND: &[&str] = &["GPURUN_GPUS", "GPURUN_GPU_UUIDS"];
 pub struct SettingsError(String);
 
 /// Whether an option takes a value (`--min-free 8G`) or is a switch (`--exclusive`).
-fn option_kind(key: &str) -> Option<OptionKind> {
+fn option_kind(command: &clap::Command, key: &str) -> Option<OptionKind> {
     if NOT_SETTINGS.contains(&key) {
         return None;
     }
-    let command = cli::command();
     let arg = command.get_arguments().find(|a| a.get_long() == Some(key))?;
     Some(match arg.get_action() {
         clap::ArgAction::SetTrue | clap::ArgAction::Count => OptionKind::Switch,
@@ -53,8 +52,13 @@ enum OptionKind {
 
 /// The words one setting stands for, checked by clap on their own. `Ok(None)`: a switch set
 /// to false (nothing to add).
-fn words(key: &str, value: SettingValue, at: &str) -> Result<Option<Vec<OsString>>, SettingsError> {
-    let kind = option_kind(key).ok_or_else(|| {
+fn words(
+    command: &clap::Command,
+    key: &str,
+    value: SettingValue,
+    at: &str,
+) -> Result<Option<Vec<OsString>>, SettingsError> {
+    let kind = option_kind(command, key).ok_or_else(|| {
         SettingsError(format!(
             "{at}: unknown key {key:?}; keys are gpurun's long option names, like min-free or policy"
         ))
@@ -75,7 +79,7 @@ fn words(key: &str, value: SettingValue, at: &str) -> Result<Option<Vec<OsString
     };
     let mut alone: Vec<OsString> = vec!["gpurun".into()];
     alone.extend(words.iter().cloned());
-    if let Err(error) = cli::command().try_get_matches_from(alone) {
+    if let Err(error) = command.clone().try_get_matches_from(alone) {
         let rendered = error.render().to_string();
         let first = rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned();
         return Err(SettingsError(format!("{at}: key {key}: {first}")));
@@ -104,7 +108,7 @@ fn line_of(text: &str, key: &str) -> usize {
 }
 
 /// The option words a configuration file stands for.
-pub fn file_words(path: &Path, text: &str) -> Result<Vec<OsString>, SettingsError> {
+pub fn file_words(command: &clap::Command, path: &Path, text: &str) -> Result<Vec<OsString>, SettingsError> {
     let shown = path.display();
     let table: toml::Table = text
         .parse()
@@ -123,13 +127,14 @@ pub fn file_words(path: &Path, text: &str) -> Result<Vec<OsString>, SettingsErro
                 )))
             }
         };
-        all.extend(words(&key, value, &at)?.into_iter().flatten());
+        all.extend(words(command, &key, value, &at)?.into_iter().flatten());
     }
     Ok(all)
 }
 
 /// The option words the `GPURUN_*` variables stand for.
 pub fn environment_words(
+    command: &clap::Command,
     variables: impl Iterator<Item = (String, String)>,
 ) -> Result<Vec<OsString>, SettingsError> {
     let mut all = Vec::new();
@@ -142,7 +147,7 @@ pub fn environment_words(
         }
         let key = key.to_ascii_lowercase().replace('_', "-");
         // Variables that are not options (GPURUN_LOG, GPURUN_CONFIG) are someone else's.
-        let Some(kind) = option_kind(&key) else { continue };
+        let Some(kind) = option_kind(command, &key) else { continue };
         if key == "gpus" {
             continue;
         }
@@ -155,7 +160,7 @@ pub fn environment_words(
             }
             _ => SettingValue::Text(value),
         };
-        all.extend(words(&key, value, &name)?.into_iter().flatten());
+        all.extend(words(command, &key, value, &name)?.into_iter().flatten());
     }
     Ok(all)
 }
@@ -171,9 +176,9 @@ fn user_file() -> Option<PathBuf> {
     Some(base.join("gpurun/config.toml"))
 }
 
-fn read_file(path: &Path, must_exist: bool) -> Result<Vec<OsString>, SettingsError> {
+fn read_file(command: &clap::Command, path: &Path, must_exist: bool) -> Result<Vec<OsString>, SettingsError> {
     match std::fs::read_to_string(path) {
-        Ok(text) => file_words(path, &text),
+        Ok(text) => file_words(command, path, &text),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && !must_exist => Ok(Vec::new()),
         Err(error) => Err(SettingsError(format!("{}: {error}", path.display()))),
     }
@@ -184,18 +189,19 @@ pub fn layered(args: Vec<OsString>) -> Result<Vec<OsString>, SettingsError> {
     let user_words = &args[1.min(args.len())..];
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
+    let command = cli::command();
     let mut layers: Vec<OsString> = Vec::new();
     if !skip_files {
-        layers.extend(read_file(Path::new(SYSTEM_FILE), false)?);
+        layers.extend(read_file(&command, Path::new(SYSTEM_FILE), false)?);
         if let Some(path) = user_file() {
             let named = std::env::var_os("GPURUN_CONFIG").is_some_and(|p| !p.is_empty());
-            layers.extend(read_file(&path, named)?);
+            layers.extend(read_file(&command, &path, named)?);
         }
     }
-    layers.extend(environment_words(
-        std::env::vars_os()
-            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?))),
-    )?);
+    let variables = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(name, _)| name.starts_with("GPURUN_"));
+    layers.extend(environment_words(&command, variables)?);
     let mut merged = Vec::with_capacity(args.len() + layers.len());
     merged.extend(args.first().cloned());
     merged.extend(layers);
@@ -214,7 +220,7 @@ mod tests {
     #[test]
     fn files_become_option_words() {
         let text = "policy = \"pack\"\nexclusive = true\nkeep-orphans = false\nmin-free = \"8G\"\nwait = \"10m\"\nkill-after = 5\n";
-        let words = strings(file_words(Path::new("c.toml"), text).unwrap());
+        let words = strings(file_words(&cli::command(), Path::new("c.toml"), text).unwrap());
         assert_eq!(
             words,
             vec!["--exclusive", "--kill-after", "5", "--min-free", "8G", "--policy", "pack", "--wait=10m"]
@@ -236,7 +242,7 @@ mod tests {
             ("policy = \n", "c.toml: "),
         ];
         for (text, expected) in cases {
-            let error = file_words(Path::new("c.toml"), text).unwrap_err().to_string();
+            let error = file_words(&cli::command(), Path::new("c.toml"), text).unwrap_err().to_string();
             assert!(error.contains(expected), "{text:?}: {error}");
         }
     }
@@ -253,9 +259,12 @@ mod tests {
             ("GPURUN_NVML_LIB".to_owned(), String::new()),
             ("OTHER".to_owned(), "x".to_owned()),
         ];
-        let words = strings(environment_words(variables.into_iter()).unwrap());
+        let words = strings(environment_words(&cli::command(), variables.into_iter()).unwrap());
         assert_eq!(words, vec!["--exclusive", "--policy", "index"]);
-        let bad = environment_words(vec![("GPURUN_MAX_UTIL".to_owned(), "200".to_owned())].into_iter());
+        let bad = environment_words(
+            &cli::command(),
+            vec![("GPURUN_MAX_UTIL".to_owned(), "200".to_owned())].into_iter(),
+        );
         assert!(bad
             .unwrap_err()
             .to_string()
