@@ -17,6 +17,11 @@ use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(20);
 
+fn my_uid() -> u32 {
+    // SAFETY: getuid cannot fail and touches no memory.
+    unsafe { libc::getuid() }
+}
+
 fn two_gpus() -> Sim {
     Sim::new(&scenario_file("two_idle.toml"))
 }
@@ -192,7 +197,7 @@ fn pid_reuse_cannot_fake_a_lease() {
     std::fs::create_dir_all(sim.lock_dir()).unwrap();
     std::fs::set_permissions(sim.lock_dir(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     // A lease file of a live PID (this test) that nobody holds locked: stale.
-    let uid = unsafe { libc::getuid() };
+    let uid = my_uid();
     let lease = serde_json::json!({
         "uuid": "GPU-22220000-0000-4000-8000-000000000000", "pid": std::process::id(), "uid": uid,
         "user": "x", "reserved_bytes": 0, "exclusive": true, "command": "stale", "started": 1
@@ -220,7 +225,7 @@ fn locked_lease(sim: &Sim, claimed_uid: u32) -> File {
 #[test]
 fn a_lease_claiming_another_users_uid_is_ignored() {
     let sim = two_gpus();
-    let me = unsafe { libc::getuid() };
+    let me = my_uid();
     let forged = locked_lease(&sim, me + 4242);
     export(&sim, &["--exclusive", "--devices", "0"]).status(0);
     drop(forged);
@@ -273,7 +278,7 @@ fn an_unsafe_lock_directory_is_an_error_that_says_why() {
     let mode = std::fs::metadata(open.lock_dir()).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o1777);
 
-    if unsafe { libc::getuid() } != 0 {
+    if my_uid() != 0 {
         eprintln!("SKIPPED the foreign-owner cases: chown needs root");
         return;
     }
