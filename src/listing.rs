@@ -225,7 +225,13 @@ pub fn refusal(machine: &Machine, assessments: &[Assessment], requested: u32, qu
             Some(a) if a.eligible() => "qualifies".to_owned(),
             other => Eligibility::of(other).reasons.join("; "),
         };
-        let _ = write!(text, "\n  GPU {} ({}): {verdict}", gpu.index, gpu.name.as_deref().unwrap_or("-"));
+        // "GPU 3: free 6.1 GiB < 8 GiB" first (what people grep for), the model after.
+        let _ = write!(
+            text,
+            "\n  GPU {}: {verdict} ({})",
+            gpu.index,
+            gpu.name.as_deref().unwrap_or("unknown model")
+        );
     }
     text
 }
