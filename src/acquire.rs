@@ -44,6 +44,19 @@ pub struct Acquisition {
     pub live: Vec<Lease>,
 }
 
+impl Acquisition {
+    /// `--gpus 0` without NVML: nothing probed, nothing chosen, nothing reserved.
+    pub fn no_gpu() -> Acquisition {
+        Acquisition {
+            machine: Machine { driver_version: None, cuda_driver_version: None, gpus: Vec::new() },
+            decision: Decision { assessments: Vec::new(), outcome: Outcome::Selected(Vec::new()) },
+            chosen: Ok(Vec::new()),
+            leases: Vec::new(),
+            live: Vec::new(),
+        }
+    }
+}
+
 /// Other launches' leases as the policy sees them.
 fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
     let own_pid = std::process::id();

@@ -113,27 +113,34 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
         print(&diagnosis.text)?;
         return Ok(if diagnosis.usable { 0 } else { exit_code::GPURUN_ERROR });
     }
-    let session = nvml::open(config.nvml_lib.as_deref())?;
+    // A command that gets no GPU needs nothing from NVML: `--gpus 0` works on a machine
+    // without the driver (the child simply sees CUDA_VISIBLE_DEVICES="").
+    let needs_nvml =
+        config.request.count > 0 || matches!(config.mode, Mode::List { .. } | Mode::DryRun { .. });
+    let session = needs_nvml.then(|| nvml::open(config.nvml_lib.as_deref())).transpose()?;
     let listing_only = matches!(config.mode, Mode::List { .. });
-    let acquisition = acquire::acquire(
-        &session,
-        &Inherited::from_env(),
-        &acquire::Options {
-            request: &config.request,
-            lock_dir: config.lock_dir.clone(),
-            wait: if listing_only { None } else { config.wait },
-            hold: matches!(config.mode, Mode::Run { .. }),
-            command: match &config.mode {
-                Mode::Run { command } => shown_command(command),
-                _ => String::new(),
+    let acquisition = match &session {
+        Some(session) => acquire::acquire(
+            session,
+            &Inherited::from_env(),
+            &acquire::Options {
+                request: &config.request,
+                lock_dir: config.lock_dir.clone(),
+                wait: if listing_only { None } else { config.wait },
+                hold: matches!(config.mode, Mode::Run { .. }),
+                command: match &config.mode {
+                    Mode::Run { command } => shown_command(command),
+                    _ => String::new(),
+                },
             },
-        },
-    )?;
+        )?,
+        None => acquire::Acquisition::no_gpu(),
+    };
     let acquire::Acquisition { machine, decision, chosen, leases, live } = acquisition;
 
     if let Mode::List { json } = config.mode {
         let text = if json {
-            listing::json(&machine, session.library(), &decision.assessments, &live, None)
+            listing::json(&machine, session_library(&session), &decision.assessments, &live, None)
         } else {
             listing::table(&machine, &decision.assessments, &live)
         };
@@ -146,7 +153,13 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
         Err(refusal) => {
             if config.mode == (Mode::DryRun { json: true }) {
                 let plan = Plan { selected: None, env: None };
-                print(&listing::json(&machine, session.library(), &decision.assessments, &live, Some(plan)))?;
+                print(&listing::json(
+                    &machine,
+                    session_library(&session),
+                    &decision.assessments,
+                    &live,
+                    Some(plan),
+                ))?;
             }
             return Err(Error::NotEnoughGpus(refusal));
         }
@@ -161,7 +174,13 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
         Mode::List { .. } | Mode::Doctor => unreachable!("handled above"),
         Mode::DryRun { json: true } => {
             let plan = Plan { selected: Some(selected), env: Some(&variables) };
-            print(&listing::json(&machine, session.library(), &decision.assessments, &live, Some(plan)))?;
+            print(&listing::json(
+                &machine,
+                session_library(&session),
+                &decision.assessments,
+                &live,
+                Some(plan),
+            ))?;
             Ok(0)
         }
         Mode::DryRun { json: false } => {
@@ -194,7 +213,9 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
                 ),
                 None => None,
             };
-            let monitor = (supervision.verify != VerifyMode::Off && !chosen.is_empty()).then(|| {
+            let watching =
+                session.as_ref().filter(|_| supervision.verify != VerifyMode::Off && !chosen.is_empty());
+            let monitor = watching.map(|session| {
                 let watched =
                     machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect();
                 let before_launch = machine
@@ -208,7 +229,7 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
                     .map(|(_, value)| value.clone())
                     .unwrap_or_default();
                 Monitor::new(
-                    &session,
+                    session,
                     supervision.verify,
                     &chosen,
                     watched,
@@ -312,6 +333,10 @@ fn run_command(
             signals::die_by(signal)
         }
     }
+}
+
+fn session_library(session: &Option<nvml::Session>) -> &std::path::Path {
+    session.as_ref().map(nvml::Session::library).unwrap_or(std::path::Path::new(nvml::DEFAULT_LIBRARY))
 }
 
 fn shown_command(command: &[OsString]) -> String {

@@ -513,3 +513,20 @@ fn as_pid_1_it_exits_128_plus_n() {
     // after ending the orphaned sleep.
     outcome.status(143);
 }
+
+#[test]
+fn gpus_0_needs_no_nvml() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = sim
+        .gpurun()
+        .env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .args(["--gpus", "0", "--", "sh", "-c", "printf '[%s]' \"${CUDA_VISIBLE_DEVICES-unset}\"; exit 3"])
+        .run();
+    assert_eq!(outcome.status(3).stdout, "[]");
+    // With a GPU asked for, the missing library is the error it always was.
+    sim.gpurun()
+        .env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .args(["--", "true"])
+        .run()
+        .status(125);
+}
