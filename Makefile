@@ -32,7 +32,7 @@ demo: sim
 	$(CARGO) build --quiet --bin gpurun
 	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --list
 	@echo
-	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --gpus 2 --min-free 8G -- target/debug/sim-cuda --mem 4GiB
+	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --gpus 2 --min-free 8G --report -- target/debug/sim-cuda --mem 4GiB --sleep 1
 
 $(VENV)/.installed:
 	$(PYTHON) -m venv $(VENV)
