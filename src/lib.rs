@@ -148,41 +148,39 @@ pub fn run(args: Vec<OsString>, caller: CallerState) -> Result<u8, Error> {
         return Ok(0);
     }
 
-    let chosen = match chosen {
-        Ok(chosen) => chosen,
-        Err(refusal) => {
-            if config.mode == (Mode::DryRun { json: true }) {
-                let plan = Plan { selected: None, env: None };
-                print(&listing::json(
-                    &machine,
-                    session_library(&session),
-                    &decision.assessments,
-                    &live,
-                    Some(plan),
-                ))?;
-            }
-            return Err(Error::NotEnoughGpus(refusal));
-        }
-    };
+    // What the command would get, or exit 75's explanation.
     let inherited_var = |name: &str| std::env::var_os(name);
-    let variables =
-        env::child_variables(&machine.gpus, &chosen, config.visible_as, config.framework_env, inherited_var);
-    let selected: Vec<&Gpu> =
-        chosen.iter().filter_map(|&index| machine.gpus.iter().find(|gpu| gpu.index == index)).collect();
+    let plan = chosen.map(|chosen| {
+        let variables = env::child_variables(
+            &machine.gpus,
+            &chosen,
+            config.visible_as,
+            config.framework_env,
+            inherited_var,
+        );
+        let selected: Vec<&Gpu> =
+            chosen.iter().filter_map(|&index| machine.gpus.iter().find(|gpu| gpu.index == index)).collect();
+        (chosen, selected, variables)
+    });
+    if config.mode == (Mode::DryRun { json: true }) {
+        // Printed on exit 75 too, with null selection and environment.
+        let json_plan = Plan {
+            selected: plan.as_ref().ok().map(|(_, selected, _)| selected.clone()),
+            env: plan.as_ref().ok().map(|(_, _, variables)| &variables[..]),
+        };
+        print(&listing::json(
+            &machine,
+            session_library(&session),
+            &decision.assessments,
+            &live,
+            Some(json_plan),
+        ))?;
+    }
+    let (chosen, selected, variables) = plan.map_err(Error::NotEnoughGpus)?;
 
     match config.mode {
         Mode::List { .. } | Mode::Doctor => unreachable!("handled above"),
-        Mode::DryRun { json: true } => {
-            let plan = Plan { selected: Some(selected), env: Some(&variables) };
-            print(&listing::json(
-                &machine,
-                session_library(&session),
-                &decision.assessments,
-                &live,
-                Some(plan),
-            ))?;
-            Ok(0)
-        }
+        Mode::DryRun { json: true } => Ok(0),
         Mode::DryRun { json: false } => {
             print(&listing::dry_run(&machine, &decision.assessments, &live, &selected, &variables))?;
             Ok(0)
@@ -273,9 +271,7 @@ fn run_command(
         orphans::become_subreaper();
     }
     let pid = child::spawn(launch)?;
-    let options =
-        supervise::Options { no_forward: supervision.no_forward.clone(), kill_after: supervision.kill_after };
-    let supervised = supervise::run(pid, &receiver, &options, monitor.as_mut());
+    let supervised = supervise::run(pid, &receiver, supervision, monitor.as_mut());
     if !supervision.keep_orphans {
         orphans::end_all(std::process::id());
     }

@@ -257,7 +257,6 @@ pub fn decide(
 /// The signals gpurun reads while it supervises, and the signalfd they arrive on.
 pub struct Receiver {
     fd: OwnedFd,
-    pub blocked: libc::sigset_t,
 }
 
 impl Receiver {
@@ -287,7 +286,7 @@ impl Receiver {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: signalfd returned a fresh descriptor we now own.
-        Ok(Receiver { fd: unsafe { OwnedFd::from_raw_fd(fd) }, blocked })
+        Ok(Receiver { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
     }
 
     /// Waits up to `timeout` (None: forever) for signals; returns those that arrived.

@@ -47,15 +47,6 @@ impl Threshold {
     }
 }
 
-impl std::fmt::Display for Threshold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Threshold::Bytes(bytes) => f.write_str(&human(*bytes)),
-            Threshold::PercentOfTotal(percent) => write!(f, "{percent}%"),
-        }
-    }
-}
-
 const SIZE_GRAMMAR: &str = "a number of bytes with an optional unit: K, M, G, T or KiB, MiB, GiB, TiB \
 (binary: 1K = 1024), KB, MB, GB, TB (decimal: 1KB = 1000), B; for example 8G, 8GiB, 8192M, 0.5T";
 

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::child::End;
+use crate::config::Supervision;
 use crate::monitor::Monitor;
 use crate::signals::{self, Action, Receiver};
 
@@ -16,13 +17,6 @@ pub struct Supervised {
     pub end: End,
     /// `--verify strict` ended the command for being on the wrong GPU: this detail.
     pub strict_failure: Option<String>,
-}
-
-pub struct Options {
-    /// Signals never forwarded (`--no-forward`).
-    pub no_forward: Vec<libc::c_int>,
-    /// SIGKILL the child this long after a TERM, INT or HUP reached it.
-    pub kill_after: Option<Duration>,
 }
 
 /// Whether `pid` is in a job-control stop, from /proc.
@@ -47,7 +41,7 @@ fn ends_the_job(signal: libc::c_int) -> bool {
 pub fn run(
     child: u32,
     receiver: &Receiver,
-    options: &Options,
+    options: &Supervision,
     mut monitor: Option<&mut Monitor>,
 ) -> Supervised {
     let mut strict_failure = None;

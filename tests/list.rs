@@ -269,6 +269,11 @@ fn verbosity_flags_change_what_reaches_stderr() {
 
     let filtered = sim.gpurun().env("GPURUN_LOG", "error").args(["--list"]).run();
     assert_eq!(filtered.status(0).stderr, "");
+    // Directives, and GPURUN_LOG winning over -q.
+    let directive = sim.gpurun().env("GPURUN_LOG", "gpurun=debug").args(["-q", "--list"]).run();
+    directive.status(0).stderr_has("gpurun: debug: NVML initialised");
+    let bad = sim.gpurun().env("GPURUN_LOG", "a=b=c").args(["--list"]).run();
+    bad.status(0).stderr_has("gpurun: warning: ignoring GPURUN_LOG");
     // stdout is the listing and nothing else, whatever the log level.
     assert_eq!(normal.stdout, verbose.stdout);
 }

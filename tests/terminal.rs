@@ -247,3 +247,20 @@ fn a_child_stopped_by_someone_else_stops_gpurun_and_a_sigcont_resumes_both() {
     std::fs::write(stop, "").unwrap();
     assert!(wait_until(LONG, || gpurun.try_wait().unwrap().is_some()));
 }
+
+#[test]
+fn the_wait_progress_line_is_rewritten_in_place_on_a_terminal() {
+    let sim = Sim::new(&default_scenario());
+    let mut terminal = Terminal::start(&sim);
+    terminal.clear();
+    terminal.type_text(
+        "gpurun -q --exclusive --devices 3 -- sleep 3 & sleep 0.5; \
+         gpurun --exclusive --devices 3 --wait=1500ms -- true; echo \"S=$?.\"\n",
+    );
+    assert!(terminal.expect("S=75."), "{}", terminal.text());
+    let text = terminal.text();
+    // Carriage return, the line, erase-to-end: one line updated, not one per try.
+    assert!(text.contains("\rgpurun: waiting for 1 GPU: 0 qualify now"), "{text:?}");
+    assert!(text.contains("\x1b[K"), "{text:?}");
+    assert_eq!(text.matches("\ngpurun: waiting").count(), 0, "{text:?}");
+}

@@ -34,6 +34,18 @@ COMPUTE_MODES = {"default": 0, "exclusive_thread": 1, "prohibited": 2, "exclusiv
 TOPOLOGY = {"internal": 0, "single": 10, "multiple": 20, "hostbridge": 30, "node": 40, "system": 50}
 
 
+class ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t: 16 bytes."""
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class ProcessInfo535(ctypes.Structure):
+    """What drivers 535.43 to 535.86 wrote for the _v3 call: 32 bytes where nvml.h says 24."""
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint),
+                ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+
+
 # Expected value of a call whose result is opaque (a handle): only success is checked.
 ANY = object()
 
@@ -227,69 +239,46 @@ class Checker:
         def listed(function):
             return lambda: sorted((p.pid, p.usedGpuMemory) for p in function(handle))
 
+        def raw(symbol, entry, room):
+            return lambda: sorted(self.raw_processes(handle, symbol, entry, room))
+
         call = "nvmlDeviceGetComputeRunningProcesses"
-        v3 = pynvml.nvmlDeviceGetComputeRunningProcesses
+        v3 = listed(pynvml.nvmlDeviceGetComputeRunningProcesses)
         if "v3_stride_32" in self.scenario.get("quirks", []):
-            # The 535 quirk: pynvml's 24-byte reading would be garbled; read 32-byte entries.
-            v3 = self.processes_v3_wide
-        # nvidia-ml-py's wrapper makes two calls (size, then fill): count both against injections.
-        for what, function in [("processes v3", v3),
-                               ("processes v2", pynvml.nvmlDeviceGetComputeRunningProcesses_v2)]:
-            self.call(f"{tag} {what}", call, index, listed(function), lambda: expected)
+            # The 535 quirk: pynvml's 24-byte reading would be garbled; read 32-byte entries
+            # from a buffer sized, as callers size it, for 24-byte ones.
+            v3 = raw(call + "_v3", ProcessInfo535, 24)
+        fetches = [
+            ("processes v3", v3),
+            ("processes v2", listed(pynvml.nvmlDeviceGetComputeRunningProcesses_v2)),
+            # pynvml no longer wraps the v1 call and its 16-byte entries.
+            ("processes v1", raw(call, ProcessInfoV1, 16)),
+        ]
+        for what, fetch in fetches:
+            self.call(f"{tag} {what}", call, index, fetch, lambda: expected)
+            # Each reading makes two calls (size, then fill): count both against injections.
             if expected:
                 self.injected(call, index)
-        self.call(f"{tag} processes v1", call, index,
-                  lambda: sorted(self.processes_v1(handle)), lambda: expected)
-        if expected:
-            self.injected(call, index)
         if self.injected(call, index) is None:
             self.check_count_protocol(tag, handle, len(expected))
 
-    def processes_v1(self, handle):
-        """The v1 call with its 16-byte entries; pynvml no longer wraps it."""
-
-        class ProcessInfoV1(ctypes.Structure):
-            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
-
-        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses")
+    def raw_processes(self, handle, symbol, entry, room):
+        """A process list read through ctypes with `entry` structs; the buffer is announced to
+        NVML as holding entries of `room` bytes. Returns (pid, used bytes or None)."""
+        function = pynvml._nvmlGetFunctionPointer(symbol)
         count = ctypes.c_uint(0)
         result = function(handle, ctypes.byref(count), None)
         if result == pynvml.NVML_SUCCESS:
             return []
         if result != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
             raise pynvml.NVMLError(result)
-        entries = (ProcessInfoV1 * count.value)()
+        slots = count.value * 2
+        entries = (entry * slots)()
+        count = ctypes.c_uint(slots * ctypes.sizeof(entry) // room)
         pynvml._nvmlCheckReturn(function(handle, ctypes.byref(count), entries))
         not_available = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
         return [(e.pid, None if e.usedGpuMemory == not_available else e.usedGpuMemory)
                 for e in entries[: count.value]]
-
-    def processes_v3_wide(self, handle):
-        """The v3 call read with the 32-byte entries drivers 535.43 to 535.86 wrote."""
-
-        class ProcessInfo535(ctypes.Structure):
-            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                        ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint),
-                        ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
-
-        function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
-        count = ctypes.c_uint(0)
-        result = function(handle, ctypes.byref(count), None)
-        if result == pynvml.NVML_SUCCESS:
-            return []
-        if result != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-            raise pynvml.NVMLError(result)
-        # Room for the 24-byte entries the caller would allocate: the sim writes what fits.
-        wanted = count.value
-        entries = (ProcessInfo535 * (wanted * 2))()
-        count = ctypes.c_uint(wanted * 2 * 32 // 24)
-        pynvml._nvmlCheckReturn(function(handle, ctypes.byref(count), entries))
-
-        class Entry:
-            def __init__(self, e):
-                self.pid, self.usedGpuMemory = e.pid, e.usedGpuMemory
-
-        return [Entry(e) for e in entries[: count.value]]
 
     def check_count_protocol(self, tag, handle, count_needed):
         function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
