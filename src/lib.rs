@@ -2,31 +2,15 @@
 //!
 //! `run` is the pipeline of DESIGN.md, one module per step.
 
-mod acquire;
-mod child;
 pub mod cli;
-pub mod config;
-mod doctor;
-mod duration;
-pub mod env;
 pub mod exit_code;
-pub mod gpu;
-mod lease;
-mod listing;
-mod logging;
-mod monitor;
-pub mod nvml;
-mod orphans;
-pub mod policy;
-mod procfs;
-mod report;
-mod settings;
-mod shebang;
-pub mod signals;
-pub mod size;
-mod supervise;
+pub mod launch;
+pub mod options;
+pub mod output;
+pub mod probe;
+pub mod reserve;
+pub mod select;
 pub mod verify;
-pub mod visibility;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -34,13 +18,21 @@ use std::time::Instant;
 
 use clap::error::ErrorKind;
 
-use crate::cli::Cli;
-use crate::config::{Config, Mode};
-use crate::gpu::Gpu;
-use crate::listing::Plan;
-use crate::monitor::{Monitor, VerifyMode};
-use crate::signals::CallerState;
-use crate::visibility::Inherited;
+use crate::cli::config::{Config, Mode};
+use crate::cli::{self as args_cli, Cli};
+use crate::cli::{config, settings, shebang};
+use crate::launch::signals::CallerState;
+use crate::launch::{env, orphans, signals, spawn as child, supervise};
+use crate::options::VerifyMode;
+use crate::output::listing::{self, Plan};
+use crate::output::{doctor, logging};
+use crate::probe::gpu::Gpu;
+use crate::probe::nvml;
+use crate::reserve::{acquire, lockdir as lease};
+use crate::select::policy;
+use crate::select::visibility::Inherited;
+use crate::verify::monitor::Monitor;
+use crate::verify::report;
 
 /// gpurun's own failures, each with the exit code it means.
 #[derive(Debug, thiserror::Error)]
@@ -84,7 +76,7 @@ impl Error {
 fn parse_args(args: Vec<OsString>) -> Result<Result<Cli, u8>, Error> {
     let args = shebang::expand(args).map_err(Error::Usage)?;
     let args = settings::layered(args)?;
-    match cli::parse(args) {
+    match args_cli::parse(args) {
         Ok(cli) => Ok(Ok(cli)),
         Err(error) if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             let _ = error.print();
@@ -325,7 +317,7 @@ fn run_command(
         (Some(_), _) => Ok(exit_code::GPURUN_ERROR),
         (None, child::End::Exited(code)) => Ok(code),
         (None, child::End::Signaled(signal)) => {
-            tracing::debug!("the command was killed by {}", signals::name(signal));
+            tracing::debug!("the command was killed by {}", crate::options::signal::name(signal));
             signals::die_by(signal)
         }
     }

@@ -8,8 +8,8 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use crate::gpu::{ComputeMode, Gpu, GpuProcess, Machine, Memory, Utilization};
-use crate::procfs;
+use crate::probe::gpu::{ComputeMode, Gpu, GpuProcess, Machine, Memory, Utilization};
+use crate::probe::procfs;
 
 /// The library NVML is normally loaded as (what the driver package installs).
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";

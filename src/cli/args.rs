@@ -7,13 +7,10 @@ use clap::{ArgAction, Parser};
 
 use std::time::Duration;
 
-use crate::duration;
-use crate::env::VisibleAs;
-use crate::logging::LogFormat;
-use crate::monitor::VerifyMode;
-use crate::policy::{self, DeviceList, Fallback, Policy};
-use crate::signals::{self, SignalList};
-use crate::size::{self, Threshold};
+use crate::options::devices::{self, DeviceList};
+use crate::options::signal::{self, SignalList};
+use crate::options::size::{self, Threshold};
+use crate::options::{duration, Fallback, LogFormat, Policy, VerifyMode, VisibleAs};
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
 
@@ -246,11 +243,11 @@ pub struct Cli {
 
     /// Choose only among these GPUs: NVML indices, UUIDs, unique UUID prefixes or PCI bus ids,
     /// comma-separated.
-    #[arg(long, value_name = "LIST", value_parser = policy::parse_device_list, help_heading = "Selection")]
+    #[arg(long, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
     pub devices: Option<DeviceList>,
 
     /// Never choose these GPUs (same forms as --devices).
-    #[arg(long, value_name = "LIST", value_parser = policy::parse_device_list, help_heading = "Selection")]
+    #[arg(long, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
     pub exclude: Option<DeviceList>,
 
     /// Only GPUs whose model name matches PATTERN: case-insensitive, anywhere in the name
@@ -292,7 +289,7 @@ pub struct Cli {
 
     /// Never forward these signals (comma-separated names or numbers), for launchers that
     /// already signal the whole process group, such as Slurm with proctrack/pgid.
-    #[arg(long, value_name = "SIG,...", value_parser = signals::parse_list, help_heading = "Supervision")]
+    #[arg(long, value_name = "SIG,...", value_parser = signal::parse_list, help_heading = "Supervision")]
     pub no_forward: Option<SignalList>,
 
     /// After a TERM, INT or HUP reaches the command, SIGKILL it if it is still running after
@@ -405,7 +402,7 @@ fn parse_death_signal(text: &str) -> Result<DeathSignal, String> {
     if text.eq_ignore_ascii_case("none") {
         return Ok(DeathSignal(None));
     }
-    signals::parse(text).map(|signal| DeathSignal(Some(signal))).map_err(|e| format!("{e}, or none"))
+    signal::parse(text).map(|signal| DeathSignal(Some(signal))).map_err(|e| format!("{e}, or none"))
 }
 
 /// The clap definition, for parsing, `--help` and the man page.

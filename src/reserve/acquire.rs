@@ -7,12 +7,14 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::gpu::Machine;
-use crate::lease::{HeldLease, Lease, LockDir};
-use crate::nvml::Session;
-use crate::policy::{self, Decision, Outcome, Request, Reservation};
-use crate::visibility::{self, Inherited};
-use crate::{listing, procfs, Error};
+use crate::output::listing;
+use crate::probe::gpu::Machine;
+use crate::probe::nvml::Session;
+use crate::probe::procfs;
+use crate::reserve::lockdir::{HeldLease, Lease, LockDir};
+use crate::select::policy::{self, Decision, Outcome, Request, Reservation};
+use crate::select::visibility::{self, Inherited};
+use crate::Error;
 
 /// Between two tries while waiting: the head of the queue looks often, the others less the
 /// further back they are (many waiters must not keep the machine busy).
@@ -210,7 +212,7 @@ impl Progress {
             if qualified == 1 { "ies" } else { "y" },
             waited.as_secs()
         );
-        if self.on_terminal && !crate::logging::is_json() {
+        if self.on_terminal && !crate::output::logging::is_json() {
             let _ = write!(std::io::stderr().lock(), "\rgpurun: {text}\x1b[K");
             self.shown = true;
         } else if self.last_line.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {

@@ -11,7 +11,7 @@
 //! the others but refuses their handles (NO_PERMISSION); those are skipped when counting, so an
 //! inherited `0,1` means the first two GPUs this process can reach, as it does for CUDA.
 
-use crate::gpu::Gpu;
+use crate::probe::gpu::Gpu;
 
 /// What the caller's environment says about GPU visibility.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -144,7 +144,7 @@ fn slurm_hint(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::test_gpu;
+    use crate::probe::gpu::test_gpu;
 
     fn machine() -> Vec<Gpu> {
         let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();

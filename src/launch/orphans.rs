@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::procfs::descendants;
-use crate::signals;
+use crate::launch::signals;
+use crate::probe::procfs::descendants;
 
 /// How long orphans get between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(3);

@@ -8,10 +8,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::gpu::Machine;
-use crate::lease::LockDir;
-use crate::nvml;
-use crate::visibility::{self, Inherited};
+use crate::probe::gpu::Machine;
+use crate::probe::nvml;
+use crate::reserve::lockdir::LockDir;
+use crate::select::visibility::{self, Inherited};
 
 /// The report, and whether gpurun can run a job here at all (NVML usable).
 pub struct Diagnosis {

@@ -7,7 +7,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 
 use crate::exit_code;
-use crate::signals::CallerState;
+use crate::launch::signals::CallerState;
 
 /// How to start the command.
 pub struct Launch<'a> {

@@ -316,7 +316,7 @@ impl LockDir {
     ) -> Result<Vec<HeldLease>, LeaseError> {
         let started = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let uid = current_uid();
-        let user = crate::procfs::user_name(uid).unwrap_or_else(|| uid.to_string());
+        let user = crate::probe::procfs::user_name(uid).unwrap_or_else(|| uid.to_string());
         let mut held = Vec::new();
         for (uuid, reserved_bytes) in gpus {
             let lease = Lease {

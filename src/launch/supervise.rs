@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::child::End;
-use crate::config::Supervision;
-use crate::monitor::Monitor;
-use crate::signals::{self, Action, Receiver};
+use crate::cli::config::Supervision;
+use crate::launch::signals::{self, Action, Receiver};
+use crate::launch::spawn::End;
+use crate::verify::monitor::Monitor;
 
 /// How long `--verify strict` gives a command on the wrong GPU between SIGTERM and SIGKILL,
 /// unless `--kill-after` says otherwise.
@@ -97,7 +97,10 @@ pub fn run(
                     false
                 }
                 Action::Forward => {
-                    tracing::debug!("forwarding {} to PID {child}", signals::name(received.signal));
+                    tracing::debug!(
+                        "forwarding {} to PID {child}",
+                        crate::options::signal::name(received.signal)
+                    );
                     signals::send(child, received.signal)
                 }
                 // Terminal signals reached the child through its process group, a launcher's
@@ -119,7 +122,7 @@ pub fn run(
 /// whole job stopped; when gpurun is continued, make sure the child is too. Returns whether
 /// gpurun stopped (and so was resumed by a SIGCONT).
 fn follow_stop(child: u32, stop_signal: libc::c_int) -> bool {
-    tracing::debug!("the command stopped ({}); stopping too", signals::name(stop_signal));
+    tracing::debug!("the command stopped ({}); stopping too", crate::options::signal::name(stop_signal));
     // It may already have been continued (a quick `fg`): then there is nothing to follow.
     if !is_stopped(child) {
         return false;

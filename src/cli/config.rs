@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::Cli;
-use crate::env::VisibleAs;
-use crate::logging::LogFormat;
-use crate::monitor::VerifyMode;
-use crate::policy::{ModelPattern, Request};
+use crate::options::model::ModelPattern;
+use crate::options::{LogFormat, Verbosity, VerifyMode, VisibleAs};
+use crate::select::policy::Request;
 
 /// What gpurun was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,14 +23,6 @@ pub enum Mode {
     Doctor,
     /// Run COMMAND.
     Run { command: Vec<OsString> },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verbosity {
-    Quiet,
-    Normal,
-    Debug,
-    Trace,
 }
 
 #[derive(Debug, Clone)]
@@ -131,7 +122,7 @@ impl Config {
             nvml_lib,
             verbosity,
             log_format: cli.log_format,
-            lock_dir: (!cli.no_lock).then(|| crate::lease::resolve_dir(cli.lock_dir.as_deref())),
+            lock_dir: (!cli.no_lock).then(|| crate::reserve::lockdir::resolve_dir(cli.lock_dir.as_deref())),
             wait: cli.wait.map(|limit| limit.0),
             supervision: Supervision {
                 no_forward: cli.no_forward.map(|list| list.0).unwrap_or_default(),

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use clap::ValueEnum;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::filter::{LevelFilter, Targets};
@@ -14,15 +13,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::config::Verbosity;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// `gpurun: warning: message`.
-    Text,
-    /// `{"time": .., "level": "warn", "message": ..}`, one object per line.
-    Json,
-}
+use crate::options::{LogFormat, Verbosity};
 
 /// Whether `--log-format json` is in force, for the few messages printed outside tracing (the
 /// final error, the report).

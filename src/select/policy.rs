@@ -11,134 +11,13 @@
 //! - Ranking is deterministic for a given probe (ties break by index), except `random`.
 
 use std::cmp::Ordering;
-use std::fmt;
 
-use clap::ValueEnum;
-
-use crate::gpu::{ComputeMode, Gpu};
-use crate::size::{human, Threshold};
-use crate::visibility::Visibility;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Policy {
-    /// Most free memory first, then lowest utilization, then lowest index.
-    MostFree,
-    /// Lowest utilization first, then most free memory.
-    LeastUtil,
-    /// Highest 0.7 x free GiB + 0.3 x (100 - utilization %).
-    Balanced,
-    /// Least free memory that still fits: keeps big cards whole for big jobs.
-    Pack,
-    /// Lowest index first.
-    Index,
-    /// Any qualifying GPU, at random.
-    Random,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Fallback {
-    /// Take the best-ranked GPUs anyway, relaxing --min-free, --max-util and --exclusive.
-    Best,
-    /// Run the command with no GPU visible.
-    Cpu,
-}
-
-/// One entry of `--devices`/`--exclude`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceRef {
-    Index(u32),
-    /// A full UUID or a unique prefix, `GPU-` included.
-    Uuid(String),
-    /// Normalised `DDDDDDDD:BB:DD.F`, upper case.
-    PciBusId(String),
-}
-
-impl fmt::Display for DeviceRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DeviceRef::Index(index) => write!(f, "{index}"),
-            DeviceRef::Uuid(uuid) => f.write_str(uuid),
-            DeviceRef::PciBusId(bus_id) => f.write_str(bus_id),
-        }
-    }
-}
-
-/// `0000:07:00.0`, `00000000:07:00.0`, `07:00.0` -> `00000000:07:00.0`.
-pub fn normalize_pci_bus_id(text: &str) -> Option<String> {
-    let (rest, function) = text.trim().rsplit_once('.')?;
-    let mut parts: Vec<&str> = rest.split(':').collect();
-    if parts.len() == 2 {
-        parts.insert(0, "0");
-    }
-    let [domain, bus, device] = parts[..] else {
-        return None;
-    };
-    let hex = |s: &str, max: u32| u32::from_str_radix(s, 16).ok().filter(|v| *v <= max && !s.is_empty());
-    Some(format!(
-        "{:08X}:{:02X}:{:02X}.{:X}",
-        hex(domain, u32::MAX)?,
-        hex(bus, 0xFF)?,
-        hex(device, 0x1F)?,
-        hex(function, 7)?
-    ))
-}
-
-/// A `--devices`/`--exclude` list (one value to clap, so a newtype).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceList(pub Vec<DeviceRef>);
-
-/// Parses a `--devices`/`--exclude` list: indices, UUIDs, unique UUID prefixes, PCI bus ids.
-pub fn parse_device_list(text: &str) -> Result<DeviceList, String> {
-    text.split(',')
-        .map(|entry| {
-            let entry = entry.trim();
-            if entry.is_empty() {
-                Err(format!("{text:?} has an empty entry; expected a comma-separated list of GPU indices, UUIDs, UUID prefixes or PCI bus ids"))
-            } else if entry.bytes().all(|b| b.is_ascii_digit()) {
-                entry.parse().map(DeviceRef::Index).map_err(|_| format!("{entry:?} is not a GPU index"))
-            } else if entry.contains(':') {
-                normalize_pci_bus_id(entry)
-                    .map(DeviceRef::PciBusId)
-                    .ok_or_else(|| format!("{entry:?} is not a PCI bus id (like 0000:07:00.0)"))
-            } else if entry.starts_with("MIG-") {
-                Err(format!("{entry:?}: gpurun does not select MIG instances yet; give the parent GPU"))
-            } else if entry.starts_with("GPU-") {
-                Ok(DeviceRef::Uuid(entry.to_owned()))
-            } else if entry.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-                Ok(DeviceRef::Uuid(format!("GPU-{entry}")))
-            } else {
-                Err(format!("{entry:?} is not a GPU index, UUID, UUID prefix or PCI bus id"))
-            }
-        })
-        .collect::<Result<_, _>>()
-        .map(DeviceList)
-}
-
-/// `--model`: case-insensitive; `*` and `?` are wildcards over the whole name, otherwise the
-/// pattern may match anywhere in it (`A100` matches `NVIDIA A100-SXM4-80GB`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelPattern(pub String);
-
-impl ModelPattern {
-    pub fn matches(&self, name: &str) -> bool {
-        let pattern: Vec<char> = self.0.to_lowercase().chars().collect();
-        let name: Vec<char> = name.to_lowercase().chars().collect();
-        if pattern.iter().any(|c| *c == '*' || *c == '?') {
-            glob(&pattern, &name)
-        } else {
-            name.windows(pattern.len().max(1)).any(|w| w == &pattern[..]) || pattern.is_empty()
-        }
-    }
-}
-
-fn glob(pattern: &[char], text: &[char]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some(('*', rest)) => (0..=text.len()).any(|skip| glob(rest, &text[skip..])),
-        Some(('?', rest)) => !text.is_empty() && glob(rest, &text[1..]),
-        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
-    }
-}
+use crate::options::devices::{normalize_pci_bus_id, DeviceRef};
+use crate::options::model::ModelPattern;
+use crate::options::size::{human, Threshold};
+use crate::options::{Fallback, Policy};
+use crate::probe::gpu::{ComputeMode, Gpu};
+use crate::select::visibility::Visibility;
 
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -486,7 +365,8 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{test_gpu, GpuProcess, Memory, Utilization};
+    use crate::options::devices::parse_device_list;
+    use crate::probe::gpu::{test_gpu, GpuProcess, Memory, Utilization};
     use proptest::prelude::*;
 
     fn unrestricted() -> Visibility {
@@ -634,16 +514,6 @@ mod tests {
         let decision = decide(&gpus, &unrestricted(), &Request::default(), &[held]).unwrap();
         assert_eq!(decision.assessments[0].hard, vec!["reserved exclusively by gpurun PID 9 (alice)"]);
         assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
-    }
-
-    #[test]
-    fn model_patterns() {
-        let a100 = ModelPattern("a100".to_owned());
-        assert!(a100.matches("NVIDIA A100-SXM4-80GB"));
-        assert!(!a100.matches("NVIDIA H100 80GB HBM3"));
-        assert!(ModelPattern("*80GB".to_owned()).matches("NVIDIA A100-SXM4-80GB"));
-        assert!(!ModelPattern("*80GB".to_owned()).matches("NVIDIA H100 80GB HBM3"));
-        assert!(ModelPattern("NVIDIA ?100*".to_owned()).matches("NVIDIA H100 80GB HBM3"));
     }
 
     #[test]

@@ -3,19 +3,9 @@
 
 use std::ffi::OsString;
 
-use clap::ValueEnum;
-
-use crate::gpu::Gpu;
-use crate::visibility::cuda_pci_ordinal;
-
-/// How `CUDA_VISIBLE_DEVICES` names the chosen GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum VisibleAs {
-    /// PCI-order indices (what nvidia-smi shows), with CUDA_DEVICE_ORDER=PCI_BUS_ID.
-    Index,
-    /// GPU-... UUIDs: immune to any renumbering.
-    Uuid,
-}
+use crate::options::VisibleAs;
+use crate::probe::gpu::Gpu;
+use crate::select::visibility::cuda_pci_ordinal;
 
 /// Framework variables set unless the user already set them (the user's value wins):
 /// TensorFlow and JAX otherwise grab most of the card's memory at start.
@@ -74,7 +64,7 @@ pub fn export_lines(variables: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::test_gpu;
+    use crate::probe::gpu::test_gpu;
 
     fn none(_: &str) -> Option<OsString> {
         None

@@ -8,11 +8,10 @@ use std::io::Write as _;
 
 use serde::Serialize;
 
-use crate::child::End;
-use crate::gpu::Gpu;
-use crate::signals;
-use crate::size::human;
-use crate::verify::Verdict;
+use crate::launch::spawn::End;
+use crate::options::size::human;
+use crate::probe::gpu::Gpu;
+use crate::verify::verdict::Verdict;
 
 #[derive(Serialize)]
 pub struct Selected {
@@ -59,9 +58,11 @@ impl Report {
     pub fn exit_from(end: End) -> Exit {
         match end {
             End::Exited(code) => Exit { code: Some(code), signal: None, signal_name: None },
-            End::Signaled(signal) => {
-                Exit { code: None, signal: Some(signal), signal_name: Some(signals::name(signal)) }
-            }
+            End::Signaled(signal) => Exit {
+                code: None,
+                signal: Some(signal),
+                signal_name: Some(crate::options::signal::name(signal)),
+            },
         }
     }
 

@@ -6,21 +6,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use clap::ValueEnum;
-
-use crate::nvml::Session;
-use crate::procfs;
-use crate::verify::{Poll, Sighting, Tracker, Verdict};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum VerifyMode {
-    /// Do not check.
-    Off,
-    /// Log the verdict.
-    Warn,
-    /// On wrong-gpu, terminate the command (TERM, KILL after the grace) and exit 125.
-    Strict,
-}
+use crate::options::VerifyMode;
+use crate::probe::nvml::Session;
+use crate::probe::procfs;
+use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 
 /// The first poll comes this soon after launch; the interval then grows by half each time.
 const FIRST_INTERVAL: Duration = Duration::from_millis(100);

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::gpu::{Gpu, Machine};
-use crate::lease::{self, Lease};
-use crate::policy::Assessment;
-use crate::size::human;
+use crate::options::size::human;
+use crate::probe::gpu::{Gpu, Machine};
+use crate::reserve::lockdir::{self, Lease};
+use crate::select::policy::Assessment;
 
 /// Whether a GPU qualifies, and if not, every reason why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -81,7 +81,7 @@ fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<Reservat
                 .find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))
                 .map(|gpu| gpu.index),
             lease,
-            age_seconds: lease::age_seconds(lease),
+            age_seconds: lockdir::age_seconds(lease),
         })
         .collect()
 }
@@ -200,7 +200,7 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> S
                 "",
                 lease.user,
                 lease.pid,
-                lease::age_seconds(lease),
+                lockdir::age_seconds(lease),
                 human(lease.reserved_bytes),
                 if lease.exclusive { ", exclusive" } else { "" },
                 clip(&lease.command, 40)

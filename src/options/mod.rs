@@ -1,0 +1,75 @@
+//! The vocabulary every stage shares: the value types of the command line's options and the
+//! small grammars that read them (sizes, durations, signals, device references, model patterns).
+//! Nothing here depends on the rest of gpurun, so any stage may use it without a cycle.
+
+pub mod devices;
+pub mod duration;
+pub mod model;
+pub mod signal;
+pub mod size;
+
+use clap::ValueEnum;
+
+/// `--policy`: how the GPUs that qualify are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    /// Most free memory first, then lowest utilization, then lowest index.
+    MostFree,
+    /// Lowest utilization first, then most free memory.
+    LeastUtil,
+    /// Highest 0.7 x free GiB + 0.3 x (100 - utilization %).
+    Balanced,
+    /// Least free memory that still fits: keeps big cards whole for big jobs.
+    Pack,
+    /// Lowest index first.
+    Index,
+    /// Any qualifying GPU, at random.
+    Random,
+}
+
+/// `--fallback`: what to do when too few GPUs qualify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fallback {
+    /// Take the best-ranked GPUs anyway, relaxing --min-free, --max-util and --exclusive.
+    Best,
+    /// Run the command with no GPU visible.
+    Cpu,
+}
+
+/// `--verify`: what to do about where the command landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VerifyMode {
+    /// Do not check.
+    Off,
+    /// Log the verdict.
+    Warn,
+    /// On wrong-gpu, terminate the command (TERM, KILL after the grace) and exit 125.
+    Strict,
+}
+
+/// `--visible-as`: how `CUDA_VISIBLE_DEVICES` names the chosen GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VisibleAs {
+    /// PCI-order indices (what nvidia-smi shows), with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+    Index,
+    /// GPU-... UUIDs: immune to any renumbering.
+    Uuid,
+}
+
+/// `--log-format`: how stderr lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// `gpurun: warning: message`.
+    Text,
+    /// `{"time": .., "level": "warning", "message": ..}`, one object per line.
+    Json,
+}
+
+/// `-q`, `-v`, `-vv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verbosity {
+    Quiet,
+    Normal,
+    Debug,
+    Trace,
+}

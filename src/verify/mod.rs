@@ -1,0 +1,6 @@
+//! Stage 6, verification and report: where the command's processes really landed (NVML polled
+//! beside supervision) and the summary at the end.
+
+pub mod monitor;
+pub mod report;
+pub mod verdict;
