@@ -1,11 +1,78 @@
-//! The documented exit codes (DESIGN 10), in one place. Nothing else calls `process::exit` with
-//! a literal.
+//! The documented exit codes (DESIGN 10), and the one rule that turns how the command ended
+//! into gpurun's own exit status.
 
 /// Not enough GPUs satisfy the request (sysexits EX_TEMPFAIL: retry later, or use `--wait`).
 pub const NOT_ENOUGH_GPUS: u8 = 75;
-/// gpurun's own failure: usage, NVML, lock directory, strict verification.
+/// gpurun's own failure: usage, NVML, lock directory, strict verification, a request no state
+/// of the machine can meet.
 pub const GPURUN_ERROR: u8 = 125;
 /// The command was found but could not be executed.
 pub const NOT_EXECUTABLE: u8 = 126;
 /// The command was not found.
 pub const NOT_FOUND: u8 = 127;
+
+/// The exit-status table of `--help` and the man page (a test ties it to the constants).
+pub const TABLE: &[(&str, &str)] = &[
+    ("75", "not enough GPUs satisfy the request now (retry later, or --wait)"),
+    (
+        "125",
+        "gpurun's own error: usage, NVML missing, failing or not answering (--nvml-timeout), an unusable lock \
+         directory, a request no state of the machine can meet, --verify strict",
+    ),
+    ("126", "COMMAND was found but is not executable"),
+    ("127", "COMMAND was not found"),
+    ("other", "COMMAND's own exit status; a COMMAND killed by signal N makes gpurun die by N (a shell shows 128+N)"),
+];
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Exited(u8),
+    Signaled(i32),
+}
+
+/// What gpurun does at the end of a supervised run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(u8),
+    /// Die by this signal (or, where that cannot work, exit 128+N).
+    Signal(i32),
+}
+
+impl Exit {
+    /// The command's end, unless `--verify strict` ended it (then gpurun's own failure).
+    pub fn of(end: End, strict_failure: bool) -> Exit {
+        match (strict_failure, end) {
+            (true, _) => Exit::Code(GPURUN_ERROR),
+            (false, End::Exited(code)) => Exit::Code(code),
+            (false, End::Signaled(signal)) => Exit::Signal(signal),
+        }
+    }
+
+    /// The status a shell sees: the code, or 128+N.
+    pub fn status(self) -> i32 {
+        match self {
+            Exit::Code(code) => i32::from(code),
+            Exit::Signal(signal) => 128 + signal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_says_the_constants() {
+        let codes: Vec<&str> = TABLE.iter().map(|(code, _)| *code).collect();
+        let expected = [NOT_ENOUGH_GPUS, GPURUN_ERROR, NOT_EXECUTABLE, NOT_FOUND].map(|c| c.to_string());
+        assert_eq!(codes[..4], expected.iter().map(String::as_str).collect::<Vec<_>>()[..]);
+    }
+
+    #[test]
+    fn the_rule() {
+        assert_eq!(Exit::of(End::Exited(3), false).status(), 3);
+        assert_eq!(Exit::of(End::Signaled(libc::SIGINT), false).status(), 130);
+        assert_eq!(Exit::of(End::Signaled(libc::SIGINT), true), Exit::Code(GPURUN_ERROR));
+    }
+}

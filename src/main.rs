@@ -1,7 +1,7 @@
 //! gpurun: run a command on the right NVIDIA GPU. The pipeline lives in `gpurun::run`.
 //!
 //! No Rust `main`: the standard runtime would set SIGPIPE to "ignore" before any of gpurun's
-//! code runs, losing whether the caller had it ignored, and the child must start with the
+//! code runs, losing whether the caller had it ignored, and the command must start with the
 //! caller's signal dispositions (DESIGN 7.4). std still works (Linux hands it argv directly).
 #![no_main]
 

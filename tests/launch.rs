@@ -64,7 +64,15 @@ fn own_failures_are_125_126_127_and_no_child_starts_after_a_usage_error() {
     let touch = ["--", "touch", marker.to_str().unwrap()];
     sim.gpurun().args(["--min-free", "lots"]).args(touch).run().status(125);
     sim.gpurun().args(["--bogus"]).args(touch).run().status(125);
-    sim.gpurun().args(["--gpus", "9"]).args(touch).run().status(75);
+    // No state of this machine can meet it: refused at once, not "try later".
+    sim.gpurun()
+        .args(["--gpus", "9"])
+        .args(touch)
+        .run()
+        .status(125)
+        .stderr_has("--gpus 9: this machine has 8 GPUs");
+    // Four GPUs could have 70 GiB free, three have it now: try later.
+    sim.gpurun().args(["--gpus", "4", "--min-free", "70G"]).args(touch).run().status(75);
     assert!(!marker.exists(), "the child ran after an error");
 
     sim.gpurun()

@@ -195,8 +195,9 @@ fn fallbacks() {
     assert_eq!(exports(&cpu)["CUDA_VISIBLE_DEVICES"], "");
 
     // Only the load filters are relaxed: an excluded or unreadable GPU is never taken.
+    // ...and a request no state of the machine can meet is refused at once, fallback or not.
     let hard = sim.gpurun().args(["--export", "--gpus", "2", "--devices", "3", "--fallback", "best"]).run();
-    hard.status(75);
+    hard.status(125).stderr_has("gpurun: --gpus 2: --devices/--exclude leave only 1 GPU");
 }
 
 #[test]
@@ -209,13 +210,26 @@ fn inherited_visibility_is_never_widened() {
     inherited("4,5")
         .args(["--export", "--gpus", "3"])
         .run()
+        .status(125)
+        .stderr_has("gpurun: --gpus 3: CUDA_VISIBLE_DEVICES=4,5 allows only 2 GPUs");
+    inherited("4,5")
+        .args(["--export", "--gpus", "2", "--exclusive"])
+        .run()
         .status(75)
         .stderr_has("GPU 3: not in CUDA_VISIBLE_DEVICES=4,5");
     // --devices inside the inherited set only.
-    inherited("4,5").args(["--export", "--devices", "3"]).run().status(75);
+    inherited("4,5")
+        .args(["--export", "--devices", "3"])
+        .run()
+        .status(125)
+        .stderr_has("gpurun: --gpus 1: --devices/--exclude leave no GPU");
 
     // Empty: no GPU at all.
-    inherited("").args(["--export"]).run().status(75).stderr_has("not in CUDA_VISIBLE_DEVICES=");
+    inherited("")
+        .args(["--export"])
+        .run()
+        .status(125)
+        .stderr_has("gpurun: --gpus 1: CUDA_VISIBLE_DEVICES= allows no GPU");
     assert_eq!(
         exports(inherited("").args(["--export", "--gpus", "0"]).run().status(0))["CUDA_VISIBLE_DEVICES"],
         ""
@@ -229,7 +243,7 @@ fn inherited_visibility_is_never_widened() {
         "2,6"
     );
     let ambiguous = inherited("6,GPU-c0ffee00,3").args(["--export", "--gpus", "2"]).run();
-    ambiguous.status(75).stderr_has("entry \"GPU-c0ffee00\" ends the list");
+    ambiguous.status(125).stderr_has("entry \"GPU-c0ffee00\" ends the list").stderr_has("allows only 1 GPU");
 }
 
 #[test]
@@ -300,7 +314,10 @@ fn dry_run_json_has_selected_and_env() {
     assert_eq!(plan["env"]["CUDA_VISIBLE_DEVICES"], "3,5");
     assert_eq!(plan["env"]["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
     assert_eq!(plan["gpus"][1]["eligible"], false);
-    assert_eq!(plan["gpus"][1]["reasons"], serde_json::json!(["free 2.3 GiB < 75 GiB"]));
+    assert_eq!(
+        plan["gpus"][1]["reasons"],
+        serde_json::json!(["free 2.3 GiB < 75 GiB (never: 31.7 GiB in total)"])
+    );
     assert_eq!(plan["gpus"].as_array().unwrap().len(), 8);
 
     let refused = sim.gpurun().args(["--dry-run", "--json", "--gpus", "3", "--min-free", "75G"]).run();

@@ -139,9 +139,10 @@ fn a_step_selects_only_inside_its_allocation() {
     assert_eq!(selected, vec![2, 3]);
 
     let widened = cluster.run("srun", &["--gpus=2", "gpurun", "--gpus", "3", "--", "true"]);
-    assert_eq!(widened.status.code(), Some(75), "{widened:?}");
+    assert_eq!(widened.status.code(), Some(125), "{widened:?}");
     assert!(
-        String::from_utf8_lossy(&widened.stderr).contains("not in CUDA_VISIBLE_DEVICES=2,3"),
+        String::from_utf8_lossy(&widened.stderr)
+            .contains("--gpus 3: CUDA_VISIBLE_DEVICES=2,3 allows only 2 GPUs"),
         "{widened:?}"
     );
 

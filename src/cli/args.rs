@@ -365,6 +365,12 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", help_heading = "NVML")]
     pub nvml_lib: Option<PathBuf>,
 
+    /// Give up when loading NVML, nvmlInit or the probe takes longer than DURATION (a GPU off
+    /// the bus or a wedged driver can hang NVML): one line naming the call, exit 125, or no GPU
+    /// with --fallback cpu; with --wait, keep waiting until its time is up.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, help_heading = "NVML")]
+    pub nvml_timeout: Duration,
+
     /// More log detail on stderr: -v for debug, -vv for trace.
     #[arg(short, long, action = ArgAction::Count, help_heading = "Logging")]
     pub verbose: u8,
@@ -412,8 +418,10 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command().after_long_help(reference_text()).args_override_self(true)
 }
 
-/// Parses argv with the full definition (reference sections included in `--help`).
-pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+/// Parses argv with the full definition (reference sections included in `--help`); the
+/// matches say where each value stood in argv.
+pub fn parse(args: Vec<OsString>) -> Result<(Cli, clap::ArgMatches), clap::Error> {
     let matches = command().try_get_matches_from(args)?;
-    <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    Ok((cli, matches))
 }

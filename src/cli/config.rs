@@ -1,26 +1,37 @@
-//! argv (and the `GPURUN_*` variables) -> one validated `Config`. No NVML here.
+//! The parsed command line (settings included) -> one validated `Config`. No NVML here.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::hash::{BuildHasher, RandomState};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::Cli;
+use crate::launch::Supervision;
 use crate::options::model::ModelPattern;
-use crate::options::{LogFormat, Verbosity, VerifyMode, VisibleAs};
+use crate::options::shell;
+use crate::options::{LogFormat, Verbosity, VisibleAs};
+use crate::probe::nvml::DEFAULT_LIBRARY;
+use crate::reserve::acquire;
 use crate::select::policy::Request;
 
 /// What gpurun was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
+    /// `--doctor`: check the machine and say what is wrong.
+    Doctor,
+    /// Everything else probes, selects and then does one of these.
+    Select(Goal),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Goal {
     /// `--list`: show the machine (and, with filters, what qualifies) and exit.
     List { json: bool },
     /// `--dry-run`: show the choice and the child's environment, and exit.
     DryRun { json: bool },
     /// `--export`: print `export` lines for `eval`, and exit.
     Export,
-    /// `--doctor`: check the machine and say what is wrong.
-    Doctor,
     /// Run COMMAND.
     Run { command: Vec<OsString> },
 }
@@ -32,6 +43,7 @@ pub struct Config {
     pub visible_as: VisibleAs,
     pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
+    pub nvml_timeout: Duration,
     pub verbosity: Verbosity,
     pub log_format: LogFormat,
     /// `None`: `--no-lock`.
@@ -39,20 +51,11 @@ pub struct Config {
     /// `Some(None)`: wait forever.
     pub wait: Option<Option<Duration>>,
     pub supervision: Supervision,
-}
-
-/// How the command is run and watched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Supervision {
-    pub no_forward: Vec<libc::c_int>,
-    pub kill_after: Option<Duration>,
-    pub parent_death_signal: Option<libc::c_int>,
-    pub keep_orphans: bool,
-    pub exec: bool,
-    pub verify: VerifyMode,
-    pub verify_timeout: Duration,
-    pub report: bool,
-    pub report_json: Option<PathBuf>,
+    /// Options whose value came from a configuration file or a variable: long name -> where
+    /// (`/etc/gpurun/config.toml:3` or `GPURUN_MIN_FREE`).
+    pub origins: BTreeMap<String, String>,
+    /// The user's own option words, for the wait queue ("--gpus 2 --min-free 20G").
+    pub request_text: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,12 +66,16 @@ pub enum ConfigError {
     CommandWithMode { flag: &'static str, command: String },
     #[error("--json goes with --list or --dry-run")]
     JsonWithoutMode,
-    #[error("--model is empty; give part of a model name, like A100")]
-    EmptyModel,
+    #[error("{origin}--model is empty; give part of a model name, like A100")]
+    EmptyModel { origin: String },
 }
 
 impl Config {
-    pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
+    pub fn from_cli(
+        cli: Cli,
+        origins: BTreeMap<String, String>,
+        request_text: String,
+    ) -> Result<Config, ConfigError> {
         let mode_flag = [
             (cli.list, "--list"),
             (cli.dry_run, "--dry-run"),
@@ -84,17 +91,17 @@ impl Config {
             return Err(ConfigError::JsonWithoutMode);
         }
         let mode = match mode_flag {
-            Some("--list") => Mode::List { json: cli.json },
-            Some("--dry-run") => Mode::DryRun { json: cli.json },
+            Some("--list") => Mode::Select(Goal::List { json: cli.json }),
+            Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json }),
             Some("--doctor") => Mode::Doctor,
-            Some(_) => Mode::Export,
+            Some(_) => Mode::Select(Goal::Export),
             None if cli.command.is_empty() => return Err(ConfigError::NoCommand),
-            None => Mode::Run { command: cli.command },
+            None => Mode::Select(Goal::Run { command: cli.command }),
         };
         if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
-            return Err(ConfigError::EmptyModel);
+            let origin = origins.get("model").map(|o| format!("{o}: ")).unwrap_or_default();
+            return Err(ConfigError::EmptyModel { origin });
         }
-        let nvml_lib = cli.nvml_lib;
         let verbosity = match (cli.quiet, cli.verbose) {
             (true, _) => Verbosity::Quiet,
             (false, 0) => Verbosity::Normal,
@@ -119,7 +126,8 @@ impl Config {
             request,
             visible_as: cli.visible_as,
             framework_env: !cli.no_framework_env,
-            nvml_lib,
+            nvml_lib: cli.nvml_lib,
+            nvml_timeout: cli.nvml_timeout,
             verbosity,
             log_format: cli.log_format,
             lock_dir: (!cli.no_lock).then(|| crate::reserve::lockdir::resolve_dir(cli.lock_dir.as_deref())),
@@ -135,6 +143,44 @@ impl Config {
                 report: cli.report,
                 report_json: cli.report_json,
             },
+            origins,
+            request_text,
         })
+    }
+
+    /// The NVML library to load, as the user named it.
+    pub fn library(&self) -> PathBuf {
+        self.nvml_lib.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY))
+    }
+
+    /// Where an option's value came from, when not from the command line.
+    pub fn origin(&self, long: &str) -> Option<&str> {
+        self.origins.get(long).map(String::as_str)
+    }
+
+    /// `-v`: which settings came from which file or variable.
+    pub fn log_origins(&self) {
+        for (long, origin) in &self.origins {
+            tracing::debug!("--{long} from {origin}");
+        }
+    }
+
+    pub fn acquire_options(&self) -> acquire::Options<'_> {
+        let command = match &self.mode {
+            Mode::Select(Goal::Run { command }) => shell::quote(command),
+            _ => String::new(),
+        };
+        let listing = matches!(self.mode, Mode::Select(Goal::List { .. }));
+        acquire::Options {
+            request: &self.request,
+            lock_dir: self.lock_dir.clone(),
+            wait: if listing { None } else { self.wait },
+            hold: matches!(self.mode, Mode::Select(Goal::Run { .. })),
+            command,
+            request_text: self.request_text.clone(),
+            nvml_timeout: self.nvml_timeout,
+            json_logs: self.log_format == LogFormat::Json,
+            listing,
+        }
     }
 }

@@ -6,4 +6,85 @@ pub mod config;
 pub mod settings;
 pub mod shebang;
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+
 pub use args::{command, parse, Cli, DeathSignal, WaitLimit, REFERENCE};
+
+use crate::cli::settings::SettingsError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error("cannot write the output: {0}")]
+    Output(std::io::Error),
+}
+
+/// The parsed command line and what the settings contributed.
+pub struct Parsed {
+    pub cli: Cli,
+    /// Long option -> the file:line or variable its value came from (not the command line).
+    pub origins: BTreeMap<String, String>,
+    /// The user's own option words, shell-quoted.
+    pub request_text: String,
+}
+
+/// The user's own option words: up to `--` or the first word that is not an option.
+fn option_words(args: &[OsString]) -> &[OsString] {
+    let words = &args[1.min(args.len())..];
+    let end =
+        words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-')).unwrap_or(words.len());
+    &words[..end]
+}
+
+/// clap's error as one line in gpurun's style, naming a non-UTF-8 argument if that was it.
+fn usage(error: clap::Error, args: &[OsString]) -> CliError {
+    if error.kind() == ErrorKind::InvalidUtf8 {
+        if let Some((position, word)) = args.iter().enumerate().skip(1).find(|(_, w)| w.to_str().is_none()) {
+            return CliError::Usage(format!(
+                "argument {position} ({:?}) is not valid UTF-8; gpurun's options take UTF-8 text (the command and \
+                 its arguments may be any bytes)",
+                word.to_string_lossy()
+            ));
+        }
+    }
+    // clap renders "error: <what>\n\n<usage>"; keep gpurun's one-line prefix convention.
+    let rendered = error.render().to_string();
+    CliError::Usage(rendered.trim_end().strip_prefix("error: ").unwrap_or(&rendered).to_owned())
+}
+
+/// Parses argv under the configuration layers. `Ok(None)`: help or version was printed.
+/// `--help` and `--version` are answered from the user's own words before any setting is read,
+/// so that they work on a machine with a broken configuration.
+pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliError> {
+    let args = shebang::expand(args).map_err(CliError::Usage)?;
+    let user_only = command().try_get_matches_from(args.clone());
+    if let Err(error) = &user_only {
+        if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            crate::process::stdio::print(&error.render().to_string()).map_err(CliError::Output)?;
+            return Ok(None);
+        }
+    }
+    let layered = settings::layered(args.clone())?;
+    let (cli, _) = parse(layered.args.clone()).map_err(|error| usage(error, &args))?;
+    let mut origins = layered.origins();
+    // A setting the user's own words give again is the command line's.
+    if let Ok(matches) = user_only {
+        let definition = command();
+        origins.retain(|long, _| {
+            let id = definition
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .map(|a| a.get_id().to_string());
+            id.is_none_or(|id| matches.value_source(&id) != Some(ValueSource::CommandLine))
+        });
+    }
+    let request_text = crate::options::shell::quote(option_words(&args));
+    Ok(Some(Parsed { cli, origins, request_text }))
+}

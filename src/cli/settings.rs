@@ -5,31 +5,48 @@
 //! Keys are the long option names (`min-free = "8G"`, `exclusive = true`); variables are
 //! `GPURUN_` and the key in capitals (`GPURUN_MIN_FREE=8G`). Each layer becomes option words
 //! placed before the user's own, and clap lets a later occurrence override an earlier one, so
-//! one parser validates everything. Each setting is first checked on its own, so that an error
-//! names the file, line and key (or the variable).
+//! one parser validates everything. A value always travels attached (`--model=-SXM4`), so it is
+//! never read as an option itself. Each setting is first checked on its own, so that an error
+//! names the file, line and key (or the variable), and each remembers where it came from.
 //!
-//! `--gpus` has no variable: `GPURUN_GPUS` is what gpurun tells its command (the chosen GPUs),
-//! and a gpurun started inside a job must not read it as a request.
+//! Not settings: `GPURUN_GPUS` and `GPURUN_GPU_UUIDS` (what gpurun tells its command; a gpurun
+//! started inside a job must not read them as a request), `GPURUN_CONFIG` and `GPURUN_LOG`.
+//! Any other `GPURUN_*` variable must name a setting: a typo is an error, not silently nothing.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::cli;
 
 pub const SYSTEM_FILE: &str = "/etc/gpurun/config.toml";
 
+/// A configuration file larger than this is not a configuration file.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
 /// Long options that are not settings: modes, one-off outputs, and help.
 const NOT_SETTINGS: &[&str] =
     &["list", "dry-run", "export", "doctor", "json", "help", "version", "no-config"];
 
-/// Variables gpurun sets for its command, never read as settings.
-const SET_FOR_THE_COMMAND: &[&str] = &["GPURUN_GPUS", "GPURUN_GPU_UUIDS"];
+/// `GPURUN_*` variables that are not settings.
+const NOT_SETTING_VARIABLES: &[&str] = &["GPURUN_GPUS", "GPURUN_GPU_UUIDS", "GPURUN_CONFIG", "GPURUN_LOG"];
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct SettingsError(String);
 
-/// Whether an option takes a value (`--min-free 8G`) or is a switch (`--exclusive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OptionKind {
+    Switch,
+    Value,
+    /// `--wait` alone or `--wait=DURATION`.
+    OptionalValue,
+}
+
+/// Whether an option takes a value (`--min-free 8G`) or is a switch (`--exclusive`); `None`
+/// for what is not a setting.
 fn option_kind(command: &clap::Command, key: &str) -> Option<OptionKind> {
     if NOT_SETTINGS.contains(&key) {
         return None;
@@ -42,37 +59,46 @@ fn option_kind(command: &clap::Command, key: &str) -> Option<OptionKind> {
     })
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OptionKind {
-    Switch,
-    Value,
-    /// `--wait` alone or `--wait=DURATION`.
-    OptionalValue,
+#[derive(Debug, Clone)]
+enum SettingValue {
+    Bool(bool),
+    Text(String),
+}
+
+/// One setting from one layer: its option words and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    pub key: String,
+    pub words: Vec<OsString>,
+    /// `path:line` or the variable's name.
+    pub origin: String,
 }
 
 /// The words one setting stands for, checked by clap on their own. `Ok(None)`: a switch set
 /// to false (nothing to add).
-fn words(
+fn setting(
     command: &clap::Command,
     key: &str,
     value: SettingValue,
     at: &str,
-) -> Result<Option<Vec<OsString>>, SettingsError> {
+) -> Result<Option<Setting>, SettingsError> {
     let kind = option_kind(command, key).ok_or_else(|| {
         SettingsError(format!(
-            "{at}: unknown key {key:?}; keys are gpurun's long option names, like min-free or policy"
+            "{at}: unknown key {key:?}; keys are gpurun's long option names, like min-free or policy{}",
+            did_you_mean(command, key, |long| long.to_owned())
         ))
     })?;
     let words: Vec<OsString> = match (kind, value) {
-        (OptionKind::Switch, SettingValue::Bool(false)) => return Ok(None),
-        (OptionKind::Switch, SettingValue::Bool(true)) => vec![format!("--{key}").into()],
-        (OptionKind::Switch, _) => {
+        (OptionKind::Switch | OptionKind::OptionalValue, SettingValue::Bool(false)) => return Ok(None),
+        (OptionKind::Switch | OptionKind::OptionalValue, SettingValue::Bool(true)) => {
+            vec![format!("--{key}").into()]
+        }
+        (OptionKind::Switch, SettingValue::Text(_)) => {
             return Err(SettingsError(format!("{at}: key {key}: expected true or false")));
         }
-        (OptionKind::OptionalValue, SettingValue::Bool(false)) => return Ok(None),
-        (OptionKind::OptionalValue, SettingValue::Bool(true)) => vec![format!("--{key}").into()],
-        (OptionKind::OptionalValue, SettingValue::Text(text)) => vec![format!("--{key}={text}").into()],
-        (OptionKind::Value, SettingValue::Text(text)) => vec![format!("--{key}").into(), text.into()],
+        (OptionKind::OptionalValue | OptionKind::Value, SettingValue::Text(text)) => {
+            vec![format!("--{key}={text}").into()]
+        }
         (OptionKind::Value, SettingValue::Bool(_)) => {
             return Err(SettingsError(format!("{at}: key {key}: expected a value, not true or false")));
         }
@@ -84,39 +110,59 @@ fn words(
         let first = rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned();
         return Err(SettingsError(format!("{at}: key {key}: {first}")));
     }
-    Ok(Some(words))
+    Ok(Some(Setting { key: key.to_owned(), words, origin: at.to_owned() }))
 }
 
-#[derive(Debug, Clone)]
-enum SettingValue {
-    Bool(bool),
-    Text(String),
+/// ` (did you mean X?)` for the closest long option, if one is close.
+fn did_you_mean(command: &clap::Command, wrong: &str, shown: impl Fn(&str) -> String) -> String {
+    command
+        .get_arguments()
+        .filter_map(|arg| arg.get_long())
+        .filter(|long| !NOT_SETTINGS.contains(long))
+        .map(|long| (edit_distance(wrong, long), long))
+        .filter(|(distance, long)| *distance <= 2.max(long.len() / 4))
+        .min()
+        .map(|(_, long)| format!(" (did you mean {}?)", shown(long)))
+        .unwrap_or_default()
 }
 
-/// The line of `key = ...` in a file, for messages.
-fn line_of(text: &str, key: &str) -> usize {
-    text.lines()
-        .position(|line| {
-            let line = line.trim_start();
-            line.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('='))
-                || line
-                    .strip_prefix(&format!("\"{key}\""))
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-        })
-        .map(|index| index + 1)
-        .unwrap_or(1)
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
 }
 
-/// The option words a configuration file stands for.
-pub fn file_words(command: &clap::Command, path: &Path, text: &str) -> Result<Vec<OsString>, SettingsError> {
+/// 1-based line of a byte offset.
+fn line_at(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The settings a configuration file stands for.
+pub fn file_settings(
+    command: &clap::Command,
+    path: &Path,
+    text: &str,
+) -> Result<Vec<Setting>, SettingsError> {
     let shown = path.display();
-    let table: toml::Table = text
-        .parse()
-        .map_err(|error: toml::de::Error| SettingsError(format!("{shown}: {}", error.message())))?;
+    let table: BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>> =
+        toml::from_str(text).map_err(|error: toml::de::Error| {
+            let line = error.span().map(|span| format!(":{}", line_at(text, span.start))).unwrap_or_default();
+            SettingsError(format!("{shown}{line}: {}", error.message().trim_end()))
+        })?;
     let mut all = Vec::new();
     for (key, value) in table {
-        let at = format!("{shown}:{}", line_of(text, &key));
-        let value = match value {
+        let at = format!("{shown}:{}", line_at(text, key.span().start));
+        let key = key.into_inner();
+        let value = match value.into_inner() {
             toml::Value::Boolean(flag) => SettingValue::Bool(flag),
             toml::Value::String(text) => SettingValue::Text(text),
             toml::Value::Integer(number) => SettingValue::Text(number.to_string()),
@@ -127,30 +173,35 @@ pub fn file_words(command: &clap::Command, path: &Path, text: &str) -> Result<Ve
                 )))
             }
         };
-        all.extend(words(command, &key, value, &at)?.into_iter().flatten());
+        all.extend(setting(command, &key, value, &at)?);
     }
     Ok(all)
 }
 
-/// The option words the `GPURUN_*` variables stand for.
-pub fn environment_words(
+/// The settings the `GPURUN_*` variables stand for.
+pub fn environment_settings(
     command: &clap::Command,
     variables: impl Iterator<Item = (String, String)>,
-) -> Result<Vec<OsString>, SettingsError> {
+) -> Result<Vec<Setting>, SettingsError> {
     let mut all = Vec::new();
-    let mut sorted: Vec<(String, String)> = variables.collect();
+    let mut sorted: Vec<(String, String)> =
+        variables.filter(|(name, _)| name.starts_with("GPURUN_")).collect();
     sorted.sort();
     for (name, value) in sorted {
-        let Some(key) = name.strip_prefix("GPURUN_") else { continue };
-        if SET_FOR_THE_COMMAND.contains(&name.as_str()) || value.is_empty() {
+        if NOT_SETTING_VARIABLES.contains(&name.as_str()) || value.is_empty() {
             continue;
         }
-        let key = key.to_ascii_lowercase().replace('_', "-");
-        // Variables that are not options (GPURUN_LOG, GPURUN_CONFIG) are someone else's.
-        let Some(kind) = option_kind(command, &key) else { continue };
-        if key == "gpus" {
-            continue;
-        }
+        let key = name["GPURUN_".len()..].to_ascii_lowercase().replace('_', "-");
+        let Some(kind) = option_kind(command, &key) else {
+            let hint = did_you_mean(command, &key, |long| {
+                format!("GPURUN_{}", long.to_ascii_uppercase().replace('-', "_"))
+            });
+            return Err(SettingsError(format!(
+                "{name} names no setting{hint}; settings are GPURUN_ and a long option name in capitals, like \
+                 GPURUN_MIN_FREE (--gpus, the modes and GPURUN_GPUS/GPURUN_GPU_UUIDS, which gpurun sets for \
+                 its command, are not settings)"
+            )));
+        };
         let value = match (kind, value.to_ascii_lowercase().as_str()) {
             (OptionKind::Switch | OptionKind::OptionalValue, "1" | "true" | "yes" | "on") => {
                 SettingValue::Bool(true)
@@ -160,7 +211,7 @@ pub fn environment_words(
             }
             _ => SettingValue::Text(value),
         };
-        all.extend(words(command, &key, value, &name)?.into_iter().flatten());
+        all.extend(setting(command, &key, value, &name)?);
     }
     Ok(all)
 }
@@ -176,54 +227,97 @@ fn user_file() -> Option<PathBuf> {
     Some(base.join("gpurun/config.toml"))
 }
 
-fn read_file(command: &clap::Command, path: &Path, must_exist: bool) -> Result<Vec<OsString>, SettingsError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => file_words(command, path, &text),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !must_exist => Ok(Vec::new()),
-        Err(error) => Err(SettingsError(format!("{}: {error}", path.display()))),
+/// Reads a configuration file: a regular file (a FIFO or a device would hang or never end) of
+/// at most 1 MiB, in UTF-8. `must_exist`: a missing file is an error (it was named).
+fn read_file(command: &clap::Command, path: &Path, must_exist: bool) -> Result<Vec<Setting>, SettingsError> {
+    let shown = path.display();
+    let fail = |what: String| SettingsError(format!("{shown}: {what}"));
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(Vec::new()),
+        Err(error) => return Err(fail(error.to_string())),
+    };
+    let metadata = file.metadata().map_err(|e| fail(e.to_string()))?;
+    if !metadata.file_type().is_file() {
+        return Err(fail("not a regular file; a configuration file must be one".to_owned()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| fail(e.to_string()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(fail("larger than 1 MiB; that is not a configuration file".to_owned()));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| fail("not UTF-8 text".to_owned()))?;
+    file_settings(command, path, &text)
+}
+
+/// argv with the lower layers' option words placed before the user's own, and where each
+/// option that came from a layer was set.
+pub struct Layered {
+    pub args: Vec<OsString>,
+    pub settings: Vec<Setting>,
+}
+
+impl Layered {
+    /// Long option -> origin, for the options a layer set (the last layer wins); the caller
+    /// removes those the user's own words set.
+    pub fn origins(&self) -> BTreeMap<String, String> {
+        self.settings.iter().map(|s| (s.key.clone(), s.origin.clone())).collect()
     }
 }
 
-/// argv with the lower layers' option words placed before the user's own.
-pub fn layered(args: Vec<OsString>) -> Result<Vec<OsString>, SettingsError> {
+/// The layers under the user's own words (`args[0]` is the program name).
+pub fn layered(args: Vec<OsString>) -> Result<Layered, SettingsError> {
     let user_words = &args[1.min(args.len())..];
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
     let command = cli::command();
-    let mut layers: Vec<OsString> = Vec::new();
+    let mut settings = Vec::new();
     if !skip_files {
-        layers.extend(read_file(&command, Path::new(SYSTEM_FILE), false)?);
+        settings.extend(read_file(&command, Path::new(SYSTEM_FILE), false)?);
         if let Some(path) = user_file() {
             let named = std::env::var_os("GPURUN_CONFIG").is_some_and(|p| !p.is_empty());
-            layers.extend(read_file(&command, &path, named)?);
+            settings.extend(read_file(&command, &path, named)?);
         }
     }
-    let variables = std::env::vars_os()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-        .filter(|(name, _)| name.starts_with("GPURUN_"));
-    layers.extend(environment_words(&command, variables)?);
-    let mut merged = Vec::with_capacity(args.len() + layers.len());
+    let variables = std::env::vars_os().filter_map(|(name, value)| {
+        let name = name.into_string().ok()?;
+        match value.into_string() {
+            Ok(value) => Some((name, value)),
+            // A GPURUN_ setting that is not UTF-8 is checked like any bad value.
+            Err(value) => Some((name, value.to_string_lossy().into_owned())),
+        }
+    });
+    settings.extend(environment_settings(&command, variables)?);
+    let mut merged = Vec::with_capacity(args.len() + settings.len());
     merged.extend(args.first().cloned());
-    merged.extend(layers);
+    merged.extend(settings.iter().flat_map(|s| s.words.iter().cloned()));
     merged.extend(user_words.iter().cloned());
-    Ok(merged)
+    Ok(Layered { args: merged, settings })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn strings(words: Vec<OsString>) -> Vec<String> {
-        words.into_iter().map(|w| w.into_string().unwrap()).collect()
+    fn words(settings: Vec<Setting>) -> Vec<String> {
+        settings.into_iter().flat_map(|s| s.words).map(|w| w.into_string().unwrap()).collect()
     }
 
     #[test]
     fn files_become_option_words() {
-        let text = "policy = \"pack\"\nexclusive = true\nkeep-orphans = false\nmin-free = \"8G\"\nwait = \"10m\"\nkill-after = 5\n";
-        let words = strings(file_words(&cli::command(), Path::new("c.toml"), text).unwrap());
+        let text = "policy = \"pack\"\nexclusive = true\nkeep-orphans = false\nmin-free = \"8G\"\nwait = \"10m\"\nkill-after = 5\nmodel = \"-SXM4\"\n";
+        let settings = file_settings(&cli::command(), Path::new("c.toml"), text).unwrap();
+        assert_eq!(settings.iter().find(|s| s.key == "min-free").unwrap().origin, "c.toml:4");
         assert_eq!(
-            words,
-            vec!["--exclusive", "--kill-after", "5", "--min-free", "8G", "--policy", "pack", "--wait=10m"]
+            words(settings),
+            vec![
+                "--exclusive",
+                "--kill-after=5",
+                "--min-free=8G",
+                "--model=-SXM4",
+                "--policy=pack",
+                "--wait=10m"
+            ]
         );
     }
 
@@ -235,14 +329,15 @@ mod tests {
                 "c.toml:2: key min-free: invalid value '8X' for '--min-free",
             ),
             ("\n\nbogus = 1\n", "c.toml:3: unknown key \"bogus\""),
+            ("\nmin-fre = \"8G\"\n", "(did you mean min-free?)"),
             ("exclusive = \"yes\"\n", "c.toml:1: key exclusive: expected true or false"),
             ("min-free = true\n", "c.toml:1: key min-free: expected a value"),
             ("list = true\n", "unknown key \"list\""),
             ("[section]\nx = 1\n", "c.toml:1: key section: expected a string"),
-            ("policy = \n", "c.toml: "),
+            ("exclusive = true\npolicy = \n", "c.toml:2: "),
         ];
         for (text, expected) in cases {
-            let error = file_words(&cli::command(), Path::new("c.toml"), text).unwrap_err().to_string();
+            let error = file_settings(&cli::command(), Path::new("c.toml"), text).unwrap_err().to_string();
             assert!(error.contains(expected), "{text:?}: {error}");
         }
     }
@@ -257,17 +352,24 @@ mod tests {
             ("GPURUN_GPU_UUIDS".to_owned(), "GPU-x".to_owned()),
             ("GPURUN_LOG".to_owned(), "debug".to_owned()),
             ("GPURUN_NVML_LIB".to_owned(), String::new()),
+            ("GPURUN_MODEL".to_owned(), "-SXM4".to_owned()),
             ("OTHER".to_owned(), "x".to_owned()),
         ];
-        let words = strings(environment_words(&cli::command(), variables.into_iter()).unwrap());
-        assert_eq!(words, vec!["--exclusive", "--policy", "index"]);
-        let bad = environment_words(
-            &cli::command(),
-            vec![("GPURUN_MAX_UTIL".to_owned(), "200".to_owned())].into_iter(),
+        let settings = environment_settings(&cli::command(), variables.into_iter()).unwrap();
+        assert_eq!(words(settings), vec!["--exclusive", "--model=-SXM4", "--policy=index"]);
+        let bad = |name: &str, value: &str| {
+            environment_settings(&cli::command(), vec![(name.to_owned(), value.to_owned())].into_iter())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            bad("GPURUN_MAX_UTIL", "200").starts_with("GPURUN_MAX_UTIL: key max-util: invalid value '200'")
         );
-        assert!(bad
-            .unwrap_err()
-            .to_string()
-            .starts_with("GPURUN_MAX_UTIL: key max-util: invalid value '200'"));
+        let typo = bad("GPURUN_MIN_FRE", "8G");
+        assert!(
+            typo.starts_with("GPURUN_MIN_FRE names no setting (did you mean GPURUN_MIN_FREE?)"),
+            "{typo}"
+        );
+        assert!(bad("GPURUN_LIST", "1").contains("names no setting"));
     }
 }

@@ -4,8 +4,26 @@
 use std::ffi::OsString;
 
 use crate::options::VisibleAs;
-use crate::probe::gpu::Gpu;
-use crate::select::visibility::cuda_pci_ordinal;
+use crate::select::selection::Selection;
+
+/// What the command gets: the chosen GPUs and the variables that name them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub selection: Selection,
+    pub variables: Vec<(String, String)>,
+}
+
+impl Plan {
+    /// The plan for `selection` in this process's environment.
+    pub fn new(selection: Selection, visible_as: VisibleAs, framework_env: bool) -> Plan {
+        let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
+        Plan { selection, variables }
+    }
+
+    pub fn variable(&self, name: &str) -> Option<&str> {
+        self.variables.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
 
 /// Framework variables set unless the user already set them (the user's value wins):
 /// TensorFlow and JAX otherwise grab most of the card's memory at start.
@@ -15,33 +33,29 @@ const FRAMEWORK_DEFAULTS: &[(&str, &str)] =
 /// The variables to set in the child, in a stable order. `inherited` answers for the caller's
 /// environment (a function, so tests need not touch the real one).
 pub fn child_variables(
-    gpus: &[Gpu],
-    chosen: &[u32],
+    selection: &Selection,
     visible_as: VisibleAs,
     framework_env: bool,
     inherited: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, String)> {
-    let uuid_of = |index: u32| {
-        gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.uuid.clone()).unwrap_or_default()
-    };
-    // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is
-    // then not the CUDA index, so the ordinal among reachable GPUs is written instead.
-    let ordinals: Vec<String> =
-        chosen.iter().map(|&index| cuda_pci_ordinal(gpus, index).unwrap_or(index).to_string()).collect();
-    let uuids: Vec<String> = chosen.iter().map(|&index| uuid_of(index)).collect();
+    let join = |items: Vec<String>| items.join(",");
+    // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is then not
+    // the CUDA index, so the ordinal among reachable GPUs is written instead.
+    let ordinals = join(selection.devices.iter().map(|d| d.cuda_ordinal.to_string()).collect());
+    let uuids = join(selection.devices.iter().map(|d| d.uuid.clone().unwrap_or_default()).collect());
     let visible = match visible_as {
-        VisibleAs::Index => ordinals.join(","),
-        VisibleAs::Uuid => uuids.join(","),
+        VisibleAs::Index => ordinals.clone(),
+        VisibleAs::Uuid => uuids.clone(),
     };
     let mut variables = vec![
         ("CUDA_VISIBLE_DEVICES".to_owned(), visible),
         ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
-        ("GPURUN_GPUS".to_owned(), chosen.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
-        ("GPURUN_GPU_UUIDS".to_owned(), uuids.join(",")),
+        ("GPURUN_GPUS".to_owned(), join(selection.indices().iter().map(u32::to_string).collect())),
+        ("GPURUN_GPU_UUIDS".to_owned(), uuids),
     ];
     if inherited("GPU_DEVICE_ORDINAL").is_some() {
         // Slurm sets it beside CUDA_VISIBLE_DEVICES; a stale one would point elsewhere.
-        variables.push(("GPU_DEVICE_ORDINAL".to_owned(), ordinals.join(",")));
+        variables.push(("GPU_DEVICE_ORDINAL".to_owned(), ordinals));
     }
     if framework_env {
         for (name, value) in FRAMEWORK_DEFAULTS {
@@ -64,7 +78,7 @@ pub fn export_lines(variables: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::gpu::test_gpu;
+    use crate::probe::gpu::{test_gpu, Gpu};
 
     fn none(_: &str) -> Option<OsString> {
         None
@@ -73,7 +87,7 @@ mod tests {
     #[test]
     fn indices_uuids_and_order() {
         let gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
-        let variables = child_variables(&gpus, &[3, 1], VisibleAs::Index, true, none);
+        let variables = child_variables(&Selection::new(&gpus, &[3, 1]), VisibleAs::Index, true, none);
         let get = |name: &str| variables.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3,1"));
         assert_eq!(get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
@@ -86,7 +100,7 @@ mod tests {
         assert_eq!(get("XLA_PYTHON_CLIENT_PREALLOCATE"), Some("false"));
         assert_eq!(get("GPU_DEVICE_ORDINAL"), None);
 
-        let by_uuid = child_variables(&gpus, &[2], VisibleAs::Uuid, false, none);
+        let by_uuid = child_variables(&Selection::new(&gpus, &[2]), VisibleAs::Uuid, false, none);
         assert_eq!(by_uuid[0].1, gpus[2].uuid.clone().unwrap());
         assert!(by_uuid.iter().all(|(n, _)| !n.starts_with("TF_") && !n.starts_with("XLA_")));
     }
@@ -99,7 +113,7 @@ mod tests {
             "GPU_DEVICE_ORDINAL" => Some(OsString::from("0,1")),
             _ => None,
         };
-        let variables = child_variables(&gpus, &[2], VisibleAs::Index, true, inherited);
+        let variables = child_variables(&Selection::new(&gpus, &[2]), VisibleAs::Index, true, inherited);
         let names: Vec<&str> = variables.iter().map(|(n, _)| n.as_str()).collect();
         assert!(!names.contains(&"TF_FORCE_GPU_ALLOW_GROWTH"));
         assert!(names.contains(&"XLA_PYTHON_CLIENT_PREALLOCATE"));
@@ -110,7 +124,7 @@ mod tests {
     fn cgroup_renumbering() {
         let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
         gpus[0].handle_refused = true;
-        let variables = child_variables(&gpus, &[2], VisibleAs::Index, false, none);
+        let variables = child_variables(&Selection::new(&gpus, &[2]), VisibleAs::Index, false, none);
         assert_eq!(variables[0].1, "1");
         assert_eq!(variables[2].1, "2");
     }

@@ -1,8 +1,169 @@
-//! Stage 5, launch and supervision: the command's environment, starting it with the caller's
-//! signal state, forwarding signals, following job control, reaping, and ending leftovers.
+//! Stage 5, launch and supervision: start the command with its environment and the caller's
+//! signal state, supervise it (signals, reaping, job control, verification beside it), end its
+//! leftovers, report, and give back how it ended.
 
+pub mod death;
 pub mod env;
 pub mod orphans;
 pub mod signals;
 pub mod spawn;
 pub mod supervise;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::exit_code::Exit;
+use crate::launch::death::Watcher;
+use crate::launch::env::Plan;
+use crate::launch::spawn::{Launch, LaunchError};
+use crate::options::VerifyMode;
+use crate::probe::gpu::Machine;
+use crate::probe::worker::NvmlThread;
+use crate::process::signals::{default_action, send, DefaultAction, Receiver};
+use crate::reserve::lease::HeldLease;
+use crate::verify::monitor::Monitor;
+use crate::verify::report::{self, Report};
+
+/// How the command is run and watched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supervision {
+    pub no_forward: Vec<i32>,
+    pub kill_after: Option<Duration>,
+    pub parent_death_signal: Option<i32>,
+    pub keep_orphans: bool,
+    pub exec: bool,
+    pub verify: VerifyMode,
+    pub verify_timeout: Duration,
+    pub report: bool,
+    pub report_json: Option<PathBuf>,
+}
+
+/// Everything the launch step needs.
+pub struct Job<'a> {
+    pub command: &'a [OsString],
+    pub supervision: &'a Supervision,
+    pub machine: &'a Machine,
+    pub plan: &'a Plan,
+    /// Held until the command and its leftovers are gone (or handed to it with --exec).
+    pub leases: Vec<HeldLease>,
+    /// The NVML thread, for verification (None: NVML was never needed).
+    pub nvml: Option<&'a mut NvmlThread>,
+    pub receiver: &'a Receiver,
+}
+
+/// Signals that reached gpurun in the moment before the command existed go to the command,
+/// which is still waiting with its signals blocked: one that would end or stop a process ends
+/// or stops it as it starts, exactly once (the kernel merges it with one it may already have).
+fn pass_on_pending(receiver: &Receiver, child: u32) {
+    for received in receiver.drain() {
+        let signal = received.signal;
+        if !receiver.caller().is_ignored(signal) && default_action(signal) != DefaultAction::Ignore {
+            send(child, signal);
+        }
+    }
+}
+
+/// spawn -> supervise (and verify) -> end leftovers -> release the GPUs -> report -> how it
+/// ended. With `--exec`, gpurun becomes the command instead (returns only if that failed).
+pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
+    let Job { command, supervision, machine, plan, leases, nvml, receiver } = job;
+    let launch = Launch { command, variables: &plan.variables };
+    if supervision.exec {
+        // The locked lease descriptors are inherited: the reservation lives as long as the
+        // command.
+        tracing::info!(
+            "running {} on {} (exec)",
+            crate::options::shell::quote(command),
+            plan.selection.describe()
+        );
+        leases.into_iter().for_each(HeldLease::hand_over_to_exec);
+        return Err(spawn::exec(&launch, receiver.caller()));
+    }
+    // Created first: an unwritable path fails before the command starts.
+    let report_file = match &supervision.report_json {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map_err(|e| LaunchError::ReportFile(path.display().to_string(), e))?,
+        ),
+        None => None,
+    };
+    if !supervision.keep_orphans {
+        orphans::become_subreaper();
+    }
+    let started = Instant::now();
+    let watcher = supervision.parent_death_signal.and_then(Watcher::start);
+    let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
+        if let Some(watcher) = &watcher {
+            watcher.track(child);
+        }
+        pass_on_pending(receiver, child);
+    });
+    let child = match spawned {
+        Ok(child) => child,
+        Err(error) => {
+            watcher.into_iter().for_each(Watcher::stop);
+            return Err(error);
+        }
+    };
+    tracing::info!("running {} on {}", crate::options::shell::quote(command), plan.selection.describe());
+    let mut watch =
+        nvml.filter(|_| supervision.verify != VerifyMode::Off && !plan.selection.is_empty()).map(|nvml| {
+            let watched =
+                machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect();
+            let before_launch =
+                machine.gpus.iter().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
+            let monitor = Monitor::new(
+                supervision.verify,
+                &plan.selection.indices(),
+                watched,
+                before_launch,
+                plan.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default().to_owned(),
+                supervision.verify_timeout,
+            );
+            supervise::Watch { nvml, monitor }
+        });
+    let options =
+        supervise::Options { no_forward: &supervision.no_forward, kill_after: supervision.kill_after };
+    let supervised = supervise::run(child, receiver, &options, watch.as_mut());
+    watcher.into_iter().for_each(Watcher::stop);
+    if !supervision.keep_orphans {
+        orphans::end_all();
+    }
+    // The GPUs are free once the command and its leftovers are gone.
+    drop(leases);
+    let exit = Exit::of(supervised.end, supervised.strict_failure.is_some());
+    let verification = match watch.as_mut() {
+        Some(watch) => {
+            let stuck = watch.stuck();
+            let (verdict, detail) = watch.monitor.finish(stuck);
+            report::Verification { verdict: Some(verdict), detail }
+        }
+        None if supervision.verify == VerifyMode::Off => {
+            report::Verification { verdict: None, detail: "--verify off".to_owned() }
+        }
+        None => report::Verification { verdict: None, detail: "no GPU was selected".to_owned() },
+    };
+    if supervision.report || report_file.is_some() {
+        let peaks = watch.as_ref().map(|w| w.monitor.peak_bytes.clone()).unwrap_or_default();
+        let uuid_of =
+            |index: u32| machine.gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.uuid.clone());
+        let summary = Report::new(
+            command,
+            &plan.selection,
+            verification,
+            &peaks,
+            &uuid_of,
+            started.elapsed().as_secs_f64(),
+            supervised.end,
+            exit,
+        );
+        if supervision.report {
+            summary.log();
+        }
+        if let Some(file) = report_file {
+            summary.write_json(file);
+        }
+    }
+    Ok(exit)
+}

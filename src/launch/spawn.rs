@@ -1,21 +1,33 @@
-//! Starting the command: its environment, the caller's signal state, the parent-death signal,
-//! and what its end means as an exit status.
+//! Starting the command: fork, then exec in the child with the caller's signal state, the
+//! parent-death signal and the chosen environment; or `--exec`, which replaces gpurun.
+//!
+//! gpurun forks by hand rather than through `std::process::Command` for one reason: a terminal
+//! signal (Ctrl-C) that reaches gpurun just before the fork was never seen by the command, one
+//! that arrives just after reaches both, and from the signalfd the two look the same. So the
+//! child waits, its signals still blocked, until gpurun has read every signal that arrived so
+//! far and passed those on (`before_go`); a signal sent to the child that it already has is
+//! merged with the pending one by the kernel, so it arrives exactly once either way. Only then
+//! does the child restore the caller's mask and exec. The exec's own failure (not found, not
+//! executable) comes back through a close-on-exec pipe, so gpurun knows the command really
+//! started before it says so.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::{c_char, CString, OsStr, OsString};
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::Command;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::unistd::{fork, pipe2, ForkResult};
 
 use crate::exit_code;
-use crate::launch::signals::CallerState;
+use crate::process::signals::CallerState;
 
 /// How to start the command.
 pub struct Launch<'a> {
     pub command: &'a [OsString],
+    /// Set in the command's environment, over what gpurun inherited.
     pub variables: &'a [(String, String)],
-    pub caller: CallerState,
-    /// Sent to the child if gpurun dies first (PR_SET_PDEATHSIG); None: nothing.
-    pub parent_death_signal: Option<libc::c_int>,
 }
 
 /// The command could not be started.
@@ -25,6 +37,10 @@ pub enum LaunchError {
     NotFound(String),
     #[error("{0}: cannot execute: {1}")]
     NotExecutable(String, io::Error),
+    #[error("cannot start {0}: {1}")]
+    Setup(String, io::Error),
+    #[error("cannot create the --report-json file {0}: {1}")]
+    ReportFile(String, io::Error),
 }
 
 impl LaunchError {
@@ -32,75 +48,160 @@ impl LaunchError {
         match self {
             LaunchError::NotFound(_) => exit_code::NOT_FOUND,
             LaunchError::NotExecutable(..) => exit_code::NOT_EXECUTABLE,
+            LaunchError::Setup(..) | LaunchError::ReportFile(..) => exit_code::GPURUN_ERROR,
         }
     }
 
-    fn from_io(program: &OsStr, error: io::Error) -> LaunchError {
+    fn from_errno(program: &OsStr, errno: Errno) -> LaunchError {
         let shown = program.to_string_lossy().into_owned();
-        match error.kind() {
-            io::ErrorKind::NotFound => LaunchError::NotFound(shown),
-            _ => LaunchError::NotExecutable(shown, error),
+        match errno {
+            Errno::ENOENT => LaunchError::NotFound(shown),
+            other => LaunchError::NotExecutable(shown, io::Error::from(other)),
         }
     }
 }
 
-/// `replaces_gpurun`: for --exec, where there is no parent to outlive (the parent-death signal
-/// would be about gpurun's own parent, which may rightly end first).
-fn command(launch: &Launch, replaces_gpurun: bool) -> Command {
-    let mut command = Command::new(&launch.command[0]);
-    command.args(&launch.command[1..]);
-    for (name, value) in launch.variables {
-        command.env(name, value);
-    }
-    let caller = launch.caller;
-    let death_signal = if replaces_gpurun { None } else { launch.parent_death_signal };
-    // SAFETY: getpid is async-signal-safe; the value is read before fork.
-    let parent_pid = unsafe { libc::getpid() };
-    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
-    // (sigaction, sigprocmask, prctl, getppid, raise), allocating nothing.
-    unsafe {
-        command.pre_exec(move || {
-            caller.restore_in_child();
-            if let Some(signal) = death_signal {
-                libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0);
-                // gpurun may have died before the prctl took effect: then act on it now.
-                if libc::getppid() != parent_pid {
-                    libc::raise(signal);
-                }
-            }
-            Ok(())
-        });
-    }
-    command
+/// Everything exec needs, built before the fork: the child must not allocate (another thread
+/// may hold the allocator's lock at the moment of the fork).
+struct Prepared {
+    program: CString,
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv_pointers: Vec<*const c_char>,
+    envp_pointers: Vec<*const c_char>,
 }
 
-/// Starts the command as gpurun's child; returns its PID.
-pub fn spawn(launch: &Launch) -> Result<u32, LaunchError> {
-    let child = command(launch, false).spawn().map_err(|e| LaunchError::from_io(&launch.command[0], e))?;
-    // The Child handle is dropped without waiting: the supervisor reaps with waitpid.
-    Ok(child.id())
+fn c_string(bytes: &[u8], program: &OsStr) -> Result<CString, LaunchError> {
+    CString::new(bytes).map_err(|_| {
+        LaunchError::NotExecutable(
+            program.to_string_lossy().into_owned(),
+            io::Error::new(io::ErrorKind::InvalidInput, "an argument holds a NUL byte"),
+        )
+    })
+}
+
+fn prepare(launch: &Launch) -> Result<Prepared, LaunchError> {
+    let program_name = launch.command[0].as_os_str();
+    let program = c_string(program_name.as_bytes(), program_name)?;
+    let argv: Vec<CString> = launch
+        .command
+        .iter()
+        .map(|word| c_string(word.as_bytes(), program_name))
+        .collect::<Result<_, _>>()?;
+    let mut envp = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        if launch.variables.iter().any(|(set, _)| OsStr::new(set) == name) {
+            continue;
+        }
+        let mut entry = name.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(value.as_bytes());
+        // The kernel's environment cannot hold a NUL inside an entry: skip rather than fail.
+        if let Ok(entry) = CString::new(entry) {
+            envp.push(entry);
+        }
+    }
+    for (name, value) in launch.variables {
+        envp.push(c_string(format!("{name}={value}").as_bytes(), program_name)?);
+    }
+    let pointers = |strings: &[CString]| {
+        strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect::<Vec<_>>()
+    };
+    Ok(Prepared {
+        program,
+        argv_pointers: pointers(&argv),
+        envp_pointers: pointers(&envp),
+        _argv: argv,
+        _envp: envp,
+    })
+}
+
+/// Gives the process the caller's signal state back and execs; returns only on failure.
+fn restore_and_exec(prepared: &Prepared, caller: &CallerState) -> Errno {
+    let _ = caller.mask.thread_set_mask();
+    // SAFETY: signal() with SIG_IGN installs no handler; execvpe gets NUL-terminated strings
+    // and NULL-terminated pointer arrays that `prepared` keeps alive.
+    unsafe {
+        if caller.is_ignored(libc::SIGCHLD) {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+        }
+        libc::execvpe(
+            prepared.program.as_ptr(),
+            prepared.argv_pointers.as_ptr(),
+            prepared.envp_pointers.as_ptr(),
+        );
+    }
+    Errno::last()
+}
+
+/// The child's side of the fork. Async-signal-safe calls only: no allocation, no locks.
+fn child(prepared: &Prepared, caller: &CallerState, go: OwnedFd, report: OwnedFd) -> ! {
+    let mut byte = [0u8];
+    if nix::unistd::read(&go, &mut byte) != Ok(1) {
+        // gpurun is gone before saying go.
+        signal_hook::low_level::exit(i32::from(exit_code::GPURUN_ERROR));
+    }
+    let errno = restore_and_exec(prepared, caller);
+    let _ = nix::unistd::write(&report, &(errno as i32).to_ne_bytes());
+    signal_hook::low_level::exit(i32::from(exit_code::NOT_FOUND))
+}
+
+/// Starts the command as gpurun's child and returns its PID once it has exec'd. `before_go`
+/// runs while the child exists but waits with its signals blocked (see the module comment).
+pub fn spawn(launch: &Launch, caller: &CallerState, before_go: impl FnOnce(u32)) -> Result<u32, LaunchError> {
+    let prepared = prepare(launch)?;
+    let shown = || launch.command[0].to_string_lossy().into_owned();
+    let setup = |error: Errno| LaunchError::Setup(shown(), io::Error::from(error));
+    let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC).map_err(setup)?;
+    let (report_read, report_write) = pipe2(OFlag::O_CLOEXEC).map_err(setup)?;
+    // SAFETY: the child runs only `child`, which makes async-signal-safe calls on memory
+    // prepared before the fork, and ends in exec or _exit.
+    match unsafe { fork() }.map_err(setup)? {
+        ForkResult::Child => {
+            drop(go_write);
+            drop(report_read);
+            child(&prepared, caller, go_read, report_write)
+        }
+        ForkResult::Parent { child } => {
+            drop(go_read);
+            drop(report_write);
+            let pid = child.as_raw() as u32;
+            before_go(pid);
+            let _ = nix::unistd::write(&go_write, &[1]);
+            drop(go_write);
+            let mut errno = [0u8; 4];
+            match read_full(&report_read, &mut errno) {
+                4 => {
+                    // The child has ended (it wrote and _exited): collect it.
+                    let _ = nix::sys::wait::waitpid(child, None);
+                    Err(LaunchError::from_errno(
+                        &launch.command[0],
+                        Errno::from_raw(i32::from_ne_bytes(errno)),
+                    ))
+                }
+                _ => Ok(pid),
+            }
+        }
+    }
+}
+
+fn read_full(fd: &OwnedFd, buffer: &mut [u8]) -> usize {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match nix::unistd::read(fd, &mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    filled
 }
 
 /// `--exec`: becomes the command. Returns only if that failed.
-pub fn exec(launch: &Launch) -> LaunchError {
-    let mut launch_command = command(launch, true);
-    LaunchError::from_io(&launch.command[0], launch_command.exec())
-}
-
-/// How the child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    Exited(u8),
-    Signaled(libc::c_int),
-}
-
-impl End {
-    pub fn from_wait_status(status: libc::c_int) -> Option<End> {
-        let status = std::process::ExitStatus::from_raw(status);
-        match (status.code(), status.signal()) {
-            (Some(code), _) => Some(End::Exited(code as u8)),
-            (None, Some(signal)) => Some(End::Signaled(signal)),
-            _ => None,
-        }
+pub fn exec(launch: &Launch, caller: &CallerState) -> LaunchError {
+    match prepare(launch) {
+        Ok(prepared) => LaunchError::from_errno(&launch.command[0], restore_and_exec(&prepared, caller)),
+        Err(error) => error,
     }
 }

@@ -1,16 +1,39 @@
-//! The supervisor loop: wait for signals and child state changes, forward what the policy in
-//! `signals` says, follow the child's job-control stops, and end when the child ends.
+//! The supervisor loop, on gpurun's main thread: signals, reaping, job-control stops and
+//! `--kill-after` are handled here and never wait for NVML. Verification's NVML calls run on
+//! the NVML thread; this loop only hands it a poll when one is due and takes the answer when it
+//! comes. When the command ends, the loop ends, whatever NVML is doing.
 
 use std::time::{Duration, Instant};
 
-use crate::cli::config::Supervision;
-use crate::launch::signals::{self, Action, Receiver};
-use crate::launch::spawn::End;
-use crate::verify::monitor::Monitor;
+use crate::exit_code::End;
+use crate::launch::signals::{self, Action};
+use crate::probe::worker::{Answer, Job, NvmlThread};
+use crate::process::signals::{send, stop_self, Receiver};
+use crate::process::{procfs, reap, ChildEvent, Reaped};
+use crate::verify::monitor::{Monitor, SLOW_CALL};
 
 /// How long `--verify strict` gives a command on the wrong GPU between SIGTERM and SIGKILL,
 /// unless `--kill-after` says otherwise.
 const STRICT_GRACE: Duration = Duration::from_secs(5);
+
+/// What the supervisor needs from the options.
+pub struct Options<'a> {
+    pub no_forward: &'a [i32],
+    pub kill_after: Option<Duration>,
+}
+
+/// Verification beside supervision: the monitor and the thread that makes its NVML calls.
+pub struct Watch<'a> {
+    pub nvml: &'a mut NvmlThread,
+    pub monitor: Monitor,
+}
+
+impl Watch<'_> {
+    /// The NVML call that has not returned for a while, if one is hanging.
+    pub fn stuck(&self) -> Option<Option<crate::probe::nvml::Call>> {
+        self.nvml.stuck(SLOW_CALL)
+    }
+}
 
 /// How supervision ended.
 pub struct Supervised {
@@ -19,117 +42,106 @@ pub struct Supervised {
     pub strict_failure: Option<String>,
 }
 
-/// Whether `pid` is in a job-control stop, from /proc.
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| stat.rfind(')').map(|end| stat[end + 1..].trim_start().starts_with(['T', 't'])))
-        .unwrap_or(false)
-}
-
 fn in_our_process_group(pid: u32) -> bool {
-    // SAFETY: plain syscalls without memory arguments.
-    unsafe { libc::getpgid(pid as libc::pid_t) == libc::getpgrp() }
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    nix::unistd::getpgid(Some(pid)).is_ok_and(|group| group == nix::unistd::getpgrp())
 }
 
-fn ends_the_job(signal: libc::c_int) -> bool {
+fn ends_the_job(signal: i32) -> bool {
     matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP)
 }
 
-/// Runs until the child ends; reaps any other child (orphans) on the way, and lets the monitor
-/// poll NVML when it is due.
-pub fn run(
-    child: u32,
-    receiver: &Receiver,
-    options: &Supervision,
-    mut monitor: Option<&mut Monitor>,
-) -> Supervised {
-    let mut strict_failure = None;
+/// Runs until the command ends; reaps any other child (orphans) on the way.
+pub fn run(child: u32, receiver: &Receiver, options: &Options, mut watch: Option<&mut Watch>) -> Supervised {
     let own_pid = std::process::id();
+    let mut strict_failure = None;
     let mut kill_deadline: Option<Instant> = None;
-    // The SIGCONT that resumed gpurun after a job-control stop reached the child directly (or
-    // was sent to it below): it is not forwarded again.
+    // The SIGCONT that resumed gpurun after a job-control stop reached the command directly
+    // (or was sent to it below): it is not forwarded again.
     let mut resumed_from_stop = false;
     loop {
         loop {
-            let mut status = 0;
-            // SAFETY: waitpid writes the status into a local.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::WUNTRACED) };
-            if pid <= 0 {
-                break;
-            }
-            if pid as u32 != child {
-                tracing::debug!("reaped PID {pid}");
-                continue;
-            }
-            if libc::WIFSTOPPED(status) {
-                resumed_from_stop |= follow_stop(child, libc::WSTOPSIG(status));
-                continue;
-            }
-            if let Some(end) = End::from_wait_status(status) {
-                return Supervised { end, strict_failure };
+            match reap(None, true) {
+                Reaped::Child(pid, event) if pid == child => match event {
+                    ChildEvent::Stopped(_) => resumed_from_stop |= follow_stop(child),
+                    ChildEvent::Exited(code) => return Supervised { end: End::Exited(code), strict_failure },
+                    ChildEvent::Signaled(signal) => {
+                        return Supervised { end: End::Signaled(signal), strict_failure }
+                    }
+                },
+                Reaped::Child(pid, _) => tracing::debug!("reaped PID {pid}"),
+                Reaped::Nothing | Reaped::NoChildren => break,
             }
         }
-        if kill_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+        let now = Instant::now();
+        if kill_deadline.is_some_and(|deadline| now >= deadline) {
             tracing::warn!(
                 "the command is still running {:?} after it was asked to stop: sending SIGKILL",
-                options.kill_after.unwrap_or_default()
+                options.kill_after.unwrap_or(STRICT_GRACE)
             );
-            signals::send(child, libc::SIGKILL);
+            send(child, libc::SIGKILL);
             kill_deadline = None;
         }
-        if let Some(monitor) = monitor.as_deref_mut() {
-            if let Some(detail) = monitor.tick(own_pid) {
-                signals::send(child, libc::SIGTERM);
-                kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
-                strict_failure = Some(detail);
+        if let Some(watch) = watch.as_deref_mut() {
+            let stuck = watch.stuck();
+            watch.monitor.check_deadline(now, stuck);
+            if watch.monitor.poll_due(now) && !watch.nvml.is_busy() {
+                watch.nvml.send(Job::Processes(watch.monitor.watched()));
             }
         }
-        let wake = [kill_deadline, monitor.as_deref().map(Monitor::next_poll)].into_iter().flatten().min();
+        // While a poll is out (or hangs), only the verification deadline can wake the monitor.
+        let monitor_wake = watch.as_deref().and_then(|w| w.monitor.next_wake(!w.nvml.is_busy()));
+        let wake = [kill_deadline, monitor_wake].into_iter().flatten().min();
         let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
-        for received in receiver.wait(timeout) {
-            let action =
-                signals::decide(received, child, own_pid, in_our_process_group(child), &options.no_forward);
-            let reached_child = match action {
+        let (received, answered) = receiver.wait(watch.as_deref().map(|w| w.nvml.ready_fd()), timeout);
+        for signal in received {
+            let sender = signals::sender(&signal, child, own_pid);
+            let in_group = in_our_process_group(child);
+            let reached_child = match signals::decide(signal.signal, sender, in_group, options.no_forward) {
                 Action::Reap => false,
-                Action::Forward if received.signal == libc::SIGCONT && resumed_from_stop => {
+                Action::Forward if signal.signal == libc::SIGCONT && resumed_from_stop => {
                     resumed_from_stop = false;
                     false
                 }
                 Action::Forward => {
                     tracing::debug!(
                         "forwarding {} to PID {child}",
-                        crate::options::signal::name(received.signal)
+                        crate::options::signal::name(signal.signal)
                     );
-                    signals::send(child, received.signal)
+                    send(child, signal.signal)
                 }
-                // Terminal signals reached the child through its process group, a launcher's
-                // directly.
-                Action::Drop => match received.origin {
-                    signals::Origin::Kernel => in_our_process_group(child),
-                    signals::Origin::Launcher(_) => true,
-                    _ => false,
-                },
+                Action::Drop => signals::reached_anyway(sender, in_group),
             };
-            if reached_child && ends_the_job(received.signal) && kill_deadline.is_none() {
+            if reached_child && ends_the_job(signal.signal) && kill_deadline.is_none() {
                 kill_deadline = options.kill_after.map(|after| Instant::now() + after);
+            }
+        }
+        if answered {
+            if let Some(watch) = watch.as_deref_mut() {
+                if let Some(Answer::Processes(lists)) = watch.nvml.try_answer() {
+                    if let Some(detail) = watch.monitor.absorb(lists) {
+                        send(child, libc::SIGTERM);
+                        kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
+                        strict_failure = Some(detail);
+                    }
+                }
             }
         }
     }
 }
 
-/// The child stopped (Ctrl-Z, SIGSTOP from someone): stop gpurun too, so the shell sees the
-/// whole job stopped; when gpurun is continued, make sure the child is too. Returns whether
+/// The command stopped (Ctrl-Z, SIGSTOP from someone): stop gpurun too, so the shell sees the
+/// whole job stopped; when gpurun is continued, make sure the command is too. Returns whether
 /// gpurun stopped (and so was resumed by a SIGCONT).
-fn follow_stop(child: u32, stop_signal: libc::c_int) -> bool {
-    tracing::debug!("the command stopped ({}); stopping too", crate::options::signal::name(stop_signal));
+fn follow_stop(child: u32) -> bool {
+    tracing::debug!("the command stopped; stopping too");
     // It may already have been continued (a quick `fg`): then there is nothing to follow.
-    if !is_stopped(child) {
+    if !procfs::stat(child).is_some_and(|s| s.is_stopped()) {
         return false;
     }
-    signals::stop_self();
-    if is_stopped(child) {
-        signals::send(child, libc::SIGCONT);
+    stop_self();
+    if procfs::stat(child).is_some_and(|s| s.is_stopped()) {
+        send(child, libc::SIGCONT);
     }
     true
 }

@@ -28,6 +28,18 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// A duration as gpurun writes it in messages: `30 s`, `1.5 s`, `250 ms`.
+pub fn shown(duration: Duration) -> String {
+    let seconds = duration.as_secs_f64();
+    if seconds < 1.0 && !duration.is_zero() {
+        format!("{} ms", duration.as_millis())
+    } else if seconds.fract() == 0.0 {
+        format!("{seconds:.0} s")
+    } else {
+        format!("{seconds:.1} s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,6 +52,9 @@ mod tests {
         assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse("0"), Ok(Duration::ZERO));
+        assert_eq!(shown(Duration::from_secs(30)), "30 s");
+        assert_eq!(shown(Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(shown(Duration::from_millis(250)), "250 ms");
         for bad in ["", "s", "-1", "1x", "1.2.3", "inf", "1 s s", "."] {
             assert!(parse(bad).unwrap_err().contains(&format!("{bad:?}")), "{bad}");
         }

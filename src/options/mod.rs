@@ -5,6 +5,7 @@
 pub mod devices;
 pub mod duration;
 pub mod model;
+pub mod shell;
 pub mod signal;
 pub mod size;
 

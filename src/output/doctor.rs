@@ -8,8 +8,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::cli::config::Config;
 use crate::probe::gpu::Machine;
-use crate::probe::nvml;
+use crate::probe::worker::{self, Answer, Job, NoAnswer, NvmlThread};
+use crate::process::signals::Receiver;
+use crate::reserve::lease;
 use crate::reserve::lockdir::LockDir;
 use crate::select::visibility::{self, Inherited};
 
@@ -43,18 +46,26 @@ impl Out {
     }
 }
 
-pub fn diagnose(nvml_lib: Option<&Path>, lock_dir: Option<&Path>) -> Diagnosis {
+/// The findings. `Err(signal)`: a signal that ends gpurun arrived while NVML was asked.
+pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> Result<Diagnosis, i32> {
     let mut out = Out { text: String::from("gpurun doctor\n"), problems: 0 };
     out.section("NVML and driver");
-    let library =
-        nvml_lib.map(|p| p.display().to_string()).unwrap_or_else(|| nvml::DEFAULT_LIBRARY.to_owned());
+    let library = config.library().display().to_string();
+    let timeout = config.nvml_timeout;
     let mut usable = false;
     let mut machine = None;
-    match nvml::open(nvml_lib) {
-        Err(error) => out.problem(format!("NVML from {library}: {error}")),
-        Ok(session) => match session.probe() {
-            Err(error) => out.problem(format!("NVML from {library} opened, but {error}")),
-            Ok(probed) => {
+    let stalled = |call| worker::stall_message(&call, timeout);
+    match nvml.ask(Job::Open(config.nvml_lib.clone()), receiver, timeout) {
+        Err(NoAnswer::Interrupted(signal)) => return Err(signal),
+        Err(NoAnswer::Stalled(call)) => out.problem(format!("NVML from {library}: {}", stalled(call))),
+        Ok(Answer::Opened(Err(error))) => out.problem(format!("NVML from {library}: {error}")),
+        Ok(_) => match nvml.ask(Job::Probe, receiver, timeout) {
+            Err(NoAnswer::Interrupted(signal)) => return Err(signal),
+            Err(NoAnswer::Stalled(call)) => {
+                out.problem(format!("NVML from {library} opened, but {}", stalled(call)))
+            }
+            Ok(Answer::Probed(Err(error))) => out.problem(format!("NVML from {library} opened, but {error}")),
+            Ok(Answer::Probed(Ok(probed))) => {
                 usable = true;
                 out.ok(format!("NVML loaded from {library}"));
                 out.info(format!(
@@ -78,6 +89,7 @@ pub fn diagnose(nvml_lib: Option<&Path>, lock_dir: Option<&Path>) -> Diagnosis {
                 }
                 machine = Some(probed);
             }
+            Ok(_) => {}
         },
     }
 
@@ -91,7 +103,7 @@ pub fn diagnose(nvml_lib: Option<&Path>, lock_dir: Option<&Path>) -> Diagnosis {
     environment(&mut out);
 
     out.section("Lock directory");
-    lock_directory(&mut out, lock_dir);
+    lock_directory(&mut out, config.lock_dir.as_deref());
 
     out.section("Python frameworks");
     frameworks(&mut out, machine.as_ref().and_then(|m| m.cuda_driver_version.as_deref()));
@@ -105,7 +117,7 @@ pub fn diagnose(nvml_lib: Option<&Path>, lock_dir: Option<&Path>) -> Diagnosis {
             n => format!("{n} problems found"),
         }
     );
-    Diagnosis { text: out.text, usable }
+    Ok(Diagnosis { text: out.text, usable })
 }
 
 fn device_nodes(out: &mut Out) {
@@ -128,9 +140,9 @@ fn device_nodes(out: &mut Out) {
         if !metadata.file_type().is_char_device() {
             continue;
         }
-        let c_path = std::ffi::CString::new(node.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        // SAFETY: access() with a valid C string.
-        let usable = unsafe { libc::access(c_path.as_ptr(), libc::R_OK | libc::W_OK) } == 0;
+        let usable =
+            nix::unistd::access(&node, nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK)
+                .is_ok();
         let line = format!(
             "{} mode {:o} uid {} gid {}",
             node.display(),
@@ -219,9 +231,9 @@ fn lock_directory(out: &mut Out, lock_dir: Option<&Path>) {
         ));
         return;
     }
-    match LockDir::open(path) {
+    match LockDir::open(path, false) {
         Ok(dir) => {
-            let live = dir.live_leases(false);
+            let live = lease::live(&dir, false);
             out.ok(format!("{} is safe; {} live reservation(s)", path.display(), live.len()));
         }
         Err(error) => out.problem(error.to_string()),

@@ -7,9 +7,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::launch::env::Plan;
 use crate::options::size::human;
 use crate::probe::gpu::{Gpu, Machine};
-use crate::reserve::lockdir::{self, Lease};
+use crate::reserve::lease::{self, Lease};
 use crate::select::policy::Assessment;
 
 /// Whether a GPU qualifies, and if not, every reason why.
@@ -30,12 +31,6 @@ impl Eligibility {
 
 fn assessment_of(assessments: &[Assessment], index: u32) -> Option<&Assessment> {
     assessments.iter().find(|a| a.index == index)
-}
-
-/// `--dry-run --json` additions; `None` inside: nothing was selected (exit 75).
-pub struct Plan<'a> {
-    pub selected: Option<Vec<&'a Gpu>>,
-    pub env: Option<&'a [(String, String)]>,
 }
 
 #[derive(Serialize)]
@@ -81,7 +76,7 @@ fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<Reservat
                 .find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))
                 .map(|gpu| gpu.index),
             lease,
-            age_seconds: lockdir::age_seconds(lease),
+            age_seconds: lease::age_seconds(lease),
         })
         .collect()
 }
@@ -92,12 +87,14 @@ struct PlanEntry<'a> {
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
+/// The `--list --json` object; `dry_run`: also `selected` and `env` (`Some(None)`: both null,
+/// nothing could be selected).
 pub fn json(
     machine: &Machine,
     library: &Path,
     assessments: &[Assessment],
     live: &[Lease],
-    plan: Option<Plan<'_>>,
+    dry_run: Option<Option<&Plan>>,
 ) -> String {
     let listing = Listing {
         driver_version: &machine.driver_version,
@@ -109,12 +106,16 @@ pub fn json(
             .map(|gpu| GpuEntry { gpu, eligibility: Eligibility::of(assessment_of(assessments, gpu.index)) })
             .collect(),
         reservations: reservation_entries(machine, live),
-        plan: plan.map(|plan| PlanEntry {
-            selected: plan.selected.map(|gpus| {
-                gpus.into_iter().map(|gpu| Selected { index: gpu.index, uuid: &gpu.uuid }).collect()
+        plan: dry_run.map(|plan| PlanEntry {
+            selected: plan.map(|plan| {
+                plan.selection
+                    .devices
+                    .iter()
+                    .map(|device| Selected { index: device.index, uuid: &device.uuid })
+                    .collect()
             }),
-            env: plan.env.map(|variables| {
-                variables
+            env: plan.map(|plan| {
+                plan.variables
                     .iter()
                     .map(|(name, value)| (name.clone(), serde_json::Value::from(value.as_str())))
                     .collect()
@@ -200,7 +201,7 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> S
                 "",
                 lease.user,
                 lease.pid,
-                lockdir::age_seconds(lease),
+                lease::age_seconds(lease),
                 human(lease.reserved_bytes),
                 if lease.exclusive { ", exclusive" } else { "" },
                 clip(&lease.command, 40)
@@ -214,45 +215,19 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> S
     out
 }
 
-/// Exit 75's explanation: every GPU and why it was turned away.
-pub fn refusal(machine: &Machine, assessments: &[Assessment], requested: u32, qualified: u32) -> String {
-    let mut text = format!(
-        "not enough GPUs: {requested} requested, {qualified} {}",
-        if qualified == 1 { "qualifies" } else { "qualify" }
-    );
-    for gpu in &machine.gpus {
-        let verdict = match assessment_of(assessments, gpu.index) {
-            Some(a) if a.eligible() => "qualifies".to_owned(),
-            other => Eligibility::of(other).reasons.join("; "),
-        };
-        // "GPU 3: free 6.1 GiB < 8 GiB" first (what people grep for), the model after.
-        let _ = write!(
-            text,
-            "\n  GPU {}: {verdict} ({})",
-            gpu.index,
-            gpu.name.as_deref().unwrap_or("unknown model")
-        );
-    }
-    text
-}
-
 /// `--dry-run` for people: the table, the choice, the environment.
-pub fn dry_run(
-    machine: &Machine,
-    assessments: &[Assessment],
-    live: &[Lease],
-    selected: &[&Gpu],
-    env: &[(String, String)],
-) -> String {
+pub fn dry_run(machine: &Machine, assessments: &[Assessment], live: &[Lease], plan: &Plan) -> String {
     let mut out = table(machine, assessments, live);
-    let chosen: Vec<String> = selected
+    let chosen: Vec<String> = plan
+        .selection
+        .devices
         .iter()
-        .map(|gpu| {
+        .map(|device| {
             format!(
                 "GPU {} ({}, {})",
-                gpu.index,
-                gpu.name.as_deref().unwrap_or("-"),
-                gpu.uuid.as_deref().unwrap_or("-")
+                device.index,
+                device.name.as_deref().unwrap_or("-"),
+                device.uuid.as_deref().unwrap_or("-")
             )
         })
         .collect();
@@ -262,7 +237,7 @@ pub fn dry_run(
         if chosen.is_empty() { "no GPU".to_owned() } else { chosen.join(", ") }
     );
     let _ = writeln!(out, "environment:");
-    for (name, value) in env {
+    for (name, value) in &plan.variables {
         let _ = writeln!(out, "  {name}={value}");
     }
     let _ = writeln!(out, "(dry run: nothing was started and no reservation is held)");

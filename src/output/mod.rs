@@ -1,5 +1,4 @@
-//! What gpurun shows: `--list` and `--dry-run`, `--doctor`, and the stderr log.
+//! What gpurun shows on stdout: `--list` and `--dry-run`, and `--doctor`.
 
 pub mod doctor;
 pub mod listing;
-pub mod logging;

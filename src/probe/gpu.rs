@@ -27,6 +27,27 @@ pub struct Gpu {
     pub handle_refused: bool,
 }
 
+impl Gpu {
+    /// A GPU NVML gave nothing about but its index.
+    pub fn unknown(index: u32) -> Gpu {
+        Gpu {
+            index,
+            uuid: None,
+            name: None,
+            pci_bus_id: None,
+            memory: None,
+            utilization: None,
+            temperature_c: None,
+            power_watts: None,
+            compute_mode: None,
+            mig_enabled: None,
+            processes: None,
+            error: None,
+            handle_refused: false,
+        }
+    }
+}
+
 /// NVML's own numbers (the v2 view): `free = total - reserved - used`, and `used` does not
 /// include the driver's reservation. gpurun reports `free` as NVML gives it, never `total - used`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

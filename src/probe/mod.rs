@@ -3,4 +3,4 @@
 
 pub mod gpu;
 pub mod nvml;
-pub mod procfs;
+pub mod worker;

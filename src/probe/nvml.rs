@@ -1,7 +1,11 @@
 //! The only module that talks to NVML (through `nvml-wrapper`). It opens the library once per
-//! run and hands plain data (`gpu::Machine`, `gpu::GpuProcess`) to the rest.
+//! run and hands plain data (`gpu::Machine`, `gpu::GpuProcess`) to the rest. It runs on
+//! gpurun's NVML thread (`worker`), and says which call it is in (`Calls`), so that a call that
+//! hangs can be named.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use nvml_wrapper::enum_wrappers::device::{ComputeMode as NvmlComputeMode, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -9,7 +13,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
 use crate::probe::gpu::{ComputeMode, Gpu, GpuProcess, Machine, Memory, Utilization};
-use crate::probe::procfs;
+use crate::process::procfs;
 
 /// The library NVML is normally loaded as (what the driver package installs).
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -41,14 +45,55 @@ pub enum OpenError {
     Other(NvmlError),
     #[error("NVML cannot count the GPUs: {0}")]
     DeviceCount(NvmlError),
+    #[error("NVML is not open")]
+    NotOpen,
+}
+
+/// The NVML call in progress, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The C function, as in nvml.h and `dmesg`/driver bug reports.
+    pub name: &'static str,
+    pub gpu: Option<u32>,
+    pub since: Instant,
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.name)?;
+        if let Some(gpu) = self.gpu {
+            write!(f, " on GPU {gpu}")?;
+        }
+        write!(f, " (waiting for {:.1} s)", self.since.elapsed().as_secs_f64())
+    }
+}
+
+/// Shared between the NVML thread, which records each call it makes, and the main thread,
+/// which reads it when a call does not come back.
+#[derive(Clone, Default)]
+pub struct Calls(Arc<Mutex<Option<Call>>>);
+
+impl Calls {
+    fn run<T>(&self, name: &'static str, gpu: Option<u32>, call: impl FnOnce() -> T) -> T {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Call { name, gpu, since: Instant::now() });
+        let result = call();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        result
+    }
+
+    /// The call in progress now.
+    pub fn current(&self) -> Option<Call> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// An open NVML library.
 pub struct Session {
     nvml: Nvml,
     library: PathBuf,
+    calls: Calls,
     /// Use the `_v2` process list: the driver writes `_v3` entries wider than nvml.h says.
-    v3_misread: std::cell::Cell<bool>,
+    v3_misread: bool,
 }
 
 /// Drivers 535.43 to 535.86 write 32-byte `_v3` process entries where nvml.h (and nvml-wrapper
@@ -66,40 +111,56 @@ pub struct Listed {
 }
 
 /// Opens NVML from `library` (default: `libnvidia-ml.so.1`, found like any shared library).
-pub fn open(library: Option<&Path>) -> Result<Session, OpenError> {
+pub fn open(library: Option<&Path>, calls: Calls) -> Result<Session, OpenError> {
     let library = library.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY));
     let shown = library.display().to_string();
-    let nvml = Nvml::builder().lib_path(library.as_os_str()).init().map_err(|error| match error {
-        NvmlError::LibloadingError(detail) => {
-            OpenError::LibraryMissing { library: shown.clone(), detail: detail.to_string() }
-        }
-        NvmlError::FailedToLoadSymbol(detail) => OpenError::NotNvml { library: shown.clone(), detail },
-        NvmlError::DriverNotLoaded => OpenError::DriverNotLoaded,
-        NvmlError::NoPermission => OpenError::NoPermission,
-        other => OpenError::Other(other),
-    })?;
+    let nvml = calls
+        .run("nvmlInit_v2", None, || Nvml::builder().lib_path(library.as_os_str()).init())
+        .map_err(|error| match error {
+            NvmlError::LibloadingError(detail) => {
+                OpenError::LibraryMissing { library: shown.clone(), detail: detail.to_string() }
+            }
+            NvmlError::FailedToLoadSymbol(detail) => OpenError::NotNvml { library: shown.clone(), detail },
+            NvmlError::DriverNotLoaded => OpenError::DriverNotLoaded,
+            NvmlError::NoPermission => OpenError::NoPermission,
+            other => OpenError::Other(other),
+        })?;
     tracing::debug!("NVML initialised from {shown}");
-    let v3_misread = nvml.sys_driver_version().is_ok_and(|version| has_535_v3_bug(&version));
+    let v3_misread = calls
+        .run("nvmlSystemGetDriverVersion", None, || nvml.sys_driver_version())
+        .is_ok_and(|version| has_535_v3_bug(&version));
     if v3_misread {
         tracing::debug!("driver 535.43-535.86: reading process lists with the _v2 call");
     }
-    Ok(Session { nvml, library, v3_misread: std::cell::Cell::new(v3_misread) })
+    Ok(Session { nvml, library, calls, v3_misread })
 }
 
-/// Collects the first failed query of a GPU: the GPU is then listed with it and not eligible.
-/// `NOT_SUPPORTED` is not a failure, only an unknown value.
-struct Queries {
+/// A GPU's failed queries. Those a request may need (the handle, identity, memory, MIG mode,
+/// processes) make the GPU unusable: `first_error`. Others (temperature, power, utilization,
+/// compute mode) only make that value unknown, which fails a filter that needs it.
+/// `NOT_SUPPORTED` is never a failure, only an unknown value.
+struct Queries<'a> {
+    calls: &'a Calls,
+    gpu: u32,
     first_error: Option<String>,
 }
 
-impl Queries {
-    fn value<T>(&mut self, what: &str, result: Result<T, NvmlError>) -> Option<T> {
-        match result {
+impl Queries<'_> {
+    fn ask<T>(
+        &mut self,
+        what: &str,
+        call: &'static str,
+        essential: bool,
+        query: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        match self.calls.run(call, Some(self.gpu), query) {
             Ok(value) => Some(value),
             Err(NvmlError::NotSupported) => None,
             Err(error) => {
-                tracing::debug!("{what}: {error}");
-                self.first_error.get_or_insert_with(|| format!("{what}: {}", describe(&error)));
+                tracing::debug!("GPU {}: {what}: {error}", self.gpu);
+                if essential {
+                    self.first_error.get_or_insert_with(|| format!("{what}: {}", describe(&error)));
+                }
                 None
             }
         }
@@ -121,70 +182,82 @@ impl Session {
     }
 
     /// Everything gpurun needs to know about the machine, in one pass.
-    pub fn probe(&self) -> Result<Machine, OpenError> {
-        let count = self.nvml.device_count().map_err(OpenError::DeviceCount)?;
+    pub fn probe(&mut self) -> Result<Machine, OpenError> {
+        let count = self
+            .calls
+            .run("nvmlDeviceGetCount_v2", None, || self.nvml.device_count())
+            .map_err(OpenError::DeviceCount)?;
         let gpus: Vec<Gpu> = (0..count).map(|index| self.probe_gpu(index)).collect();
-        Ok(Machine {
-            driver_version: self.nvml.sys_driver_version().ok(),
-            cuda_driver_version: self
-                .nvml
-                .sys_cuda_driver_version()
-                .ok()
-                .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
-            gpus,
-        })
+        let driver_version =
+            self.calls.run("nvmlSystemGetDriverVersion", None, || self.nvml.sys_driver_version()).ok();
+        let cuda_driver_version = self
+            .calls
+            .run("nvmlSystemGetCudaDriverVersion_v2", None, || self.nvml.sys_cuda_driver_version())
+            .ok()
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+        Ok(Machine { driver_version, cuda_driver_version, gpus })
     }
 
-    fn probe_gpu(&self, index: u32) -> Gpu {
-        let mut queries = Queries { first_error: None };
-        let handle = self.nvml.device_by_index(index);
+    fn probe_gpu(&mut self, index: u32) -> Gpu {
+        let calls = self.calls.clone();
+        let mut queries = Queries { calls: &calls, gpu: index, first_error: None };
+        let handle =
+            calls.run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index));
         let handle_refused = matches!(handle, Err(NvmlError::NoPermission));
-        let device = queries.value("handle", handle);
-        let Some(device) = device else {
-            return Gpu {
-                index,
-                uuid: None,
-                name: None,
-                pci_bus_id: None,
-                memory: None,
-                utilization: None,
-                temperature_c: None,
-                power_watts: None,
-                compute_mode: None,
-                mig_enabled: None,
-                processes: None,
-                error: Some(queries.first_error.unwrap_or_else(|| "handle: not supported".to_owned())),
-                handle_refused,
-            };
+        let device = match handle {
+            Ok(device) => device,
+            Err(error) => {
+                let error = match error {
+                    NvmlError::NotSupported => "handle: not supported".to_owned(),
+                    other => format!("handle: {}", describe(&other)),
+                };
+                return Gpu { error: Some(error), handle_refused, ..Gpu::unknown(index) };
+            }
         };
-        let uuid = queries.value("uuid", device.uuid());
-        let name = queries.value("name", device.name());
-        let pci_bus_id = queries.value("pci info", device.pci_info()).map(|p| p.bus_id);
-        let memory = queries.value("memory", device.memory_info()).map(|m| Memory {
-            total_bytes: m.total,
-            reserved_bytes: m.reserved,
-            used_bytes: m.used,
-            free_bytes: m.free,
-        });
+        let uuid = queries.ask("uuid", "nvmlDeviceGetUUID", true, || device.uuid());
+        let name = queries.ask("name", "nvmlDeviceGetName", false, || device.name());
+        let pci_bus_id =
+            queries.ask("pci info", "nvmlDeviceGetPciInfo_v3", false, || device.pci_info()).map(|p| p.bus_id);
+        let memory =
+            queries.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || device.memory_info()).map(|m| {
+                Memory {
+                    total_bytes: m.total,
+                    reserved_bytes: m.reserved,
+                    used_bytes: m.used,
+                    free_bytes: m.free,
+                }
+            });
         let utilization = queries
-            .value("utilization", device.utilization_rates())
+            .ask("utilization", "nvmlDeviceGetUtilizationRates", false, || device.utilization_rates())
             .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: u.memory });
-        let temperature_c = queries.value("temperature", device.temperature(TemperatureSensor::Gpu));
-        let power_watts = queries.value("power", device.power_usage()).map(|mw| f64::from(mw) / 1000.0);
-        let compute_mode = queries.value("compute mode", device.compute_mode()).map(|mode| match mode {
-            NvmlComputeMode::Default => ComputeMode::Default,
-            NvmlComputeMode::ExclusiveThread => ComputeMode::ExclusiveThread,
-            NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
-            NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
+        let temperature_c = queries.ask("temperature", "nvmlDeviceGetTemperature", false, || {
+            device.temperature(TemperatureSensor::Gpu)
         });
-        let mig_enabled = queries.value("MIG mode", device.mig_mode()).map(|m| m.current == 1);
+        let power_watts = queries
+            .ask("power", "nvmlDeviceGetPowerUsage", false, || device.power_usage())
+            .map(|mw| f64::from(mw) / 1000.0);
+        let compute_mode = queries
+            .ask("compute mode", "nvmlDeviceGetComputeMode", false, || device.compute_mode())
+            .map(|mode| match mode {
+                NvmlComputeMode::Default => ComputeMode::Default,
+                NvmlComputeMode::ExclusiveThread => ComputeMode::ExclusiveThread,
+                NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
+                NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
+            });
+        let mig_enabled = queries
+            .ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode())
+            .map(|m| m.current == 1);
         // Process lists can be refused where everything else works (some containers, locked
         // down drivers): that makes them unknown, not the GPU unusable.
-        let listed = match self.listed(&device) {
-            Err(NvmlError::NoPermission) => Err(NvmlError::NotSupported),
-            other => other,
-        };
-        let processes = queries.value("processes", listed).map(|listed| {
+        let v3_misread = &mut self.v3_misread;
+        let listed =
+            queries.ask("processes", "nvmlDeviceGetComputeRunningProcesses_v3", true, || {
+                match listed(&device, v3_misread) {
+                    Err(NvmlError::NoPermission) => Err(NvmlError::NotSupported),
+                    other => other,
+                }
+            });
+        let processes = listed.map(|listed| {
             listed
                 .into_iter()
                 .map(|p| GpuProcess {
@@ -211,6 +284,15 @@ impl Session {
             handle_refused,
         }
     }
+
+    /// The compute processes on GPU `index`.
+    pub fn processes(&mut self, index: u32) -> Result<Vec<Listed>, NvmlError> {
+        let calls = self.calls.clone();
+        let device =
+            calls.run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index))?;
+        let v3_misread = &mut self.v3_misread;
+        calls.run("nvmlDeviceGetComputeRunningProcesses_v3", Some(index), || listed(&device, v3_misread))
+    }
 }
 
 fn to_listed(infos: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>) -> Vec<Listed> {
@@ -226,26 +308,18 @@ fn to_listed(infos: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>) -> 
         .collect()
 }
 
-impl Session {
-    /// The compute processes on GPU `index`.
-    pub fn processes(&self, index: u32) -> Result<Vec<Listed>, NvmlError> {
-        let device = self.nvml.device_by_index(index)?;
-        self.listed(&device)
+fn listed(device: &Device, v3_misread: &mut bool) -> Result<Vec<Listed>, NvmlError> {
+    if *v3_misread {
+        return device.running_compute_processes_v2().map(to_listed);
     }
-
-    fn listed(&self, device: &Device) -> Result<Vec<Listed>, NvmlError> {
-        if self.v3_misread.get() {
-            return device.running_compute_processes_v2().map(to_listed);
-        }
-        let listed = to_listed(device.running_compute_processes()?);
-        // A PID 0 after the first entry is the 535 misread on a driver that did not say so.
-        if listed.iter().skip(1).any(|p| p.pid == 0) {
-            tracing::debug!("the _v3 process list looks misread (PID 0): using the _v2 call");
-            self.v3_misread.set(true);
-            return device.running_compute_processes_v2().map(to_listed);
-        }
-        Ok(listed)
+    let listed = to_listed(device.running_compute_processes()?);
+    // A PID 0 after the first entry is the 535 misread on a driver that did not say so.
+    if listed.iter().skip(1).any(|p| p.pid == 0) {
+        tracing::debug!("the _v3 process list looks misread (PID 0): using the _v2 call");
+        *v3_misread = true;
+        return device.running_compute_processes_v2().map(to_listed);
     }
+    Ok(listed)
 }
 
 #[cfg(test)]

@@ -1,20 +1,25 @@
-//! probe -> candidates -> filter and rank -> reserve, under the lock directory, retried while
+//! probe -> candidates -> filter and rank -> reserve, under the directory lock, retried while
 //! `--wait` allows. Two gpurun started in the same second never both take the one free GPU:
-//! selection and reservation happen under one exclusive lock, and other launches' reserved
-//! memory counts until their processes show up in NVML.
+//! selection and reservation happen under one exclusive lock, other launches' reserved memory
+//! counts until their processes show up in NVML, and GPUs an earlier waiter could use are held
+//! for it.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::output::listing;
+use crate::options::duration;
 use crate::probe::gpu::Machine;
-use crate::probe::nvml::Session;
-use crate::probe::procfs;
-use crate::reserve::lockdir::{HeldLease, Lease, LockDir};
-use crate::select::policy::{self, Decision, Outcome, Request, Reservation};
+use crate::probe::nvml::OpenError;
+use crate::probe::worker::{self, Answer, Job, NoAnswer, NvmlThread};
+use crate::process::procfs;
+use crate::process::signals::Receiver;
+use crate::reserve::lease::{self, HeldLease, Lease};
+use crate::reserve::lockdir::{LockDir, LockDirError};
+use crate::reserve::ticket::{self, Ticket, Waiter};
+use crate::select::policy::{self, Decision, DeviceError, HeldBack, Outcome, Request, Reservation};
+use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited};
-use crate::Error;
 
 /// Between two tries while waiting: the head of the queue looks often, the others less the
 /// further back they are (many waiters must not keep the machine busy).
@@ -31,15 +36,21 @@ pub struct Options<'a> {
     pub wait: Option<Option<Duration>>,
     /// Take leases (running the command) rather than only look (list, dry run, export).
     pub hold: bool,
-    /// For the lease files.
+    /// For the lease files and the queue: the command, and the request as typed.
     pub command: String,
+    pub request_text: String,
+    pub nvml_timeout: Duration,
+    /// Log lines are JSON: no in-place progress line.
+    pub json_logs: bool,
+    /// `--list`: showing the machine is not a request; nothing is refused.
+    pub listing: bool,
 }
 
 pub struct Acquisition {
     pub machine: Machine,
     pub decision: Decision,
-    /// The chosen NVML indices, or exit 75's explanation.
-    pub chosen: Result<Vec<u32>, String>,
+    /// The chosen GPUs, or exit 75's explanation.
+    pub chosen: Result<Selection, String>,
     /// Held until the command ends (or handed to it with --exec).
     pub leases: Vec<HeldLease>,
     /// Everyone's live reservations, for --list.
@@ -47,14 +58,41 @@ pub struct Acquisition {
 }
 
 impl Acquisition {
-    /// `--gpus 0` without NVML: nothing probed, nothing chosen, nothing reserved.
+    /// `--gpus 0` (or `--fallback cpu` without NVML): nothing probed, chosen or reserved.
     pub fn no_gpu() -> Acquisition {
         Acquisition {
             machine: Machine { driver_version: None, cuda_driver_version: None, gpus: Vec::new() },
             decision: Decision { assessments: Vec::new(), outcome: Outcome::Selected(Vec::new()) },
-            chosen: Ok(Vec::new()),
+            chosen: Ok(Selection::default()),
             leases: Vec::new(),
             live: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AcquireError {
+    #[error(transparent)]
+    Nvml(#[from] OpenError),
+    /// NVML did not answer in time: the message.
+    #[error("{0}")]
+    Stalled(String),
+    #[error(transparent)]
+    LockDir(LockDirError),
+    #[error(transparent)]
+    Devices(#[from] DeviceError),
+    /// No state of the machine can meet the request.
+    #[error("{0}")]
+    Impossible(String),
+    #[error("interrupted by signal {0}")]
+    Interrupted(i32),
+}
+
+impl From<LockDirError> for AcquireError {
+    fn from(error: LockDirError) -> AcquireError {
+        match error {
+            LockDirError::Interrupted(signal) => AcquireError::Interrupted(signal),
+            other => AcquireError::LockDir(other),
         }
     }
 }
@@ -80,6 +118,22 @@ fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
         .collect()
 }
 
+/// The GPUs earlier waiters could use, held for them.
+fn held_back<'a>(ahead: impl Iterator<Item = &'a Waiter>, machine: &Machine) -> Vec<HeldBack> {
+    let mut held = Vec::new();
+    for waiter in ahead {
+        for uuid in &waiter.gpus {
+            let Some(gpu) = machine.gpus.iter().find(|gpu| gpu.uuid.as_deref() == Some(uuid)) else {
+                continue;
+            };
+            if !held.iter().any(|h: &HeldBack| h.index == gpu.index) {
+                held.push(HeldBack { index: gpu.index, pid: waiter.pid, user: waiter.user.clone() });
+            }
+        }
+    }
+    held
+}
+
 /// The chosen GPUs, or exit 75's text. Fallbacks say what they did.
 fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result<Vec<u32>, String> {
     match &decision.outcome {
@@ -97,32 +151,100 @@ fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result
             tracing::warn!("not enough GPUs qualify; running with no GPU visible (--fallback cpu)");
             Ok(Vec::new())
         }
-        Outcome::Refused { qualified } => {
-            Err(listing::refusal(machine, &decision.assessments, requested, *qualified))
+        Outcome::Refused { qualified } => Err(refusal(machine, decision, requested, *qualified)),
+        Outcome::Impossible(why) => Err(why.clone()),
+    }
+}
+
+/// Exit 75's explanation: every GPU and why it was turned away.
+pub fn refusal(machine: &Machine, decision: &Decision, requested: u32, qualified: u32) -> String {
+    let mut text = format!(
+        "not enough GPUs: {requested} requested, {qualified} {}",
+        if qualified == 1 { "qualifies" } else { "qualify" }
+    );
+    for gpu in &machine.gpus {
+        let verdict = match decision.assessments.iter().find(|a| a.index == gpu.index) {
+            Some(a) if a.eligible() => "qualifies".to_owned(),
+            Some(a) => a.reasons().join("; "),
+            None => "not assessed".to_owned(),
+        };
+        // "GPU 3: free 6.1 GiB < 8 GiB" first (what people grep for), the model after.
+        text.push_str(&format!(
+            "\n  GPU {}: {verdict} ({})",
+            gpu.index,
+            gpu.name.as_deref().unwrap_or("unknown model")
+        ));
+    }
+    text
+}
+
+/// Opens the lock directory as the mode needs it. Only looking: a missing directory holds no
+/// reservation (and is not created by a mere --list), and an unusable one is worth a warning,
+/// not a failed listing.
+fn open_lock_dir(options: &Options) -> Result<Option<LockDir>, AcquireError> {
+    match options.lock_dir.as_deref() {
+        None => Ok(None),
+        Some(path) if options.hold => Ok(Some(LockDir::open(path, true)?)),
+        Some(path) if !path.exists() => Ok(None),
+        Some(path) => match LockDir::open(path, false) {
+            Ok(dir) => Ok(Some(dir)),
+            Err(error) => {
+                tracing::warn!("{error}; reservations are not shown");
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// One probe through the NVML thread, bounded by `--nvml-timeout`; while `--wait` has time
+/// left, a probe that does not answer is waited for (it counts as a failed attempt).
+fn probe(
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    options: &Options,
+    waiting_until: Option<Option<Instant>>,
+    progress: &mut Progress,
+) -> Result<Machine, AcquireError> {
+    nvml.send(Job::Probe);
+    let mut deadline = Instant::now() + options.nvml_timeout;
+    loop {
+        match nvml.await_answer(receiver, deadline) {
+            Ok(Answer::Probed(machine)) => return Ok(machine?),
+            Ok(_) => continue,
+            Err(NoAnswer::Interrupted(signal)) => return Err(AcquireError::Interrupted(signal)),
+            Err(NoAnswer::Stalled(call)) => {
+                let message = worker::stall_message(&call, options.nvml_timeout);
+                let still_waiting = match waiting_until {
+                    None => false,
+                    Some(None) => true,
+                    Some(Some(until)) => Instant::now() < until,
+                };
+                if !still_waiting {
+                    return Err(AcquireError::Stalled(message));
+                }
+                progress.show_text(&format!("waiting (--wait): {message}"));
+                deadline = match waiting_until.flatten() {
+                    Some(until) => until.min(Instant::now() + PROGRESS_EVERY),
+                    None => Instant::now() + PROGRESS_EVERY,
+                };
+            }
         }
     }
 }
 
-pub fn acquire(session: &Session, inherited: &Inherited, options: &Options) -> Result<Acquisition, Error> {
-    let lock_dir = match options.lock_dir.as_deref() {
-        None => None,
-        Some(path) if options.hold => Some(LockDir::open(path)?),
-        // Only looking: a missing directory holds no reservation (and is not created by a
-        // mere --list), and an unusable one is worth a warning, not a failed listing.
-        Some(path) if !path.exists() => None,
-        Some(path) => match LockDir::open(path) {
-            Ok(dir) => Some(dir),
-            Err(error) => {
-                tracing::warn!("{error}; reservations are not shown");
-                None
-            }
-        },
-    };
+pub fn acquire(
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    inherited: &Inherited,
+    options: &Options,
+) -> Result<Acquisition, AcquireError> {
+    let lock_dir = open_lock_dir(options)?;
     let started = Instant::now();
-    let mut ticket = None;
-    let mut progress = Progress::new();
+    let waiting_until = options.wait.map(|limit| limit.map(|limit| started + limit));
+    let mut ticket: Option<Ticket> = None;
+    let mut progress = Progress::new(options.json_logs);
     for attempt in 0u64.. {
-        let machine = session.probe()?;
+        let machine = probe(nvml, receiver, options, waiting_until, &mut progress)?;
         let visibility = visibility::resolve(&machine.gpus, inherited);
         if attempt == 0 {
             for gpu in machine.gpus.iter().filter(|gpu| gpu.error.is_some()) {
@@ -136,12 +258,17 @@ pub fn acquire(session: &Session, inherited: &Inherited, options: &Options) -> R
                 tracing::warn!("{warning}");
             }
         }
-        let guard = lock_dir.as_ref().map(|dir| dir.lock(options.hold)).transpose()?;
-        let live = lock_dir.as_ref().map(|dir| dir.live_leases(options.hold)).unwrap_or_default();
-        let timed_out = match options.wait {
+        let guard = match (&lock_dir, options.hold) {
+            (Some(dir), true) => Some(dir.lock(&mut |pause| receiver.pause(pause))?),
+            _ => None,
+        };
+        let live = lock_dir.as_ref().map(|dir| lease::live(dir, options.hold)).unwrap_or_default();
+        let waiters = lock_dir.as_ref().map(|dir| ticket::waiters(dir, options.hold)).unwrap_or_default();
+        let held = held_back(ticket::ahead(&waiters, ticket.as_ref()), &machine);
+        let timed_out = match waiting_until {
             None => true,
             Some(None) => false,
-            Some(Some(limit)) => started.elapsed() >= limit,
+            Some(Some(until)) => Instant::now() >= until,
         };
         // While waiting, a fallback is the answer only once the wait is over.
         let waiting_request;
@@ -151,25 +278,28 @@ pub fn acquire(session: &Session, inherited: &Inherited, options: &Options) -> R
             waiting_request = Request { fallback: None, ..options.request.clone() };
             &waiting_request
         };
-        let ahead = match (&lock_dir, &ticket) {
-            (Some(dir), Some(ticket)) => dir.ahead_of(ticket, options.hold),
-            _ => 0,
-        };
-        let decision = policy::decide(&machine.gpus, &visibility, request, &reservations(&live, &machine))?;
+        let decision =
+            policy::decide(&machine.gpus, &visibility, request, &reservations(&live, &machine), &held)?;
+        if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
+            return Err(AcquireError::Impossible(why.clone()));
+        }
         let chosen = chosen_gpus(&machine, &decision, request.count);
-        if (chosen.is_ok() && ahead == 0) || timed_out {
+        if chosen.is_ok() || timed_out {
+            let chosen = chosen.map(|indices| Selection::new(&machine.gpus, &indices));
             let mut leases = Vec::new();
-            if let (true, Some(dir), Ok(indices)) = (options.hold, &lock_dir, &chosen) {
-                let reserve: Vec<(String, u64)> = indices
+            if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
+                let reserve: Vec<(String, u64)> = selection
+                    .devices
                     .iter()
-                    .filter_map(|index| machine.gpus.iter().find(|gpu| gpu.index == *index))
-                    .filter_map(|gpu| {
-                        let total = gpu.memory.map(|m| m.total_bytes).unwrap_or(0);
-                        let bytes = request.min_free.map(|t| t.bytes_on(total)).unwrap_or(0);
-                        Some((gpu.uuid.clone()?, bytes))
+                    .filter_map(|device| {
+                        let bytes = request
+                            .min_free
+                            .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
+                            .unwrap_or(0);
+                        Some((device.uuid.clone()?, bytes))
                     })
                     .collect();
-                leases = dir.reserve(&reserve, request.exclusive, &options.command)?;
+                leases = lease::reserve(dir, &reserve, request.exclusive, &options.command)?;
             }
             drop(guard);
             progress.finish();
@@ -179,40 +309,49 @@ pub fn acquire(session: &Session, inherited: &Inherited, options: &Options) -> R
             });
             return Ok(Acquisition { machine, decision, chosen, leases, live });
         }
-        if ticket.is_none() {
-            if let Some(dir) = &lock_dir {
-                ticket = Some(dir.take_ticket()?);
-            }
+        if let (None, Some(dir), true) = (&ticket, &lock_dir, options.hold) {
+            let possible = decision
+                .possible()
+                .iter()
+                .filter_map(|index| machine.gpus.iter().find(|gpu| gpu.index == *index)?.uuid.clone())
+                .collect();
+            ticket = Some(ticket::take(dir, possible, &options.request_text)?);
         }
         drop(guard);
         let qualified = decision.assessments.iter().filter(|a| a.eligible()).count();
+        let ahead = ticket::ahead(&waiters, ticket.as_ref()).count();
         progress.show(options.request.count, qualified, ahead, started.elapsed());
-        std::thread::sleep((HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY));
+        let pause = (HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY);
+        receiver.pause(pause).map_err(AcquireError::Interrupted)?;
     }
     unreachable!("the loop returns")
 }
 
 /// The waiting line on stderr: rewritten in place on a terminal, one line every few seconds
-/// otherwise (a log file or a cron mail should not fill up).
+/// otherwise (a log file or a cron mail should not fill up). Ended when dropped, so that an
+/// interrupted wait leaves a clean line.
 struct Progress {
-    on_terminal: bool,
+    in_place: bool,
     last_line: Option<Instant>,
     shown: bool,
 }
 
 impl Progress {
-    fn new() -> Progress {
-        Progress { on_terminal: std::io::stderr().is_terminal(), last_line: None, shown: false }
+    fn new(json_logs: bool) -> Progress {
+        Progress { in_place: std::io::stderr().is_terminal() && !json_logs, last_line: None, shown: false }
     }
 
     fn show(&mut self, wanted: u32, qualified: usize, ahead: usize, waited: Duration) {
-        let text = format!(
-            "waiting for {wanted} GPU{}: {qualified} qualif{} now, {ahead} ahead in the queue, waited {} s",
+        self.show_text(&format!(
+            "waiting for {wanted} GPU{}: {qualified} qualif{} now, {ahead} ahead in the queue, waited {}",
             if wanted == 1 { "" } else { "s" },
             if qualified == 1 { "ies" } else { "y" },
-            waited.as_secs()
-        );
-        if self.on_terminal && !crate::output::logging::is_json() {
+            duration::shown(Duration::from_secs(waited.as_secs()))
+        ));
+    }
+
+    fn show_text(&mut self, text: &str) {
+        if self.in_place {
             let _ = write!(std::io::stderr().lock(), "\rgpurun: {text}\x1b[K");
             self.shown = true;
         } else if self.last_line.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
@@ -226,5 +365,11 @@ impl Progress {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
             self.shown = false;
         }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
     }
 }

@@ -1,49 +1,43 @@
-//! Reservations (DESIGN 5): the lock directory, leases and the wait queue.
+//! The lock directory shared by every gpurun on the machine (default `/run/lock/gpurun`).
 //!
-//! - The directory (default `/run/lock/gpurun`, mode 1777) is opened once, without following
-//!   symlinks, and checked on the open descriptor: a directory, owned by root or by us, sticky if
-//!   others may write to it. Everything else is reached relative to that descriptor.
-//! - `.lock`: selection runs under an exclusive `flock` on it (readers take it shared).
-//! - `<uuid>.<pid>.<random>.lease`: one per reserved GPU, created with O_EXCL|O_NOFOLLOW and kept
-//!   alive by an exclusive `flock` held for the command's whole life. A lease is live exactly
-//!   while it is locked: a crashed or SIGKILLed gpurun frees it at once, and a reused PID cannot
-//!   fake one. A lease whose file owner differs from the uid it claims is ignored (forged).
-//! - `ticket.<nanoseconds>.<pid>`: a waiter's place in the queue, locked while it waits; waiters
-//!   are served in ticket order, and a crashed waiter's ticket stops counting at once.
+//! - It is opened once, without following symlinks, and checked on the open descriptor: a
+//!   directory, owned by root or by this user, sticky if others may write to it. Everything in
+//!   it is reached relative to that descriptor and never through a symlink.
+//! - gpurun sets the mode (1777) only of a directory it has just created itself; an existing
+//!   directory is checked and used or refused, never changed.
+//! - Selection and reservation run under an exclusive `flock` on the directory itself (a fresh
+//!   open of it, so the lock is gpurun's alone). No file in the directory can be swapped,
+//!   made unreadable or replaced by another user to stop every launch; a user can still hold
+//!   the lock to delay launches, and a launch that waits for it says who holds it.
+//! - Reading the reservations (`--list`, `--dry-run`, `--doctor`) takes no lock at all.
 
-use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use nix::errno::Errno;
+use nix::fcntl::{openat, Flock, FlockArg, OFlag};
+use nix::sys::stat::{fstat, Mode};
+
+use crate::process::procfs;
 
 pub const DEFAULT_DIR: &str = "/run/lock/gpurun";
 
+/// After this long waiting for the directory lock, say who holds it.
+const SAY_WHO_HOLDS_AFTER: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub enum LockDirError {
     #[error("lock directory {path}: {problem}; fix it or choose another with --lock-dir (or --no-lock)")]
-    Unsafe { path: String, problem: String },
+    Untrusted { path: String, problem: String },
     #[error("lock directory {path}: {source}")]
     Io { path: String, source: io::Error },
-}
-
-/// What a lease file says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lease {
-    pub uuid: String,
-    pub pid: u32,
-    pub uid: u32,
-    pub user: String,
-    /// Memory promised to the command; counted against the GPU until its processes show in NVML.
-    pub reserved_bytes: u64,
-    pub exclusive: bool,
-    pub command: String,
-    /// Unix time the lease was taken.
-    pub started: u64,
+    /// A signal that ends gpurun arrived while it waited for the lock.
+    #[error("interrupted by signal {0}")]
+    Interrupted(i32),
 }
 
 /// An open, checked lock directory.
@@ -52,357 +46,203 @@ pub struct LockDir {
     fd: OwnedFd,
 }
 
-fn cstring(name: &str) -> CString {
-    CString::new(name).expect("lease names have no NUL")
+/// The directory lock, held until dropped.
+pub struct DirLock {
+    _lock: Flock<OwnedFd>,
 }
 
-fn errno() -> io::Error {
-    io::Error::last_os_error()
-}
-
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: fstat fills a zeroed stat for a valid descriptor.
-    unsafe {
-        let mut stat: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut stat) != 0 {
-            return Err(errno());
-        }
-        Ok(stat)
-    }
-}
-
-fn flock(fd: RawFd, operation: libc::c_int) -> io::Result<()> {
-    loop {
-        // SAFETY: flock on a valid descriptor.
-        if unsafe { libc::flock(fd, operation) } == 0 {
-            return Ok(());
-        }
-        let error = errno();
-        if error.kind() != io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-    }
-}
-
-fn current_uid() -> u32 {
-    // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
-}
-
-/// The start time of the lock: a shared or exclusive hold on `.lock`, released on drop.
-pub struct DirGuard {
-    _file: File,
-}
-
-/// A lease this gpurun holds. Dropping it removes the file and releases the lock.
-pub struct HeldLease {
-    file: File,
-    name: CString,
-    /// The lock directory, held open as long as the lease (the LockDir may be gone).
-    dir: OwnedFd,
-}
-
-impl Drop for HeldLease {
-    fn drop(&mut self) {
-        // Unlink first: a lease file is never left locked-looking without an owner.
-        // SAFETY: unlinkat relative to the directory descriptor this lease owns.
-        unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0) };
-    }
-}
-
-impl HeldLease {
-    /// For `--exec`: the locked descriptor is inherited by the command, so the reservation lives
-    /// exactly as long as the command does.
-    pub fn hand_over_to_exec(self) {
-        // SAFETY: clears FD_CLOEXEC on a descriptor we own; then the descriptor is leaked on
-        // purpose (the exec'd command holds the lock).
-        unsafe {
-            let fd = self.file.as_raw_fd();
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
-        }
-        std::mem::forget(self);
-    }
-}
-
-/// A waiter's place in the queue; dropping it leaves the queue.
-pub struct Ticket {
-    _file: File,
-    name: CString,
-    dir: OwnedFd,
-    key: (u128, u32),
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        // SAFETY: as for HeldLease.
-        unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0) };
-    }
+pub fn current_uid() -> u32 {
+    nix::unistd::getuid().as_raw()
 }
 
 impl LockDir {
-    /// Opens (creating it with mode 1777 if missing) and checks the lock directory.
-    pub fn open(path: &Path) -> Result<LockDir, LeaseError> {
+    /// Opens and checks the lock directory; `create`: make it (mode 1777) when missing.
+    pub fn open(path: &Path, create: bool) -> Result<LockDir, LockDirError> {
         let shown = path.display().to_string();
-        let io_error = |source| LeaseError::Io { path: shown.clone(), source };
-        let unsafe_dir =
-            |problem: &str| LeaseError::Unsafe { path: shown.clone(), problem: problem.to_owned() };
-        let c_path =
-            CString::new(path.as_os_str().as_bytes()).map_err(|_| unsafe_dir("the path holds a NUL byte"))?;
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(unsafe_dir("it is a symbolic link"));
+        let io_error = |source: Errno| LockDirError::Io { path: shown.clone(), source: source.into() };
+        let refuse =
+            |problem: &str| LockDirError::Untrusted { path: shown.clone(), problem: problem.to_owned() };
+        if path.as_os_str().as_bytes().contains(&0) {
+            return Err(refuse("the path holds a NUL byte"));
         }
-        // mkdir applies the umask; the exact mode is set below, through the opened descriptor
-        // (never by path: /run/lock is writable by others, who could swap the entry).
-        // SAFETY: mkdir with a valid C string; an existing entry is fine and checked below.
-        if unsafe { libc::mkdir(c_path.as_ptr(), 0o1777) } != 0
-            && errno().kind() != io::ErrorKind::AlreadyExists
-        {
-            return Err(io_error(errno()));
-        }
-        // SAFETY: open with a valid C string; O_NOFOLLOW refuses a symlink in the last component.
-        let fd = unsafe {
-            libc::open(
-                c_path.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let error = errno();
-            return Err(match error.raw_os_error() {
-                Some(libc::ELOOP) => unsafe_dir("it is a symbolic link"),
-                Some(libc::ENOTDIR) => unsafe_dir("it is not a directory"),
-                _ => io_error(error),
-            });
-        }
-        // SAFETY: open returned a fresh descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut stat = fstat(fd.as_raw_fd()).map_err(io_error)?;
+        let created = create
+            && match nix::unistd::mkdir(path, Mode::from_bits_truncate(0o1777)) {
+                Ok(()) => true,
+                Err(Errno::EEXIST) => false,
+                Err(error) => return Err(io_error(error)),
+            };
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|error| match error {
+            Errno::ELOOP => refuse("it is a symbolic link"),
+            // O_DIRECTORY wins over O_NOFOLLOW for a link to a directory.
+            Errno::ENOTDIR if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) => {
+                refuse("it is a symbolic link")
+            }
+            Errno::ENOTDIR => refuse("it is not a directory"),
+            other => io_error(other),
+        })?;
+        let mut stat = fstat(&fd).map_err(io_error)?;
         let me = current_uid();
-        if stat.st_uid == me && stat.st_mode & 0o7777 != 0o1777 {
-            // Ours (just created, or created under a tight umask): make it shareable.
-            // SAFETY: fchmod on our own open directory.
-            if unsafe { libc::fchmod(fd.as_raw_fd(), 0o1777) } == 0 {
-                stat = fstat(fd.as_raw_fd()).map_err(io_error)?;
+        if created && stat.st_uid == me && stat.st_mode & 0o7777 != 0o1777 {
+            // Ours, just made under the umask: make it shareable (through the descriptor, never
+            // by path: /run/lock is writable by others, who could swap the entry).
+            if nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o1777)).is_ok() {
+                stat = fstat(&fd).map_err(io_error)?;
             }
         }
         if stat.st_uid != 0 && stat.st_uid != me {
-            return Err(unsafe_dir(&format!(
-                "it is owned by uid {}, not by root or you, so its owner could forge or remove reservations",
-                stat.st_uid
+            return Err(refuse(&format!(
+                "it is owned by {}, not by root or you, so its owner could forge or remove reservations",
+                procfs::describe_uid(stat.st_uid)
             )));
         }
         if stat.st_mode & 0o002 != 0 && stat.st_mode & libc::S_ISVTX == 0 {
-            return Err(unsafe_dir("it is writable by everyone but not sticky (mode 1777 expected), so anyone could remove reservations"));
+            return Err(refuse(
+                "it is writable by everyone but not sticky (mode 1777 expected), so anyone could remove reservations",
+            ));
         }
         Ok(LockDir { path: path.to_path_buf(), fd })
     }
 
-    fn openat(&self, name: &CStr, flags: libc::c_int, mode: libc::c_uint) -> io::Result<File> {
-        // SAFETY: openat relative to our directory descriptor with a valid C string.
-        let fd = unsafe {
-            libc::openat(self.fd.as_raw_fd(), name.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC, mode)
-        };
-        if fd < 0 {
-            return Err(errno());
-        }
-        // SAFETY: a fresh descriptor.
-        Ok(unsafe { File::from_raw_fd(fd) })
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
-    fn io(&self, source: io::Error) -> LeaseError {
-        LeaseError::Io { path: self.path.display().to_string(), source }
+    pub fn io(&self, source: impl Into<io::Error>) -> LockDirError {
+        LockDirError::Io { path: self.path.display().to_string(), source: source.into() }
     }
 
-    /// Holds `.lock`: exclusively to select and reserve, shared to read.
-    pub fn lock(&self, exclusive: bool) -> Result<DirGuard, LeaseError> {
-        let name = cstring(".lock");
-        let file = match self.openat(&name, libc::O_RDONLY | libc::O_CREAT | libc::O_NONBLOCK, 0o644) {
-            Ok(file) => file,
-            Err(error) if error.raw_os_error() == Some(libc::ELOOP) => {
-                return Err(LeaseError::Unsafe {
-                    path: self.path.display().to_string(),
-                    problem: ".lock is a symbolic link".to_owned(),
-                })
+    /// The directory descriptor, for entries created and removed relative to it.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Takes the exclusive directory lock. While another process holds it, waits, calling
+    /// `pause` between tries (it ends the wait on a signal that ends gpurun), and after a
+    /// second says who holds it.
+    pub fn lock(&self, pause: &mut dyn FnMut(Duration) -> Result<(), i32>) -> Result<DirLock, LockDirError> {
+        let fresh =
+            openat(&self.fd, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+                .map_err(|e| self.io(e))?;
+        let started = Instant::now();
+        let mut said = false;
+        let mut interval = Duration::from_millis(1);
+        let mut fd = fresh;
+        loop {
+            match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(DirLock { _lock: lock }),
+                Err((back, Errno::EWOULDBLOCK)) => fd = back,
+                Err((_, error)) => return Err(self.io(error)),
             }
-            Err(error) => return Err(self.io(error)),
-        };
-        let stat = fstat(file.as_raw_fd()).map_err(|e| self.io(e))?;
-        if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(LeaseError::Unsafe {
-                path: self.path.display().to_string(),
-                problem: ".lock is not a regular file".to_owned(),
-            });
+            if !said && started.elapsed() >= SAY_WHO_HOLDS_AFTER {
+                tracing::info!("waiting for the lock directory {}, {}", self.path.display(), self.holder());
+                said = true;
+            }
+            pause(interval).map_err(LockDirError::Interrupted)?;
+            interval = (interval * 2).min(Duration::from_millis(20));
         }
-        flock(file.as_raw_fd(), if exclusive { libc::LOCK_EX } else { libc::LOCK_SH })
-            .map_err(|e| self.io(e))?;
-        Ok(DirGuard { _file: file })
     }
 
-    fn entries(&self) -> Vec<Vec<u8>> {
-        let listing = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+    /// "held by PID N (user, command)", from /proc/locks.
+    fn holder(&self) -> String {
+        let Ok(stat) = fstat(&self.fd) else { return "held by another process".to_owned() };
+        let dev = stat.st_dev;
+        let holders =
+            procfs::flock_holders(nix::sys::stat::major(dev), nix::sys::stat::minor(dev), stat.st_ino);
+        match holders.first() {
+            Some(&pid) => format!(
+                "held by PID {pid} ({}, {})",
+                procfs::owner(pid).unwrap_or_else(|| "?".to_owned()),
+                procfs::command_line(pid).unwrap_or_else(|| "?".to_owned())
+            ),
+            None => "held by another process".to_owned(),
+        }
+    }
+
+    /// The names in the directory.
+    pub fn entries(&self) -> Vec<Vec<u8>> {
+        let listing = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.fd));
         let Ok(entries) = std::fs::read_dir(listing) else { return Vec::new() };
         entries.flatten().map(|entry| entry.file_name().as_bytes().to_vec()).collect()
     }
 
-    /// Opens an entry that may belong to anyone, for reading: no symlinks, no FIFOs, regular
-    /// files only. Returns the file and its owner.
-    fn open_foreign(&self, name: &[u8]) -> Option<(File, u32)> {
-        let name = CString::new(name).ok()?;
-        let file = self.openat(&name, libc::O_RDONLY | libc::O_NONBLOCK, 0).ok()?;
-        let stat = fstat(file.as_raw_fd()).ok()?;
-        (stat.st_mode & libc::S_IFMT == libc::S_IFREG).then_some((file, stat.st_uid))
+    /// Opens an entry that may belong to anyone, for reading: no symlinks, no FIFOs (never
+    /// blocks), regular files only. Returns the file and its metadata.
+    pub fn open_foreign(&self, name: &[u8]) -> Option<(File, std::fs::Metadata)> {
+        let name = std::ffi::OsStr::from_bytes(name);
+        let fd = openat(
+            &self.fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let file = File::from(fd);
+        let metadata = file.metadata().ok()?;
+        metadata.file_type().is_file().then_some((file, metadata))
     }
 
     /// Whether someone holds the lock on `file` (then the lease or ticket is live).
-    fn is_held(file: &File) -> bool {
-        // SAFETY: flock on a valid descriptor; a shared lock we obtain is released by unlocking.
-        unsafe {
-            if libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0 {
-                libc::flock(file.as_raw_fd(), libc::LOCK_UN);
-                false
-            } else {
-                true
-            }
+    pub fn is_held(file: &File) -> bool {
+        let Ok(copy) = file.try_clone() else { return true };
+        // A lock we could take is released again when `probe` is dropped.
+        match Flock::lock(copy, FlockArg::LockSharedNonblock) {
+            Ok(_probe) => false,
+            Err(_) => true,
         }
     }
 
     /// Removes a dead entry if it is ours (only the owner may, in a sticky directory).
-    fn remove_if_mine_and_dead(&self, name: &[u8], owner: u32, may_clean: bool) {
-        if may_clean && owner == current_uid() {
-            if let Ok(name) = CString::new(name) {
-                // SAFETY: unlinkat relative to our directory.
-                unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), 0) };
-            }
+    pub fn remove_if_mine(&self, name: &[u8], owner: u32) {
+        if owner == current_uid() {
+            let _ = nix::unistd::unlinkat(
+                &self.fd,
+                std::ffi::OsStr::from_bytes(name),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
         }
     }
 
-    /// Every live lease. `may_clean`: the caller holds `.lock` exclusively, so dead leases of
-    /// this user can be removed.
-    pub fn live_leases(&self, may_clean: bool) -> Vec<Lease> {
-        let mut leases = Vec::new();
-        for name in self.entries().into_iter().filter(|n| n.ends_with(b".lease")) {
-            let Some((mut file, owner)) = self.open_foreign(&name) else { continue };
-            if !Self::is_held(&file) {
-                self.remove_if_mine_and_dead(&name, owner, may_clean);
-                continue;
-            }
-            let mut text = String::new();
-            if (&mut file).take(64 * 1024).read_to_string(&mut text).is_err() {
-                continue;
-            }
-            match serde_json::from_str::<Lease>(&text) {
-                Ok(lease) if lease.uid == owner => leases.push(lease),
-                Ok(lease) => tracing::debug!(
-                    "ignoring lease {} claiming uid {} but owned by uid {owner}",
-                    String::from_utf8_lossy(&name),
-                    lease.uid
-                ),
-                Err(error) => {
-                    tracing::debug!("ignoring unreadable lease {}: {error}", String::from_utf8_lossy(&name))
-                }
-            }
-        }
-        leases.sort_by(|a, b| (a.started, a.pid, &a.uuid).cmp(&(b.started, b.pid, &b.uuid)));
-        leases
+    /// Creates `name` exclusively (never over an existing entry or through a link), mode 0644.
+    pub fn create(&self, name: &str) -> Result<File, Errno> {
+        openat(
+            &self.fd,
+            name,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map(File::from)
     }
 
-    /// Takes a lease on each GPU; call with `.lock` held exclusively.
-    pub fn reserve(
-        &self,
-        gpus: &[(String, u64)],
-        exclusive: bool,
-        command: &str,
-    ) -> Result<Vec<HeldLease>, LeaseError> {
-        let started = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        let uid = current_uid();
-        let user = crate::probe::procfs::user_name(uid).unwrap_or_else(|| uid.to_string());
-        let mut held = Vec::new();
-        for (uuid, reserved_bytes) in gpus {
-            let lease = Lease {
-                uuid: uuid.clone(),
-                pid: std::process::id(),
-                uid,
-                user: user.clone(),
-                reserved_bytes: *reserved_bytes,
-                exclusive,
-                command: command.to_owned(),
-                started,
-            };
-            let safe_uuid: String = uuid.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-            let (file, name) =
-                self.create_unique(&format!("{safe_uuid}.{}", std::process::id()), ".lease")?;
-            flock(file.as_raw_fd(), libc::LOCK_EX).map_err(|e| self.io(e))?;
-            let mut writer = &file;
-            writer
-                .write_all(serde_json::to_string(&lease).expect("plain data").as_bytes())
-                .map_err(|e| self.io(e))?;
-            held.push(HeldLease { file, name, dir: self.fd.try_clone().map_err(|e| self.io(e))? });
-        }
-        Ok(held)
-    }
-
-    /// Creates `<stem>.<random><suffix>` exclusively (never over an existing entry or link).
-    fn create_unique(&self, stem: &str, suffix: &str) -> Result<(File, CString), LeaseError> {
-        for attempt in 0..16u32 {
-            let random =
-                std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), attempt) & 0xffff_ffff;
-            let name = cstring(&format!("{stem}.{random:08x}{suffix}"));
-            match self.openat(&name, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o644) {
-                Ok(file) => return Ok((file, name)),
-                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(error) => return Err(self.io(error)),
-            }
-        }
-        Err(self.io(io::Error::new(io::ErrorKind::AlreadyExists, "cannot create a unique entry")))
-    }
-
-    /// Joins the wait queue; call with `.lock` held exclusively so tickets are ordered.
-    pub fn take_ticket(&self) -> Result<Ticket, LeaseError> {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let pid = std::process::id();
-        let name = cstring(&format!("ticket.{nanos:020}.{pid}"));
-        let file =
-            self.openat(&name, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o644).map_err(|e| self.io(e))?;
-        flock(file.as_raw_fd(), libc::LOCK_EX).map_err(|e| self.io(e))?;
-        Ok(Ticket { _file: file, name, dir: self.fd.try_clone().map_err(|e| self.io(e))?, key: (nanos, pid) })
-    }
-
-    /// How many live tickets are ahead of `ticket`.
-    pub fn ahead_of(&self, ticket: &Ticket, may_clean: bool) -> usize {
-        let mut ahead = 0;
-        for name in self.entries() {
-            let Some(key) = parse_ticket(&name) else { continue };
-            if key >= ticket.key {
-                continue;
-            }
-            let Some((file, owner)) = self.open_foreign(&name) else { continue };
-            if Self::is_held(&file) {
-                ahead += 1;
-            } else {
-                self.remove_if_mine_and_dead(&name, owner, may_clean);
-            }
-        }
-        ahead
+    /// A duplicate of the directory descriptor, for an entry that outlives this `LockDir`.
+    pub fn fd_clone(&self) -> Result<OwnedFd, LockDirError> {
+        self.fd.as_fd().try_clone_to_owned().map_err(|e| self.io(e))
     }
 }
 
-fn parse_ticket(name: &[u8]) -> Option<(u128, u32)> {
-    let text = std::str::from_utf8(name).ok()?;
-    let mut parts = text.strip_prefix("ticket.")?.split('.');
-    let nanos = parts.next()?.parse().ok()?;
-    let pid = parts.next()?.parse().ok()?;
-    Some((nanos, pid))
+/// An entry this gpurun created in the lock directory: removed when dropped.
+pub struct Entry {
+    pub name: String,
+    dir: OwnedFd,
 }
 
-/// For messages: how long ago a lease was taken.
-pub fn age_seconds(lease: &Lease) -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    now.saturating_sub(lease.started)
+impl Entry {
+    pub fn new(dir: &LockDir, name: String) -> Result<Entry, LockDirError> {
+        Ok(Entry { name, dir: dir.fd_clone()? })
+    }
 }
 
-/// The lock directory from `--lock-dir` (or its GPURUN_LOCK_DIR variable, see settings.rs), or
-/// the default.
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let _ = nix::unistd::unlinkat(&self.dir, self.name.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+    }
+}
+
+/// The lock directory from `--lock-dir` (or its GPURUN_LOCK_DIR variable), or the default.
 pub fn resolve_dir(flag: Option<&Path>) -> PathBuf {
     flag.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
@@ -410,45 +250,52 @@ pub fn resolve_dir(flag: Option<&Path>) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn temp_dir() -> (tempfile::TempDir, PathBuf) {
-        let base = tempfile::tempdir().unwrap();
-        let path = base.path().join("locks");
-        (base, path)
-    }
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn created_sticky_and_world_writable() {
-        let (_base, path) = temp_dir();
-        LockDir::open(&path).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777, 0o1777);
+        let base = tempfile::tempdir().unwrap();
+        let path = base.path().join("locks");
+        LockDir::open(&path, true).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o1777);
     }
 
     #[test]
-    fn leases_live_while_held_and_vanish_on_drop() {
-        let (_base, path) = temp_dir();
-        let dir = LockDir::open(&path).unwrap();
-        let _guard = dir.lock(true).unwrap();
-        let held = dir.reserve(&[("GPU-abc".to_owned(), 42)], true, "train").unwrap();
-        let leases = dir.live_leases(true);
-        assert_eq!(leases.len(), 1);
-        assert_eq!(leases[0].reserved_bytes, 42);
-        assert!(leases[0].exclusive);
+    fn an_existing_directory_is_never_changed() {
+        let base = tempfile::tempdir().unwrap();
+        let path = base.path().join("private");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        LockDir::open(&path, true).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o700);
+    }
+
+    #[test]
+    fn looking_does_not_create() {
+        let base = tempfile::tempdir().unwrap();
+        let path = base.path().join("absent");
+        assert!(LockDir::open(&path, false).is_err());
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn the_lock_is_exclusive_and_says_who_holds_it() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(&base.path().join("locks"), true).unwrap();
+        let held = dir.lock(&mut |_| Ok(())).unwrap();
+        let other = LockDir::open(dir.path(), false).unwrap();
+        let mut tries = 0;
+        let result = other.lock(&mut |_| {
+            tries += 1;
+            if tries > 3 {
+                Err(libc::SIGTERM)
+            } else {
+                Ok(())
+            }
+        });
+        assert!(matches!(result, Err(LockDirError::Interrupted(libc::SIGTERM))));
+        assert!(other.holder().contains(&format!("PID {}", std::process::id())), "{}", other.holder());
         drop(held);
-        assert!(dir.live_leases(true).is_empty());
-        assert_eq!(std::fs::read_dir(&path).unwrap().count(), 1, "only .lock is left");
-    }
-
-    #[test]
-    fn tickets_queue_in_order() {
-        let (_base, path) = temp_dir();
-        let dir = LockDir::open(&path).unwrap();
-        let first = dir.take_ticket().unwrap();
-        let second = dir.take_ticket().unwrap();
-        assert_eq!(dir.ahead_of(&first, true), 0);
-        assert_eq!(dir.ahead_of(&second, true), 1);
-        drop(first);
-        assert_eq!(dir.ahead_of(&second, true), 0);
+        other.lock(&mut |_| Ok(())).unwrap();
     }
 }

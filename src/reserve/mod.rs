@@ -2,4 +2,6 @@
 //! wait queue, and the loop that probes, selects and reserves under the lock.
 
 pub mod acquire;
+pub mod lease;
 pub mod lockdir;
+pub mod ticket;

@@ -2,4 +2,5 @@
 //! qualify for the request, and which are chosen. Pure: no I/O.
 
 pub mod policy;
+pub mod selection;
 pub mod visibility;

@@ -1,12 +1,17 @@
 //! Pure selection: which GPUs may be chosen, why the others may not, and which are chosen.
 //! No I/O: the probe, the inherited visibility and the request come in, a `Decision` goes out.
 //!
-//! Rules (DESIGN 4):
-//! - A GPU whose queries failed, that is outside the inherited visibility, not in `--devices`,
-//!   in `--exclude`, of another `--model`, below `--min-total`, in MIG mode or in the prohibited
-//!   compute mode is never chosen ("hard" reasons).
-//! - `--min-free`, `--max-util` and `--exclusive` depend on the load ("soft" reasons); only they
-//!   are relaxed by `--fallback best`.
+//! Rules (DESIGN 4). Every reason a GPU is turned away is one of three kinds:
+//! - permanent: no state of the machine changes it for this request (outside the inherited
+//!   visibility, not in `--devices`, in `--exclude`, another `--model`, a total below
+//!   `--min-total`, or below `--min-free`). When fewer GPUs than requested could ever
+//!   qualify, the request is refused at once (exit 125, `--wait` or not) with one line saying
+//!   why, instead of "try later".
+//! - hard: not relaxed by `--fallback best`, but may change (queries failing right now, MIG
+//!   mode, the prohibited compute mode, another launch's exclusive reservation, a GPU held for
+//!   an earlier waiter).
+//! - soft: the load (`--min-free`, `--max-util`, `--exclusive`); only these are relaxed by
+//!   `--fallback best`.
 //! - A value NVML could not give fails every filter that needs it.
 //! - Ranking is deterministic for a given probe (ties break by index), except `random`.
 
@@ -65,11 +70,21 @@ pub struct Reservation {
     pub exclusive: bool,
 }
 
+/// A GPU kept for a launch that has waited longer (first come, first served).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    pub index: u32,
+    pub pid: u32,
+    pub user: String,
+}
+
 /// Why one GPU may or may not be chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assessment {
     pub index: u32,
-    /// Reasons no fallback relaxes.
+    /// Reasons no state of the machine changes.
+    pub permanent: Vec<String>,
+    /// Reasons no fallback relaxes, that may change.
     pub hard: Vec<String>,
     /// Reasons that depend on the load.
     pub soft: Vec<String>,
@@ -77,11 +92,16 @@ pub struct Assessment {
 
 impl Assessment {
     pub fn eligible(&self) -> bool {
-        self.hard.is_empty() && self.soft.is_empty()
+        self.permanent.is_empty() && self.hard.is_empty() && self.soft.is_empty()
+    }
+
+    /// Whether some state of the machine would let this GPU qualify.
+    pub fn possible(&self) -> bool {
+        self.permanent.is_empty()
     }
 
     pub fn reasons(&self) -> Vec<String> {
-        self.hard.iter().chain(&self.soft).cloned().collect()
+        self.permanent.iter().chain(&self.hard).chain(&self.soft).cloned().collect()
     }
 }
 
@@ -92,6 +112,13 @@ pub struct Decision {
     pub outcome: Outcome,
 }
 
+impl Decision {
+    /// The GPUs that could ever qualify for this request (a waiter holds back only these).
+    pub fn possible(&self) -> Vec<u32> {
+        self.assessments.iter().filter(|a| a.possible()).map(|a| a.index).collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// These NVML indices, best first.
@@ -100,8 +127,10 @@ pub enum Outcome {
     FallbackBest(Vec<u32>),
     /// Not enough qualified; `--fallback cpu`: run with no GPU.
     FallbackCpu,
-    /// Not enough GPUs (exit 75).
+    /// Not enough GPUs now (exit 75).
     Refused { qualified: u32 },
+    /// No state of the machine can meet the request (exit 125): why, in one line.
+    Impossible(String),
 }
 
 /// A `--devices`/`--exclude` entry that names no GPU, or more than one.
@@ -148,37 +177,92 @@ fn resolve_refs(gpus: &[Gpu], refs: &[DeviceRef], flag: &'static str) -> Result<
         .collect()
 }
 
+/// The filters that depend only on the request and the machine, in the order the impossible
+/// message names them.
+struct Fixed<'a> {
+    visibility: &'a Visibility,
+    devices: &'a Option<Vec<u32>>,
+    excluded: &'a [u32],
+    request: &'a Request,
+}
+
+impl Fixed<'_> {
+    /// Permanent reasons, each tagged with the filter it comes from.
+    fn reasons(&self, gpu: &Gpu) -> Vec<(Filter, String)> {
+        let mut reasons = Vec::new();
+        if !self.visibility.allows(gpu.index) {
+            let source = self.visibility.source.as_deref().unwrap_or("the inherited visibility");
+            reasons.push((Filter::Visibility, format!("not in {source}")));
+        }
+        if self.devices.as_ref().is_some_and(|d| !d.contains(&gpu.index)) {
+            reasons.push((Filter::Devices, "not in --devices".to_owned()));
+        }
+        if self.excluded.contains(&gpu.index) {
+            reasons.push((Filter::Devices, "excluded by --exclude".to_owned()));
+        }
+        if let (Some(pattern), Some(name)) = (&self.request.model, &gpu.name) {
+            if !pattern.matches(name) {
+                reasons.push((Filter::Model, format!("model {name} does not match --model {}", pattern.0)));
+            }
+        }
+        if let (Some(min_total), Some(memory)) = (self.request.min_total, gpu.memory) {
+            if memory.total_bytes < min_total {
+                reasons.push((
+                    Filter::MinTotal,
+                    format!("total {} < {}", human(memory.total_bytes), human(min_total)),
+                ));
+            }
+        }
+        if let (Some(threshold), Some(memory)) = (self.request.min_free, gpu.memory) {
+            let needed = threshold.bytes_on(memory.total_bytes);
+            let usable = memory.total_bytes.saturating_sub(memory.reserved_bytes);
+            if needed > usable {
+                reasons.push((
+                    Filter::MinFree,
+                    format!(
+                        "free {} < {} (never: {} in total)",
+                        human(memory.free_bytes),
+                        human(needed),
+                        human(usable)
+                    ),
+                ));
+            }
+        }
+        reasons
+    }
+}
+
+/// The request's filters that no state of the machine changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Filter {
+    Visibility,
+    Devices,
+    Model,
+    MinTotal,
+    MinFree,
+}
+
 fn assess(
     gpu: &Gpu,
-    visibility: &Visibility,
-    devices: &Option<Vec<u32>>,
-    excluded: &[u32],
-    request: &Request,
+    fixed: &Fixed,
     reservations: &[&Reservation],
+    held_back: Option<&HeldBack>,
 ) -> Assessment {
+    let request = fixed.request;
+    let permanent: Vec<String> = fixed.reasons(gpu).into_iter().map(|(_, reason)| reason).collect();
     let mut hard = Vec::new();
     let mut soft = Vec::new();
     if let Some(holder) = reservations.iter().find(|r| r.exclusive) {
         hard.push(format!("reserved exclusively by gpurun PID {} ({})", holder.pid, holder.user));
     }
+    if let Some(waiter) = held_back {
+        hard.push(format!("held for an earlier waiter (gpurun PID {}, {})", waiter.pid, waiter.user));
+    }
     if let Some(error) = &gpu.error {
         hard.push(format!("unreadable: {error}"));
     }
-    if !visibility.allows(gpu.index) {
-        hard.push(format!("not in {}", visibility.source.as_deref().unwrap_or("the inherited visibility")));
-    }
-    if devices.as_ref().is_some_and(|d| !d.contains(&gpu.index)) {
-        hard.push("not in --devices".to_owned());
-    }
-    if excluded.contains(&gpu.index) {
-        hard.push("excluded by --exclude".to_owned());
-    }
-    if let Some(pattern) = &request.model {
-        match &gpu.name {
-            Some(name) if pattern.matches(name) => {}
-            Some(name) => hard.push(format!("model {name} does not match --model {}", pattern.0)),
-            None => hard.push("model unknown".to_owned()),
-        }
+    if request.model.is_some() && gpu.name.is_none() {
+        hard.push("model unknown".to_owned());
     }
     if gpu.mig_enabled == Some(true) {
         hard.push("MIG mode is enabled: gpurun does not select MIG instances yet".to_owned());
@@ -186,18 +270,15 @@ fn assess(
     if gpu.compute_mode == Some(ComputeMode::Prohibited) {
         hard.push("compute mode is prohibited: no CUDA context allowed".to_owned());
     }
-    if let Some(min_total) = request.min_total {
-        match gpu.memory {
-            Some(m) if m.total_bytes >= min_total => {}
-            Some(m) => hard.push(format!("total {} < {}", human(m.total_bytes), human(min_total))),
-            None => hard.push("total memory unknown".to_owned()),
-        }
+    if request.min_total.is_some() && gpu.memory.is_none() {
+        hard.push("total memory unknown".to_owned());
     }
     if let Some(threshold) = request.min_free {
         match gpu.memory {
             Some(m) => {
                 let needed = threshold.bytes_on(m.total_bytes);
-                if m.free_bytes < needed {
+                let usable = m.total_bytes.saturating_sub(m.reserved_bytes);
+                if m.free_bytes < needed && needed <= usable {
                     let wanted = match threshold {
                         Threshold::Bytes(_) => human(needed),
                         Threshold::PercentOfTotal(p) => {
@@ -237,7 +318,79 @@ fn assess(
         // Only one context fits on such a card: a second one fails at cudaSetDevice.
         soft.push("compute mode is exclusive-process and the card is (or may be) in use".to_owned());
     }
-    Assessment { index: gpu.index, hard, soft }
+    Assessment { index: gpu.index, permanent, hard, soft }
+}
+
+fn gpus_word(count: usize) -> String {
+    format!("{count} GPU{}", if count == 1 { "" } else { "s" })
+}
+
+/// `only 2 GPUs`, `only 1 GPU`, `no GPU`.
+fn only(count: usize) -> String {
+    if count == 0 {
+        "no GPU".to_owned()
+    } else {
+        format!("only {}", gpus_word(count))
+    }
+}
+
+/// Why no state of the machine can meet the request: the first filter, in a fixed order, after
+/// which fewer GPUs than requested are left.
+fn impossible(gpus: &[Gpu], fixed: &Fixed, wanted: usize) -> Option<String> {
+    let request = fixed.request;
+    if gpus.len() < wanted {
+        return Some(format!("--gpus {wanted}: this machine has {}", gpus_word(gpus.len())));
+    }
+    let tagged: Vec<Vec<Filter>> =
+        gpus.iter().map(|gpu| fixed.reasons(gpu).into_iter().map(|(filter, _)| filter).collect()).collect();
+    let left_after = |last: Filter| tagged.iter().filter(|tags| tags.iter().all(|t| *t > last)).count();
+    let largest = |of: fn(&crate::probe::gpu::Memory) -> u64| {
+        gpus.iter()
+            .filter_map(|gpu| gpu.memory.as_ref().map(of))
+            .max()
+            .map(human)
+            .unwrap_or_else(|| "-".to_owned())
+    };
+    let order = [Filter::Visibility, Filter::Devices, Filter::Model, Filter::MinTotal, Filter::MinFree];
+    let culprit = order.into_iter().find(|filter| left_after(*filter) < wanted)?;
+    let left = left_after(culprit);
+    let message = match culprit {
+        Filter::Visibility => format!(
+            "--gpus {wanted}: {} allows {}",
+            fixed.visibility.source.as_deref().unwrap_or("the inherited visibility"),
+            only(left)
+        ),
+        Filter::Devices => format!("--gpus {wanted}: --devices/--exclude leave {}", only(left)),
+        Filter::Model => {
+            let mut models: Vec<&str> = gpus.iter().filter_map(|gpu| gpu.name.as_deref()).collect();
+            models.sort_unstable();
+            models.dedup();
+            let pattern = request.model.as_ref().map(|m| m.0.as_str()).unwrap_or_default();
+            format!(
+                "--model {pattern}: {} of the GPUs gpurun may use match{}, {wanted} requested (models here: {})",
+                left,
+                if left == 1 { "es" } else { "" },
+                models.join(", ")
+            )
+        }
+        Filter::MinTotal => format!(
+            "--min-total {}: {} ha{} that much in total (the largest has {})",
+            human(request.min_total.unwrap_or(0)),
+            only(left),
+            if left <= 1 { "s" } else { "ve" },
+            largest(|m| m.total_bytes)
+        ),
+        Filter::MinFree => format!(
+            "--min-free: {} can ever have that much free (the largest has {} in total)",
+            only(left),
+            largest(|m| m.total_bytes.saturating_sub(m.reserved_bytes))
+        ),
+    };
+    Some(if left == 0 || culprit == Filter::Visibility || culprit == Filter::Devices {
+        message
+    } else {
+        format!("{message}; {wanted} requested")
+    })
 }
 
 fn describe_pids(pids: impl Iterator<Item = u32>) -> String {
@@ -321,16 +474,18 @@ pub fn decide(
     visibility: &Visibility,
     request: &Request,
     reservations: &[Reservation],
+    held_back: &[HeldBack],
 ) -> Result<Decision, DeviceError> {
     let devices = request.devices.as_deref().map(|refs| resolve_refs(gpus, refs, "--devices")).transpose()?;
     let excluded = resolve_refs(gpus, &request.exclude, "--exclude")?;
+    let fixed = Fixed { visibility, devices: &devices, excluded: &excluded, request };
     let adjusted = after_reservations(gpus, reservations);
     let gpus = &adjusted[..];
     let assessments: Vec<Assessment> = gpus
         .iter()
         .map(|gpu| {
             let on_gpu: Vec<&Reservation> = reservations.iter().filter(|r| r.index == gpu.index).collect();
-            assess(gpu, visibility, &devices, &excluded, request, &on_gpu)
+            assess(gpu, &fixed, &on_gpu, held_back.iter().find(|h| h.index == gpu.index))
         })
         .collect();
     let by_index = |a: &Assessment| gpus.iter().find(|g| g.index == a.index).expect("assessed GPU exists");
@@ -340,13 +495,20 @@ pub fn decide(
         Outcome::Selected(Vec::new())
     } else if eligible.len() >= wanted {
         Outcome::Selected(rank(&eligible, request.policy, request.seed).into_iter().take(wanted).collect())
+    } else if let (Some(why), false) =
+        (impossible(gpus, &fixed, wanted), request.fallback == Some(Fallback::Cpu))
+    {
+        Outcome::Impossible(why)
     } else {
         match request.fallback {
             Some(Fallback::Cpu) => Outcome::FallbackCpu,
             Some(Fallback::Best) => {
                 // Qualified ones first, then the best of those turned away only for their load.
-                let relaxed: Vec<&Gpu> =
-                    assessments.iter().filter(|a| a.hard.is_empty() && !a.eligible()).map(by_index).collect();
+                let relaxed: Vec<&Gpu> = assessments
+                    .iter()
+                    .filter(|a| a.permanent.is_empty() && a.hard.is_empty() && !a.eligible())
+                    .map(by_index)
+                    .collect();
                 let mut chosen = rank(&eligible, request.policy, request.seed);
                 chosen.extend(rank(&relaxed, request.policy, request.seed));
                 if chosen.len() >= wanted {
@@ -386,7 +548,7 @@ mod tests {
     }
 
     fn chosen(gpus: &[Gpu], request: &Request) -> Outcome {
-        decide(gpus, &unrestricted(), request, &[]).unwrap().outcome
+        decide(gpus, &unrestricted(), request, &[], &[]).unwrap().outcome
     }
 
     #[test]
@@ -427,7 +589,7 @@ mod tests {
             exclusive: true,
             ..Request::default()
         };
-        let decision = decide(&gpus, &unrestricted(), &request, &[]).unwrap();
+        let decision = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap();
         assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
         assert_eq!(decision.assessments[0].reasons(), vec!["free 6 GiB < 8 GiB", "utilization 95% > 50%"]);
         assert_eq!(decision.assessments[1].reasons(), vec!["in use by PID 42"]);
@@ -444,8 +606,69 @@ mod tests {
         assert_eq!(chosen(&gpus, &request), Outcome::FallbackCpu);
         // Hard reasons are never relaxed.
         request.fallback = Some(Fallback::Best);
-        request.exclude = vec![DeviceRef::Index(0), DeviceRef::Index(1)];
-        assert_eq!(chosen(&gpus, &request), Outcome::Refused { qualified: 0 });
+        request.exclude = vec![DeviceRef::Index(0)];
+        request.count = 2;
+        assert_eq!(
+            chosen(&gpus, &request),
+            Outcome::Impossible("--gpus 2: --devices/--exclude leave only 1 GPU".into())
+        );
+        // --fallback cpu runs even a request no machine state can meet.
+        request.fallback = Some(Fallback::Cpu);
+        assert_eq!(chosen(&gpus, &request), Outcome::FallbackCpu);
+    }
+
+    #[test]
+    fn requests_no_state_of_the_machine_can_meet_say_why() {
+        let gpus: Vec<Gpu> = (0..3).map(test_gpu).collect();
+        let why = |request: Request| match chosen(&gpus, &request) {
+            Outcome::Impossible(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(why(Request { count: 9, ..Request::default() }), "--gpus 9: this machine has 3 GPUs");
+        assert_eq!(
+            why(Request { min_free: Some(Threshold::Bytes(500 << 30)), ..Request::default() }),
+            "--min-free: no GPU can ever have that much free (the largest has 80 GiB in total)"
+        );
+        assert_eq!(
+            why(Request { min_total: Some(100 << 30), ..Request::default() }),
+            "--min-total 100 GiB: no GPU has that much in total (the largest has 80 GiB)"
+        );
+        assert_eq!(
+            why(Request { model: Some(ModelPattern("H100".into())), ..Request::default() }),
+            "--model H100: 0 of the GPUs gpurun may use match, 1 requested (models here: NVIDIA A100-SXM4-80GB)"
+        );
+        let visibility = Visibility {
+            allowed: Some(vec![1]),
+            source: Some("CUDA_VISIBLE_DEVICES=1".into()),
+            warnings: vec![],
+        };
+        let decision =
+            decide(&gpus, &visibility, &Request { count: 2, ..Request::default() }, &[], &[]).unwrap();
+        assert_eq!(
+            decision.outcome,
+            Outcome::Impossible("--gpus 2: CUDA_VISIBLE_DEVICES=1 allows only 1 GPU".into())
+        );
+        // A GPU that is failing right now still exists: try later (75), not never.
+        let mut lost = gpus.clone();
+        lost.iter_mut().for_each(|gpu| gpu.error = Some("memory: GPU is lost".into()));
+        assert_eq!(chosen(&lost, &Request::default()), Outcome::Refused { qualified: 0 });
+    }
+
+    #[test]
+    fn earlier_waiters_hold_back_only_the_gpus_they_could_use() {
+        let gpus: Vec<Gpu> = (0..3).map(test_gpu).collect();
+        let held = [
+            HeldBack { index: 0, pid: 7, user: "alice".into() },
+            HeldBack { index: 1, pid: 7, user: "alice".into() },
+        ];
+        let decision = decide(&gpus, &unrestricted(), &Request::default(), &[], &held).unwrap();
+        assert_eq!(decision.outcome, Outcome::Selected(vec![2]));
+        assert_eq!(decision.assessments[0].hard, vec!["held for an earlier waiter (gpurun PID 7, alice)"]);
+        let two = Request { count: 2, ..Request::default() };
+        assert_eq!(
+            decide(&gpus, &unrestricted(), &two, &[], &held).unwrap().outcome,
+            Outcome::Refused { qualified: 1 }
+        );
     }
 
     #[test]
@@ -455,6 +678,7 @@ mod tests {
             &gpus,
             &unrestricted(),
             &Request { min_free: Some(Threshold::PercentOfTotal(50.0)), ..Request::default() },
+            &[],
             &[],
         )
         .unwrap();
@@ -501,17 +725,18 @@ mod tests {
             exclusive: false,
         };
         let request = Request { min_free: Some(Threshold::Bytes(40 << 30)), ..Request::default() };
-        let decision = decide(&gpus, &unrestricted(), &request, std::slice::from_ref(&pending)).unwrap();
+        let decision = decide(&gpus, &unrestricted(), &request, std::slice::from_ref(&pending), &[]).unwrap();
         assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
         assert_eq!(
             decision.assessments[0].reasons(),
             vec!["free 29 GiB (after 50 GiB reserved by other gpurun launches) < 40 GiB"]
         );
         let exclusive = Request { exclusive: true, ..Request::default() };
-        let decision = decide(&gpus, &unrestricted(), &exclusive, std::slice::from_ref(&pending)).unwrap();
+        let decision =
+            decide(&gpus, &unrestricted(), &exclusive, std::slice::from_ref(&pending), &[]).unwrap();
         assert_eq!(decision.assessments[0].reasons(), vec!["reserved by gpurun PID 9 (alice)"]);
         let held = Reservation { exclusive: true, pending_bytes: 0, ..pending };
-        let decision = decide(&gpus, &unrestricted(), &Request::default(), &[held]).unwrap();
+        let decision = decide(&gpus, &unrestricted(), &Request::default(), &[held], &[]).unwrap();
         assert_eq!(decision.assessments[0].hard, vec!["reserved exclusively by gpurun PID 9 (alice)"]);
         assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
     }
@@ -523,7 +748,7 @@ mod tests {
         gpus[1].compute_mode = Some(ComputeMode::Prohibited);
         gpus[2].compute_mode = Some(ComputeMode::ExclusiveProcess);
         gpus[2].processes = Some(vec![GpuProcess { pid: 7, used_bytes: None, user: None, command: None }]);
-        let decision = decide(&gpus, &unrestricted(), &Request::default(), &[]).unwrap();
+        let decision = decide(&gpus, &unrestricted(), &Request::default(), &[], &[]).unwrap();
         assert!(decision.assessments.iter().all(|a| !a.eligible()));
         assert_eq!(decision.outcome, Outcome::Refused { qualified: 0 });
     }
@@ -569,7 +794,7 @@ mod tests {
     fn arbitrary_request() -> impl Strategy<Value = Request> {
         (
             0u32..5,
-            prop::option::of(0u64..=80),
+            prop::option::of(0u64..=90),
             prop::option::of(0u32..=100),
             any::<bool>(),
             prop::option::of(prop::sample::select(vec!["A100", "*100", "V100"])),
@@ -595,6 +820,15 @@ mod tests {
             })
     }
 
+    /// Whether some state of the machine would let `gpu` qualify.
+    fn could_ever(gpu: &Gpu, request: &Request, visibility: &Visibility) -> bool {
+        visibility.allows(gpu.index)
+            && request.model.as_ref().is_none_or(|m| gpu.name.as_deref().is_none_or(|n| m.matches(n)))
+            && request.min_free.is_none_or(|t| {
+                gpu.memory.is_none_or(|m| t.bytes_on(m.total_bytes) <= m.total_bytes - m.reserved_bytes)
+            })
+    }
+
     fn passes_every_filter(gpu: &Gpu, request: &Request, visibility: &Visibility) -> bool {
         gpu.error.is_none()
             && visibility.allows(gpu.index)
@@ -614,7 +848,7 @@ mod tests {
             allowed in prop::option::of(prop::collection::vec(0u32..10, 0..6)),
         ) {
             let visibility = Visibility { allowed: allowed.clone(), source: Some("CUDA_VISIBLE_DEVICES=x".into()), warnings: vec![] };
-            let decision = decide(&gpus, &visibility, &request, &[]).unwrap();
+            let decision = decide(&gpus, &visibility, &request, &[], &[]).unwrap();
             let qualifying = gpus.iter().filter(|g| passes_every_filter(g, &request, &visibility)).count();
             match &decision.outcome {
                 Outcome::Selected(chosen) => {
@@ -632,6 +866,13 @@ mod tests {
                 Outcome::Refused { qualified } => {
                     prop_assert!(request.count as usize > qualifying);
                     prop_assert_eq!(*qualified as usize, qualifying);
+                    // "Try later" only when some state of the machine would do.
+                    let possible = gpus.iter().filter(|g| could_ever(g, &request, &visibility)).count();
+                    prop_assert!(possible >= request.count as usize);
+                }
+                Outcome::Impossible(why) => {
+                    let possible = gpus.iter().filter(|g| could_ever(g, &request, &visibility)).count();
+                    prop_assert!(possible < request.count as usize, "{}", why);
                 }
                 other => prop_assert!(false, "no fallback was asked for: {:?}", other),
             }
@@ -640,13 +881,13 @@ mod tests {
                 prop_assert_eq!(assessment.eligible(), passes_every_filter(gpu, &request, &visibility));
             }
             // Same probe, same answer (random included, for the same seed).
-            prop_assert_eq!(decide(&gpus, &visibility, &request, &[]).unwrap(), decision);
+            prop_assert_eq!(decide(&gpus, &visibility, &request, &[], &[]).unwrap(), decision);
         }
 
         #[test]
         fn most_free_takes_the_gpus_with_most_free_memory(gpus in arbitrary_machine(), count in 1u32..4) {
             let request = Request { count, ..Request::default() };
-            if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request, &[]).unwrap().outcome {
+            if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap().outcome {
                 let free = |i: u32| gpus[i as usize].memory.map(|m| m.free_bytes);
                 let worst_chosen = chosen.iter().map(|&i| free(i)).min().unwrap();
                 for gpu in gpus.iter().filter(|g| g.error.is_none() && !chosen.contains(&g.index)) {

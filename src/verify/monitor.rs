@@ -1,14 +1,14 @@
-//! Watching where the command landed: polls NVML for the processes of gpurun's whole tree (the
-//! command, its children, DataLoader workers, orphans reparented to gpurun), quickly at first and
-//! backing off, feeds `verify::Tracker`, logs each verdict once, and samples the tree's GPU
-//! memory for the report.
+//! Watching where the command landed: NVML's process lists (fetched by the NVML thread, never
+//! on the supervising thread) are matched against gpurun's process tree (the command, its
+//! children, DataLoader workers, orphans reparented to gpurun), quickly at first and backing
+//! off; each verdict is logged once, and the tree's GPU memory is sampled for the report.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::options::VerifyMode;
-use crate::probe::nvml::Session;
-use crate::probe::procfs;
+use crate::probe::nvml::{Call, Listed};
+use crate::process::procfs;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 
 /// The first poll comes this soon after launch; the interval then grows by half each time.
@@ -17,10 +17,15 @@ const FIRST_INTERVAL: Duration = Duration::from_millis(100);
 const LONGEST_INTERVAL: Duration = Duration::from_secs(2);
 /// After the verdict: memory samples for the report (and a late wrong-gpu).
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+/// A process-list call that has not returned after this long counts as NVML not answering.
+pub const SLOW_CALL: Duration = Duration::from_secs(1);
 
-pub struct Monitor<'a> {
-    session: &'a Session,
+/// What the NVML thread returned for one poll: each watched GPU's processes, or why not.
+pub type Lists = Vec<(u32, Result<Vec<Listed>, String>)>;
+
+pub struct Monitor {
     mode: VerifyMode,
+    own_pid: u32,
     /// NVML indices of the selected GPUs.
     selected: Vec<u32>,
     /// GPUs whose processes are listed each poll (all that could be read at launch).
@@ -32,26 +37,25 @@ pub struct Monitor<'a> {
     tracker: Tracker,
     interval: Duration,
     next_poll: Instant,
-    deadline: Instant,
+    deadline: Option<Instant>,
     logged: Vec<Verdict>,
     /// Largest total of the tree's memory seen on each GPU.
     pub peak_bytes: BTreeMap<u32, u64>,
 }
 
-impl<'a> Monitor<'a> {
+impl Monitor {
     pub fn new(
-        session: &'a Session,
         mode: VerifyMode,
         selected: &[u32],
         watched: Vec<u32>,
         before_launch: HashSet<u32>,
         visible_given: String,
         timeout: Duration,
-    ) -> Monitor<'a> {
+    ) -> Monitor {
         let now = Instant::now();
         Monitor {
-            session,
             mode,
+            own_pid: std::process::id(),
             selected: selected.to_vec(),
             watched,
             before_launch,
@@ -59,23 +63,32 @@ impl<'a> Monitor<'a> {
             tracker: Tracker::new(selected),
             interval: FIRST_INTERVAL,
             next_poll: now + FIRST_INTERVAL,
-            deadline: now + timeout,
+            deadline: Some(now + timeout),
             logged: Vec::new(),
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
         }
     }
 
-    pub fn next_poll(&self) -> Instant {
-        self.next_poll
+    /// The GPUs to list at each poll.
+    pub fn watched(&self) -> Vec<u32> {
+        self.watched.clone()
     }
 
-    /// Polls if due. Returns a wrong-gpu verdict when `--verify strict` must end the command.
-    pub fn tick(&mut self, own_pid: u32) -> Option<String> {
-        let now = Instant::now();
-        if now < self.next_poll {
-            return None;
-        }
-        let poll = self.poll(own_pid);
+    pub fn poll_due(&self, now: Instant) -> bool {
+        now >= self.next_poll
+    }
+
+    /// When the monitor next wants the supervisor's attention: the next poll (if one may be
+    /// sent now) or the verification deadline.
+    pub fn next_wake(&self, may_poll: bool) -> Option<Instant> {
+        let poll = may_poll.then_some(self.next_poll);
+        [poll, self.deadline].into_iter().flatten().min()
+    }
+
+    /// Takes one poll's lists. Returns a wrong-gpu detail when `--verify strict` must end the
+    /// command.
+    pub fn absorb(&mut self, lists: Lists) -> Option<String> {
+        let poll = self.poll(lists);
         let visible_given = self.visible_given.clone();
         self.tracker.observe(poll, |sighting| likely_cause(sighting, &visible_given));
         let mut strict_failure = None;
@@ -86,25 +99,50 @@ impl<'a> Monitor<'a> {
             {
                 strict_failure = Some(detail);
             }
+            self.deadline = None;
             self.interval = SAMPLE_INTERVAL;
-        } else if now >= self.deadline {
-            let (verdict, detail) = self.tracker.verdict();
-            self.log_once(verdict, &format!("{detail} (within --verify-timeout)"));
-            self.interval = SAMPLE_INTERVAL;
-        } else {
+        } else if self.deadline.is_some() {
             self.interval = (self.interval * 3 / 2).min(LONGEST_INTERVAL);
         }
-        self.next_poll = now + self.interval;
+        self.next_poll = Instant::now() + self.interval;
         strict_failure
     }
 
+    /// At `--verify-timeout` with no settled verdict: say what is known. `stuck`: the NVML
+    /// call that has not returned, if one is hanging.
+    pub fn check_deadline(&mut self, now: Instant, stuck: Option<Option<Call>>) {
+        if self.deadline.is_none_or(|deadline| now < deadline) {
+            return;
+        }
+        self.deadline = None;
+        self.interval = SAMPLE_INTERVAL;
+        let (verdict, detail) = self.verdict(stuck);
+        self.log_once(verdict, &format!("{detail} (within --verify-timeout)"));
+    }
+
     /// The final verdict, once the command has ended; logged if nothing was yet.
-    pub fn finish(&mut self) -> (Verdict, String) {
-        let (verdict, detail) = self.tracker.verdict();
+    pub fn finish(&mut self, stuck: Option<Option<Call>>) -> (Verdict, String) {
+        let (verdict, detail) = self.verdict(stuck);
         if self.logged.is_empty() || verdict == Verdict::WrongGpu {
             self.log_once(verdict, &detail);
         }
         (verdict, detail)
+    }
+
+    /// The tracker's verdict, except that nothing seen while NVML did not answer is not
+    /// "not observed" but "could not be checked".
+    fn verdict(&self, stuck: Option<Option<Call>>) -> (Verdict, String) {
+        let (verdict, detail) = self.tracker.verdict();
+        match stuck {
+            Some(call) if verdict == Verdict::NotObserved => (
+                Verdict::Unverifiable,
+                match call {
+                    Some(call) => format!("NVML did not answer: {call} did not return"),
+                    None => "NVML did not answer the process-list query".to_owned(),
+                },
+            ),
+            _ => (verdict, detail),
+        }
     }
 
     fn log_once(&mut self, verdict: Verdict, detail: &str) -> bool {
@@ -124,16 +162,16 @@ impl<'a> Monitor<'a> {
         true
     }
 
-    fn poll(&mut self, own_pid: u32) -> Poll {
-        let tree: HashSet<u32> = procfs::descendants(own_pid).into_iter().collect();
+    fn poll(&mut self, lists: Lists) -> Poll {
         let mut poll = Poll::default();
-        for &gpu in &self.watched {
+        for (gpu, listed) in lists {
             let selected = self.selected.contains(&gpu);
-            match self.session.processes(gpu) {
+            match listed {
                 Ok(listed) => {
                     let mut tree_bytes = 0u64;
                     for process in listed {
-                        if tree.contains(&process.pid) {
+                        // The few PIDs NVML lists are walked up to gpurun: nothing scans /proc.
+                        if process.pid != self.own_pid && procfs::descends_from(process.pid, self.own_pid) {
                             tree_bytes += process.used_bytes.unwrap_or(0);
                             let command = procfs::command_line(process.pid).unwrap_or_else(|| "?".to_owned());
                             poll.sightings.push(Sighting { pid: process.pid, command: clip(&command), gpu });
@@ -149,7 +187,7 @@ impl<'a> Monitor<'a> {
                         *peak = (*peak).max(tree_bytes);
                     }
                 }
-                Err(error) if selected => poll.unlistable.push((gpu, error.to_string())),
+                Err(error) if selected => poll.unlistable.push((gpu, error)),
                 Err(error) => tracing::debug!("GPU {gpu}: cannot list processes: {error}"),
             }
         }

@@ -8,17 +8,12 @@ use std::io::Write as _;
 
 use serde::Serialize;
 
-use crate::launch::spawn::End;
-use crate::options::size::human;
-use crate::probe::gpu::Gpu;
-use crate::verify::verdict::Verdict;
+use std::ffi::OsString;
 
-#[derive(Serialize)]
-pub struct Selected {
-    pub index: u32,
-    pub uuid: Option<String>,
-    pub name: Option<String>,
-}
+use crate::exit_code::{End, Exit};
+use crate::options::size::human;
+use crate::select::selection::{Device, Selection};
+use crate::verify::verdict::Verdict;
 
 #[derive(Serialize)]
 pub struct Verification {
@@ -28,7 +23,7 @@ pub struct Verification {
 }
 
 #[derive(Serialize)]
-pub struct Exit {
+pub struct Ended {
     /// The command's exit code, or null if a signal ended it.
     pub code: Option<u8>,
     pub signal: Option<i32>,
@@ -38,32 +33,57 @@ pub struct Exit {
 #[derive(Serialize)]
 pub struct Report {
     pub command: Vec<String>,
-    pub selected: Vec<Selected>,
+    pub selected: Vec<Device>,
     pub verification: Verification,
     /// The largest total of the tree's GPU memory seen on each GPU, by UUID.
     pub peak_memory_bytes: BTreeMap<String, u64>,
     pub wall_seconds: f64,
-    pub exit: Exit,
+    pub exit: Ended,
     /// What gpurun itself exits with (125 after `--verify strict` ended the command).
     pub gpurun_exit_status: i32,
 }
 
 impl Report {
-    pub fn selected_from(gpus: &[&Gpu]) -> Vec<Selected> {
-        gpus.iter()
-            .map(|gpu| Selected { index: gpu.index, uuid: gpu.uuid.clone(), name: gpu.name.clone() })
-            .collect()
+    /// The report of a run. `uuid_of`: a GPU's UUID by index, for the per-GPU peaks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        command: &[OsString],
+        selection: &Selection,
+        verification: Verification,
+        peaks: &BTreeMap<u32, u64>,
+        uuid_of: &dyn Fn(u32) -> Option<String>,
+        wall_seconds: f64,
+        end: End,
+        exit: Exit,
+    ) -> Report {
+        Report {
+            command: command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
+            selected: selection.devices.clone(),
+            verification,
+            peak_memory_bytes: peaks
+                .iter()
+                .map(|(index, bytes)| (uuid_of(*index).unwrap_or_else(|| format!("GPU {index}")), *bytes))
+                .collect(),
+            wall_seconds,
+            exit: match end {
+                End::Exited(code) => Ended { code: Some(code), signal: None, signal_name: None },
+                End::Signaled(signal) => Ended {
+                    code: None,
+                    signal: Some(signal),
+                    signal_name: Some(crate::options::signal::name(signal)),
+                },
+            },
+            gpurun_exit_status: exit.status(),
+        }
     }
 
-    pub fn exit_from(end: End) -> Exit {
-        match end {
-            End::Exited(code) => Exit { code: Some(code), signal: None, signal_name: None },
-            End::Signaled(signal) => Exit {
-                code: None,
-                signal: Some(signal),
-                signal_name: Some(crate::options::signal::name(signal)),
-            },
-        }
+    /// `--report`: the summary on stderr, in the log format in force.
+    pub fn log(&self) {
+        crate::process::logging::print_outside(
+            "info",
+            &self.summary(),
+            Some(("report", serde_json::to_value(self).expect("plain data"))),
+        );
     }
 
     pub fn summary(&self) -> String {

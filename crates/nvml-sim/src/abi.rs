@@ -95,8 +95,44 @@ fn handle_for(index: usize) -> Device {
     (index + 1) as Device
 }
 
+/// `[[hang]]` and `[[crash]]`: a hanging call sleeps outside the state lock (other threads'
+/// calls go on, as with a real driver stuck on one GPU); a crashing one faults for real.
+fn misbehave(call: &str, gpu: Option<u32>) {
+    let (hang, crash) =
+        with_state(|state| Ok((state.hang(call, gpu), state.crashes(call, gpu)))).unwrap_or((None, false));
+    if crash {
+        fault();
+    }
+    match hang {
+        None => {}
+        Some(Some(duration)) => std::thread::sleep(duration),
+        Some(None) => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+    }
+}
+
+/// A real memory fault: a read of a page mapped without access. The kernel delivers SIGSEGV
+/// to this thread whatever its signal mask, as for any bug in a driver library.
+fn fault() -> ! {
+    // SAFETY: mmap of one anonymous page; reading it faults (PROT_NONE), which is the point.
+    unsafe {
+        let page = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        std::ptr::read_volatile(page.cast::<u8>());
+    }
+    std::process::abort()
+}
+
 /// Runs `body` for an initialised library and a valid device handle.
 fn device_call(device: Device, call: &str, body: impl FnOnce(&mut State, u32) -> u32) -> u32 {
+    misbehave(call, Some((device as usize).wrapping_sub(1) as u32));
     let result = with_state(|state| {
         if state.init_count == 0 {
             return Err(NVML_ERROR_UNINITIALIZED);
@@ -115,6 +151,7 @@ fn device_call(device: Device, call: &str, body: impl FnOnce(&mut State, u32) ->
 }
 
 fn system_call(call: &str, body: impl FnOnce(&mut State) -> u32) -> u32 {
+    misbehave(call, None);
     let result = with_state(|state| {
         if state.init_count == 0 {
             return Err(NVML_ERROR_UNINITIALIZED);
@@ -159,8 +196,12 @@ unsafe fn put<T>(out: *mut T, value: T) -> u32 {
     NVML_SUCCESS
 }
 
+/// The thread of `helper_thread = true`, started once.
+static HELPER_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn init(flags: c_uint) -> u32 {
     let _ = flags;
+    misbehave("nvmlInit", None);
     let result = with_state(|state| {
         if let Some(name) = &state.scenario.init.error {
             return Err(scenario::error_code(name).unwrap_or(NVML_ERROR_UNKNOWN));
@@ -170,6 +211,11 @@ fn init(flags: c_uint) -> u32 {
             std::thread::sleep(Duration::from_millis(delay));
         }
         state.init_count += 1;
+        if state.scenario.helper_thread && !HELPER_STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let _ = std::thread::Builder::new().name("nvml-sim-helper".to_owned()).spawn(|| loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            });
+        }
         Ok(NVML_SUCCESS)
     });
     result.unwrap_or_else(|error| error)
@@ -295,6 +341,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCount(count: *mut c_uint) -> u32 {
 /// `device` must be valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut Device) -> u32 {
+    misbehave("nvmlDeviceGetHandleByIndex", Some(index));
     let result = with_state(|state| {
         if state.init_count == 0 {
             return Err(NVML_ERROR_UNINITIALIZED);

@@ -21,6 +21,10 @@ pub struct Scenario {
     pub cuda_driver_version: i32,
     #[serde(default)]
     pub init: InitSpec,
+    /// nvmlInit starts a helper thread, as the real library may: a thread the caller did not
+    /// create, which inherits the caller's signal mask at that moment and nothing else.
+    #[serde(default)]
+    pub helper_thread: bool,
     /// Added to the PIDs of live (sim-cuda) processes: NVML in a container reports host PIDs.
     #[serde(default)]
     pub pid_offset: u32,
@@ -37,6 +41,10 @@ pub struct Scenario {
     pub processes: Vec<ProcessSpec>,
     #[serde(default, rename = "error")]
     pub errors: Vec<ErrorSpec>,
+    #[serde(default, rename = "hang")]
+    pub hangs: Vec<HangSpec>,
+    #[serde(default, rename = "crash")]
+    pub crashes: Vec<CrashSpec>,
     #[serde(default, rename = "link")]
     pub links: Vec<LinkSpec>,
 }
@@ -134,6 +142,31 @@ pub struct ErrorSpec {
     pub error: String,
     /// Transient: only the first N matching calls of each process fail.
     pub times: Option<u32>,
+}
+
+/// A call that does not return for a while, or ever: a GPU off the bus, a wedged driver.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HangSpec {
+    /// As for `[[error]]`: the NVML function without its version suffix, or `*`.
+    pub call: String,
+    pub gpu: Option<u32>,
+    /// This many matching calls of each process return normally first.
+    #[serde(default)]
+    pub after: u32,
+    /// How long each hanging call takes; omitted: it never returns.
+    pub ms: Option<u64>,
+    /// Only this many calls hang (after `after`); omitted: every one.
+    pub times: Option<u32>,
+}
+
+/// A call that crashes the calling process with a real memory fault (SIGSEGV from the kernel,
+/// not a signal someone sent), as a buggy driver library would.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashSpec {
+    pub call: String,
+    pub gpu: Option<u32>,
 }
 
 /// Topology between two GPUs, for `nvmlDeviceGetTopologyCommonAncestor`.

@@ -15,6 +15,8 @@ pub struct State {
     stamp: Option<(SystemTime, u64)>,
     /// Calls failed so far by each `[[error]]` entry that has `times`.
     error_hits: Vec<u32>,
+    /// Matching calls so far for each `[[hang]]` entry.
+    hang_hits: Vec<u32>,
     pub init_count: u32,
 }
 
@@ -51,6 +53,7 @@ impl State {
         let scenario = source.load()?;
         Ok(State {
             error_hits: vec![0; scenario.errors.len()],
+            hang_hits: vec![0; scenario.hangs.len()],
             state_dir: scenario::state_dir(&source),
             scenario,
             source,
@@ -67,6 +70,7 @@ impl State {
         match self.source.load() {
             Ok(scenario) => {
                 self.error_hits = vec![0; scenario.errors.len()];
+                self.hang_hits = vec![0; scenario.hangs.len()];
                 self.scenario = scenario;
                 self.stamp = stamp;
             }
@@ -92,6 +96,28 @@ impl State {
             return scenario::error_code(&spec.error);
         }
         None
+    }
+
+    /// How long this call must hang (`Some(None)`: forever), from `[[hang]]`.
+    pub fn hang(&mut self, call: &str, gpu: Option<u32>) -> Option<Option<std::time::Duration>> {
+        for (position, spec) in self.scenario.hangs.iter().enumerate() {
+            let call_matches = spec.call == call || (spec.call == "*" && gpu.is_some());
+            if !call_matches || !(spec.gpu.is_none() || spec.gpu == gpu) {
+                continue;
+            }
+            self.hang_hits[position] += 1;
+            let hit = self.hang_hits[position];
+            let hanging = hit > spec.after && spec.times.is_none_or(|times| hit <= spec.after + times);
+            if hanging {
+                return Some(spec.ms.map(std::time::Duration::from_millis));
+            }
+        }
+        None
+    }
+
+    /// Whether this call must crash, from `[[crash]]`.
+    pub fn crashes(&self, call: &str, gpu: Option<u32>) -> bool {
+        self.scenario.crashes.iter().any(|spec| spec.call == call && (spec.gpu.is_none() || spec.gpu == gpu))
     }
 
     pub fn processes(&self, gpu: u32) -> Vec<ListedProcess> {

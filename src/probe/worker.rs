@@ -1,0 +1,173 @@
+//! gpurun's NVML thread. NVML calls can hang (a GPU off the bus, a wedged driver, a cold driver
+//! without persistence mode), so none is made on the main thread: it sends one job at a time to
+//! this thread and waits for the answer beside its signals, with a deadline. While a call
+//! hangs, the main thread keeps forwarding signals, reaping and exiting; at the end of the run
+//! the thread is simply abandoned (process exit ends it, unless the kernel holds it in an
+//! uninterruptible wait, which nothing in user space can end).
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use crate::probe::gpu::Machine;
+use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Session};
+use crate::process::signals::Receiver;
+
+/// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).
+const STACK_SIZE: usize = 512 * 1024;
+
+pub enum Job {
+    Open(Option<PathBuf>),
+    Probe,
+    /// The compute processes of these GPUs.
+    Processes(Vec<u32>),
+}
+
+pub enum Answer {
+    /// The library NVML was loaded from.
+    Opened(Result<PathBuf, OpenError>),
+    Probed(Result<Machine, OpenError>),
+    Processes(Vec<(u32, Result<Vec<Listed>, String>)>),
+}
+
+/// Why no answer came.
+#[derive(Debug)]
+pub enum NoAnswer {
+    /// The deadline passed; the call NVML is stuck in, if the thread is inside one.
+    Stalled(Option<Call>),
+    /// A signal that ends gpurun arrived first.
+    Interrupted(i32),
+}
+
+/// The main thread's side.
+pub struct NvmlThread {
+    jobs: mpsc::Sender<Job>,
+    answers: mpsc::Receiver<Answer>,
+    ready: std::sync::Arc<EventFd>,
+    calls: Calls,
+    /// When the job now running was sent.
+    busy_since: Option<Instant>,
+}
+
+fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<Answer>, ready: &EventFd) {
+    let mut session: Option<Session> = None;
+    for job in jobs {
+        let answer = match job {
+            Job::Open(library) => match nvml::open(library.as_deref(), session_calls.clone()) {
+                Ok(opened) => {
+                    let path = opened.library().to_path_buf();
+                    session = Some(opened);
+                    Answer::Opened(Ok(path))
+                }
+                Err(error) => Answer::Opened(Err(error)),
+            },
+            Job::Probe => match session.as_mut() {
+                Some(session) => Answer::Probed(session.probe()),
+                None => Answer::Probed(Err(OpenError::NotOpen)),
+            },
+            Job::Processes(gpus) => Answer::Processes(
+                gpus.into_iter()
+                    .map(|gpu| {
+                        let listed = match session.as_mut() {
+                            Some(session) => session.processes(gpu).map_err(|e| e.to_string()),
+                            None => Err("NVML is not open".to_owned()),
+                        };
+                        (gpu, listed)
+                    })
+                    .collect(),
+            ),
+        };
+        if answers.send(answer).is_err() {
+            return;
+        }
+        let _ = ready.write(1);
+    }
+}
+
+impl NvmlThread {
+    /// Starts the thread. Call after the signals are blocked: the thread, and any thread the
+    /// NVML library starts from it, inherit the mask.
+    pub fn start() -> std::io::Result<NvmlThread> {
+        let (jobs, job_queue) = mpsc::channel();
+        let (answer_queue, answers) = mpsc::channel();
+        let ready = std::sync::Arc::new(
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(std::io::Error::from)?,
+        );
+        let calls = Calls::default();
+        let (thread_calls, thread_ready) = (calls.clone(), std::sync::Arc::clone(&ready));
+        std::thread::Builder::new()
+            .name("gpurun-nvml".to_owned())
+            .stack_size(STACK_SIZE)
+            .spawn(move || run(thread_calls, job_queue, answer_queue, &thread_ready))?;
+        Ok(NvmlThread { jobs, answers, ready, calls, busy_since: None })
+    }
+
+    /// Becomes readable when an answer is waiting.
+    pub fn ready_fd(&self) -> BorrowedFd<'_> {
+        self.ready.as_fd()
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.busy_since.is_some()
+    }
+
+    /// Hands the thread a job; ignored while it is busy with another (one at a time).
+    pub fn send(&mut self, job: Job) {
+        if self.busy_since.is_none() && self.jobs.send(job).is_ok() {
+            self.busy_since = Some(Instant::now());
+        }
+    }
+
+    /// The answer, if it has come.
+    pub fn try_answer(&mut self) -> Option<Answer> {
+        let _ = self.ready.read();
+        let answer = self.answers.try_recv().ok()?;
+        self.busy_since = None;
+        Some(answer)
+    }
+
+    /// What the thread is stuck on, if a job has been running for at least `longer_than`.
+    pub fn stuck(&self, longer_than: Duration) -> Option<Option<Call>> {
+        let since = self.busy_since?;
+        (since.elapsed() >= longer_than).then(|| self.calls.current())
+    }
+
+    /// Waits for the answer to the job in hand until `deadline`, acting on signals as before
+    /// the launch (a stop stops gpurun; a signal that ends it ends the wait).
+    pub fn await_answer(&mut self, receiver: &Receiver, deadline: Instant) -> Result<Answer, NoAnswer> {
+        loop {
+            if let Some(answer) = self.try_answer() {
+                return Ok(answer);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(NoAnswer::Stalled(self.calls.current()));
+            }
+            let (received, _) = receiver.wait(Some(self.ready.as_fd()), Some(left));
+            receiver.act_before_launch(&received).map_err(NoAnswer::Interrupted)?;
+        }
+    }
+
+    /// Sends a job and waits for its answer (see `await_answer`).
+    pub fn ask(&mut self, job: Job, receiver: &Receiver, timeout: Duration) -> Result<Answer, NoAnswer> {
+        self.send(job);
+        self.await_answer(receiver, Instant::now() + timeout)
+    }
+}
+
+/// The one-line message for a probe that did not finish in time.
+pub fn stall_message(call: &Option<Call>, timeout: Duration) -> String {
+    let what = match call {
+        Some(call) => format!("{call} did not return"),
+        None => "the probe did not finish".to_owned(),
+    };
+    format!(
+        "NVML did not answer within {}: {what}; the driver may be hung (check `dmesg` for Xid errors and \
+         whether `nvidia-smi` answers), or raise --nvml-timeout",
+        crate::options::duration::shown(timeout)
+    )
+}

@@ -1,0 +1,63 @@
+//! gpurun's own process, which every stage shares: descriptors 0-2, the signals it reads
+//! instead of letting them act, and what `/proc` says about processes.
+
+pub mod logging;
+pub mod procfs;
+pub mod signals;
+pub mod stdio;
+
+use std::io::Write;
+
+/// Flushes what gpurun wrote on stdout, before it ends by `_exit` or a signal (which skip the
+/// standard library's own flush).
+pub fn flush_stdout() {
+    let _ = std::io::stdout().lock().flush();
+}
+
+/// A change in a child's state, as waitpid(2) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEvent {
+    Exited(u8),
+    /// Killed by this signal (real-time ones included, which nix's `WaitStatus` cannot hold).
+    Signaled(i32),
+    Stopped(i32),
+}
+
+/// What one non-blocking wait for children found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reaped {
+    Child(u32, ChildEvent),
+    /// Children exist, none has changed.
+    Nothing,
+    /// gpurun has no children left at all (ECHILD).
+    NoChildren,
+}
+
+/// Collects one child's state change without blocking. `pid` None: any child. `stops`: also
+/// report job-control stops (WUNTRACED).
+pub fn reap(pid: Option<u32>, stops: bool) -> Reaped {
+    let mut status = 0;
+    let flags = libc::WNOHANG | if stops { libc::WUNTRACED } else { 0 };
+    let target = pid.map(|p| p as libc::pid_t).unwrap_or(-1);
+    // SAFETY: waitpid writes the status into a local.
+    let found = unsafe { libc::waitpid(target, &mut status, flags) };
+    match found {
+        0 => Reaped::Nothing,
+        n if n < 0 => match nix::errno::Errno::last() {
+            nix::errno::Errno::ECHILD => Reaped::NoChildren,
+            _ => Reaped::Nothing,
+        },
+        n => {
+            let event = if libc::WIFEXITED(status) {
+                ChildEvent::Exited(libc::WEXITSTATUS(status) as u8)
+            } else if libc::WIFSIGNALED(status) {
+                ChildEvent::Signaled(libc::WTERMSIG(status))
+            } else if libc::WIFSTOPPED(status) {
+                ChildEvent::Stopped(libc::WSTOPSIG(status))
+            } else {
+                return Reaped::Nothing;
+            };
+            Reaped::Child(n as u32, event)
+        }
+    }
+}

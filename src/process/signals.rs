@@ -1,0 +1,233 @@
+//! gpurun's own signal state: what the caller gave it, the signals it reads from a signalfd
+//! instead of letting them act, waiting on them, and ending by one.
+//!
+//! At startup, before any thread can exist (the NVML library and gpurun's NVML thread start
+//! threads later), every catchable signal the caller did not ignore is blocked and routed to a
+//! signalfd. Threads inherit the mask, so a signal sent to the process can only be read from the
+//! signalfd: no library thread can take it with a default action that kills gpurun. Synchronous
+//! faults (a real SIGSEGV in gpurun or the driver) still kill gpurun: the kernel forces those
+//! through any mask. gpurun never installs a handler, so the command, which starts with the
+//! caller's mask, inherits nothing of this.
+//!
+//! (signalfd rather than signal-hook's handler-and-pipe: a handler runs on whatever thread the
+//! kernel picks and sees no sender; the signalfd gives the sender's PID and si_code, which the
+//! forwarding rule needs, and blocking is what keeps library threads out of it.)
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::Duration;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use crate::process::procfs;
+
+/// The caller's signal state, captured before gpurun changes anything, for the command.
+#[derive(Clone)]
+pub struct CallerState {
+    /// The caller's signal mask, as the kernel holds it (real-time signals included).
+    pub mask: SigSet,
+    /// Signals the caller ignored: bit N-1 is signal N.
+    ignored: u64,
+}
+
+impl CallerState {
+    pub fn capture() -> CallerState {
+        let mask = SigSet::thread_get_mask().unwrap_or_else(|_| SigSet::empty());
+        let (ignored, _) = procfs::own_signal_sets();
+        CallerState { mask, ignored }
+    }
+
+    pub fn is_ignored(&self, signal: i32) -> bool {
+        (1..=64).contains(&signal) && self.ignored & (1u64 << (signal - 1)) != 0
+    }
+}
+
+/// What the default action of a signal does (signal(7)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultAction {
+    Terminate,
+    Stop,
+    Ignore,
+}
+
+pub fn default_action(signal: i32) -> DefaultAction {
+    match signal {
+        libc::SIGCHLD | libc::SIGCONT | libc::SIGURG | libc::SIGWINCH => DefaultAction::Ignore,
+        libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU | libc::SIGSTOP => DefaultAction::Stop,
+        _ => DefaultAction::Terminate,
+    }
+}
+
+/// The SI_KERNEL code: the kernel itself sent the signal (the terminal driver, for one).
+const SI_KERNEL: i32 = 0x80;
+
+/// Who sent a signal, as far as the kernel says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// kill(2) and friends, by this PID.
+    Process(u32),
+    /// The kernel: terminal keys, hangup, window size.
+    Kernel,
+    /// Anything else (a timer, I/O readiness, a child's state change).
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    pub signal: i32,
+    pub origin: Origin,
+}
+
+/// The signals gpurun reads instead of letting them act.
+pub struct Receiver {
+    fd: SignalFd,
+    caller: CallerState,
+}
+
+impl Receiver {
+    /// Blocks every catchable signal the caller did not ignore (SIGCHLD always, to reap) and
+    /// opens a signalfd for them. Call before any thread exists.
+    pub fn open(caller: CallerState) -> io::Result<Receiver> {
+        // sigfillset: glibc leaves out its own internal signals (thread cancellation, setxid).
+        let mut blocked = SigSet::all();
+        for signal in Signal::iterator() {
+            if caller.is_ignored(signal as i32) && signal != Signal::SIGCHLD {
+                blocked.remove(signal);
+            }
+        }
+        if caller.is_ignored(libc::SIGCHLD) {
+            // An ignored SIGCHLD makes the kernel reap children before their status can be
+            // read; the command gets the caller's SIG_IGN back (spawn).
+            // SAFETY: SIG_DFL installs no handler; no other thread exists yet.
+            unsafe { nix::sys::signal::signal(Signal::SIGCHLD, nix::sys::signal::SigHandler::SigDfl) }
+                .map_err(io::Error::from)?;
+        }
+        blocked.thread_block().map_err(io::Error::from)?;
+        let fd = SignalFd::with_flags(&blocked, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .map_err(io::Error::from)?;
+        Ok(Receiver { fd, caller })
+    }
+
+    pub fn caller(&self) -> &CallerState {
+        &self.caller
+    }
+
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Every signal that has arrived, without waiting.
+    pub fn drain(&self) -> Vec<Received> {
+        let mut received = Vec::new();
+        while let Ok(Some(info)) = self.fd.read_signal() {
+            let signal = info.ssi_signo as i32;
+            let origin = match info.ssi_code {
+                code if code <= 0 => Origin::Process(info.ssi_pid),
+                SI_KERNEL => Origin::Kernel,
+                _ => Origin::Other,
+            };
+            received.push(Received { signal, origin });
+        }
+        received
+    }
+
+    /// Waits until a signal arrives, `also` becomes readable, or `timeout` passes (None:
+    /// forever). Returns the signals and whether `also` is readable.
+    pub fn wait(&self, also: Option<BorrowedFd<'_>>, timeout: Option<Duration>) -> (Vec<Received>, bool) {
+        let mut fds = vec![PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+        if let Some(fd) = also {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
+        let timeout = match timeout {
+            None => PollTimeout::NONE,
+            // Rounded up, so that a deadline is never polled a millisecond early in a loop.
+            Some(t) => PollTimeout::try_from(t.as_millis().saturating_add(1).min(i32::MAX as u128 - 1))
+                .unwrap_or(PollTimeout::MAX),
+        };
+        let ready = poll(&mut fds, timeout).unwrap_or(0);
+        if ready <= 0 {
+            return (Vec::new(), false);
+        }
+        let readable =
+            |fd: &PollFd| fd.revents().is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP));
+        let also_ready = fds.get(1).is_some_and(readable);
+        (self.drain(), also_ready)
+    }
+
+    /// Before the command exists, a signal does to gpurun what its default action would (the
+    /// caller's ignored ones stay ignored): `Err(signal)` for one that ends gpurun, so that the
+    /// caller can clean up (queue tickets, the progress line) and then `die_by` it; a stop
+    /// signal stops gpurun until it is continued.
+    pub fn act_before_launch(&self, received: &[Received]) -> Result<(), i32> {
+        for signal in received.iter().map(|r| r.signal).filter(|s| !self.caller.is_ignored(*s)) {
+            match default_action(signal) {
+                DefaultAction::Terminate => return Err(signal),
+                DefaultAction::Stop => stop_self(),
+                DefaultAction::Ignore => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Sleeps up to `duration`, acting on signals as before the launch.
+    pub fn pause(&self, duration: Duration) -> Result<(), i32> {
+        let deadline = std::time::Instant::now() + duration;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            let (received, _) = self.wait(None, Some(left));
+            self.act_before_launch(&received)?;
+        }
+    }
+}
+
+/// Sends any signal, real-time ones included (nix's `Signal` has only the standard ones).
+pub fn send(pid: u32, signal: i32) -> bool {
+    // SAFETY: kill(2) has no memory arguments.
+    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+}
+
+/// Stops gpurun itself, like a job-control stop; execution resumes on SIGCONT.
+pub fn stop_self() {
+    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+}
+
+/// Ends gpurun the way the command ended: by the same signal, so that a shell sees 128+N and a
+/// `for` loop stops on Ctrl-C. gpurun's own core dump is disabled first (the command's is the
+/// one that matters). Where the default action cannot end gpurun (PID 1), it exits 128+N.
+pub fn die_by(signal: i32) -> ! {
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+    crate::process::flush_stdout();
+    // By hand rather than signal-hook's emulate_default_handler, which aborts when the raise
+    // does not end the process: as PID 1 that is the normal case, and 128+N is the answer.
+    // SAFETY: SIG_DFL installs no handler; the set is initialised by sigemptyset before use,
+    // and raise has no memory arguments.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        let mut only: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut only);
+        libc::sigaddset(&mut only, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &only, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+    signal_hook::low_level::exit(128 + signal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_actions() {
+        assert_eq!(default_action(libc::SIGTERM), DefaultAction::Terminate);
+        assert_eq!(default_action(libc::SIGABRT), DefaultAction::Terminate);
+        assert_eq!(default_action(libc::SIGRTMIN() + 2), DefaultAction::Terminate);
+        assert_eq!(default_action(libc::SIGTSTP), DefaultAction::Stop);
+        assert_eq!(default_action(libc::SIGWINCH), DefaultAction::Ignore);
+        assert_eq!(default_action(libc::SIGCHLD), DefaultAction::Ignore);
+    }
+}

@@ -1,0 +1,212 @@
+//! Leases: `<uuid>.<pid>.<random>.lease`, one per reserved GPU, created with O_EXCL|O_NOFOLLOW
+//! and kept alive by an exclusive `flock` held for the command's whole life. A lease is live
+//! exactly while it is locked: a crashed or SIGKILLed gpurun frees it at once, and a reused PID
+//! cannot fake one.
+//!
+//! Fail closed: a lease whose lock is held counts even when its content cannot be trusted
+//! (unreadable, half written, or claiming a user other than the file's owner). It is then a
+//! reservation of its whole GPU (the UUID in its name) by the file's owner.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::process::procfs;
+use crate::reserve::lockdir::{current_uid, Entry, LockDir, LockDirError};
+
+/// What a lease file says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub uuid: String,
+    pub pid: u32,
+    pub uid: u32,
+    pub user: String,
+    /// Memory promised to the command; counted against the GPU until its processes show in NVML.
+    pub reserved_bytes: u64,
+    pub exclusive: bool,
+    pub command: String,
+    /// Unix time the lease was taken.
+    pub started: u64,
+}
+
+/// A lease this gpurun holds. Dropping it removes the file (first) and releases the lock.
+pub struct HeldLease {
+    // Field order is drop order: unlink, then unlock.
+    _entry: Entry,
+    lock: Flock<File>,
+}
+
+impl HeldLease {
+    /// For `--exec`: the locked descriptor is inherited by the command, so the reservation lives
+    /// exactly as long as the command does.
+    pub fn hand_over_to_exec(self) {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        let _ = fcntl(&*self.lock, FcntlArg::F_SETFD(FdFlag::empty()));
+        // Neither removed nor unlocked: the command holds it now.
+        std::mem::forget(self);
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// For messages: how long ago a lease was taken.
+pub fn age_seconds(lease: &Lease) -> u64 {
+    now().saturating_sub(lease.started)
+}
+
+/// `GPU-...` and the PID from a lease file's name.
+fn parse_name(name: &str) -> Option<(String, u32)> {
+    let stem = name.strip_suffix(".lease")?;
+    let mut parts = stem.rsplitn(3, '.');
+    let _random = parts.next()?;
+    let pid = parts.next()?.parse().ok()?;
+    let uuid = parts.next()?;
+    (!uuid.is_empty()).then(|| (uuid.to_owned(), pid))
+}
+
+/// Every live lease. `may_clean`: the caller holds the directory lock, so dead leases of this
+/// user can be removed.
+pub fn live(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
+    let mut leases = Vec::new();
+    for name in dir.entries() {
+        let Ok(name) = String::from_utf8(name) else { continue };
+        if !name.ends_with(".lease") {
+            continue;
+        }
+        let Some((mut file, metadata)) = dir.open_foreign(name.as_bytes()) else { continue };
+        if !LockDir::is_held(&file) {
+            if may_clean {
+                dir.remove_if_mine(name.as_bytes(), metadata.uid());
+            }
+            continue;
+        }
+        let mut text = String::new();
+        let read = (&mut file).take(64 * 1024).read_to_string(&mut text);
+        let owner = metadata.uid();
+        match (read, serde_json::from_str::<Lease>(&text)) {
+            (Ok(_), Ok(lease)) if lease.uid == owner => leases.push(lease),
+            (read, parsed) => {
+                let why = match (read, parsed) {
+                    (Err(error), _) => format!("unreadable: {error}"),
+                    (_, Err(_)) => "content unreadable".to_owned(),
+                    (_, Ok(lease)) => format!("claims uid {} but is owned by uid {owner}", lease.uid),
+                };
+                let Some((uuid, pid)) = parse_name(&name) else {
+                    tracing::warn!(
+                        "ignoring lease {name} in {}: {why}, and its name names no GPU",
+                        dir.path().display()
+                    );
+                    continue;
+                };
+                tracing::debug!("lease {name} is held but {why}: counting it as an exclusive reservation");
+                leases.push(Lease {
+                    uuid,
+                    pid,
+                    uid: owner,
+                    user: procfs::user_name(owner),
+                    reserved_bytes: 0,
+                    exclusive: true,
+                    command: format!("(lease file {why})"),
+                    started: metadata.mtime().max(0) as u64,
+                });
+            }
+        }
+    }
+    leases.sort_by(|a, b| (a.started, a.pid, &a.uuid).cmp(&(b.started, b.pid, &b.uuid)));
+    leases
+}
+
+/// Takes a lease on each GPU (UUID, reserved bytes); call with the directory lock held. On any
+/// failure (a full disk, say) nothing is left behind: leases taken so far are dropped.
+pub fn reserve(
+    dir: &LockDir,
+    gpus: &[(String, u64)],
+    exclusive: bool,
+    command: &str,
+) -> Result<Vec<HeldLease>, LockDirError> {
+    let uid = current_uid();
+    let pid = std::process::id();
+    let mut held = Vec::new();
+    for (uuid, reserved_bytes) in gpus {
+        let lease = Lease {
+            uuid: uuid.clone(),
+            pid,
+            uid,
+            user: procfs::user_name(uid),
+            reserved_bytes: *reserved_bytes,
+            exclusive,
+            command: command.to_owned(),
+            started: now(),
+        };
+        let safe_uuid: String = uuid.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+        let (file, entry) = create_unique(dir, &format!("{safe_uuid}.{pid}"), ".lease")?;
+        let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| dir.io(e))?;
+        let lease_held = HeldLease { _entry: entry, lock };
+        let text = serde_json::to_string(&lease).expect("plain data serialises");
+        (&*lease_held.lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
+        held.push(lease_held);
+    }
+    Ok(held)
+}
+
+/// Creates `<stem>.<random><suffix>` exclusively; the entry is removed again when dropped.
+fn create_unique(dir: &LockDir, stem: &str, suffix: &str) -> Result<(File, Entry), LockDirError> {
+    for attempt in 0..16u32 {
+        let random = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), attempt) & 0xffff_ffff;
+        let name = format!("{stem}.{random:08x}{suffix}");
+        match dir.create(&name) {
+            Ok(file) => return Ok((file, Entry::new(dir, name)?)),
+            Err(nix::errno::Errno::EEXIST) => continue,
+            Err(error) => return Err(dir.io(error)),
+        }
+    }
+    Err(dir.io(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "cannot create a unique entry")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_give_the_gpu_and_the_pid() {
+        assert_eq!(parse_name("GPU-12ab-34.4321.0badf00d.lease"), Some(("GPU-12ab-34".to_owned(), 4321)));
+        assert_eq!(parse_name("junk.lease"), None);
+        assert_eq!(parse_name("GPU-1.x.0.lease"), None);
+    }
+
+    #[test]
+    fn leases_live_while_held_and_vanish_on_drop() {
+        let base = tempfile::tempdir().unwrap();
+        let path = base.path().join("locks");
+        let dir = LockDir::open(&path, true).unwrap();
+        let held = reserve(&dir, &[("GPU-abc".to_owned(), 42)], true, "train").unwrap();
+        let leases = live(&dir, true);
+        assert_eq!(leases.len(), 1);
+        assert_eq!(leases[0].reserved_bytes, 42);
+        assert!(leases[0].exclusive);
+        drop(held);
+        assert!(live(&dir, true).is_empty());
+        assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0, "nothing is left");
+    }
+
+    #[test]
+    fn a_held_lease_with_garbage_counts_as_an_exclusive_reservation() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(&base.path().join("locks"), true).unwrap();
+        let file = dir.create("GPU-dead-beef.77.00000001.lease").unwrap();
+        (&file).write_all(b"gpurun: warning: not JSON").unwrap();
+        let _lock = Flock::lock(file, FlockArg::LockExclusive).unwrap();
+        let leases = live(&dir, true);
+        assert_eq!(leases.len(), 1, "{leases:?}");
+        assert_eq!(
+            (leases[0].uuid.as_str(), leases[0].pid, leases[0].exclusive),
+            ("GPU-dead-beef", 77, true)
+        );
+    }
+}
