@@ -58,7 +58,9 @@ impl Error {
     /// command line (a configuration file and line, or a variable).
     pub fn devices(error: DeviceError, origin: Option<&str>) -> Error {
         match origin {
-            Some(origin) => Error::Devices(format!("{origin}: {error}")),
+            Some(origin) => {
+                Error::Devices(format!("{origin}: key {}: {error}", error.flag.trim_start_matches('-')))
+            }
             None => Error::Devices(error.to_string()),
         }
     }

@@ -46,6 +46,30 @@ fn help_and_version_need_no_nvml() {
 fn options_after_the_command_belong_to_the_command() {
     // `--list` after COMMAND is the command's argument, not gpurun's: not a list request.
     let sim = Sim::new(&common::default_scenario());
-    let outcome = sim.gpurun().args(["echo", "--list"]).run();
-    assert!(!outcome.stdout.contains("GPUs"), "{outcome:#?}");
+    let outcome = sim.gpurun().args(["-q", "echo", "--list"]).run();
+    assert_eq!(outcome.status(0).stdout, "--list\n");
+    assert_eq!(outcome.stderr, "");
+}
+
+#[test]
+fn help_and_version_work_with_broken_settings() {
+    let sim = Sim::new(&common::default_scenario());
+    let broken = sim.dir.path().join("broken.toml");
+    std::fs::write(&broken, "policy = \"nonsense\"\n").unwrap();
+    for args in [&["--help"][..], &["-h"], &["--version"], &["--gpus", "2", "--help"]] {
+        for (name, value) in
+            [("GPURUN_MAX_UTIL", "200"), ("GPURUN_CONFIG", broken.to_str().unwrap()), ("GPURUN_BOGUS", "1")]
+        {
+            let outcome = sim.gpurun().args(args).env(name, value).run();
+            outcome.status(0);
+            assert!(outcome.stdout.contains("gpurun"), "{args:?} {name}: {outcome:#?}");
+        }
+    }
+    // Anything else still reads them.
+    sim.gpurun()
+        .args(["--list"])
+        .env("GPURUN_MAX_UTIL", "200")
+        .run()
+        .status(125)
+        .stderr_has("GPURUN_MAX_UTIL");
 }

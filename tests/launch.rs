@@ -495,8 +495,9 @@ fn as_pid_1_it_exits_128_plus_n() {
     match probe {
         Ok(output) if output.status.success() => {}
         other => {
-            eprintln!(
-                "SKIPPED as_pid_1_it_exits_128_plus_n: `unshare --pid` is not permitted here ({other:?})"
+            common::skip(
+                "as_pid_1_it_exits_128_plus_n",
+                &format!("`unshare --pid` is not permitted here ({other:?})"),
             );
             return;
         }

@@ -281,7 +281,7 @@ fn an_unsafe_lock_directory_is_an_error_that_says_why() {
     assert_eq!(mode, 0o777);
 
     if my_uid() != 0 {
-        eprintln!("SKIPPED the foreign-owner cases: chown needs root");
+        common::skip("the foreign-owner cases", "chown needs root");
         return;
     }
     let foreign = two_gpus();
@@ -305,7 +305,7 @@ fn an_unsafe_lock_directory_is_an_error_that_says_why() {
         )
         .run();
     if outcome.stderr.contains("setpriv") && outcome.code != Some(125) {
-        eprintln!("SKIPPED the not-sticky case: setpriv is unavailable ({outcome:?})");
+        common::skip("the not-sticky case", &format!("setpriv is unavailable ({outcome:?})"));
         return;
     }
     outcome.status(125).stderr_has("writable by everyone but not sticky");

@@ -75,3 +75,8 @@ fn the_535_v3_stride_quirk() {
 fn pids_seen_from_another_pid_namespace() {
     check(&scenario_file("container.toml"));
 }
+
+#[test]
+fn hanging_calls_and_a_library_thread() {
+    check(&scenario_file("hangs.toml"));
+}

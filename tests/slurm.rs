@@ -38,7 +38,7 @@ impl Cluster {
         match output.status.code() {
             Some(0) => Some(Cluster { sim, dir }),
             Some(3) => {
-                eprintln!("SKIPPED {test}: {}", stdout.trim());
+                common::skip(test, stdout.trim());
                 None
             }
             _ => panic!(

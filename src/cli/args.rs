@@ -55,6 +55,12 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
             ("too few", "exit 75 with every GPU and the reason it was turned away, unless --fallback"),
             (
+                "never",
+                "a request no state of the machine can meet (more GPUs than exist or than the inherited set allows, \
+                 a size above every card's total, a model or device set too small) is refused at once: one line \
+                 saying why, exit 125, --wait or not (--fallback cpu still runs the command without a GPU)",
+            ),
+            (
                 "inherited",
                 "CUDA_VISIBLE_DEVICES entries are read as CUDA reads them (indices in PCI order, GPU- UUIDs and \
                  unique prefixes; the list ends at the first invalid entry; empty means no GPU). Indices without \
@@ -89,10 +95,11 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "Reservations",
         &[
-            ("lock directory", "--lock-dir, else $GPURUN_LOCK_DIR, else /run/lock/gpurun (created mode 1777); must be a directory owned by root or you, sticky if others may write: else exit 125"),
-            ("leases", "one file per chosen GPU, flock-ed for the command's life: a dead gpurun frees its GPUs at once; --min-free memory counts until the holder's processes show in NVML"),
+            ("lock directory", "--lock-dir, else $GPURUN_LOCK_DIR, else /run/lock/gpurun; created mode 1777 when missing, an existing one is never changed; must be a directory owned by root or you, sticky if others may write: else exit 125"),
+            ("directory lock", "launches select and reserve under an flock on the directory itself; --list, --dry-run, --export and --doctor read without it; a launch that waits for it says who holds it"),
+            ("leases", "one file per chosen GPU, flock-ed for the command's life: a dead gpurun frees its GPUs at once; --min-free memory counts until the holder's processes show in NVML; a held lease that cannot be read counts as an exclusive reservation of its GPU"),
             ("--exclusive", "also avoids GPUs another launch reserved; an exclusive reservation keeps everyone off"),
-            ("--wait", "first come, first served among waiters (a ticket in the lock directory); 75 when --wait=DURATION is up"),
+            ("--wait", "first come, first served: a waiter holds a ticket naming the GPUs it could use, and holds back only those; a new launch queues behind waiters for the same GPUs; 75 when --wait=DURATION is up"),
             ("--exec", "the command inherits the locked lease: the reservation lasts as long as it runs"),
         ],
     ),
@@ -101,11 +108,16 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("parent", "gpurun stays the command's parent, in the same process group (never setsid or tcsetpgrp)"),
             ("exit status", "the command's; if a signal killed it, gpurun dies by the same signal (its own core dump disabled), so a shell sees 128+N"),
-            ("forwarding", "every catchable signal another process sends gpurun reaches the command once; signals the command sends gpurun are not sent back"),
+            ("forwarding", "every catchable signal another process sends gpurun reaches the command once, ABRT, SEGV and the other fault signals included; signals sent by the command or any process of its tree are not sent back"),
+            ("before the start", "a signal that would end or stop a process, received before the command started, ends (or stops) the launch, and one received in the moment of the start reaches the command as it starts"),
             ("terminal keys", "Ctrl-C, Ctrl-\\, Ctrl-Z, hangup and resize reach the whole foreground group from the kernel, so gpurun does not forward them again"),
             ("ignored signals", "a signal ignored when gpurun starts (nohup, background jobs) stays ignored, in gpurun and in the command; the command starts with the caller's signal mask"),
             ("job control", "when the command stops (Ctrl-Z, SIGSTOP), gpurun stops too; when gpurun is continued, so is the command"),
-            ("orphans", "processes the command leaves running get SIGTERM when it exits, SIGKILL 3 seconds later (--keep-orphans: left alone); as PID 1 gpurun reaps everything"),
+            ("orphans", "processes the command leaves running get SIGTERM (and SIGCONT) when it exits, SIGKILL 3 seconds later, and gpurun reaps every one before it exits (--keep-orphans: left alone)"),
+            ("parent death", "if gpurun is killed, a small watcher process (gpurun-watcher) sends the command --parent-death-signal, once"),
+            ("NVML", "NVML is called on a thread of its own: signals, reaping and exit never wait for it; a call that hangs makes verification unverifiable"),
+            ("descriptors", "a closed stdin, stdout or stderr is filled with /dev/null for gpurun itself (close-on-exec): the command gets the caller's descriptors as they were"),
+            ("directory", "gpurun stays in the caller's working directory, like env and timeout"),
             ("PID 1", "where a default action cannot kill gpurun, it exits 128+N instead"),
         ],
     ),
@@ -136,28 +148,23 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("system file", "/etc/gpurun/config.toml"),
             ("keys", "the long option names: policy = \"pack\", min-free = \"8G\", exclusive = true, wait = \"2h\""),
             ("variables", "GPURUN_ and the key in capitals: GPURUN_MIN_FREE=8G, GPURUN_EXCLUSIVE=1; not for --gpus (GPURUN_GPUS is what gpurun tells the command)"),
-            ("errors", "an unknown key or a bad value is an error naming the file, line and key (or the variable), exit 125"),
+            ("errors", "an unknown key or a bad value is an error naming the file, line and key (or the variable), exit 125; a file must be a regular file of at most 1 MiB"),
+            ("values", "are never read as options: model = \"-SXM4\" is a model; -v logs which setting came from where"),
         ],
     ),
     (
         "Environment",
         &[
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
+            ("GPURUN_<OPTION>", "a setting: GPURUN_ and a long option name in capitals (GPURUN_MIN_FREE=8G); any other GPURUN_ variable is an error"),
+            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "what gpurun tells the command; never read as settings"),
+            ("GPURUN_CONFIG", "the user configuration file to read instead of ~/.config/gpurun/config.toml"),
             ("GPURUN_LOG", "log filter: a level (error, warn, info, debug, trace) or target=level directives, e.g. gpurun=debug; overrides -v and -q"),
             ("CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER", "inherited visibility (see Selection)"),
             ("SLURM_STEP_GPUS, SLURM_JOB_GPUS", "a hint when CUDA_VISIBLE_DEVICES is unset"),
         ],
     ),
-    (
-        "Exit status",
-        &[
-            ("75", "not enough GPUs satisfy the request"),
-            ("125", "gpurun's own error: usage, NVML missing or failing"),
-            ("126", "COMMAND was found but is not executable"),
-            ("127", "COMMAND was not found"),
-            ("other", "COMMAND's own exit status"),
-        ],
-    ),
+    ("Exit status", crate::exit_code::TABLE),
     (
         "Export and dry run",
         &[

@@ -71,7 +71,7 @@ pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliErro
             return Ok(None);
         }
     }
-    let layered = settings::layered(args.clone())?;
+    let layered = settings::layered(&command(), args.clone())?;
     let (cli, _) = parse(layered.args.clone()).map_err(|error| usage(error, &args))?;
     let mut origins = layered.origins();
     // A setting the user's own words give again is the command line's.

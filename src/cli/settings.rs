@@ -19,8 +19,6 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::cli;
-
 pub const SYSTEM_FILE: &str = "/etc/gpurun/config.toml";
 
 /// A configuration file larger than this is not a configuration file.
@@ -265,18 +263,18 @@ impl Layered {
     }
 }
 
-/// The layers under the user's own words (`args[0]` is the program name).
-pub fn layered(args: Vec<OsString>) -> Result<Layered, SettingsError> {
+/// The layers under the user's own words (`args[0]` is the program name), checked against the
+/// command line's definition.
+pub fn layered(command: &clap::Command, args: Vec<OsString>) -> Result<Layered, SettingsError> {
     let user_words = &args[1.min(args.len())..];
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
-    let command = cli::command();
     let mut settings = Vec::new();
     if !skip_files {
-        settings.extend(read_file(&command, Path::new(SYSTEM_FILE), false)?);
+        settings.extend(read_file(command, Path::new(SYSTEM_FILE), false)?);
         if let Some(path) = user_file() {
             let named = std::env::var_os("GPURUN_CONFIG").is_some_and(|p| !p.is_empty());
-            settings.extend(read_file(&command, &path, named)?);
+            settings.extend(read_file(command, &path, named)?);
         }
     }
     let variables = std::env::vars_os().filter_map(|(name, value)| {
@@ -287,7 +285,7 @@ pub fn layered(args: Vec<OsString>) -> Result<Layered, SettingsError> {
             Err(value) => Some((name, value.to_string_lossy().into_owned())),
         }
     });
-    settings.extend(environment_settings(&command, variables)?);
+    settings.extend(environment_settings(command, variables)?);
     let mut merged = Vec::with_capacity(args.len() + settings.len());
     merged.extend(args.first().cloned());
     merged.extend(settings.iter().flat_map(|s| s.words.iter().cloned()));
@@ -298,6 +296,7 @@ pub fn layered(args: Vec<OsString>) -> Result<Layered, SettingsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli;
 
     fn words(settings: Vec<Setting>) -> Vec<String> {
         settings.into_iter().flat_map(|s| s.words).map(|w| w.into_string().unwrap()).collect()

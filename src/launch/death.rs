@@ -26,12 +26,11 @@ pub struct Watcher {
 /// pidfd_open(2) and pidfd_send_signal(2), which nix does not wrap. `None` when the kernel is
 /// older than 5.3.
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor we then own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    (fd >= 0).then(|| {
-        // SAFETY: a fresh descriptor returned by the kernel, owned by nobody else.
-        unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
-    })
+    // SAFETY: pidfd_open takes a PID and flags; a descriptor it returns is new, and ours alone.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        (fd >= 0).then(|| <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32))
+    }
 }
 
 fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) {

@@ -63,7 +63,9 @@ pub fn parse_device_list(text: &str) -> Result<DeviceList, String> {
                 Err(format!("{entry:?}: gpurun does not select MIG instances yet; give the parent GPU"))
             } else if entry.starts_with("GPU-") {
                 Ok(DeviceRef::Uuid(entry.to_owned()))
-            } else if entry.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            } else if entry.starts_with(|c: char| c.is_ascii_hexdigit())
+                && entry.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+            {
                 Ok(DeviceRef::Uuid(format!("GPU-{entry}")))
             } else {
                 Err(format!("{entry:?} is not a GPU index, UUID, UUID prefix or PCI bus id"))

@@ -197,7 +197,7 @@ fn inherited(out: &mut Out, machine: Option<&Machine>) {
 
 fn environment(out: &mut Out) {
     // PID 2 is kthreadd in the host's PID namespace only.
-    let kthreadd = std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd");
+    let kthreadd = crate::process::procfs::in_host_pid_namespace();
     if kthreadd {
         out.ok("host PID namespace: NVML's PIDs are this process's PIDs (verification works)");
     } else {

@@ -175,6 +175,16 @@ pub fn flock_holders(major: u64, minor: u64, inode: u64) -> Vec<u32> {
         .collect()
 }
 
+/// Whether descriptor `fd` of this process is open (it has a `/proc/self/fd` entry).
+pub fn is_open(fd: i32) -> bool {
+    std::fs::symlink_metadata(format!("/proc/self/fd/{fd}")).is_ok()
+}
+
+/// Whether this process sees the host's PID namespace: PID 2 is the kernel's kthreadd there.
+pub fn in_host_pid_namespace() -> bool {
+    short_name(2).is_some_and(|name| name == "kthreadd")
+}
+
 /// gpurun's own ignored and blocked signals as `/proc/self/status` shows them (`SigIgn`,
 /// `SigBlk`): bit N-1 is signal N, real-time signals included.
 pub fn own_signal_sets() -> (u64, u64) {

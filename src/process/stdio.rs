@@ -9,17 +9,14 @@ use std::os::fd::{AsRawFd, IntoRawFd};
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 
+use crate::process::procfs;
+
 /// Which of 0-2 the caller left closed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Closed {
     pub stdin: bool,
     pub stdout: bool,
     pub stderr: bool,
-}
-
-/// Whether descriptor `fd` of this process is closed (it has no `/proc/self/fd` entry).
-fn is_closed(fd: i32) -> bool {
-    std::fs::symlink_metadata(format!("/proc/self/fd/{fd}")).is_err()
 }
 
 static CLOSED: std::sync::OnceLock<Closed> = std::sync::OnceLock::new();
@@ -31,7 +28,7 @@ pub fn closed_at_start() -> Closed {
 
 /// Fills every closed descriptor among 0-2 with `/dev/null`; says which were closed.
 pub fn ensure_open() -> Closed {
-    let closed = [is_closed(0), is_closed(1), is_closed(2)];
+    let closed = [0, 1, 2].map(|fd| !procfs::is_open(fd));
     for (fd, _) in closed.iter().enumerate().filter(|(_, closed)| **closed) {
         // open() returns the lowest free number: the closed one, as 0..fd are open by now.
         // (Anything else, such as a /proc that is not mounted, is closed again on drop.)

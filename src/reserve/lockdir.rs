@@ -165,9 +165,19 @@ impl LockDir {
 
     /// The names in the directory.
     pub fn entries(&self) -> Vec<Vec<u8>> {
-        let listing = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.fd));
-        let Ok(entries) = std::fs::read_dir(listing) else { return Vec::new() };
-        entries.flatten().map(|entry| entry.file_name().as_bytes().to_vec()).collect()
+        // A fresh open of the directory: reading it moves the descriptor's position.
+        let Ok(fresh) =
+            openat(&self.fd, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+        else {
+            return Vec::new();
+        };
+        let Ok(mut listing) = nix::dir::Dir::from_fd(fresh) else { return Vec::new() };
+        listing
+            .iter()
+            .flatten()
+            .map(|entry| entry.file_name().to_bytes().to_vec())
+            .filter(|name| name != b"." && name != b"..")
+            .collect()
     }
 
     /// Opens an entry that may belong to anyone, for reading: no symlinks, no FIFOs (never

@@ -709,7 +709,7 @@ mod tests {
             missing.to_string(),
             "--exclude 9: no such GPU; this machine has GPUs 0-2 (see gpurun --list)"
         );
-        for bad in ["", "1,,2", "x y", "MIG-abc", "0000:zz:00.0", "1:2:3:4.0"] {
+        for bad in ["", "1,,2", "x y", "MIG-abc", "0000:zz:00.0", "1:2:3:4.0", "-2", "-abc"] {
             assert!(parse_device_list(bad).is_err(), "{bad}");
         }
     }

@@ -17,8 +17,9 @@ const FIRST_INTERVAL: Duration = Duration::from_millis(100);
 const LONGEST_INTERVAL: Duration = Duration::from_secs(2);
 /// After the verdict: memory samples for the report (and a late wrong-gpu).
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
-/// A process-list call that has not returned after this long counts as NVML not answering.
-pub const SLOW_CALL: Duration = Duration::from_secs(1);
+/// A poll that has not returned after this long counts as NVML not answering (a healthy driver
+/// lists a GPU's processes in about a millisecond).
+pub const SLOW_CALL: Duration = Duration::from_millis(500);
 
 /// What the NVML thread returned for one poll: each watched GPU's processes, or why not.
 pub type Lists = Vec<(u32, Result<Vec<Listed>, String>)>;

@@ -8,6 +8,12 @@ use std::process::{Child, Command, Stdio};
 
 pub const GPURUN: &str = env!("CARGO_BIN_EXE_gpurun");
 
+/// The gpurun binary the tests run: this build's, or `GPURUN_UNDER_TEST` (to show that a new
+/// test fails on an older build). The simulator is always this build's.
+pub fn gpurun_binary() -> String {
+    std::env::var("GPURUN_UNDER_TEST").unwrap_or_else(|_| GPURUN.to_owned())
+}
+
 /// Where cargo put gpurun, and with it the simulator (built by `make sim`/`make test`).
 fn build_dir() -> PathBuf {
     Path::new(GPURUN).parent().expect("binary has a directory").to_path_buf()
@@ -101,7 +107,7 @@ impl Sim {
 
     /// gpurun, pointed at this simulator through `GPURUN_NVML_LIB`.
     pub fn gpurun(&self) -> Run {
-        let mut command = Command::new(GPURUN);
+        let mut command = Command::new(gpurun_binary());
         self.prepare(&mut command);
         command.env("GPURUN_NVML_LIB", self.library());
         Run { command }
@@ -245,4 +251,15 @@ pub fn state(pid: u32) -> Option<char> {
 pub fn send_signal(pid: u32, signal: i32) {
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(pid as i32, signal) };
+}
+
+/// Says why a test (or part of one) cannot run here and returns. Where CI can run everything
+/// (`CI_NO_SKIP=1`, set by `.ci/run`), a skip is a failure instead: an area that silently
+/// stopped running must not pass.
+#[track_caller]
+pub fn skip(what: &str, why: &str) {
+    if std::env::var_os("CI_NO_SKIP").is_some_and(|v| !v.is_empty() && v != "0") {
+        panic!("{what} cannot run here, and CI_NO_SKIP is set: {why}");
+    }
+    eprintln!("SKIPPED {what}: {why}");
 }

@@ -7,7 +7,9 @@ scenario file says the machine is, using NVML's documented semantics (nvml.h):
   - the count/size protocol of nvmlDeviceGetComputeRunningProcesses_*;
   - injected errors per call and per device, transient ones by count;
   - a process is listed only while it is alive and not a zombie;
-  - the scenario is re-read when its file changes.
+  - the scenario is re-read when its file changes;
+  - [[hang]] calls take as long as they say (or never return), after and for as many calls as
+    they say, without holding up other calls; `helper_thread` starts a thread in nvmlInit.
 
 Usage: check_sim.py SCENARIO SIM_CUDA   (LD_LIBRARY_PATH must hold the simulated library)
 Prints one line per failure and ends with "N passed, M failed"; exit status 1 on any failure.
@@ -20,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import threading
 import tomllib
 
 import pynvml
@@ -382,7 +385,60 @@ class Checker:
         os.replace(self.path + ".new", self.path)
         self.hits = [0] * len(self.errors)
 
+    # -- what a hung or threaded driver does ----------------------------------------------------
+
+    HANGABLE = {
+        "nvmlDeviceGetName": pynvml.nvmlDeviceGetName,
+        "nvmlDeviceGetPowerUsage": pynvml.nvmlDeviceGetPowerUsage,
+        "nvmlDeviceGetMinorNumber": pynvml.nvmlDeviceGetMinorNumber,
+    }
+
+    def check_threads(self, before):
+        tasks = os.listdir("/proc/self/task")
+        names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
+        expected = self.scenario.get("helper_thread", False)
+        self.check("helper thread started by nvmlInit", "nvml-sim-helper" in names, expected)
+        self.check("threads added by nvmlInit", len(tasks) - before, 1 if expected else 0)
+
+    def timed(self, function, handle, limit):
+        """Seconds the call took, or None if it had not returned after `limit` seconds."""
+        done = []
+        started = time.monotonic()
+        worker = threading.Thread(target=lambda: done.append(self.quietly(function, handle)), daemon=True)
+        worker.start()
+        worker.join(limit)
+        return time.monotonic() - started if done else None
+
+    @staticmethod
+    def quietly(function, handle):
+        try:
+            return function(handle)
+        except pynvml.NVMLError as e:
+            return e
+
+    def check_hangs(self):
+        for spec in self.scenario.get("hang", []):
+            function = self.HANGABLE.get(spec["call"])
+            if function is None:
+                continue
+            handle = pynvml.nvmlDeviceGetHandleByIndex(spec.get("gpu", 0))
+            after, times, ms = spec.get("after", 0), spec.get("times", 1), spec.get("ms")
+            tag = f"[[hang]] {spec['call']}"
+            for call in range(1, after + times + 2):
+                hangs = after < call <= after + times
+                limit = 0.6 if ms is None else ms / 1000 + 5
+                took = self.timed(function, handle, limit)
+                if not hangs:
+                    self.check(f"{tag} call {call} returns at once", took is not None and took < 0.25, True)
+                elif ms is None:
+                    self.check(f"{tag} call {call} never returns", took, None)
+                else:
+                    self.check(f"{tag} call {call} takes {ms} ms", took is not None and took >= ms / 1000, True)
+            # Another call goes on while one hangs.
+            self.check(f"{tag}: other calls go on", self.timed(pynvml.nvmlDeviceGetUUID, handle, 1.0) is not None, True)
+
     def run(self):
+        threads_before = len(os.listdir("/proc/self/task"))
         pynvml._LoadNvmlLibrary()
         count = ctypes.c_uint(0)
         self.check("call before init",
@@ -395,6 +451,8 @@ class Checker:
             self.check("init", e.value, ERROR_CODES.get(init_error))
             return
         self.check("init", None, init_error)
+        self.check_threads(threads_before)
+        self.check_hangs()
         self.check("nvmlInit_v2", pynvml._nvmlGetFunctionPointer("nvmlInit_v2")(), pynvml.NVML_SUCCESS)
         self.check("nvmlShutdown", pynvml._nvmlGetFunctionPointer("nvmlShutdown")(), pynvml.NVML_SUCCESS)
         self.check("error string", pynvml.nvmlErrorString(pynvml.NVML_ERROR_GPU_IS_LOST), "GPU is lost")
@@ -412,8 +470,9 @@ class Checker:
 def main():
     checker = Checker(sys.argv[1], sys.argv[2])
     checker.run()
-    print(f"{checker.passed} passed, {checker.failed} failed")
-    sys.exit(1 if checker.failed else 0)
+    print(f"{checker.passed} passed, {checker.failed} failed", flush=True)
+    # A call that never returns is still running on its daemon thread: leave without waiting.
+    os._exit(1 if checker.failed else 0)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ stop)
         pid=${proc#/proc/}
         [ "$pid" = $$ ] && continue
         hit=
-        tr '\0' ' ' < "$proc/cmdline" 2>/dev/null | grep -qF "$dir/" && hit=1
+        # (A process may end between the glob and the read: the redirection's error is muted too.)
+        { tr '\0' ' ' < "$proc/cmdline"; } 2>/dev/null | grep -qF "$dir/" && hit=1
         if [ -z "$hit" ]; then
             for fd in "$proc"/fd/*; do
                 case "$(readlink "$fd" 2>/dev/null)" in "$dir"/*) hit=1; break ;; esac

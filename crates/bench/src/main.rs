@@ -3,8 +3,10 @@
 //! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH]
 //!
 //! Every figure is a median over repeated runs; every comparison is measured in the same run.
-//! Targets (DESIGN 13): launch overhead within 5 ms of NVML's own init time and at least 20x
-//! faster than nvisel; supervision under 4 MiB resident and 0.1% of a core; 200 concurrent
+//! Targets (DESIGN 13): launch overhead within 3 ms of NVML's own init time, flat from 1 to 64
+//! GPUs, and at least 30x faster than nvisel; a cost that does not grow with the number of
+//! processes on the host; supervision under 4 MiB resident (NVML thread included) and 0.1% of a
+//! core; the command's end to gpurun's exit under 100 ms even while NVML hangs; 200 concurrent
 //! launches onto 8 GPUs with zero double bookings.
 //! `gpurun-bench --nvml-init-only LIB` is an internal mode: load and initialise NVML, count GPUs.
 
@@ -233,6 +235,72 @@ impl Bench {
         json!({"runs": runs, "median_ms": ms(median(samples.clone())), "max_ms": ms(samples.into_iter().max().unwrap_or_default())})
     }
 
+    /// Launch cost with thousands of unrelated, idle processes on the host, against none.
+    fn busy_host(&self) -> Value {
+        let scenario = self.write_scenario("busy-host.toml", &scenario(8, 0));
+        let runs = self.runs(30);
+        let measure = |gpus: &str| {
+            self.time(runs, || {
+                let mut command = self.command(&self.gpurun, &scenario);
+                command.args(["-q", "--gpus", gpus, "--", "true"]);
+                command
+            })
+        };
+        let quiet = (measure("0"), measure("1"));
+        let idle = if self.quick { 1000 } else { 3000 };
+        let mut sleepers: Vec<Child> = (0..idle)
+            .filter_map(|_| Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().ok())
+            .collect();
+        let started = sleepers.len();
+        let busy = (measure("0"), measure("1"));
+        for sleeper in &mut sleepers {
+            let _ = sleeper.kill();
+        }
+        for mut sleeper in sleepers {
+            let _ = sleeper.wait();
+        }
+        json!({
+            "idle_processes": started,
+            "runs": runs,
+            "quiet_gpus0_ms": ms(quiet.0),
+            "busy_gpus0_ms": ms(busy.0),
+            "quiet_gpus1_ms": ms(quiet.1),
+            "busy_gpus1_ms": ms(busy.1),
+            "ratio_gpus0": busy.0.as_secs_f64() / quiet.0.as_secs_f64(),
+            "ratio_gpus1": busy.1.as_secs_f64() / quiet.1.as_secs_f64(),
+        })
+    }
+
+    /// From the command's last instruction to gpurun's exit, with NVML healthy and with every
+    /// verification poll hanging.
+    fn end_to_exit(&self) -> Value {
+        let healthy = self.write_scenario("end-healthy.toml", &scenario(8, 0));
+        let mut hung_text = scenario(8, 0);
+        hung_text.push_str("[[hang]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 0\nafter = 1\n");
+        let hung = self.write_scenario("end-hung.toml", &hung_text);
+        let measure = |scenario: &Path| {
+            let mut samples = Vec::new();
+            for _ in 0..self.runs(10) {
+                let mut command = self.command(&self.gpurun, scenario);
+                command.args(["-q", "--gpus", "1", "--", "sh", "-c", "sleep 0.5; date +%s%N"]);
+                command.stdout(Stdio::piped());
+                let output = command.output().expect("run gpurun");
+                let exited = now_ns();
+                let last: u128 = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap_or(exited);
+                samples.push(Duration::from_nanos(exited.saturating_sub(last) as u64));
+            }
+            samples
+        };
+        let (healthy, hung) = (measure(&healthy), measure(&hung));
+        json!({
+            "runs": healthy.len(),
+            "healthy_median_ms": ms(median(healthy.clone())),
+            "healthy_max_ms": ms(healthy.into_iter().max().unwrap_or_default()),
+            "hung_median_ms": ms(median(hung.clone())),
+            "hung_max_ms": ms(hung.into_iter().max().unwrap_or_default()),
+        })
+    }
+
     fn contention(&self) -> Value {
         let launches = if self.quick { 60 } else { 200 };
         let scenario = self.write_scenario("contention.toml", &scenario(8, 0));
@@ -356,6 +424,25 @@ fn print_table(results: &Value) {
         latency["max_ms"].as_f64().unwrap_or(0.0),
         latency["runs"]
     );
+    let busy = &results["busy_host"];
+    println!(
+        "Busy host: with {} idle processes, gpurun --gpus 0 -- true {:.2} ms (quiet {:.2} ms, x{:.2}), --gpus 1 {:.2} ms (quiet {:.2} ms, x{:.2})",
+        busy["idle_processes"],
+        busy["busy_gpus0_ms"].as_f64().unwrap_or(0.0),
+        busy["quiet_gpus0_ms"].as_f64().unwrap_or(0.0),
+        busy["ratio_gpus0"].as_f64().unwrap_or(0.0),
+        busy["busy_gpus1_ms"].as_f64().unwrap_or(0.0),
+        busy["quiet_gpus1_ms"].as_f64().unwrap_or(0.0),
+        busy["ratio_gpus1"].as_f64().unwrap_or(0.0)
+    );
+    let end = &results["end_to_exit"];
+    println!(
+        "Command's end to gpurun's exit: median {:.1} ms (max {:.1}) with NVML healthy, {:.1} ms (max {:.1}) while every poll hangs",
+        end["healthy_median_ms"].as_f64().unwrap_or(0.0),
+        end["healthy_max_ms"].as_f64().unwrap_or(0.0),
+        end["hung_median_ms"].as_f64().unwrap_or(0.0),
+        end["hung_max_ms"].as_f64().unwrap_or(0.0)
+    );
     let contention = &results["contention"];
     println!(
         "Contention: {} launches of a {} s job onto {} GPUs with --exclusive --wait: {} completed, {} failed, \
@@ -410,6 +497,10 @@ fn main() {
     let supervision = bench.supervision();
     eprintln!("measuring verification latency...");
     let verification_latency = bench.verification_latency();
+    eprintln!("measuring a busy host...");
+    let busy_host = bench.busy_host();
+    eprintln!("measuring the end of a run...");
+    let end_to_exit = bench.end_to_exit();
     eprintln!("measuring contention...");
     let contention = bench.contention();
     let results = json!({
@@ -419,6 +510,8 @@ fn main() {
         "against_nvisel": against_nvisel,
         "supervision": supervision,
         "verification_latency": verification_latency,
+        "busy_host": busy_host,
+        "end_to_exit": end_to_exit,
         "contention": contention,
     });
     print_table(&results);

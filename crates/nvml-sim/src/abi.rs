@@ -212,9 +212,17 @@ fn init(flags: c_uint) -> u32 {
         }
         state.init_count += 1;
         if state.scenario.helper_thread && !HELPER_STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            let _ = std::thread::Builder::new().name("nvml-sim-helper".to_owned()).spawn(|| loop {
-                std::thread::sleep(Duration::from_secs(3600));
+            // Returns once the thread runs (and so carries its name), as a library would.
+            let (started, running) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new().name("nvml-sim-helper".to_owned()).spawn(move || {
+                let _ = started.send(());
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
             });
+            if spawned.is_ok() {
+                let _ = running.recv();
+            }
         }
         Ok(NVML_SUCCESS)
     });

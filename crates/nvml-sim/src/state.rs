@@ -156,7 +156,7 @@ pub fn with_state<T>(body: impl FnOnce(&mut State) -> Result<T, u32>) -> Result<
             Ok(state) => *guard = Some(state),
             Err(message) => {
                 eprintln!("nvml-sim: cannot load the scenario: {message}");
-                return Err(crate::abi::NVML_ERROR_UNKNOWN);
+                return Err(scenario::error_code("UNKNOWN").unwrap_or(999));
             }
         },
     }

@@ -1,0 +1,427 @@
+//! Hostile conditions (issue 11), each through the real binary: closed descriptors, foreign
+//! lock directories and files, stuck or forged queues, slow patterns, settings that look like
+//! options, configuration files that are not files, full disks, unwritable output, and signals
+//! from the command's own processes.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{gpurun_binary, scenario_file, wait_until, Sim};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn two_gpus() -> Sim {
+    Sim::new(&scenario_file("two_idle.toml"))
+}
+
+/// `sh -c SCRIPT` in gpurun's test environment, with `$G` the gpurun binary.
+fn shell(sim: &Sim, script: &str) -> common::Run {
+    sim.gpurun_command("sh", &["-c", script]).env("G", gpurun_binary())
+}
+
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|e| e.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn leases(sim: &Sim) -> Vec<String> {
+    entries(&sim.lock_dir()).into_iter().filter(|n| n.ends_with(".lease")).collect()
+}
+
+/// A gpurun started in the background; killed when the test ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn background(run: common::Run) -> Running {
+    let mut command = run.command;
+    Running(command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
+}
+
+#[test]
+fn closed_descriptors_cannot_turn_a_lease_into_a_log_and_double_book() {
+    let sim = two_gpus();
+    // A holds GPU 0 exclusively, started like a cron job with stdin, stdout and stderr closed.
+    let _a = background(shell(&sim, "exec \"$G\" --exclusive --devices 0 -- sleep 3 <&- >&- 2>&-"));
+    assert!(wait_until(LONG, || leases(&sim).len() == 1), "A took no lease");
+    // Its lease is its lease, not its log: the file is the JSON record.
+    let lease = std::fs::read_to_string(sim.lock_dir().join(&leases(&sim)[0])).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&lease).unwrap_or_else(|e| panic!("{e}: {lease:?}"));
+    assert_eq!(parsed["exclusive"], true);
+    // B asks for the same card and must be turned away.
+    sim.gpurun()
+        .args(["--exclusive", "--devices", "0", "--", "echo", "B"])
+        .run()
+        .status(75)
+        .stderr_has("GPU 0: reserved exclusively by gpurun PID");
+}
+
+#[test]
+fn a_held_lease_counts_even_when_its_content_cannot_be_read() {
+    let sim = two_gpus();
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    let name = "GPU-22220000-0000-4000-8000-000000000000.999.0badf00d.lease";
+    std::fs::write(sim.lock_dir().join(name), "gpurun: warning: this is not a lease").unwrap();
+    let _holder = background(
+        sim.gpurun_command("flock", &["-x", sim.lock_dir().join(name).to_str().unwrap(), "sleep", "10"]),
+    );
+    let held = || sim.gpurun().args(["--exclusive", "--devices", "0", "--", "true"]).run().code == Some(75);
+    assert!(wait_until(LONG, held), "the unreadable lease was ignored");
+    sim.gpurun()
+        .args(["--devices", "0", "--", "true"])
+        .run()
+        .status(75)
+        .stderr_has("reserved exclusively by gpurun PID 999");
+}
+
+#[test]
+fn an_existing_lock_directory_keeps_its_mode() {
+    let sim = two_gpus();
+    std::fs::create_dir(sim.lock_dir()).unwrap();
+    std::fs::set_permissions(sim.lock_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    sim.gpurun().args(["--list"]).run().status(0);
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    let mode = std::fs::metadata(sim.lock_dir()).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "gpurun changed the mode of a directory it did not create");
+    // One it creates itself is shared: 1777.
+    let fresh = two_gpus();
+    fresh.gpurun().args(["--", "true"]).run().status(0);
+    assert_eq!(std::fs::metadata(fresh.lock_dir()).unwrap().permissions().mode() & 0o7777, 0o1777);
+}
+
+#[test]
+fn report_json_is_json_with_every_descriptor_closed() {
+    let sim = two_gpus();
+    // Only stderr closed: without the fix the report file becomes descriptor 2 and gpurun's
+    // own log lines (the verdict) land in it. Then all three closed.
+    for (trial, closing) in ["2>&-", "<&- >&- 2>&-"].iter().enumerate() {
+        let report = sim.dir.path().join(format!("report{trial}.json"));
+        shell(&sim, &format!("exec \"$G\" --no-lock --report-json {} -- true {closing}", report.display()))
+            .run()
+            .status(0);
+        let text = std::fs::read_to_string(&report).unwrap();
+        let parsed: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{closing}: {e}: {text:?}"));
+        assert_eq!(parsed["exit"]["code"], 0);
+    }
+}
+
+#[test]
+fn a_first_argument_with_blanks_is_split_only_for_a_shebang() {
+    let sim = Sim::new(&common::default_scenario());
+    let outcome = sim.gpurun().args(["--model=Tesla V100", "--dry-run"]).run();
+    outcome.status(0).stdout_has("dry run").stdout_has("selected: GPU 0 (Tesla V100-SXM2-32GB");
+    assert!(!sim.lock_dir().exists(), "an ordinary argument became a launch");
+}
+
+#[test]
+fn a_request_no_state_of_the_machine_can_meet_never_waits() {
+    let sim = two_gpus();
+    for (args, why) in [
+        (&["--model", "H100"][..], "--model H100: 0 of the GPUs gpurun may use match"),
+        (&["--gpus", "3"][..], "--gpus 3: this machine has 2 GPUs"),
+        (&["--min-free", "500G"][..], "--min-free: no GPU can ever have that much free"),
+    ] {
+        let started = Instant::now();
+        sim.gpurun().args(args).args(["--wait", "--", "true"]).run().status(125).stderr_has(why);
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?} waited");
+    }
+    // And it takes no place in the queue: the directory holds no ticket.
+    assert!(entries(&sim.lock_dir()).iter().all(|n| !n.starts_with("ticket.")));
+}
+
+#[test]
+fn a_waiter_holds_back_only_the_gpus_it_could_use() {
+    let sim = two_gpus();
+    let _holder0 =
+        background(sim.gpurun().args(["-q", "--exclusive", "--devices", "0", "--", "sleep", "20"]));
+    let _holder1 = background(sim.gpurun().args(["-q", "--exclusive", "--devices", "1", "--", "sleep", "1"]));
+    assert!(wait_until(LONG, || leases(&sim).len() == 2));
+    // A waits for GPU 0 only, which stays busy.
+    let _waiter =
+        background(sim.gpurun().args(["-q", "--wait", "--exclusive", "--devices", "0", "--", "true"]));
+    assert!(wait_until(LONG, || entries(&sim.lock_dir()).iter().any(|n| n.starts_with("ticket."))));
+    // B waits for GPU 1 only: when it frees up, A (first in the queue) does not stand in B's way.
+    let started = Instant::now();
+    let outcome =
+        sim.gpurun().args(["-q", "--exclusive", "--devices", "1", "--wait=8s", "--", "echo", "B"]).run();
+    assert_eq!(outcome.status(0).stdout, "B\n");
+    assert!(started.elapsed() < Duration::from_secs(4), "B waited behind A: {:?}", started.elapsed());
+}
+
+#[test]
+fn a_new_launch_queues_behind_earlier_waiters() {
+    let sim = two_gpus();
+    let log = sim.dir.path().join("order.log");
+    for trial in 0..3 {
+        let mut holder =
+            background(sim.gpurun().args(["-q", "--exclusive", "--devices", "0", "--", "sleep", "1"]));
+        assert!(wait_until(LONG, || leases(&sim).len() == 1));
+        let job = |name: &str| {
+            background(
+                sim.gpurun()
+                    .args(["-q", "--wait", "--exclusive", "--devices", "0", "--", "sh", "-c"])
+                    .args([format!("echo {name} >> {}", log.display())]),
+            )
+        };
+        let mut first = job("first");
+        assert!(wait_until(LONG, || entries(&sim.lock_dir()).iter().any(|n| n.starts_with("ticket."))));
+        // The late one arrives the moment the card is free, between the waiter's retries.
+        holder.0.wait().unwrap();
+        let mut late = job("late");
+        assert!(first.0.wait().unwrap().success());
+        assert!(late.0.wait().unwrap().success());
+        let order = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(order, "first\nlate\n", "trial {trial}");
+        std::fs::remove_file(&log).unwrap();
+    }
+}
+
+#[test]
+fn forged_tickets_of_another_user_stall_no_one() {
+    let sim = two_gpus();
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    let ticket = sim.lock_dir().join("ticket.00000000000000000001.1");
+    // Another user holds a ticket that claims the first place in the queue, forever.
+    let forger = background(sim.gpurun_command(
+        "setpriv",
+        &[
+            "--reuid=4242",
+            "--regid=4242",
+            "--clear-groups",
+            "flock",
+            "-x",
+            ticket.to_str().unwrap(),
+            "sleep",
+            "30",
+        ],
+    ));
+    if !wait_until(Duration::from_secs(5), || ticket.exists()) {
+        common::skip("forged_tickets_of_another_user_stall_no_one", "setpriv or flock is unavailable");
+        drop(forger);
+        return;
+    }
+    // Both cards are busy for a second, so the launch must queue; then it must not wait
+    // behind the forgery.
+    let _holder = background(sim.gpurun().args(["-q", "--exclusive", "--gpus", "2", "--", "sleep", "1"]));
+    assert!(wait_until(LONG, || leases(&sim).len() == 2));
+    let started = Instant::now();
+    sim.gpurun().args(["-q", "--exclusive", "--wait=10s", "--", "true"]).run().status(0);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "a forged ticket stalled the queue: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_held_directory_lock_neither_hangs_looking_nor_silently_stalls_a_launch() {
+    let sim = two_gpus();
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    // The old .lock file is no single point of failure any more: make it a FIFO, unreadable.
+    let fifo = sim.lock_dir().join(".lock");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o000)).unwrap();
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    // Someone holds the directory lock itself.
+    let holder =
+        background(sim.gpurun_command("flock", &["-x", sim.lock_dir().to_str().unwrap(), "sleep", "3"]));
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    sim.gpurun().args(["--list"]).run().status(0).stdout_has("2 GPUs");
+    sim.gpurun().args(["--dry-run"]).run().status(0);
+    assert!(started.elapsed() < Duration::from_secs(2), "looking waited for the lock");
+    let launch = sim.gpurun().args(["--", "true"]).run();
+    launch
+        .status(0)
+        .stderr_has(&format!("waiting for the lock directory {}, held by PID ", sim.lock_dir().display()));
+    assert!(launch.stderr.contains("flock"), "the holder's command is named: {}", launch.stderr);
+    drop(holder);
+}
+
+#[test]
+fn many_stars_in_a_model_pattern_take_no_time() {
+    let sim = Sim::new(&common::default_scenario());
+    let pattern = "************x";
+    let config = sim.dir.path().join("config.toml");
+    std::fs::write(&config, format!("model = \"{pattern}\"\n")).unwrap();
+    for run in [
+        sim.gpurun().args(["--dry-run", "--model", pattern]),
+        sim.gpurun().args(["--dry-run"]).env("GPURUN_MODEL", pattern),
+        sim.gpurun().args(["--dry-run"]).env("GPURUN_CONFIG", &config),
+    ] {
+        let started = Instant::now();
+        run.run().status(125).stderr_has("--model ************x: 0 of the GPUs");
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+}
+
+#[test]
+fn settings_are_never_read_as_options() {
+    let sim = Sim::new(&common::default_scenario());
+    let config = sim.dir.path().join("config.toml");
+    std::fs::write(&config, "model = \"-SXM4\"\n").unwrap();
+    for run in [
+        sim.gpurun().args(["--dry-run"]).env("GPURUN_MODEL", "-SXM4"),
+        sim.gpurun().args(["--dry-run"]).env("GPURUN_CONFIG", &config),
+    ] {
+        run.run().status(0).stdout_has("selected: GPU 3 (NVIDIA A100-SXM4-80GB");
+    }
+    sim.gpurun()
+        .args(["--dry-run"])
+        .env("GPURUN_DEVICES", "-2")
+        .run()
+        .status(125)
+        .stderr_has("GPURUN_DEVICES: key devices: invalid value '-2'");
+    sim.gpurun()
+        .args(["--list"])
+        .env("GPURUN_MIN_FRE", "8G")
+        .run()
+        .status(125)
+        .stderr_has("gpurun: GPURUN_MIN_FRE names no setting (did you mean GPURUN_MIN_FREE?)");
+}
+
+#[test]
+fn configuration_files_that_are_not_files() {
+    let sim = Sim::new(&common::default_scenario());
+    let fifo = sim.dir.path().join("fifo.toml");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let big = sim.dir.path().join("big.toml");
+    std::fs::write(&big, format!("# {}\n", "x".repeat(2 << 20))).unwrap();
+    let devices = sim.dir.path().join("devices.toml");
+    std::fs::write(&devices, "policy = \"pack\"\ndevices = \"99\"\n").unwrap();
+    let broken = sim.dir.path().join("broken.toml");
+    std::fs::write(&broken, "policy = \"pack\"\n\nmin-free = \n").unwrap();
+    for (file, expected) in [
+        ("/dev/zero".to_owned(), "/dev/zero: not a regular file".to_owned()),
+        (fifo.display().to_string(), format!("{}: not a regular file", fifo.display())),
+        (big.display().to_string(), format!("{}: larger than 1 MiB", big.display())),
+        (
+            devices.display().to_string(),
+            format!("{}:2: key devices: --devices 99: no such GPU", devices.display()),
+        ),
+        (broken.display().to_string(), format!("{}:3: ", broken.display())),
+    ] {
+        let started = Instant::now();
+        sim.gpurun().args(["--dry-run"]).env("GPURUN_CONFIG", &file).run().status(125).stderr_has(&expected);
+        assert!(started.elapsed() < Duration::from_secs(3), "{file}");
+    }
+}
+
+#[test]
+fn a_full_disk_leaves_no_empty_lease() {
+    let sim = two_gpus();
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    // A file size limit of 0 makes the lease's write fail as a full disk would.
+    let mut run = sim.gpurun().args(["--", "true"]);
+    // SAFETY: setrlimit and signal are async-signal-safe; they only affect the child.
+    unsafe {
+        run.command.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let none = libc::rlimit { rlim_cur: 0, rlim_max: libc::RLIM_INFINITY };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &none);
+            Ok(())
+        });
+    }
+    run.run().status(125).stderr_has("File too large");
+    assert_eq!(entries(&sim.lock_dir()), Vec::<String>::new());
+}
+
+#[test]
+fn a_waiter_ended_by_a_signal_leaves_no_ticket() {
+    let sim = two_gpus();
+    let _holder = background(sim.gpurun().args(["-q", "--exclusive", "--devices", "0", "--", "sleep", "20"]));
+    assert!(wait_until(LONG, || leases(&sim).len() == 1));
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let mut waiter = sim
+            .gpurun()
+            .args(["-q", "--wait", "--exclusive", "--devices", "0", "--", "true"])
+            .command
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(wait_until(LONG, || entries(&sim.lock_dir()).iter().any(|n| n.starts_with("ticket."))));
+        common::send_signal(waiter.id(), signal);
+        let status = waiter.wait().unwrap();
+        assert_eq!(status.signal(), Some(signal), "the waiter ends by the signal, as it would have");
+        assert!(
+            entries(&sim.lock_dir()).iter().all(|n| !n.starts_with("ticket.")),
+            "ticket left by {signal}"
+        );
+    }
+}
+
+#[test]
+fn looking_works_in_a_lock_directory_it_cannot_write() {
+    let sim = two_gpus();
+    // A root-owned directory another user may read but not write.
+    std::fs::create_dir(sim.lock_dir()).unwrap();
+    std::fs::set_permissions(sim.lock_dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(sim.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_other = |args: &[&str]| {
+        let binary = gpurun_binary();
+        let mut words = vec!["--reuid=4242", "--regid=4242", "--clear-groups", binary.as_str()];
+        words.extend_from_slice(args);
+        sim.gpurun_command("setpriv", &words).run()
+    };
+    let listing = as_other(&["--list"]);
+    if listing.stderr.contains("setpriv:") {
+        common::skip("looking_works_in_a_lock_directory_it_cannot_write", &format!("{listing:?}"));
+        return;
+    }
+    listing.status(0).stdout_has("2 GPUs");
+    as_other(&["--", "true"]).status(125).stderr_has("Permission denied");
+}
+
+#[test]
+fn output_that_cannot_be_written_is_an_error() {
+    let sim = two_gpus();
+    for args in [&["--help"][..], &["--version"], &["--list"], &["--export"], &["--dry-run"]] {
+        let full = shell(&sim, &format!("exec \"$G\" {} >/dev/full", args.join(" "))).run();
+        full.status(125).stderr_has("gpurun: cannot write the output: No space left on device");
+        let closed = shell(&sim, &format!("exec \"$G\" {} >&-", args.join(" "))).run();
+        closed.status(125).stderr_has("gpurun: cannot write the output: Bad file descriptor");
+    }
+}
+
+#[test]
+fn a_non_utf8_option_value_is_named() {
+    use std::os::unix::ffi::OsStrExt;
+    let sim = two_gpus();
+    let mut run = sim.gpurun();
+    run.command.args([
+        std::ffi::OsStr::new("--model"),
+        std::ffi::OsStr::from_bytes(b"caf\xe9"),
+        "--list".as_ref(),
+    ]);
+    run.run().status(125).stderr_has("argument 2 (\"caf\u{fffd}\") is not valid UTF-8");
+}
+
+#[test]
+fn signals_from_the_commands_own_processes_are_not_sent_back() {
+    let sim = two_gpus();
+    // A process of the command's tree (a background subshell) sends gpurun SIGTERM, and stays
+    // alive a moment, so that gpurun can place it.
+    let outcome = sim
+        .gpurun()
+        .args(["-q", "--gpus", "0", "--", "sh", "-c"])
+        .args([
+            "trap 'echo TERM; exit 9' TERM; (sleep 0.2; kill -TERM $PPID; sleep 1) & sleep 1.5; echo done",
+        ])
+        .run();
+    assert_eq!(outcome.status(0).stdout, "done\n");
+    let _ = std::io::stderr().flush();
+}

@@ -1,0 +1,125 @@
+//! The layout shows the architecture (DESIGN 14): one folder per pipeline stage, and imports that
+//! only go one way. A module that imports from a module that (through others) imports it back,
+//! or anything that imports from the crate root, fails here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// `src/launch/spawn.rs` -> `launch::spawn`; `src/launch/mod.rs` -> `launch`.
+fn module_of(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).unwrap().with_extension("");
+    let parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    match parts.last().map(String::as_str) {
+        Some("mod") => parts[..parts.len() - 1].join("::"),
+        _ => parts.join("::"),
+    }
+}
+
+/// The module a `crate::a::b::Item` path lands in: the longest prefix that is a module.
+fn target(modules: &BTreeSet<String>, path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split("::").collect();
+    (1..=parts.len()).rev().map(|n| parts[..n].join("::")).find(|candidate| modules.contains(candidate))
+}
+
+/// Imports outside tests, module -> modules.
+fn graph(crate_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let src = crate_dir.join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(&src, f)).collect();
+    let mut edges = BTreeMap::new();
+    for file in &files {
+        let from = module_of(&src, file);
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut to = BTreeSet::new();
+        for (at, _) in code.match_indices("crate::") {
+            let path: String = code[at + 7..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let path = path.trim_end_matches(':');
+            // An item no module holds is the crate root's.
+            let module = target(&modules, path).unwrap_or_else(|| "lib".to_owned());
+            if module != from {
+                to.insert(module);
+            }
+        }
+        edges.insert(from, to);
+    }
+    edges
+}
+
+fn cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut found = path[start..].to_vec();
+            found.push(node.to_owned());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, edges, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges.keys().find_map(|node| visit(node, edges, &mut Vec::new(), &mut done))
+}
+
+fn folders(edges: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    let top = |m: &str| m.split("::").next().unwrap_or_default().to_owned();
+    let mut folded: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, to) in edges {
+        let entry = folded.entry(top(from)).or_default();
+        entry.extend(to.iter().map(|t| top(t)).filter(|t| *t != top(from)));
+    }
+    folded
+}
+
+#[test]
+fn imports_go_one_way_between_files_and_between_stages() {
+    for crate_dir in [
+        Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/nvml-sim"),
+    ] {
+        let edges = graph(&crate_dir);
+        assert!(edges.len() > 5, "no sources found in {}", crate_dir.display());
+        assert_eq!(cycle(&edges), None, "{}: an import cycle between files", crate_dir.display());
+        assert_eq!(cycle(&folders(&edges)), None, "{}: an import cycle between folders", crate_dir.display());
+        for (from, to) in &edges {
+            assert!(from == "main" || !to.contains("lib"), "{from} imports from the crate root: {to:?}");
+        }
+    }
+}
+
+#[test]
+fn the_stages_have_their_folders() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for stage in ["cli", "probe", "select", "reserve", "launch", "verify", "output", "options", "process"] {
+        assert!(src.join(stage).join("mod.rs").exists(), "src/{stage}/ is missing");
+    }
+}

@@ -1,0 +1,184 @@
+//! NVML never holds the job hostage (issue 12): a call that hangs cannot stall supervision,
+//! exit or signals; a probe that hangs ends in one line naming the call; a library thread
+//! cannot take a signal meant for the command; a real fault in the driver still kills gpurun.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{default_scenario, recorder, send_signal, wait_until, Sim};
+
+const LONG: Duration = Duration::from_secs(10);
+
+/// The default machine, whose process-list call on GPU 7 hangs for a minute once the probe
+/// (one call) is done: every verification poll gets stuck on it.
+fn hanging_process_list() -> Sim {
+    let mut text = default_scenario();
+    text.push_str(
+        "\n[[hang]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 7\nafter = 1\nms = 60000\n",
+    );
+    Sim::new(&text)
+}
+
+fn with_hang(call: &str, extra: &str) -> Sim {
+    let mut text = default_scenario();
+    text.push_str(&format!("\n[[hang]]\ncall = \"{call}\"\n{extra}\n"));
+    Sim::new(&text)
+}
+
+#[test]
+fn a_hanging_process_list_does_not_delay_the_commands_end() {
+    let sim = hanging_process_list();
+    let started = Instant::now();
+    let outcome = sim.gpurun().args(["--report", "--", "sh", "-c", "sleep 1; exit 7"]).run();
+    let took = started.elapsed();
+    outcome
+        .status(7)
+        .stderr_has("unverifiable: NVML did not answer: nvmlDeviceGetComputeRunningProcesses_v3 on GPU 7");
+    assert!(took < Duration::from_secs(2), "a 1 s command took {took:?}");
+}
+
+#[test]
+fn signals_reach_the_command_while_a_call_hangs() {
+    let sim = hanging_process_list();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("signals.log");
+    let mut gpurun = sim
+        .gpurun()
+        .args(["-q", "--", "python3"])
+        .args([recorder()])
+        .args([log.to_str().unwrap(), "--signals", "TERM,USR1", "--exit-on", "TERM"])
+        .command
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(gpurun.stdout.as_mut().unwrap()), &mut line)
+        .unwrap();
+    assert!(line.starts_with("ready "), "{line}");
+    // Let the verification poll get stuck first.
+    std::thread::sleep(Duration::from_millis(500));
+    let recorded =
+        |name: &str| std::fs::read_to_string(&log).unwrap_or_default().lines().filter(|l| *l == name).count();
+    send_signal(gpurun.id(), libc::SIGUSR1);
+    let sent = Instant::now();
+    assert!(wait_until(LONG, || recorded("USR1") == 1));
+    assert!(sent.elapsed() < Duration::from_millis(200), "USR1 took {:?}", sent.elapsed());
+    send_signal(gpurun.id(), libc::SIGTERM);
+    let sent = Instant::now();
+    let status = gpurun.wait().unwrap();
+    assert!(sent.elapsed() < Duration::from_millis(500), "gpurun took {:?} to end", sent.elapsed());
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!((recorded("USR1"), recorded("TERM")), (1, 1));
+}
+
+#[test]
+fn an_init_that_hangs_ends_in_one_line_or_no_gpu_with_fallback_cpu() {
+    let sim = with_hang("nvmlInit", "");
+    let started = Instant::now();
+    let outcome = sim.gpurun().args(["--nvml-timeout", "2s", "--", "true"]).run();
+    outcome
+        .status(125)
+        .stderr_has("gpurun: NVML did not answer within 2 s: nvmlInit_v2 (waiting for 2.0 s) did not return")
+        .stderr_has("the driver may be hung (check `dmesg`");
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert_eq!(outcome.stderr.lines().count(), 1, "{}", outcome.stderr);
+
+    let fallback = sim
+        .gpurun()
+        .args([
+            "--nvml-timeout",
+            "1s",
+            "--fallback",
+            "cpu",
+            "--",
+            "sh",
+            "-c",
+            "echo \"[$CUDA_VISIBLE_DEVICES]\"",
+        ])
+        .run();
+    assert_eq!(fallback.status(0).stdout, "[]\n");
+    fallback.stderr_has("running with no GPU visible (--fallback cpu)");
+
+    // The variable and the configuration key are the same setting.
+    let started = Instant::now();
+    sim.gpurun().args(["--list"]).env("GPURUN_NVML_TIMEOUT", "1s").run().status(125).stderr_has("within 1 s");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn every_mode_obeys_the_deadline_and_names_the_gpu() {
+    let sim = with_hang("nvmlDeviceGetMemoryInfo", "gpu = 3");
+    for mode in [&["--list"][..], &["--dry-run"], &["--export"]] {
+        let started = Instant::now();
+        sim.gpurun()
+            .args(mode)
+            .args(["--nvml-timeout", "1s"])
+            .run()
+            .status(125)
+            .stderr_has("nvmlDeviceGetMemoryInfo_v2 on GPU 3");
+        assert!(started.elapsed() < Duration::from_secs(3), "{mode:?}: {:?}", started.elapsed());
+    }
+    let doctor = sim.gpurun().args(["--doctor", "--nvml-timeout", "1s"]).run();
+    doctor.status(125).stdout_has("PROBLEM  NVML from").stdout_has("nvmlDeviceGetMemoryInfo_v2 on GPU 3");
+}
+
+#[test]
+fn with_wait_a_probe_that_hangs_is_waited_for_until_the_wait_is_over() {
+    let sim = with_hang("nvmlDeviceGetCount", "");
+    let started = Instant::now();
+    let outcome = sim.gpurun().args(["--nvml-timeout", "500ms", "--wait=2s", "--", "true"]).run();
+    let took = started.elapsed();
+    outcome.status(125).stderr_has("nvmlDeviceGetCount_v2");
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "{took:?}");
+    // A call that answers after a while, within --wait: the launch goes ahead.
+    let slow = with_hang("nvmlDeviceGetCount", "ms = 1500\ntimes = 1");
+    slow.gpurun().args(["-q", "--nvml-timeout", "500ms", "--wait=10s", "--", "true"]).run().status(0);
+}
+
+#[test]
+fn a_library_thread_cannot_take_a_signal_meant_for_the_command() {
+    // The default machine's library starts a thread in nvmlInit (helper_thread).
+    let sim = Sim::new(&default_scenario());
+    let dir = tempfile::tempdir().unwrap();
+    for (signal, name) in
+        [(libc::SIGTERM, "TERM"), (libc::SIGINT, "INT"), (libc::SIGHUP, "HUP"), (libc::SIGUSR1, "USR1")]
+    {
+        let log = dir.path().join(format!("{name}.log"));
+        let mut gpurun = sim
+            .gpurun()
+            .args(["-q", "--", "python3"])
+            .args([recorder()])
+            .args([log.to_str().unwrap(), "--signals", name])
+            .command
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(gpurun.stdout.as_mut().unwrap()), &mut line)
+            .unwrap();
+        let threads = std::fs::read_dir(format!("/proc/{}/task", gpurun.id())).unwrap().count();
+        assert!(threads >= 3, "gpurun, its NVML thread and the library's: {threads}");
+        send_signal(gpurun.id(), signal);
+        let recorded = || std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(wait_until(LONG, || !recorded().is_empty()), "{name} never arrived");
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(recorded(), format!("{name}\n"));
+        std::fs::write(format!("{}.stop", log.display()), "").unwrap();
+        assert!(gpurun.wait().unwrap().success(), "{name}: gpurun did not survive to pass on the status");
+    }
+}
+
+#[test]
+fn a_real_fault_in_the_driver_still_kills_gpurun() {
+    let mut text = default_scenario();
+    text.push_str("\n[[crash]]\ncall = \"nvmlDeviceGetName\"\ngpu = 2\n");
+    let sim = Sim::new(&text);
+    let status = sim.gpurun().args(["--list"]).command.stderr(Stdio::null()).status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}");
+}
