@@ -45,39 +45,33 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     };
     let (mut nvml, acquired) = acquire(&config, receiver)?;
     let Acquisition { machine, decision, chosen, leases, live } = acquired;
+    // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| Plan::new(selection, config.visible_as, config.framework_env));
     let json = |dry_run| listing::json(&machine, &config.library(), &decision.assessments, &live, dry_run);
+    let show = |text: String| print(&text).map(|()| Exit::Code(0)).map_err(Error::Output);
     match goal {
-        Goal::List { json: false } => print(&listing::table(&machine, &decision.assessments, &live)),
-        Goal::List { json: true } => print(&json(None)),
+        Goal::List { json: false } => show(listing::table(&machine, &decision.assessments, &live)),
+        Goal::List { json: true } => show(json(None)),
         // Printed on exit 75 too, with a null selection and environment.
-        Goal::DryRun { json: true } => print(&json(Some(plan.as_ref().ok()))),
-        Goal::DryRun { json: false } => match &plan {
-            Ok(plan) => print(&listing::dry_run(&machine, &decision.assessments, &live, plan)),
-            Err(_) => Ok(()),
-        },
-        Goal::Export => match &plan {
-            Ok(plan) => print(&env::export_lines(&plan.variables)),
-            Err(_) => Ok(()),
-        },
-        Goal::Run { .. } => Ok(()),
+        Goal::DryRun { json: true } => show(json(Some(plan.as_ref().ok())))
+            .and_then(|exit| plan.map(|_| exit).map_err(Error::NotEnoughGpus)),
+        Goal::DryRun { json: false } => show(listing::dry_run(
+            &machine,
+            &decision.assessments,
+            &live,
+            &plan.map_err(Error::NotEnoughGpus)?,
+        )),
+        Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.variables)),
+        Goal::Run { command } => Ok(launch::run_command(launch::Job {
+            command,
+            supervision: &config.supervision,
+            machine: &machine,
+            plan: &plan.map_err(Error::NotEnoughGpus)?,
+            leases,
+            nvml: nvml.as_mut(),
+            receiver,
+        })?),
     }
-    .map_err(Error::Output)?;
-    let plan = match (goal, plan) {
-        (Goal::List { .. }, _) => return Ok(Exit::Code(0)),
-        (_, Err(refusal)) => return Err(Error::NotEnoughGpus(refusal)),
-        (_, Ok(plan)) => plan,
-    };
-    let Goal::Run { command } = goal else { return Ok(Exit::Code(0)) };
-    Ok(launch::run_command(launch::Job {
-        command,
-        supervision: &config.supervision,
-        machine: &machine,
-        plan: &plan,
-        leases,
-        nvml: nvml.as_mut(),
-        receiver,
-    })?)
 }
 
 /// `--doctor`: its findings on stdout; 125 when NVML is unusable.
@@ -122,6 +116,7 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
 /// the pipeline; print `gpurun: <error>` once on failure and exit with the documented code.
 pub fn main_exit() -> ! {
     process::stdio::ensure_open();
+    process::one_malloc_arena();
     let caller = CallerState::capture();
     let receiver = match Receiver::open(caller.clone()) {
         Ok(receiver) => receiver,

@@ -35,14 +35,6 @@ pub struct Parsed {
     pub request_text: String,
 }
 
-/// The user's own option words: up to `--` or the first word that is not an option.
-fn option_words(args: &[OsString]) -> &[OsString] {
-    let words = &args[1.min(args.len())..];
-    let end =
-        words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-')).unwrap_or(words.len());
-    &words[..end]
-}
-
 /// clap's error as one line in gpurun's style, naming a non-UTF-8 argument if that was it.
 fn usage(error: clap::Error, args: &[OsString]) -> CliError {
     if error.kind() == ErrorKind::InvalidUtf8 {
@@ -85,6 +77,10 @@ pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliErro
             id.is_none_or(|id| matches.value_source(&id) != Some(ValueSource::CommandLine))
         });
     }
-    let request_text = crate::options::shell::quote(option_words(&args));
+    // The user's own words before the command (and its `--`), for the wait queue.
+    let words = &args[1.min(args.len())..];
+    let own = &words[..words.len().saturating_sub(cli.command.len())];
+    let own = own.strip_suffix(&[OsString::from("--")]).unwrap_or(own);
+    let request_text = crate::options::shell::quote(own);
     Ok(Some(Parsed { cli, origins, request_text }))
 }

@@ -53,15 +53,25 @@ pub struct Job<'a> {
 }
 
 /// Signals that reached gpurun in the moment before the command existed go to the command,
-/// which is still waiting with its signals blocked: one that would end or stop a process ends
-/// or stops it as it starts, exactly once (the kernel merges it with one it may already have).
-fn pass_on_pending(receiver: &Receiver, child: u32) {
+/// which is still waiting with its signals blocked: one that would end it ends it as it starts,
+/// exactly once (the kernel merges it with one it may already have). A stop signal is kept for
+/// after the exec (returned): a command stopped before its exec would hold gpurun in `spawn`.
+fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
+    let mut after_exec = Vec::new();
     for received in receiver.drain() {
         let signal = received.signal;
-        if !receiver.caller().is_ignored(signal) && default_action(signal) != DefaultAction::Ignore {
-            send(child, signal);
+        if receiver.caller().is_ignored(signal) {
+            continue;
+        }
+        match default_action(signal) {
+            DefaultAction::Terminate => {
+                send(child, signal);
+            }
+            DefaultAction::Stop => after_exec.push(signal),
+            DefaultAction::Ignore => {}
         }
     }
+    after_exec
 }
 
 /// spawn -> supervise (and verify) -> end leftovers -> release the GPUs -> report -> how it
@@ -93,11 +103,12 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     }
     let started = Instant::now();
     let watcher = supervision.parent_death_signal.and_then(Watcher::start);
+    let mut stops = Vec::new();
     let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
         if let Some(watcher) = &watcher {
             watcher.track(child);
         }
-        pass_on_pending(receiver, child);
+        stops = pass_on_pending(receiver, child);
     });
     let child = match spawned {
         Ok(child) => child,
@@ -106,6 +117,9 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
             return Err(error);
         }
     };
+    for signal in stops {
+        send(child, signal);
+    }
     tracing::info!("running {} on {}", crate::options::shell::quote(command), plan.selection.describe());
     let mut watch =
         nvml.filter(|_| supervision.verify != VerifyMode::Off && !plan.selection.is_empty()).map(|nvml| {

@@ -12,7 +12,8 @@ pub mod size;
 use clap::ValueEnum;
 
 /// `--policy`: how the GPUs that qualify are ranked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Policy {
     /// Most free memory first, then lowest utilization, then lowest index.
     MostFree,

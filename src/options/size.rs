@@ -31,7 +31,8 @@ mod tests {
 }
 
 /// A memory requirement: bytes, or a percentage of each card's total.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Threshold {
     Bytes(u64),
     PercentOfTotal(f64),

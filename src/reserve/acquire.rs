@@ -8,6 +8,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::options::devices::DeviceRef;
 use crate::options::duration;
 use crate::probe::gpu::Machine;
 use crate::probe::nvml::OpenError;
@@ -16,7 +17,7 @@ use crate::process::procfs;
 use crate::process::signals::Receiver;
 use crate::reserve::lease::{self, HeldLease, Lease};
 use crate::reserve::lockdir::{LockDir, LockDirError};
-use crate::reserve::ticket::{self, Ticket, Waiter};
+use crate::reserve::ticket::{self, Needs, Ticket, Waiter};
 use crate::select::policy::{self, Decision, DeviceError, HeldBack, Outcome, Request, Reservation};
 use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited};
@@ -113,21 +114,67 @@ fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
                 user: lease.user.clone(),
                 pending_bytes: if visible { 0 } else { lease.reserved_bytes },
                 exclusive: lease.exclusive,
+                queued: false,
             })
         })
         .collect()
 }
 
-/// The GPUs earlier waiters could use, held for them.
-fn held_back<'a>(ahead: impl Iterator<Item = &'a Waiter>, machine: &Machine) -> Vec<HeldBack> {
-    let mut held = Vec::new();
+/// What the waiters ahead keep from this launch, first come first served. Each, in queue order,
+/// is tried against the machine as the ones before it would leave it: one that could be served
+/// now keeps what it would take (as the lease it is about to hold); one that cannot keeps every
+/// GPU it could ever use, so that no later launch starves it. A waiter keeps nothing it could
+/// never use.
+fn queue_ahead<'a>(
+    ahead: impl Iterator<Item = &'a Waiter>,
+    machine: &Machine,
+    reservations: &mut Vec<Reservation>,
+) -> Vec<HeldBack> {
+    let mut held: Vec<HeldBack> = Vec::new();
+    let unrestricted = visibility::Visibility { allowed: None, source: None, warnings: Vec::new() };
     for waiter in ahead {
-        for uuid in &waiter.gpus {
-            let Some(gpu) = machine.gpus.iter().find(|gpu| gpu.uuid.as_deref() == Some(uuid)) else {
-                continue;
-            };
-            if !held.iter().any(|h: &HeldBack| h.index == gpu.index) {
-                held.push(HeldBack { index: gpu.index, pid: waiter.pid, user: waiter.user.clone() });
+        let possible: Vec<u32> = waiter
+            .gpus
+            .iter()
+            .filter_map(|uuid| machine.gpus.iter().find(|gpu| gpu.uuid.as_deref() == Some(uuid)))
+            .map(|gpu| gpu.index)
+            .collect();
+        let request = Request {
+            count: waiter.needs.count,
+            min_free: waiter.needs.min_free,
+            max_util: waiter.needs.max_util,
+            exclusive: waiter.needs.exclusive,
+            devices: Some(possible.iter().map(|&i| DeviceRef::Index(i)).collect()),
+            policy: waiter.needs.policy,
+            seed: u64::from(waiter.pid),
+            ..Request::default()
+        };
+        let outcome =
+            policy::decide(&machine.gpus, &unrestricted, &request, reservations, &held).map(|d| d.outcome);
+        match outcome {
+            Ok(Outcome::Selected(chosen)) => {
+                for index in chosen {
+                    let total = machine.gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.memory);
+                    reservations.push(Reservation {
+                        index,
+                        pid: waiter.pid,
+                        user: waiter.user.clone(),
+                        pending_bytes: waiter
+                            .needs
+                            .min_free
+                            .map(|t| t.bytes_on(total.map_or(0, |m| m.total_bytes)))
+                            .unwrap_or(0),
+                        exclusive: waiter.needs.exclusive,
+                        queued: true,
+                    });
+                }
+            }
+            _ => {
+                for index in possible {
+                    if !held.iter().any(|h| h.index == index) {
+                        held.push(HeldBack { index, pid: waiter.pid, user: waiter.user.clone() });
+                    }
+                }
             }
         }
     }
@@ -264,7 +311,8 @@ pub fn acquire(
         };
         let live = lock_dir.as_ref().map(|dir| lease::live(dir, options.hold)).unwrap_or_default();
         let waiters = lock_dir.as_ref().map(|dir| ticket::waiters(dir, options.hold)).unwrap_or_default();
-        let held = held_back(ticket::ahead(&waiters, ticket.as_ref()), &machine);
+        let mut reserved = reservations(&live, &machine);
+        let held = queue_ahead(ticket::ahead(&waiters, ticket.as_ref()), &machine, &mut reserved);
         let timed_out = match waiting_until {
             None => true,
             Some(None) => false,
@@ -278,8 +326,7 @@ pub fn acquire(
             waiting_request = Request { fallback: None, ..options.request.clone() };
             &waiting_request
         };
-        let decision =
-            policy::decide(&machine.gpus, &visibility, request, &reservations(&live, &machine), &held)?;
+        let decision = policy::decide(&machine.gpus, &visibility, request, &reserved, &held)?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
         }
@@ -315,7 +362,14 @@ pub fn acquire(
                 .iter()
                 .filter_map(|index| machine.gpus.iter().find(|gpu| gpu.index == *index)?.uuid.clone())
                 .collect();
-            ticket = Some(ticket::take(dir, possible, &options.request_text)?);
+            let needs = Needs {
+                count: options.request.count,
+                min_free: options.request.min_free,
+                max_util: options.request.max_util,
+                exclusive: options.request.exclusive,
+                policy: options.request.policy,
+            };
+            ticket = Some(ticket::take(dir, possible, &options.request_text, needs)?);
         }
         drop(guard);
         let qualified = decision.assessments.iter().filter(|a| a.eligible()).count();
@@ -371,5 +425,56 @@ impl Progress {
 impl Drop for Progress {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::gpu::test_gpu;
+    use crate::reserve::ticket::Needs;
+
+    fn waiter(pid: u32, gpus: &[u32], count: u32, machine: &Machine) -> Waiter {
+        Waiter {
+            pid,
+            uid: 0,
+            user: "alice".to_owned(),
+            since_ns: u64::from(pid),
+            gpus: gpus.iter().map(|&i| machine.gpus[i as usize].uuid.clone().unwrap()).collect(),
+            request: String::new(),
+            needs: Needs {
+                count,
+                min_free: None,
+                max_util: None,
+                exclusive: true,
+                policy: crate::options::Policy::Index,
+            },
+        }
+    }
+
+    #[test]
+    fn waiters_ahead_keep_what_they_would_take_or_all_they_could_use() {
+        let machine =
+            Machine { driver_version: None, cuda_driver_version: None, gpus: (0..4).map(test_gpu).collect() };
+        // W1 can be served now and would take GPU 0; W2 needs three of {0, 1, 2}, which it cannot
+        // have while W1 takes GPU 0, so it keeps all three; GPU 3 is nobody's.
+        let ahead = [waiter(1, &[0, 1, 2, 3], 1, &machine), waiter(2, &[0, 1, 2], 3, &machine)];
+        let mut reserved = Vec::new();
+        let held = queue_ahead(ahead.iter(), &machine, &mut reserved);
+        assert_eq!(
+            reserved.iter().map(|r| (r.index, r.pid, r.queued)).collect::<Vec<_>>(),
+            vec![(0, 1, true)]
+        );
+        assert_eq!(held.iter().map(|h| (h.index, h.pid)).collect::<Vec<_>>(), vec![(0, 2), (1, 2), (2, 2)]);
+        // Eight single-GPU waiters ahead on eight free cards each keep one: nothing is left.
+        let machine =
+            Machine { driver_version: None, cuda_driver_version: None, gpus: (0..8).map(test_gpu).collect() };
+        let all: Vec<u32> = (0..8).collect();
+        let ahead: Vec<Waiter> = (1..=8).map(|pid| waiter(pid, &all, 1, &machine)).collect();
+        let mut reserved = Vec::new();
+        assert!(queue_ahead(ahead.iter(), &machine, &mut reserved).is_empty());
+        let mut taken: Vec<u32> = reserved.iter().map(|r| r.index).collect();
+        taken.sort_unstable();
+        assert_eq!(taken, all);
     }
 }

@@ -18,6 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use crate::options::size::Threshold;
+use crate::options::Policy;
 use crate::process::procfs;
 use crate::reserve::lockdir::{current_uid, Entry, LockDir, LockDirError};
 
@@ -25,7 +27,7 @@ use crate::reserve::lockdir::{current_uid, Entry, LockDir, LockDirError};
 const BACKDATING_SLACK_NS: i128 = 5_000_000_000;
 
 /// What a ticket file says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Waiter {
     pub pid: u32,
     pub uid: u32,
@@ -36,6 +38,18 @@ pub struct Waiter {
     pub gpus: Vec<String>,
     /// The request, as the user would type it.
     pub request: String,
+    /// What it needs of those GPUs, to tell whether it could be served now.
+    pub needs: Needs,
+}
+
+/// The load part of a waiter's request (the rest is in `gpus`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Needs {
+    pub count: u32,
+    pub min_free: Option<Threshold>,
+    pub max_util: Option<u32>,
+    pub exclusive: bool,
+    pub policy: Policy,
 }
 
 impl Waiter {
@@ -59,7 +73,7 @@ fn parse_name(name: &str) -> Option<(u64, u32)> {
 }
 
 /// Joins the queue; call with the directory lock held, so that tickets are ordered.
-pub fn take(dir: &LockDir, gpus: Vec<String>, request: &str) -> Result<Ticket, LockDirError> {
+pub fn take(dir: &LockDir, gpus: Vec<String>, request: &str, needs: Needs) -> Result<Ticket, LockDirError> {
     let since_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let pid = std::process::id();
     let uid = current_uid();
@@ -68,7 +82,7 @@ pub fn take(dir: &LockDir, gpus: Vec<String>, request: &str) -> Result<Ticket, L
     let entry = Entry::new(dir, name)?;
     let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| dir.io(e))?;
     let waiter =
-        Waiter { pid, uid, user: procfs::user_name(uid), since_ns, gpus, request: request.to_owned() };
+        Waiter { pid, uid, user: procfs::user_name(uid), since_ns, gpus, request: request.to_owned(), needs };
     let text = serde_json::to_string(&waiter).expect("plain data serialises");
     (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
     Ok(Ticket { _entry: entry, _lock: lock, key: (since_ns, pid) })
@@ -129,6 +143,10 @@ pub fn ahead<'a>(waiters: &'a [Waiter], ticket: Option<&Ticket>) -> impl Iterato
 mod tests {
     use super::*;
 
+    fn needs() -> Needs {
+        Needs { count: 1, min_free: None, max_util: None, exclusive: true, policy: Policy::MostFree }
+    }
+
     fn dir() -> (tempfile::TempDir, LockDir) {
         let base = tempfile::tempdir().unwrap();
         let dir = LockDir::open(&base.path().join("locks"), true).unwrap();
@@ -138,8 +156,8 @@ mod tests {
     #[test]
     fn tickets_queue_in_order_and_leave_on_drop() {
         let (_base, dir) = dir();
-        let first = take(&dir, vec!["GPU-a".to_owned()], "--gpus 1").unwrap();
-        let second = take(&dir, vec!["GPU-b".to_owned()], "--gpus 1").unwrap();
+        let first = take(&dir, vec!["GPU-a".to_owned()], "--gpus 1", needs()).unwrap();
+        let second = take(&dir, vec!["GPU-b".to_owned()], "--gpus 1", needs()).unwrap();
         let all = waiters(&dir, true);
         assert_eq!(all.len(), 2);
         assert_eq!(ahead(&all, Some(&first)).count(), 0);
@@ -168,6 +186,7 @@ mod tests {
             since_ns: 1,
             gpus: vec!["GPU-a".to_owned()],
             request: String::new(),
+            needs: needs(),
         };
         // Place 1 ns after the epoch: far earlier than the file.
         let _backdated = forged(&format!("ticket.{:020}.{pid}", 1), &honest);

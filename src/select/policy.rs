@@ -68,6 +68,18 @@ pub struct Reservation {
     /// Reserved memory not yet visible in NVML (its processes have not shown up yet).
     pub pending_bytes: u64,
     pub exclusive: bool,
+    /// Not a lease yet: what an earlier waiter that can be served now is about to take.
+    pub queued: bool,
+}
+
+impl Reservation {
+    fn holder(&self) -> String {
+        if self.queued {
+            format!("held for gpurun PID {} ({}), which came first", self.pid, self.user)
+        } else {
+            format!("gpurun PID {} ({})", self.pid, self.user)
+        }
+    }
 }
 
 /// A GPU kept for a launch that has waited longer (first come, first served).
@@ -253,7 +265,10 @@ fn assess(
     let mut hard = Vec::new();
     let mut soft = Vec::new();
     if let Some(holder) = reservations.iter().find(|r| r.exclusive) {
-        hard.push(format!("reserved exclusively by gpurun PID {} ({})", holder.pid, holder.user));
+        match holder.queued {
+            false => hard.push(format!("reserved exclusively by {}", holder.holder())),
+            true => hard.push(holder.holder()),
+        }
     }
     if let Some(waiter) = held_back {
         hard.push(format!("held for an earlier waiter (gpurun PID {}, {})", waiter.pid, waiter.user));
@@ -312,7 +327,10 @@ fn assess(
             None => soft.push("processes unknown".to_owned()),
         }
         if let Some(holder) = reservations.iter().find(|r| !r.exclusive) {
-            soft.push(format!("reserved by gpurun PID {} ({})", holder.pid, holder.user));
+            match holder.queued {
+                false => soft.push(format!("reserved by {}", holder.holder())),
+                true => soft.push(holder.holder()),
+            }
         }
     } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
         // Only one context fits on such a card: a second one fails at cudaSetDevice.
@@ -723,6 +741,7 @@ mod tests {
             user: "alice".to_owned(),
             pending_bytes: 50 << 30,
             exclusive: false,
+            queued: false,
         };
         let request = Request { min_free: Some(Threshold::Bytes(40 << 30)), ..Request::default() };
         let decision = decide(&gpus, &unrestricted(), &request, std::slice::from_ref(&pending), &[]).unwrap();

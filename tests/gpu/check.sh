@@ -91,6 +91,35 @@ PY
         || fail "two --exclusive jobs overlapped (${took}s for two 3 s jobs)"
 fi
 
+# 6. On the real driver: how many threads gpurun has while it supervises (its own, its NVML
+# thread, and whatever the library starts), and a SIGTERM sent to gpurun reaches a real CUDA
+# job exactly once, whatever thread the library made.
+if ! python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    skip "PyTorch with CUDA is not installed: the signal check needs it"
+else
+    counter='import signal, time, torch
+hits = []
+signal.signal(signal.SIGTERM, lambda *_: hits.append(1))
+x = torch.ones(64 * 1024 * 1024, device="cuda"); torch.cuda.synchronize()
+print("ready", flush=True)
+deadline = time.time() + 20
+while not hits and time.time() < deadline: time.sleep(0.05)
+time.sleep(1)
+print("TERM", len(hits), flush=True)'
+    "$gpurun" -q --gpus 1 -- python3 -c "$counter" > "$work/term.out" &
+    supervisor=$!
+    for _ in $(seq 200); do grep -q ready "$work/term.out" 2>/dev/null && break; sleep 0.1; done
+    threads=$(ls "/proc/$supervisor/task" 2>/dev/null | wc -l)
+    echo "gpurun has $threads thread(s) while it supervises on the real driver"
+    kill -TERM "$supervisor"
+    wait "$supervisor"; status=$?
+    if grep -q "TERM 1" "$work/term.out" && [ "$status" = 0 ]; then
+        pass "a SIGTERM sent to gpurun reached the CUDA job exactly once ($threads threads)"
+    else
+        fail "SIGTERM to gpurun: job said '$(tail -1 "$work/term.out")', gpurun exited $status"
+    fi
+fi
+
 echo
 if [ "$failures" -gt 0 ]; then
     echo "$failures check(s) failed"
