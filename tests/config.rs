@@ -108,3 +108,19 @@ fn variables_for_switches_and_the_commands_own_variables() {
         "3"
     );
 }
+
+#[test]
+fn settings_that_conflict_name_where_they_came_from() {
+    let sim = with_user_file("report = true\n");
+    // A setting whose option conflicts with another is fine alone...
+    sim.gpurun().args(["-q", "--gpus", "0", "--", "true"]).run().status(0).stderr_has("report:");
+    // ...and an error naming both origins when they meet.
+    sim.gpurun()
+        .env("GPURUN_EXEC", "1")
+        .args(["--gpus", "0", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("GPURUN_EXEC")
+        .stderr_has("config.toml:1")
+        .stderr_has("cannot be used with");
+}

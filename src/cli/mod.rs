@@ -56,19 +56,23 @@ fn usage(error: clap::Error, args: &[OsString]) -> CliError {
 /// so that they work on a machine with a broken configuration.
 pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliError> {
     let args = shebang::expand(args).map_err(CliError::Usage)?;
-    let user_only = command().try_get_matches_from(args.clone());
+    // One definition, built once, for the user's own words and for all of them.
+    let mut definition = command();
+    let user_only = definition.try_get_matches_from_mut(args.clone());
     if let Err(error) = &user_only {
         if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
             crate::process::stdio::print(&error.render().to_string()).map_err(CliError::Output)?;
             return Ok(None);
         }
     }
-    let layered = settings::layered(&command(), args.clone())?;
-    let (cli, _) = parse(layered.args.clone()).map_err(|error| usage(error, &args))?;
+    let layered = settings::layered(&mut definition, args.clone())?;
+    let matches =
+        definition.try_get_matches_from_mut(layered.args.clone()).map_err(|error| usage(error, &args))?;
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|error| usage(error, &args))?;
     let mut origins = layered.origins();
     // A setting the user's own words give again is the command line's.
     if let Ok(matches) = user_only {
-        let definition = command();
         origins.retain(|long, _| {
             let id = definition
                 .get_arguments()

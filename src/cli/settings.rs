@@ -72,8 +72,8 @@ pub struct Setting {
     pub origin: String,
 }
 
-/// The words one setting stands for, checked by clap on their own. `Ok(None)`: a switch set
-/// to false (nothing to add).
+/// The words one setting stands for (checked later, see `check`). `Ok(None)`: a switch set to
+/// false (nothing to add).
 fn setting(
     command: &clap::Command,
     key: &str,
@@ -101,14 +101,38 @@ fn setting(
             return Err(SettingsError(format!("{at}: key {key}: expected a value, not true or false")));
         }
     };
-    let mut alone: Vec<OsString> = vec!["gpurun".into()];
-    alone.extend(words.iter().cloned());
-    if let Err(error) = command.clone().try_get_matches_from(alone) {
-        let rendered = error.render().to_string();
-        let first = rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned();
-        return Err(SettingsError(format!("{at}: key {key}: {first}")));
-    }
     Ok(Some(Setting { key: key.to_owned(), words, origin: at.to_owned() }))
+}
+
+/// Checks the settings' words with clap: all at once, which is one parse; only when that fails,
+/// each on its own, so that the error names the file, line and key (or the variable).
+fn check(command: &mut clap::Command, settings: &[Setting]) -> Result<(), SettingsError> {
+    if settings.is_empty() {
+        return Ok(());
+    }
+    let words = |some: &[&Setting]| -> Vec<OsString> {
+        std::iter::once(OsString::from("gpurun"))
+            .chain(some.iter().flat_map(|s| s.words.iter().cloned()))
+            .collect()
+    };
+    let all: Vec<&Setting> = settings.iter().collect();
+    let Err(together) = command.try_get_matches_from_mut(words(&all)) else { return Ok(()) };
+    let first_line = |error: clap::Error| {
+        let rendered = error.render().to_string();
+        rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned()
+    };
+    for setting in settings {
+        if let Err(error) = command.try_get_matches_from_mut(words(&[setting])) {
+            return Err(SettingsError(format!(
+                "{}: key {}: {}",
+                setting.origin,
+                setting.key,
+                first_line(error)
+            )));
+        }
+    }
+    let origins: Vec<&str> = settings.iter().map(|s| s.origin.as_str()).collect();
+    Err(SettingsError(format!("settings from {}: {}", origins.join(", "), first_line(together))))
 }
 
 /// ` (did you mean X?)` for the closest long option, if one is close.
@@ -146,7 +170,7 @@ fn line_at(text: &str, offset: usize) -> usize {
 
 /// The settings a configuration file stands for.
 pub fn file_settings(
-    command: &clap::Command,
+    command: &mut clap::Command,
     path: &Path,
     text: &str,
 ) -> Result<Vec<Setting>, SettingsError> {
@@ -173,12 +197,13 @@ pub fn file_settings(
         };
         all.extend(setting(command, &key, value, &at)?);
     }
+    check(command, &all)?;
     Ok(all)
 }
 
 /// The settings the `GPURUN_*` variables stand for.
 pub fn environment_settings(
-    command: &clap::Command,
+    command: &mut clap::Command,
     variables: impl Iterator<Item = (String, String)>,
 ) -> Result<Vec<Setting>, SettingsError> {
     let mut all = Vec::new();
@@ -211,6 +236,7 @@ pub fn environment_settings(
         };
         all.extend(setting(command, &key, value, &name)?);
     }
+    check(command, &all)?;
     Ok(all)
 }
 
@@ -227,7 +253,11 @@ fn user_file() -> Option<PathBuf> {
 
 /// Reads a configuration file: a regular file (a FIFO or a device would hang or never end) of
 /// at most 1 MiB, in UTF-8. `must_exist`: a missing file is an error (it was named).
-fn read_file(command: &clap::Command, path: &Path, must_exist: bool) -> Result<Vec<Setting>, SettingsError> {
+fn read_file(
+    command: &mut clap::Command,
+    path: &Path,
+    must_exist: bool,
+) -> Result<Vec<Setting>, SettingsError> {
     let shown = path.display();
     let fail = |what: String| SettingsError(format!("{shown}: {what}"));
     let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
@@ -265,7 +295,7 @@ impl Layered {
 
 /// The layers under the user's own words (`args[0]` is the program name), checked against the
 /// command line's definition.
-pub fn layered(command: &clap::Command, args: Vec<OsString>) -> Result<Layered, SettingsError> {
+pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layered, SettingsError> {
     let user_words = &args[1.min(args.len())..];
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
@@ -286,6 +316,7 @@ pub fn layered(command: &clap::Command, args: Vec<OsString>) -> Result<Layered, 
         }
     });
     settings.extend(environment_settings(command, variables)?);
+    check(command, &settings)?;
     let mut merged = Vec::with_capacity(args.len() + settings.len());
     merged.extend(args.first().cloned());
     merged.extend(settings.iter().flat_map(|s| s.words.iter().cloned()));
@@ -305,7 +336,7 @@ mod tests {
     #[test]
     fn files_become_option_words() {
         let text = "policy = \"pack\"\nexclusive = true\nkeep-orphans = false\nmin-free = \"8G\"\nwait = \"10m\"\nkill-after = 5\nmodel = \"-SXM4\"\n";
-        let settings = file_settings(&cli::command(), Path::new("c.toml"), text).unwrap();
+        let settings = file_settings(&mut cli::command(), Path::new("c.toml"), text).unwrap();
         assert_eq!(settings.iter().find(|s| s.key == "min-free").unwrap().origin, "c.toml:4");
         assert_eq!(
             words(settings),
@@ -336,7 +367,8 @@ mod tests {
             ("exclusive = true\npolicy = \n", "c.toml:2: "),
         ];
         for (text, expected) in cases {
-            let error = file_settings(&cli::command(), Path::new("c.toml"), text).unwrap_err().to_string();
+            let error =
+                file_settings(&mut cli::command(), Path::new("c.toml"), text).unwrap_err().to_string();
             assert!(error.contains(expected), "{text:?}: {error}");
         }
     }
@@ -354,10 +386,10 @@ mod tests {
             ("GPURUN_MODEL".to_owned(), "-SXM4".to_owned()),
             ("OTHER".to_owned(), "x".to_owned()),
         ];
-        let settings = environment_settings(&cli::command(), variables.into_iter()).unwrap();
+        let settings = environment_settings(&mut cli::command(), variables.into_iter()).unwrap();
         assert_eq!(words(settings), vec!["--exclusive", "--model=-SXM4", "--policy=index"]);
         let bad = |name: &str, value: &str| {
-            environment_settings(&cli::command(), vec![(name.to_owned(), value.to_owned())].into_iter())
+            environment_settings(&mut cli::command(), vec![(name.to_owned(), value.to_owned())].into_iter())
                 .unwrap_err()
                 .to_string()
         };

@@ -1,6 +1,8 @@
 //! `make bench`: what users pay for gpurun, measured side by side on the NVML simulator.
 //!
-//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH]
+//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH]
+//!
+//! `--gpurun PATH` measures another build (an older one, for a before/after in the same run).
 //!
 //! Every figure is a median over repeated runs; every comparison is measured in the same run.
 //! Targets (DESIGN 13): launch overhead within 3 ms of NVML's own init time, flat from 1 to 64
@@ -248,17 +250,14 @@ impl Bench {
         };
         let quiet = (measure("0"), measure("1"));
         let idle = if self.quick { 1000 } else { 3000 };
-        let mut sleepers: Vec<Child> = (0..idle)
-            .filter_map(|_| Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().ok())
-            .collect();
-        let started = sleepers.len();
+        let sleepers = Sleepers(
+            (0..idle)
+                .filter_map(|_| Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().ok())
+                .collect(),
+        );
+        let started = sleepers.0.len();
         let busy = (measure("0"), measure("1"));
-        for sleeper in &mut sleepers {
-            let _ = sleeper.kill();
-        }
-        for mut sleeper in sleepers {
-            let _ = sleeper.wait();
-        }
+        drop(sleepers);
         json!({
             "idle_processes": started,
             "runs": runs,
@@ -362,6 +361,20 @@ impl Bench {
             "longest_wait_seconds": longest_wait_ns as f64 / 1e9,
             "double_bookings": double_bookings,
         })
+    }
+}
+
+/// Idle processes, ended however the measurement ends (a failed run must not leave thousands).
+struct Sleepers(Vec<Child>);
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for sleeper in &mut self.0 {
+            let _ = sleeper.kill();
+        }
+        for sleeper in &mut self.0 {
+            let _ = sleeper.wait();
+        }
     }
 }
 
@@ -481,7 +494,7 @@ fn main() {
     let sim_library = sim_dir.join("libnvidia-ml.so.1");
     std::os::unix::fs::symlink(build.join("libnvml_sim.so"), &sim_library).expect("link the simulator");
     let bench = Bench {
-        gpurun: build.join("gpurun"),
+        gpurun: option("--gpurun").map(PathBuf::from).unwrap_or_else(|| build.join("gpurun")),
         sim_library,
         sim_cuda: build.join("sim-cuda"),
         own_exe,
