@@ -186,6 +186,8 @@ impl Bench {
         std::thread::sleep(Duration::from_secs(seconds) - Duration::from_millis(500));
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|t| t.count()).unwrap_or(0);
         let wall = started.elapsed();
         child.wait().expect("wait gpurun");
         let kib = |field: &str| -> u64 {
@@ -203,10 +205,24 @@ impl Bench {
         // SAFETY: sysconf has no memory effects.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         let cpu_seconds = ticks as f64 / hz;
+        // The NVML library's own pages (the simulator here, the driver's library for real) are
+        // not gpurun's: they are reported apart.
+        let mut library_kib = 0u64;
+        let mut in_library = false;
+        for line in smaps.lines() {
+            if line.split_whitespace().next().is_some_and(|range| range.contains('-') && !range.ends_with(':')) {
+                in_library = line.contains("libnvml_sim") || line.contains("libnvidia-ml");
+            } else if in_library && line.starts_with("Rss:") {
+                library_kib += line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
         json!({
             "child_seconds": seconds,
+            "threads": threads,
             "vm_hwm_kib": kib("VmHWM:"),
             "vm_rss_kib": kib("VmRSS:"),
+            "nvml_library_rss_kib": library_kib,
+            "own_rss_kib": kib("VmRSS:").saturating_sub(library_kib),
             "cpu_seconds": cpu_seconds,
             "cpu_percent_of_a_core": 100.0 * cpu_seconds / wall.as_secs_f64(),
         })
@@ -424,9 +440,14 @@ fn print_table(results: &Value) {
     }
     let supervision = &results["supervision"];
     println!(
-        "\nSupervision of a {} s child with verification polling: VmHWM {} KiB, CPU {:.3} s = {:.3}% of a core",
+        "\nSupervision of a {} s child with verification polling ({} threads): VmHWM {} KiB, VmRSS {} KiB of which \
+         the NVML library's pages {} KiB and gpurun's own {} KiB; CPU {:.3} s = {:.3}% of a core",
         supervision["child_seconds"],
+        supervision["threads"],
         supervision["vm_hwm_kib"],
+        supervision["vm_rss_kib"],
+        supervision["nvml_library_rss_kib"],
+        supervision["own_rss_kib"],
         supervision["cpu_seconds"].as_f64().unwrap_or(0.0),
         supervision["cpu_percent_of_a_core"].as_f64().unwrap_or(0.0)
     );
