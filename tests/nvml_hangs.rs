@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{default_scenario, recorder, send_signal, wait_until, Sim};
+use common::{default_scenario, recorder, send_signal, start_recorder, wait_until, Sim};
 
 const LONG: Duration = Duration::from_secs(10);
 
@@ -149,19 +149,12 @@ fn a_library_thread_cannot_take_a_signal_meant_for_the_command() {
         [(libc::SIGTERM, "TERM"), (libc::SIGINT, "INT"), (libc::SIGHUP, "HUP"), (libc::SIGUSR1, "USR1")]
     {
         let log = dir.path().join(format!("{name}.log"));
-        let mut gpurun = sim
-            .gpurun()
-            .args(["-q", "--", "python3"])
-            .args([recorder()])
-            .args([log.to_str().unwrap(), "--signals", name])
-            .command
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(gpurun.stdout.as_mut().unwrap()), &mut line)
-            .unwrap();
+        let mut gpurun =
+            start_recorder(sim.gpurun().args(["-q", "--", "python3"]).args([recorder()]).args([
+                log.to_str().unwrap(),
+                "--signals",
+                name,
+            ]));
         let threads = std::fs::read_dir(format!("/proc/{}/task", gpurun.id())).unwrap().count();
         assert!(threads >= 3, "gpurun, its NVML thread and the library's: {threads}");
         send_signal(gpurun.id(), signal);

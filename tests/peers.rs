@@ -11,27 +11,17 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{default_scenario, recorder, send_signal, wait_until, Sim};
+use common::{default_scenario, recorder, send_signal, start_recorder, wait_until, Sim};
 
 const LONG: Duration = Duration::from_secs(10);
 
-/// Starts the recorder under gpurun; returns gpurun and the recorder's log.
+/// Starts the recorder under gpurun.
 fn recorded(sim: &Sim, log: &Path, signals: &str) -> Child {
-    let mut gpurun = sim
-        .gpurun()
-        .args(["-q", "--gpus", "0", "--", "python3"])
-        .args([recorder()])
-        .args([log.to_str().unwrap(), "--signals", signals])
-        .command
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(gpurun.stdout.as_mut().unwrap()), &mut line)
-        .unwrap();
-    assert!(line.starts_with("ready "), "{line}");
-    gpurun
+    start_recorder(sim.gpurun().args(["-q", "--gpus", "0", "--", "python3"]).args([recorder()]).args([
+        log.to_str().unwrap(),
+        "--signals",
+        signals,
+    ]))
 }
 
 #[test]

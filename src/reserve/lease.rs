@@ -8,7 +8,7 @@
 //! reservation of its whole GPU (the UUID in its name) by the file's owner.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,7 +16,7 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::process::procfs;
-use crate::reserve::lockdir::{current_uid, Entry, LockDir, LockDirError};
+use crate::reserve::lockdir::{current_uid, Entry, HeldEntry, LockDir, LockDirError};
 
 /// What a lease file says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,49 +74,36 @@ fn parse_name(name: &str) -> Option<(String, u32)> {
 /// user can be removed.
 pub fn live(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
     let mut leases = Vec::new();
-    for name in dir.entries() {
-        let Ok(name) = String::from_utf8(name) else { continue };
-        if !name.ends_with(".lease") {
-            continue;
-        }
-        let Some((mut file, metadata)) = dir.open_foreign(name.as_bytes()) else { continue };
-        if !LockDir::is_held(&file) {
-            if may_clean {
-                dir.remove_if_mine(name.as_bytes(), metadata.uid());
-            }
-            continue;
-        }
-        let mut text = String::new();
-        let read = (&mut file).take(64 * 1024).read_to_string(&mut text);
+    for HeldEntry { name, metadata, text } in dir.held_entries(|name| name.ends_with(".lease"), may_clean) {
         let owner = metadata.uid();
-        match (read, serde_json::from_str::<Lease>(&text)) {
-            (Ok(_), Ok(lease)) if lease.uid == owner => leases.push(lease),
-            (read, parsed) => {
-                let why = match (read, parsed) {
-                    (Err(error), _) => format!("unreadable: {error}"),
-                    (_, Err(_)) => "content unreadable".to_owned(),
-                    (_, Ok(lease)) => format!("claims uid {} but is owned by uid {owner}", lease.uid),
-                };
-                let Some((uuid, pid)) = parse_name(&name) else {
-                    tracing::warn!(
-                        "ignoring lease {name} in {}: {why}, and its name names no GPU",
-                        dir.path().display()
-                    );
-                    continue;
-                };
-                tracing::debug!("lease {name} is held but {why}: counting it as an exclusive reservation");
-                leases.push(Lease {
-                    uuid,
-                    pid,
-                    uid: owner,
-                    user: procfs::user_name(owner),
-                    reserved_bytes: 0,
-                    exclusive: true,
-                    command: format!("(lease file {why})"),
-                    started: metadata.mtime().max(0) as u64,
-                });
+        let parsed = text.as_ref().map(|text| serde_json::from_str::<Lease>(text));
+        let why = match parsed {
+            Ok(Ok(lease)) if lease.uid == owner => {
+                leases.push(lease);
+                continue;
             }
-        }
+            Ok(Ok(lease)) => format!("claims uid {} but is owned by uid {owner}", lease.uid),
+            Ok(Err(_)) => "content unreadable".to_owned(),
+            Err(error) => format!("unreadable: {error}"),
+        };
+        let Some((uuid, pid)) = parse_name(&name) else {
+            tracing::warn!(
+                "ignoring lease {name} in {}: {why}, and its name names no GPU",
+                dir.path().display()
+            );
+            continue;
+        };
+        tracing::debug!("lease {name} is held but {why}: counting it as an exclusive reservation");
+        leases.push(Lease {
+            uuid,
+            pid,
+            uid: owner,
+            user: procfs::user_name(owner),
+            reserved_bytes: 0,
+            exclusive: true,
+            command: format!("(lease file {why})"),
+            started: metadata.mtime().max(0) as u64,
+        });
     }
     leases.sort_by(|a, b| (a.started, a.pid, &a.uuid).cmp(&(b.started, b.pid, &b.uuid)));
     leases

@@ -206,6 +206,30 @@ impl LockDir {
         }
     }
 
+    /// The entries whose name `wanted` accepts and whose lock someone holds (a lease or ticket
+    /// that is live), with their metadata and content (at most 64 KiB; the error if unreadable).
+    /// `may_clean`: the caller holds the directory lock, so dead entries of this user go.
+    pub fn held_entries(&self, wanted: impl Fn(&str) -> bool, may_clean: bool) -> Vec<HeldEntry> {
+        let mut held = Vec::new();
+        for name in self.entries() {
+            let Ok(name) = String::from_utf8(name) else { continue };
+            if !wanted(&name) {
+                continue;
+            }
+            let Some((file, metadata)) = self.open_foreign(name.as_bytes()) else { continue };
+            if !Self::is_held(&file) {
+                if may_clean {
+                    self.remove_if_mine(name.as_bytes(), std::os::unix::fs::MetadataExt::uid(&metadata));
+                }
+                continue;
+            }
+            let mut text = String::new();
+            let read = std::io::Read::read_to_string(&mut std::io::Read::take(&file, 64 * 1024), &mut text);
+            held.push(HeldEntry { name, metadata, text: read.map(|_| text) });
+        }
+        held
+    }
+
     /// Removes a dead entry if it is ours (only the owner may, in a sticky directory).
     pub fn remove_if_mine(&self, name: &[u8], owner: u32) {
         if owner == current_uid() {
@@ -232,6 +256,13 @@ impl LockDir {
     pub fn fd_clone(&self) -> Result<OwnedFd, LockDirError> {
         self.fd.as_fd().try_clone_to_owned().map_err(|e| self.io(e))
     }
+}
+
+/// A live entry of the lock directory, as read.
+pub struct HeldEntry {
+    pub name: String,
+    pub metadata: std::fs::Metadata,
+    pub text: Result<String, io::Error>,
 }
 
 /// An entry this gpurun created in the lock directory: removed when dropped.

@@ -11,7 +11,7 @@
 //! and is removed by the owner's next launch.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::options::size::Threshold;
 use crate::options::Policy;
 use crate::process::procfs;
-use crate::reserve::lockdir::{current_uid, Entry, LockDir, LockDirError};
+use crate::reserve::lockdir::{current_uid, Entry, HeldEntry, LockDir, LockDirError};
 
 /// How far a ticket's claimed time may precede its file's last change.
 const BACKDATING_SLACK_NS: i128 = 5_000_000_000;
@@ -92,18 +92,9 @@ pub fn take(dir: &LockDir, gpus: Vec<String>, request: &str, needs: Needs) -> Re
 /// the directory lock, so dead tickets of this user can be removed.
 pub fn waiters(dir: &LockDir, may_clean: bool) -> Vec<Waiter> {
     let mut found = Vec::new();
-    for name in dir.entries() {
-        let Ok(name) = String::from_utf8(name) else { continue };
+    for HeldEntry { name, metadata, text } in dir.held_entries(|name| parse_name(name).is_some(), may_clean) {
         let Some((since_ns, pid)) = parse_name(&name) else { continue };
-        let Some((mut file, metadata)) = dir.open_foreign(name.as_bytes()) else { continue };
-        if !LockDir::is_held(&file) {
-            if may_clean {
-                dir.remove_if_mine(name.as_bytes(), metadata.uid());
-            }
-            continue;
-        }
-        let mut text = String::new();
-        let _ = (&mut file).take(64 * 1024).read_to_string(&mut text);
+        let text = text.unwrap_or_default();
         let changed_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
         let problem = match serde_json::from_str::<Waiter>(&text) {
             Err(_) => Some("content unreadable".to_owned()),

@@ -263,3 +263,18 @@ pub fn skip(what: &str, why: &str) {
     }
     eprintln!("SKIPPED {what}: {why}");
 }
+
+/// Starts `run` (gpurun in front of tests/helpers/recorder.py) with the recorder's stdout piped,
+/// and returns once the recorder says it is ready (its handlers are installed).
+pub fn start_recorder(run: Run) -> Child {
+    let mut command = run.command;
+    let mut child = command.stdout(Stdio::piped()).stdin(Stdio::null()).spawn().expect("start gpurun");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("read the recorder's first line");
+    assert!(line.starts_with("ready "), "the recorder did not start: {line:?}");
+    child
+}

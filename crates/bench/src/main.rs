@@ -210,10 +210,15 @@ impl Bench {
         let mut library_kib = 0u64;
         let mut in_library = false;
         for line in smaps.lines() {
-            if line.split_whitespace().next().is_some_and(|range| range.contains('-') && !range.ends_with(':')) {
+            if line
+                .split_whitespace()
+                .next()
+                .is_some_and(|range| range.contains('-') && !range.ends_with(':'))
+            {
                 in_library = line.contains("libnvml_sim") || line.contains("libnvidia-ml");
             } else if in_library && line.starts_with("Rss:") {
-                library_kib += line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                library_kib +=
+                    line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             }
         }
         json!({
