@@ -23,6 +23,7 @@ install)
         exit 0
     fi
     command -v apt-get >/dev/null || skip "no apt-get to install Slurm with"
+    echo "cluster.sh: installing Debian's slurmctld slurmd slurm-client munge with apt-get (for tests/slurm.rs)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
