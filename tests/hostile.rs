@@ -425,3 +425,30 @@ fn signals_from_the_commands_own_processes_are_not_sent_back() {
     assert_eq!(outcome.status(0).stdout, "done\n");
     let _ = std::io::stderr().flush();
 }
+
+#[test]
+fn a_reader_that_went_away_ends_gpurun_by_sigpipe_silently() {
+    let sim = two_gpus();
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    let output = sim.gpurun().args(["--list"]).command.stdout(Stdio::from(write_end)).output().unwrap();
+    assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "");
+    // A caller that ignores SIGPIPE gets the error instead, as from coreutils.
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    let mut run = sim.gpurun().args(["--list"]);
+    // SAFETY: signal() is async-signal-safe; it only affects the child.
+    unsafe {
+        run.command.pre_exec(|| {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let output = run.command.stdout(Stdio::from(write_end)).output().unwrap();
+    assert_eq!(output.status.code(), Some(125));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("cannot write the output: Broken pipe"),
+        "{output:?}"
+    );
+}
