@@ -198,6 +198,11 @@ fn fallbacks() {
     // ...and a request no state of the machine can meet is refused at once, fallback or not.
     let hard = sim.gpurun().args(["--export", "--gpus", "2", "--devices", "3", "--fallback", "best"]).run();
     hard.status(125).stderr_has("gpurun: --gpus 2: --devices/--exclude leave only 1 GPU");
+    // --fallback cpu is the user's "run anyway", with or without --wait.
+    for wait in [&[][..], &["--wait=5s"]] {
+        let cpu = sim.gpurun().args(["--export", "--gpus", "9", "--fallback", "cpu"]).args(wait).run();
+        assert_eq!(exports(cpu.status(0))["CUDA_VISIBLE_DEVICES"], "", "{wait:?}");
+    }
 }
 
 #[test]

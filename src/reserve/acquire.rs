@@ -326,12 +326,17 @@ pub fn acquire(
             waiting_request = Request { fallback: None, ..options.request.clone() };
             &waiting_request
         };
-        let decision = policy::decide(&machine.gpus, &visibility, request, &reserved, &held)?;
+        let mut decision = policy::decide(&machine.gpus, &visibility, request, &reserved, &held)?;
+        if matches!(decision.outcome, Outcome::Impossible(_)) && !timed_out {
+            // Waiting cannot help: the request as given (with its fallback) decides now.
+            decision = policy::decide(&machine.gpus, &visibility, options.request, &reserved, &held)?;
+        }
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
         }
+        let settled = matches!(decision.outcome, Outcome::FallbackCpu);
         let chosen = chosen_gpus(&machine, &decision, request.count);
-        if chosen.is_ok() || timed_out {
+        if chosen.is_ok() || timed_out || settled {
             let chosen = chosen.map(|indices| Selection::new(&machine.gpus, &indices));
             let mut leases = Vec::new();
             if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
