@@ -25,7 +25,7 @@ use crate::exit_code::Exit;
 use crate::launch::env::{self, Plan};
 use crate::options::Fallback;
 use crate::output::{doctor, listing};
-use crate::probe::worker::{self, Answer, Job, NoAnswer, NvmlThread};
+use crate::probe::worker::NvmlThread;
 use crate::process::logging;
 use crate::process::signals::{die_by, CallerState, Receiver};
 use crate::process::stdio::print;
@@ -91,17 +91,12 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
         return Ok((None, Acquisition::no_gpu()));
     }
     let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
-    let opened = match nvml.ask(Job::Open(config.nvml_lib.clone()), receiver, config.nvml_timeout) {
-        Ok(Answer::Opened(opened)) => opened.map(|_| ()).map_err(AcquireError::Nvml),
-        Ok(_) => Ok(()),
-        Err(NoAnswer::Interrupted(signal)) => Err(AcquireError::Interrupted(signal)),
-        Err(NoAnswer::Stalled(call)) => {
-            Err(AcquireError::Stalled(worker::stall_message(&call, config.nvml_timeout)))
-        }
-    };
-    let acquired = opened.and_then(|()| {
-        acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options())
-    });
+    let acquired = nvml
+        .open(config.nvml_lib.clone(), receiver, config.nvml_timeout)
+        .map_err(AcquireError::from)
+        .and_then(|()| {
+            acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options())
+        });
     match acquired {
         Ok(acquisition) => Ok((Some(nvml), acquisition)),
         Err(AcquireError::Stalled(why)) if config.request.fallback == Some(Fallback::Cpu) && !looking => {
@@ -139,7 +134,7 @@ pub fn main_exit() -> ! {
             i32::from(error.exit_code())
         }
     };
-    process::flush_stdout();
-    // _exit: no atexit handlers, which a driver library with a hung thread could block in.
+    // _exit: no atexit handlers, which a driver library with a hung thread could block in
+    // (stdout needs no flush: everything gpurun prints there is flushed as it is written).
     signal_hook::low_level::exit(code)
 }

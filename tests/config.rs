@@ -124,3 +124,16 @@ fn settings_that_conflict_name_where_they_came_from() {
         .stderr_has("config.toml:1")
         .stderr_has("cannot be used with");
 }
+
+#[test]
+fn verbose_says_where_each_setting_came_from() {
+    let sim = with_user_file("# defaults\npolicy = \"pack\"\n");
+    let outcome = sim.gpurun().env("GPURUN_EXCLUSIVE", "1").args(["-v", "--gpus", "0", "--", "true"]).run();
+    outcome
+        .status(0)
+        .stderr_has("gpurun: debug: --exclusive from GPURUN_EXCLUSIVE")
+        .stderr_has("config.toml:2");
+    // An option the command line gives again is the command line's.
+    let again = sim.gpurun().args(["-v", "--policy", "index", "--gpus", "0", "--", "true"]).run();
+    assert!(!again.status(0).stderr.contains("--policy from"), "{again:#?}");
+}

@@ -452,3 +452,45 @@ fn a_reader_that_went_away_ends_gpurun_by_sigpipe_silently() {
         "{output:?}"
     );
 }
+
+#[test]
+fn the_command_gets_the_callers_descriptors_as_they_were() {
+    let sim = two_gpus();
+    // gpurun fills the closed stdout with /dev/null for itself only: the command finds it closed.
+    let outcome = shell(
+        &sim,
+        "exec \"$G\" -q --gpus 0 -- sh -c 'if [ -e /proc/self/fd/1 ]; then echo open >&2; else echo closed >&2; fi' >&-",
+    )
+    .run();
+    assert_eq!(outcome.status(0).stderr, "closed\n");
+}
+
+#[test]
+fn gpurun_stays_in_the_callers_directory() {
+    let sim = two_gpus();
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = sim.gpurun().args(["-q", "--gpus", "0", "--", "sleep", "1"]);
+    let mut gpurun = run.command.current_dir(dir.path()).spawn().unwrap();
+    let cwd = |pid: u32| std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+    assert!(wait_until(LONG, || cwd(gpurun.id()).is_some()));
+    assert_eq!(cwd(gpurun.id()).unwrap(), dir.path().canonicalize().unwrap());
+    assert!(gpurun.wait().unwrap().success());
+}
+
+#[test]
+fn ctrl_z_before_the_command_starts_stops_gpurun_until_it_is_continued() {
+    let sim = two_gpus();
+    let _holder = background(sim.gpurun().args(["-q", "--exclusive", "--devices", "0", "--", "sleep", "2"]));
+    assert!(wait_until(LONG, || leases(&sim).len() == 1));
+    let mut waiter = sim
+        .gpurun()
+        .args(["-q", "--wait", "--exclusive", "--devices", "0", "--", "true"])
+        .command
+        .spawn()
+        .unwrap();
+    assert!(wait_until(LONG, || entries(&sim.lock_dir()).iter().any(|n| n.starts_with("ticket."))));
+    common::send_signal(waiter.id(), libc::SIGTSTP);
+    assert!(wait_until(LONG, || common::state(waiter.id()) == Some('T')), "the waiting gpurun did not stop");
+    common::send_signal(waiter.id(), libc::SIGCONT);
+    assert!(waiter.wait().unwrap().success(), "continued, it waited and ran the command");
+}

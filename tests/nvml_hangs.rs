@@ -41,6 +41,19 @@ fn a_hanging_process_list_does_not_delay_the_commands_end() {
 }
 
 #[test]
+fn at_the_verification_deadline_a_hung_call_is_unverifiable_and_strict_ends_nothing() {
+    let sim = hanging_process_list();
+    let outcome = sim
+        .gpurun()
+        .args(["--verify", "strict", "--verify-timeout", "1s", "--", "sh", "-c", "sleep 2; exit 3"])
+        .run();
+    outcome
+        .status(3)
+        .stderr_has("unverifiable: NVML did not answer: nvmlDeviceGetComputeRunningProcesses_v3 on GPU 7")
+        .stderr_has("(within --verify-timeout)");
+}
+
+#[test]
 fn signals_reach_the_command_while_a_call_hangs() {
     let sim = hanging_process_list();
     let dir = tempfile::tempdir().unwrap();

@@ -39,7 +39,7 @@ pub struct SettingsError(String);
 enum OptionKind {
     Switch,
     Value,
-    /// `--wait` alone or `--wait=DURATION`.
+    /// With an optional value: `--wait` alone or `--wait=DURATION`.
     OptionalValue,
 }
 
@@ -52,7 +52,7 @@ fn option_kind(command: &clap::Command, key: &str) -> Option<OptionKind> {
     let arg = command.get_arguments().find(|a| a.get_long() == Some(key))?;
     Some(match arg.get_action() {
         clap::ArgAction::SetTrue | clap::ArgAction::Count => OptionKind::Switch,
-        _ if key == "wait" => OptionKind::OptionalValue,
+        _ if arg.get_num_args().is_some_and(|range| range.min_values() == 0) => OptionKind::OptionalValue,
         _ => OptionKind::Value,
     })
 }

@@ -52,8 +52,9 @@ fn watch(pipe: OwnedFd, signal: i32) -> ! {
     let Some(command) = pidfd_open(pid) else {
         // No pidfds: the PID is safe to use while the command is gpurun's unreaped child,
         // which it is until gpurun (which then tells us to stop) or its death.
-        wait_for_end(&pipe, None);
-        crate::process::signals::send(pid as u32, signal);
+        if wait_for_end(&pipe, None) {
+            crate::process::signals::send(pid as u32, signal);
+        }
         signal_hook::low_level::exit(0)
     };
     if wait_for_end(&pipe, Some(&command)) {
@@ -105,10 +106,6 @@ impl Watcher {
     /// Tells the watcher which process to signal.
     pub fn track(&self, command: u32) {
         let _ = nix::unistd::write(&self.pipe, &(command as i32).to_ne_bytes());
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.pid.as_raw() as u32
     }
 
     /// gpurun lives on to the end: the watcher leaves, and is reaped.

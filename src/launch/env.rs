@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 
+use crate::options::shell;
 use crate::options::VisibleAs;
 use crate::select::selection::Selection;
 
@@ -69,10 +70,7 @@ pub fn child_variables(
 
 /// `export NAME='value'` lines for `eval`: values in single quotes, a quote as `'\''`.
 pub fn export_lines(variables: &[(String, String)]) -> String {
-    variables
-        .iter()
-        .map(|(name, value)| format!("export {name}='{}'\n", value.replace('\'', r"'\''")))
-        .collect()
+    variables.iter().map(|(name, value)| format!("export {name}={}\n", shell::single_quoted(value))).collect()
 }
 
 #[cfg(test)]

@@ -1,6 +1,12 @@
-//! Words as a shell would read them back, for logs, reports and the wait queue.
+//! Words as a shell would read them back: for logs, reports and the wait queue, and for the
+//! `export` lines that `eval` reads.
 
 use std::ffi::OsString;
+
+/// `text` in single quotes, a quote inside as `'\''`: one word to any POSIX shell.
+pub fn single_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
 
 /// The words as a shell would take them back: words with blanks or quotes are single-quoted.
 pub fn quote(command: &[OsString]) -> String {
@@ -13,7 +19,7 @@ pub fn quote(command: &[OsString]) -> String {
             if plain {
                 word.into_owned()
             } else {
-                format!("'{}'", word.replace('\'', r"'\''"))
+                single_quoted(&word)
             }
         })
         .collect::<Vec<_>>()

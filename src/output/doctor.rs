@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::cli::config::Config;
 use crate::probe::gpu::Machine;
-use crate::probe::worker::{self, Answer, Job, NoAnswer, NvmlThread};
+use crate::probe::worker::{Failure, NvmlThread};
 use crate::process::signals::Receiver;
 use crate::reserve::lease;
 use crate::reserve::lockdir::LockDir;
@@ -54,43 +54,37 @@ pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> 
     let timeout = config.nvml_timeout;
     let mut usable = false;
     let mut machine = None;
-    let stalled = |call| worker::stall_message(&call, timeout);
-    match nvml.ask(Job::Open(config.nvml_lib.clone()), receiver, timeout) {
-        Err(NoAnswer::Interrupted(signal)) => return Err(signal),
-        Err(NoAnswer::Stalled(call)) => out.problem(format!("NVML from {library}: {}", stalled(call))),
-        Ok(Answer::Opened(Err(error))) => out.problem(format!("NVML from {library}: {error}")),
-        Ok(_) => match nvml.ask(Job::Probe, receiver, timeout) {
-            Err(NoAnswer::Interrupted(signal)) => return Err(signal),
-            Err(NoAnswer::Stalled(call)) => {
-                out.problem(format!("NVML from {library} opened, but {}", stalled(call)))
-            }
-            Ok(Answer::Probed(Err(error))) => out.problem(format!("NVML from {library} opened, but {error}")),
-            Ok(Answer::Probed(Ok(probed))) => {
-                usable = true;
-                out.ok(format!("NVML loaded from {library}"));
-                out.info(format!(
-                    "driver {}, supports CUDA {}",
-                    probed.driver_version.as_deref().unwrap_or("unknown"),
-                    probed.cuda_driver_version.as_deref().unwrap_or("unknown")
-                ));
-                for gpu in &probed.gpus {
-                    let name = gpu.name.as_deref().unwrap_or("unknown model");
-                    match &gpu.error {
-                        None => out.ok(format!(
-                            "GPU {}: {name} ({})",
-                            gpu.index,
-                            gpu.uuid.as_deref().unwrap_or("-")
-                        )),
-                        Some(error) => out.problem(format!("GPU {}: {name}: {error}", gpu.index)),
+    // (the failure, and whether the library had opened)
+    let probed = nvml
+        .open(config.nvml_lib.clone(), receiver, timeout)
+        .map_err(|failure| (failure, false))
+        .and_then(|()| nvml.probe(receiver, timeout, None, &mut |_| {}).map_err(|failure| (failure, true)));
+    match probed {
+        Err((Failure::Interrupted(signal), _)) => return Err(signal),
+        Err((failure, false)) => out.problem(format!("NVML from {library}: {failure}")),
+        Err((failure, true)) => out.problem(format!("NVML from {library} opened, but {failure}")),
+        Ok(probed) => {
+            usable = true;
+            out.ok(format!("NVML loaded from {library}"));
+            out.info(format!(
+                "driver {}, supports CUDA {}",
+                probed.driver_version.as_deref().unwrap_or("unknown"),
+                probed.cuda_driver_version.as_deref().unwrap_or("unknown")
+            ));
+            for gpu in &probed.gpus {
+                let name = gpu.name.as_deref().unwrap_or("unknown model");
+                match &gpu.error {
+                    None => {
+                        out.ok(format!("GPU {}: {name} ({})", gpu.index, gpu.uuid.as_deref().unwrap_or("-")))
                     }
+                    Some(error) => out.problem(format!("GPU {}: {name}: {error}", gpu.index)),
                 }
-                if probed.gpus.is_empty() {
-                    out.problem("NVML sees no GPU");
-                }
-                machine = Some(probed);
             }
-            Ok(_) => {}
-        },
+            if probed.gpus.is_empty() {
+                out.problem("NVML sees no GPU");
+            }
+            machine = Some(probed);
+        }
     }
 
     out.section("Device nodes");

@@ -90,7 +90,6 @@ impl Calls {
 /// An open NVML library.
 pub struct Session {
     nvml: Nvml,
-    library: PathBuf,
     calls: Calls,
     /// Use the `_v2` process list: the driver writes `_v3` entries wider than nvml.h says.
     v3_misread: bool,
@@ -132,7 +131,7 @@ pub fn open(library: Option<&Path>, calls: Calls) -> Result<Session, OpenError> 
     if v3_misread {
         tracing::debug!("driver 535.43-535.86: reading process lists with the _v2 call");
     }
-    Ok(Session { nvml, library, calls, v3_misread })
+    Ok(Session { nvml, calls, v3_misread })
 }
 
 /// A GPU's failed queries. Those a request may need (the handle, identity, memory, MIG mode,
@@ -177,10 +176,6 @@ fn describe(error: &NvmlError) -> String {
 }
 
 impl Session {
-    pub fn library(&self) -> &Path {
-        &self.library
-    }
-
     /// Everything gpurun needs to know about the machine, in one pass.
     pub fn probe(&mut self) -> Result<Machine, OpenError> {
         let count = self

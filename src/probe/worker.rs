@@ -27,15 +27,14 @@ pub enum Job {
 }
 
 pub enum Answer {
-    /// The library NVML was loaded from.
-    Opened(Result<PathBuf, OpenError>),
+    Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
     Processes(Vec<(u32, Result<Vec<Listed>, String>)>),
 }
 
 /// Why no answer came.
 #[derive(Debug)]
-pub enum NoAnswer {
+enum NoAnswer {
     /// The deadline passed; the call NVML is stuck in, if the thread is inside one.
     Stalled(Option<Call>),
     /// A signal that ends gpurun arrived first.
@@ -56,14 +55,11 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
     let mut session: Option<Session> = None;
     for job in jobs {
         let answer = match job {
-            Job::Open(library) => match nvml::open(library.as_deref(), session_calls.clone()) {
-                Ok(opened) => {
-                    let path = opened.library().to_path_buf();
+            Job::Open(library) => {
+                Answer::Opened(nvml::open(library.as_deref(), session_calls.clone()).map(|opened| {
                     session = Some(opened);
-                    Answer::Opened(Ok(path))
-                }
-                Err(error) => Answer::Opened(Err(error)),
-            },
+                }))
+            }
             Job::Probe => match session.as_mut() {
                 Some(session) => Answer::Probed(session.probe()),
                 None => Answer::Probed(Err(OpenError::NotOpen)),
@@ -138,7 +134,7 @@ impl NvmlThread {
 
     /// Waits for the answer to the job in hand until `deadline`, acting on signals as before
     /// the launch (a stop stops gpurun; a signal that ends it ends the wait).
-    pub fn await_answer(&mut self, receiver: &Receiver, deadline: Instant) -> Result<Answer, NoAnswer> {
+    fn await_answer(&mut self, receiver: &Receiver, deadline: Instant) -> Result<Answer, NoAnswer> {
         loop {
             if let Some(answer) = self.try_answer() {
                 return Ok(answer);
@@ -152,15 +148,83 @@ impl NvmlThread {
         }
     }
 
-    /// Sends a job and waits for its answer (see `await_answer`).
-    pub fn ask(&mut self, job: Job, receiver: &Receiver, timeout: Duration) -> Result<Answer, NoAnswer> {
-        self.send(job);
-        self.await_answer(receiver, Instant::now() + timeout)
+    /// Loads the library and calls `nvmlInit`, within `timeout`.
+    pub fn open(
+        &mut self,
+        library: Option<PathBuf>,
+        receiver: &Receiver,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        self.send(Job::Open(library));
+        match self.await_answer(receiver, Instant::now() + timeout) {
+            Ok(Answer::Opened(opened)) => opened.map_err(Failure::Nvml),
+            Ok(_) => Ok(()),
+            Err(no_answer) => Err(Failure::from_no_answer(no_answer, timeout)),
+        }
+    }
+
+    /// Probes the machine within `timeout`. While `waiting_until` allows (`--wait`; `Some(None)`:
+    /// forever), a probe that has not answered is waited for further, and `waiting` is told why
+    /// every few seconds: it counts as a failed attempt, not as the end.
+    pub fn probe(
+        &mut self,
+        receiver: &Receiver,
+        timeout: Duration,
+        waiting_until: Option<Option<Instant>>,
+        waiting: &mut dyn FnMut(&str),
+    ) -> Result<Machine, Failure> {
+        self.send(Job::Probe);
+        let mut deadline = Instant::now() + timeout;
+        loop {
+            match self.await_answer(receiver, deadline) {
+                Ok(Answer::Probed(machine)) => return machine.map_err(Failure::Nvml),
+                Ok(_) => continue,
+                Err(NoAnswer::Stalled(call)) => {
+                    let still_waiting = match waiting_until {
+                        None => false,
+                        Some(None) => true,
+                        Some(Some(until)) => Instant::now() < until,
+                    };
+                    if !still_waiting {
+                        return Err(Failure::Stalled(stall_message(&call, timeout)));
+                    }
+                    waiting(&stall_message(&call, timeout));
+                    let next = Instant::now() + WAITING_NOTE_EVERY;
+                    deadline = waiting_until.flatten().map_or(next, |until| until.min(next));
+                }
+                Err(interrupted) => return Err(Failure::from_no_answer(interrupted, timeout)),
+            }
+        }
     }
 }
 
-/// The one-line message for a probe that did not finish in time.
-pub fn stall_message(call: &Option<Call>, timeout: Duration) -> String {
+/// While `--wait` waits on a probe that does not answer, it says so this often.
+const WAITING_NOTE_EVERY: Duration = Duration::from_secs(5);
+
+/// Why the NVML thread gave no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Nvml(OpenError),
+    /// It did not answer in time: the one-line message naming the call.
+    #[error("{0}")]
+    Stalled(String),
+    /// A signal that ends gpurun arrived first.
+    #[error("interrupted by signal {0}")]
+    Interrupted(i32),
+}
+
+impl Failure {
+    fn from_no_answer(no_answer: NoAnswer, timeout: Duration) -> Failure {
+        match no_answer {
+            NoAnswer::Stalled(call) => Failure::Stalled(stall_message(&call, timeout)),
+            NoAnswer::Interrupted(signal) => Failure::Interrupted(signal),
+        }
+    }
+}
+
+/// The one-line message for a call that did not finish in time.
+fn stall_message(call: &Option<Call>, timeout: Duration) -> String {
     let what = match call {
         Some(call) => format!("{call} did not return"),
         None => "the probe did not finish".to_owned(),

@@ -6,20 +6,12 @@ pub mod procfs;
 pub mod signals;
 pub mod stdio;
 
-use std::io::Write;
-
 /// One malloc arena for all of gpurun's threads: the NVML thread (and any thread the library
 /// starts) would otherwise get an arena of its own, a few hundred KiB of resident memory that
 /// gpurun, resident for the command's whole life, does not need (DESIGN 13: under 4 MiB).
 pub fn one_malloc_arena() {
     // SAFETY: mallopt only changes an allocator setting; called before any thread exists.
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-}
-
-/// Flushes what gpurun wrote on stdout, before it ends by `_exit` or a signal (which skip the
-/// standard library's own flush).
-pub fn flush_stdout() {
-    let _ = std::io::stdout().lock().flush();
 }
 
 /// A change in a child's state, as waitpid(2) reports it.

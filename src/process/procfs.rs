@@ -13,8 +13,6 @@ pub struct Stat {
     /// `R`, `S`, `D`, `T`, `t`, `Z`, `X`...
     pub state: char,
     pub parent: u32,
-    /// Clock ticks after boot: tells a reused PID from the process that had it before.
-    pub start_time: u64,
 }
 
 impl Stat {
@@ -34,9 +32,7 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     let mut fields = line[line.rfind(')')? + 1..].split_whitespace();
     let state = fields.next()?.chars().next()?;
     let parent = fields.next()?.parse().ok()?;
-    // After state (field 3) and ppid (4), start time is field 22.
-    let start_time = fields.nth(17)?.parse().ok()?;
-    Some(Stat { state, parent, start_time })
+    Some(Stat { state, parent })
 }
 
 pub fn stat(pid: u32) -> Option<Stat> {
@@ -208,7 +204,7 @@ mod tests {
     #[test]
     fn stat_lines_with_odd_names() {
         let line = "42 (a (b) c) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(parse_stat(line), Some(Stat { state: 'S', parent: 7, start_time: 987654 }));
+        assert_eq!(parse_stat(line), Some(Stat { state: 'S', parent: 7 }));
         assert_eq!(parse_stat("garbage"), None);
     }
 

@@ -114,10 +114,6 @@ impl Receiver {
         &self.caller
     }
 
-    pub fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
     /// Every signal that has arrived, without waiting.
     pub fn drain(&self) -> Vec<Received> {
         let mut received = Vec::new();
@@ -201,7 +197,6 @@ pub fn stop_self() {
 /// one that matters). Where the default action cannot end gpurun (PID 1), it exits 128+N.
 pub fn die_by(signal: i32) -> ! {
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
-    crate::process::flush_stdout();
     // By hand rather than signal-hook's emulate_default_handler, which aborts when the raise
     // does not end the process: as PID 1 that is the normal case, and 128+N is the answer.
     // SAFETY: SIG_DFL installs no handler; the set is initialised by sigemptyset before use,

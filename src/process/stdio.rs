@@ -5,43 +5,31 @@
 //! still starts with exactly the caller's descriptors.
 
 use std::os::fd::{AsRawFd, IntoRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 
 use crate::process::procfs;
 
-/// Which of 0-2 the caller left closed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Closed {
-    pub stdin: bool,
-    pub stdout: bool,
-    pub stderr: bool,
-}
+/// Whether the caller left stdout closed: then a mode's output cannot be written.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 
-static CLOSED: std::sync::OnceLock<Closed> = std::sync::OnceLock::new();
-
-/// What `ensure_open` found at startup.
-pub fn closed_at_start() -> Closed {
-    CLOSED.get().copied().unwrap_or_default()
-}
-
-/// Fills every closed descriptor among 0-2 with `/dev/null`; says which were closed.
-pub fn ensure_open() -> Closed {
-    let closed = [0, 1, 2].map(|fd| !procfs::is_open(fd));
-    for (fd, _) in closed.iter().enumerate().filter(|(_, closed)| **closed) {
+/// Fills every closed descriptor among 0-2 with `/dev/null`.
+pub fn ensure_open() {
+    for fd in (0..3).filter(|fd| !procfs::is_open(*fd)) {
+        if fd == 1 {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        }
         // open() returns the lowest free number: the closed one, as 0..fd are open by now.
         // (Anything else, such as a /proc that is not mounted, is closed again on drop.)
         if let Ok(null) = open("/dev/null", OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()) {
-            if null.as_raw_fd() == fd as i32 {
+            if null.as_raw_fd() == fd {
                 // Kept for the life of the process.
                 let _ = null.into_raw_fd();
             }
         }
     }
-    let closed = Closed { stdin: closed[0], stdout: closed[1], stderr: closed[2] };
-    let _ = CLOSED.set(closed);
-    closed
 }
 
 /// Writes a mode's output (`--list`, `--export`, help...) to stdout. Failing to write it is an
@@ -49,7 +37,7 @@ pub fn ensure_open() -> Closed {
 /// full disk must not look like success.
 pub fn print(text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    if closed_at_start().stdout {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
         return Err(std::io::Error::from_raw_os_error(libc::EBADF));
     }
     let mut stdout = std::io::stdout().lock();

@@ -12,7 +12,7 @@ use crate::options::devices::DeviceRef;
 use crate::options::duration;
 use crate::probe::gpu::Machine;
 use crate::probe::nvml::OpenError;
-use crate::probe::worker::{self, Answer, Job, NoAnswer, NvmlThread};
+use crate::probe::worker::{Failure, NvmlThread};
 use crate::process::procfs;
 use crate::process::signals::Receiver;
 use crate::reserve::lease::{self, HeldLease, Lease};
@@ -63,7 +63,11 @@ impl Acquisition {
     pub fn no_gpu() -> Acquisition {
         Acquisition {
             machine: Machine { driver_version: None, cuda_driver_version: None, gpus: Vec::new() },
-            decision: Decision { assessments: Vec::new(), outcome: Outcome::Selected(Vec::new()) },
+            decision: Decision {
+                assessments: Vec::new(),
+                outcome: Outcome::Selected(Vec::new()),
+                never: None,
+            },
             chosen: Ok(Selection::default()),
             leases: Vec::new(),
             live: Vec::new(),
@@ -74,7 +78,7 @@ impl Acquisition {
 #[derive(Debug, thiserror::Error)]
 pub enum AcquireError {
     #[error(transparent)]
-    Nvml(#[from] OpenError),
+    Nvml(OpenError),
     /// NVML did not answer in time: the message.
     #[error("{0}")]
     Stalled(String),
@@ -87,6 +91,16 @@ pub enum AcquireError {
     Impossible(String),
     #[error("interrupted by signal {0}")]
     Interrupted(i32),
+}
+
+impl From<Failure> for AcquireError {
+    fn from(failure: Failure) -> AcquireError {
+        match failure {
+            Failure::Nvml(error) => AcquireError::Nvml(error),
+            Failure::Stalled(why) => AcquireError::Stalled(why),
+            Failure::Interrupted(signal) => AcquireError::Interrupted(signal),
+        }
+    }
 }
 
 impl From<LockDirError> for AcquireError {
@@ -243,42 +257,6 @@ fn open_lock_dir(options: &Options) -> Result<Option<LockDir>, AcquireError> {
     }
 }
 
-/// One probe through the NVML thread, bounded by `--nvml-timeout`; while `--wait` has time
-/// left, a probe that does not answer is waited for (it counts as a failed attempt).
-fn probe(
-    nvml: &mut NvmlThread,
-    receiver: &Receiver,
-    options: &Options,
-    waiting_until: Option<Option<Instant>>,
-    progress: &mut Progress,
-) -> Result<Machine, AcquireError> {
-    nvml.send(Job::Probe);
-    let mut deadline = Instant::now() + options.nvml_timeout;
-    loop {
-        match nvml.await_answer(receiver, deadline) {
-            Ok(Answer::Probed(machine)) => return Ok(machine?),
-            Ok(_) => continue,
-            Err(NoAnswer::Interrupted(signal)) => return Err(AcquireError::Interrupted(signal)),
-            Err(NoAnswer::Stalled(call)) => {
-                let message = worker::stall_message(&call, options.nvml_timeout);
-                let still_waiting = match waiting_until {
-                    None => false,
-                    Some(None) => true,
-                    Some(Some(until)) => Instant::now() < until,
-                };
-                if !still_waiting {
-                    return Err(AcquireError::Stalled(message));
-                }
-                progress.show_text(&format!("waiting (--wait): {message}"));
-                deadline = match waiting_until.flatten() {
-                    Some(until) => until.min(Instant::now() + PROGRESS_EVERY),
-                    None => Instant::now() + PROGRESS_EVERY,
-                };
-            }
-        }
-    }
-}
-
 pub fn acquire(
     nvml: &mut NvmlThread,
     receiver: &Receiver,
@@ -291,7 +269,9 @@ pub fn acquire(
     let mut ticket: Option<Ticket> = None;
     let mut progress = Progress::new(options.json_logs);
     for attempt in 0u64.. {
-        let machine = probe(nvml, receiver, options, waiting_until, &mut progress)?;
+        let machine = nvml.probe(receiver, options.nvml_timeout, waiting_until, &mut |why| {
+            progress.show_text(&format!("waiting (--wait): {why}"))
+        })?;
         let visibility = visibility::resolve(&machine.gpus, inherited);
         if attempt == 0 {
             for gpu in machine.gpus.iter().filter(|gpu| gpu.error.is_some()) {
@@ -318,25 +298,15 @@ pub fn acquire(
             Some(None) => false,
             Some(Some(until)) => Instant::now() >= until,
         };
-        // While waiting, a fallback is the answer only once the wait is over.
-        let waiting_request;
-        let request = if timed_out {
-            options.request
-        } else {
-            waiting_request = Request { fallback: None, ..options.request.clone() };
-            &waiting_request
-        };
-        let mut decision = policy::decide(&machine.gpus, &visibility, request, &reserved, &held)?;
-        if matches!(decision.outcome, Outcome::Impossible(_)) && !timed_out {
-            // Waiting cannot help: the request as given (with its fallback) decides now.
-            decision = policy::decide(&machine.gpus, &visibility, options.request, &reserved, &held)?;
-        }
+        let decision = policy::decide(&machine.gpus, &visibility, options.request, &reserved, &held)?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
         }
-        let settled = matches!(decision.outcome, Outcome::FallbackCpu);
-        let chosen = chosen_gpus(&machine, &decision, request.count);
-        if chosen.is_ok() || timed_out || settled {
+        // Anything but a selection (a refusal, a fallback) is the answer only once waiting
+        // cannot help: the wait is over, or no state of the machine could do.
+        let waiting_helps = !timed_out && decision.never.is_none();
+        if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
+            let chosen = chosen_gpus(&machine, &decision, options.request.count);
             let chosen = chosen.map(|indices| Selection::new(&machine.gpus, &indices));
             let mut leases = Vec::new();
             if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
@@ -344,14 +314,15 @@ pub fn acquire(
                     .devices
                     .iter()
                     .filter_map(|device| {
-                        let bytes = request
+                        let bytes = options
+                            .request
                             .min_free
                             .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
                             .unwrap_or(0);
                         Some((device.uuid.clone()?, bytes))
                     })
                     .collect();
-                leases = lease::reserve(dir, &reserve, request.exclusive, &options.command)?;
+                leases = lease::reserve(dir, &reserve, options.request.exclusive, &options.command)?;
             }
             drop(guard);
             progress.finish();

@@ -116,11 +116,6 @@ impl LockDir {
         LockDirError::Io { path: self.path.display().to_string(), source: source.into() }
     }
 
-    /// The directory descriptor, for entries created and removed relative to it.
-    pub fn fd(&self) -> &OwnedFd {
-        &self.fd
-    }
-
     /// Takes the exclusive directory lock. While another process holds it, waits, calling
     /// `pause` between tries (it ends the wait on a signal that ends gpurun), and after a
     /// second says who holds it.

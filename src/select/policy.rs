@@ -122,6 +122,8 @@ impl Assessment {
 pub struct Decision {
     pub assessments: Vec<Assessment>,
     pub outcome: Outcome,
+    /// Why no state of the machine can meet the request, also when `--fallback cpu` answers it.
+    pub never: Option<String>,
 }
 
 impl Decision {
@@ -509,6 +511,7 @@ pub fn decide(
     let by_index = |a: &Assessment| gpus.iter().find(|g| g.index == a.index).expect("assessed GPU exists");
     let wanted = request.count as usize;
     let eligible: Vec<&Gpu> = assessments.iter().filter(|a| a.eligible()).map(by_index).collect();
+    let never = (wanted > eligible.len()).then(|| impossible(gpus, &fixed, wanted)).flatten();
     let outcome = if wanted == 0 {
         Outcome::Selected(Vec::new())
     } else if eligible.len() >= wanted {
@@ -539,7 +542,7 @@ pub fn decide(
             None => Outcome::Refused { qualified: eligible.len() as u32 },
         }
     };
-    Ok(Decision { assessments, outcome })
+    Ok(Decision { assessments, outcome, never })
 }
 
 #[cfg(test)]
