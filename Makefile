@@ -49,7 +49,7 @@ slurm-deps:
 # Every test: unit, integration through the real binary and the simulator, the simulator
 # checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
 test: venv sim slurm-deps
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 
 $(BENCH_VENV)/.installed:
 	$(PYTHON) -m venv $(BENCH_VENV)

@@ -154,21 +154,52 @@ pub fn descends_from(pid: u32, ancestor: u32) -> bool {
     false
 }
 
-/// The PIDs holding an exclusive `flock` on the file with this device and inode, from
-/// `/proc/locks` (`1: FLOCK  ADVISORY  WRITE 4321 fd:01:1234 0 EOF`; waiters are `->` lines).
-pub fn flock_holders(major: u64, minor: u64, inode: u64) -> Vec<u32> {
+/// The PIDs holding a lock on the file with this device and inode, from `/proc/locks`
+/// (`1: FLOCK  ADVISORY  WRITE 4321 fd:01:1234 0 EOF`; waiters are `->` lines). POSIX lines
+/// count too: NFS, 9p and CIFS carry `flock(2)` as POSIX locks. The device there is the inode's
+/// superblock, which is not always what `stat(2)` says (btrfs subvolumes, overlayfs across
+/// filesystems), so a line with the same inode on another device counts when its PID has the
+/// file open. Empty where the kernel lists no such lock: a holder in a PID namespace the
+/// mounted /proc does not show, a lock that only a file server keeps.
+pub fn flock_holders(dev: u64, inode: u64) -> Vec<u32> {
     let Ok(text) = std::fs::read_to_string("/proc/locks") else { return Vec::new() };
-    let wanted = format!("{major:02x}:{minor:02x}:{inode}");
-    text.lines()
-        .filter(|line| !line.contains("->"))
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            match fields[..] {
-                [_, "FLOCK", _, _, pid, file, ..] if file == wanted => pid.parse().ok(),
-                _ => None,
-            }
+    let locks: Vec<(u32, u64, u64)> =
+        text.lines().filter(|line| !line.contains("->")).filter_map(lock_line).collect();
+    let on_device = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let exact: Vec<u32> = locks
+        .iter()
+        .filter(|&&(_, device, ino)| {
+            ino == inode && device == nix::sys::stat::makedev(on_device.0, on_device.1)
         })
+        .map(|&(pid, ..)| pid)
+        .collect();
+    if !exact.is_empty() {
+        return exact;
+    }
+    locks
+        .iter()
+        .filter(|&&(pid, _, ino)| ino == inode && has_open(pid, dev, inode))
+        .map(|&(pid, ..)| pid)
         .collect()
+}
+
+/// One `/proc/locks` line of a FLOCK or POSIX lock: (pid, device, inode).
+fn lock_line(line: &str) -> Option<(u32, u64, u64)> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let [_, "FLOCK" | "POSIX", _, _, pid, file, ..] = fields[..] else { return None };
+    let mut parts = file.split(':');
+    let major = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let minor = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let inode = parts.next()?.parse().ok()?;
+    Some((pid.parse().ok()?, nix::sys::stat::makedev(major, minor), inode))
+}
+
+/// Whether process `pid` has a descriptor open on the file with this device and inode.
+fn has_open(pid: u32, dev: u64, inode: u64) -> bool {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    entries.flatten().any(|entry| {
+        std::fs::metadata(entry.path()).is_ok_and(|meta| meta.dev() == dev && meta.ino() == inode)
+    })
 }
 
 /// Whether descriptor `fd` of this process is open (it has a `/proc/self/fd` entry).
@@ -245,14 +276,34 @@ mod tests {
     }
 
     #[test]
+    fn lock_lines() {
+        let line = "1: FLOCK  ADVISORY  WRITE 4321 fd:2a:1234 0 EOF";
+        assert_eq!(lock_line(line), Some((4321, nix::sys::stat::makedev(0xfd, 0x2a), 1234)));
+        let nfs = "2: POSIX  ADVISORY  WRITE 77 00:35:99 0 EOF";
+        assert_eq!(lock_line(nfs), Some((77, nix::sys::stat::makedev(0, 0x35), 99)));
+        assert_eq!(lock_line("3: OFDLCK ADVISORY  READ  -1 00:05:1 0 EOF"), None);
+        assert_eq!(lock_line("garbage"), None);
+    }
+
+    #[test]
     fn flock_holders_are_found() {
-        use std::os::unix::fs::MetadataExt;
         let file = tempfile::tempfile().unwrap();
         let meta = file.metadata().unwrap();
         let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
-        let dev = meta.dev();
-        let holders = flock_holders(nix::sys::stat::major(dev), nix::sys::stat::minor(dev), meta.ino());
-        assert_eq!(holders, vec![std::process::id()]);
+        let holders = flock_holders(meta.dev(), meta.ino());
+        // Where the kernel lists this process's lock at all (nearly everywhere), it is found,
+        // on whatever device the list names it.
+        let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+        let listed = locks
+            .lines()
+            .filter_map(lock_line)
+            .any(|(pid, _, ino)| pid == std::process::id() && ino == meta.ino());
+        if listed {
+            assert_eq!(holders, vec![std::process::id()], "/proc/locks:\n{locks}");
+        } else {
+            eprintln!("/proc/locks does not list this process's lock here: {locks}");
+            assert!(holders.is_empty());
+        }
         drop(locked);
     }
 }

@@ -145,9 +145,7 @@ impl LockDir {
     /// "held by PID N (user, command)", from /proc/locks.
     fn holder(&self) -> String {
         let Ok(stat) = fstat(&self.fd) else { return "held by another process".to_owned() };
-        let dev = stat.st_dev;
-        let holders =
-            procfs::flock_holders(nix::sys::stat::major(dev), nix::sys::stat::minor(dev), stat.st_ino);
+        let holders = procfs::flock_holders(stat.st_dev, stat.st_ino);
         match holders.first() {
             Some(&pid) => format!(
                 "held by PID {pid} ({}, {})",
