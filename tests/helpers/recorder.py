@@ -9,9 +9,9 @@ ignored (and so are not recorded).
 """
 
 import os
+import select
 import signal
 import sys
-import time
 
 ALL = ["HUP", "INT", "QUIT", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "TSTP", "TTIN", "TTOU",
        "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR"]
@@ -37,8 +37,13 @@ def main():
     exit_on = options.get("--exit-on")
     exit_after = int(options.get("--exit-after", "1"))
     seen = {}
+    # Python's own handler merges a signal that arrives twice before Python code runs (even a
+    # queued real-time one), but writes a byte to the wakeup fd at every delivery: count those.
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
 
-    def record(number, _frame):
+    def record(number):
         with open(log, "a") as f:
             f.write(name_of(number) + "\n")
         seen[number] = seen.get(number, 0) + 1
@@ -50,13 +55,15 @@ def main():
         number = number_of(name)
         # Python itself ignores PIPE and XFSZ at startup; any other SIG_IGN is the caller's.
         if name in ("PIPE", "XFSZ") or signal.getsignal(number) != signal.SIG_IGN:
-            signal.signal(number, record)
+            signal.signal(number, lambda *_: None)
     if "--signal-parent" in options:
         os.kill(os.getppid(), number_of(options["--signal-parent"]))
     print(f"ready {os.getpid()} {os.getppid()}", flush=True)
     while not os.path.exists(log + ".stop"):
-        time.sleep(0.01)
-
+        ready, _, _ = select.select([wakeup_read], [], [], 0.01)
+        if ready:
+            for number in os.read(wakeup_read, 4096):
+                record(number)
 
 if __name__ == "__main__":
     main()
