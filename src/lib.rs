@@ -53,13 +53,17 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         Goal::List { json: false } => show(listing::table(&machine, &decision.assessments, &live)),
         Goal::List { json: true } => show(json(None)),
         // Printed on exit 75 too, with a null selection and environment.
-        Goal::DryRun { json: true } => show(json(Some(plan.as_ref().ok())))
-            .and_then(|exit| plan.map(|_| exit).map_err(Error::NotEnoughGpus)),
-        Goal::DryRun { json: false } => show(listing::dry_run(
+        Goal::DryRun { json: true, command } => {
+            let dry_run =
+                listing::DryRun { requested: config.request.count, command, plan: plan.as_ref().ok() };
+            show(json(Some(&dry_run))).and_then(|exit| plan.map(|_| exit).map_err(Error::NotEnoughGpus))
+        }
+        Goal::DryRun { json: false, command } => show(listing::dry_run(
             &machine,
             &decision.assessments,
             &live,
             &plan.map_err(Error::NotEnoughGpus)?,
+            command,
         )),
         Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.variables)),
         Goal::Run { command } => Ok(launch::run_command(launch::Job {
@@ -87,8 +91,8 @@ fn doctor(config: &Config, receiver: &Receiver) -> Result<Exit, Error> {
 /// in time is an error, or no GPU with `--fallback cpu`.
 fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, Acquisition), Error> {
     let looking = matches!(config.mode, Mode::Select(Goal::List { .. } | Goal::DryRun { .. }));
-    if config.request.count == 0 && !looking {
-        return Ok((None, Acquisition::no_gpu()));
+    if config.request.count.is_none() && !looking {
+        return Ok((None, Acquisition::no_gpu(config.request.count)));
     }
     let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
     let acquired = nvml
@@ -101,7 +105,7 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
         Ok(acquisition) => Ok((Some(nvml), acquisition)),
         Err(AcquireError::Stalled(why)) if config.request.fallback == Some(Fallback::Cpu) && !looking => {
             tracing::warn!("{why}; running with no GPU visible (--fallback cpu)");
-            Ok((None, Acquisition::no_gpu()))
+            Ok((None, Acquisition::no_gpu(config.request.count)))
         }
         Err(error) => Err(Error::acquire(error, config)),
     }

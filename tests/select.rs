@@ -252,6 +252,39 @@ fn inherited_visibility_is_never_widened() {
 }
 
 #[test]
+fn an_earlier_export_in_the_same_shell_is_named_with_its_undo() {
+    let sim = Sim::new(&default_scenario());
+    // eval "$(gpurun --export)" put GPU 3 into this shell's environment.
+    let exported = exports(sim.gpurun().args(["--export"]).run().status(0));
+    let mut later = sim.gpurun();
+    for (name, value) in &exported {
+        later = later.env(name, value);
+    }
+    let undo =
+        "set by an earlier eval \"$(gpurun --export)\" in this shell, and gpurun never widens it; to choose \
+                among every GPU again: unset CUDA_VISIBLE_DEVICES GPURUN_GPUS GPURUN_GPU_UUIDS";
+    let refused = later.args(["--export", "--gpus", "2"]).run();
+    refused.status(125).stderr_has("--gpus 2: CUDA_VISIBLE_DEVICES=3 allows only 1 GPU").stderr_has(undo);
+    // A refusal for the load (75) says it too; the behaviour stays: never widened.
+    let _holder = sim.spawn_sim_cuda(
+        &[("CUDA_VISIBLE_DEVICES", "3"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")],
+        &["--sleep", "10"],
+    );
+    let mut busy = sim.gpurun();
+    for (name, value) in &exported {
+        busy = busy.env(name, value);
+    }
+    busy.args(["--export", "--exclusive"])
+        .run()
+        .status(75)
+        .stderr_has("GPU 3: in use by PID")
+        .stderr_has(undo);
+    // A CUDA_VISIBLE_DEVICES someone else set gets no such note.
+    let other = sim.gpurun().env("CUDA_VISIBLE_DEVICES", "3").args(["--export", "--gpus", "2"]).run();
+    assert!(!other.status(125).stderr.contains("earlier eval"), "{}", other.stderr);
+}
+
+#[test]
 fn inherited_indices_without_pci_order_are_ambiguous_on_mixed_machines() {
     let sim = Sim::new(&default_scenario());
     let warned = sim.gpurun().env("CUDA_VISIBLE_DEVICES", "0,1").args(["--export"]).run();
@@ -333,6 +366,90 @@ fn dry_run_json_has_selected_and_env() {
 }
 
 #[test]
+fn a_program_named_like_a_duration_still_runs_after_a_bare_wait() {
+    let sim = Sim::new(&default_scenario());
+    let bin = sim.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let program = bin.join("10m");
+    std::fs::write(&program, "#!/bin/sh\necho ten minutes\n").unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    sim.gpurun().env("PATH", &path).args(["--wait", "10m"]).run().status(0).stdout_has("ten minutes");
+    // Nothing started for the typo: no GPU was probed or reserved, the command line is refused.
+    sim.gpurun().args(["--wait", "10m", "true"]).run().status(125);
+}
+
+#[test]
+fn dry_run_shows_the_command_it_was_asked_about() {
+    let sim = Sim::new(&default_scenario());
+    sim.gpurun()
+        .args(["--dry-run", "--", "python3", "train.py", "a b"])
+        .run()
+        .status(0)
+        .stdout_has("command: python3 train.py 'a b'\n");
+    let plan = sim.gpurun().args(["--dry-run", "--json", "python3", "x.py"]).run().status(0).json();
+    assert_eq!(plan["command"], serde_json::json!(["python3", "x.py"]));
+}
+
+#[test]
+fn gpu_ranges_take_as_many_as_qualify() {
+    // With 60 GiB free, GPUs 3, 5 and 2 qualify (in most-free order).
+    let sim = Sim::new(&default_scenario());
+    let plan = |count: &str| {
+        let outcome = sim.gpurun().args(["--dry-run", "--json", "--min-free", "60G", "--gpus", count]).run();
+        let json = outcome.status(0).json();
+        (
+            json["requested"].as_str().unwrap().to_owned(),
+            json["count"].as_u64().unwrap(),
+            json["env"]["CUDA_VISIBLE_DEVICES"].as_str().unwrap().to_owned(),
+        )
+    };
+    assert_eq!(plan("2-4"), ("2-4".to_owned(), 3, "3,5,2".to_owned()));
+    assert_eq!(plan("1-2"), ("1-2".to_owned(), 2, "3,5".to_owned()));
+    assert_eq!(plan("all"), ("all".to_owned(), 3, "3,5,2".to_owned()));
+    assert_eq!(plan("0-8"), ("0-8".to_owned(), 3, "3,5,2".to_owned()));
+    // Fewer than the least: try later (75) when the machine could, refuse (125) when it never can.
+    sim.gpurun()
+        .args(["--export", "--min-free", "60G", "--gpus", "4-8"])
+        .run()
+        .status(75)
+        .stderr_has("not enough GPUs: 4-8 requested, 3 qualify");
+    sim.gpurun()
+        .args(["--export", "--min-free", "60G", "--gpus", "5-8", "--wait"])
+        .run()
+        .status(125)
+        .stderr_has(
+            "only 4 GPUs can ever have that much free (the largest has 79.4 GiB in total); 5-8 requested",
+        );
+    sim.gpurun()
+        .args(["--export", "--gpus", "9-12"])
+        .run()
+        .status(125)
+        .stderr_has("--gpus 9-12: this machine has 8 GPUs");
+    sim.gpurun()
+        .args(["--export", "--gpus", "all", "--model", "RTX"])
+        .run()
+        .status(125)
+        .stderr_has("--model RTX: 0 of the GPUs gpurun may use match");
+    // The report says how many were taken of how many asked.
+    let run = sim
+        .gpurun()
+        .args([
+            "--report",
+            "--min-free",
+            "60G",
+            "--gpus",
+            "2-4",
+            "--",
+            &sim_cuda().to_string_lossy(),
+            "--sleep",
+            "0.3",
+        ])
+        .run();
+    run.status(0).stderr_has("GPUs:         3 of 2-4 requested: GPU 3 (");
+}
+
+#[test]
 fn dry_run_for_people() {
     let sim = Sim::new(&default_scenario());
     let outcome = sim.gpurun().args(["--dry-run", "--gpus", "2", "--model", "A100"]).run();
@@ -342,7 +459,7 @@ fn dry_run_for_people() {
             "selected: GPU 3 (NVIDIA A100-SXM4-80GB, GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53), GPU 2 (",
         )
         .stdout_has("  CUDA_VISIBLE_DEVICES=3,2\n")
-        .stdout_has("not eligible: model Tesla V100-SXM2-32GB does not match --model A100")
+        .stdout_has("not eligible: model does not match --model A100")
         .stdout_has("no reservation is held");
 }
 
@@ -377,9 +494,15 @@ fn list_with_filters_says_what_qualifies() {
 
 /// (argv, a piece of the expected message): all exit 125 before anything runs.
 const INVALID: &[(&[&str], &str)] = &[
-    (&["--gpus", "two", "--export"], "invalid value 'two' for '--gpus <N>'"),
-    (&["--gpus", "-1", "--export"], "--gpus"),
+    (&["--gpus", "two", "--export"], "invalid value 'two' for '--gpus <N|MIN-MAX|all>': 'two' is not a number of GPUs (0 runs with none), a range MIN-MAX such as 2-4, or all"),
+    (&["--gpus", "-1", "--export"], "'-1' is not a number of GPUs"),
+    (&["--gpus", "4-2", "--export"], "'4-2': the range's first number is larger than its second"),
+    (&["--gpus", "99999999999", "--export"], "'99999999999' is too large"),
     (&["--min-free", "8X", "--export"], "\"8X\" is not a size"),
+    (&["--min-free", "-1", "--export"], "invalid value '-1' for '--min-free <SIZE|P%>': \"-1\" is not a size"),
+    (&["--max-util", "-5", "--export"], "\"-5\" is not a utilization"),
+    (&["--verify-timeout", "-5", "--export"], "\"-5\" is not a duration"),
+    (&["--nvml-timeout", "0", "--export"], "\"0\" is no time at all: expected more than 0"),
     (&["--min-free", "101%", "--export"], "\"101%\" is not a percentage"),
     (&["--min-free", "99999999999T", "--export"], "too large"),
     (&["--min-total", "50%", "--export"], "\"50%\" is not a size"),
@@ -394,7 +517,8 @@ const INVALID: &[(&[&str], &str)] = &[
     (&["--visible-as", "name", "--export"], "invalid value 'name' for '--visible-as <FORM>'"),
     (&["--model", "", "--export"], "--model is empty"),
     (&["--export", "--json"], "--json goes with --list or --dry-run"),
-    (&["--dry-run", "python3"], "--dry-run takes no COMMAND, but got \"python3\""),
+    (&["--list", "python3"], "--list takes no COMMAND, but got \"python3\""),
+    (&["--wait", "10m", "python3", "train.py"], "--wait 10m: 10m is not a command; did you mean --wait=10m?"),
     (&["--export", "--", "env"], "--export takes no COMMAND"),
     (&["--list", "--dry-run"], "cannot be used with"),
     (&["--dry-run", "--export"], "cannot be used with"),

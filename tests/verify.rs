@@ -44,8 +44,17 @@ fn worker_processes_count_as_the_commands() {
     let lines = verdict_lines(outcome.status(0));
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("verified:") && lines[0].contains("--worker"), "{lines:?}");
-    assert_eq!(lines[0].matches("on GPU 3").count(), 2, "{lines:?}");
-    assert_eq!(lines[0].matches("on GPU 5").count(), 2, "{lines:?}");
+    assert_eq!(lines[0].matches(") on GPUs 3, 5").count(), 2, "{lines:?}");
+}
+
+#[test]
+fn one_process_on_two_gpus_is_named_once() {
+    let sim = Sim::new(&default_scenario());
+    let outcome = run(&sim, &["--gpus", "2"], &[&sim_cuda_path(), "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].matches("PID ").count(), 1, "{lines:?}");
+    assert!(lines[0].contains("sim-cuda --sleep 0.5) on GPUs 3, 5"), "{lines:?}");
 }
 
 /// The default machine's FASTEST_FIRST order differs from PCI order: a process that loses
@@ -134,11 +143,23 @@ fn partial_when_a_multi_gpu_job_uses_one_card() {
 #[test]
 fn not_observed_when_nothing_touches_a_gpu() {
     let sim = Sim::new(&default_scenario());
-    let outcome = run(&sim, &[], &["sleep", "0.3"]);
+    // A quick command that ends before --verify-timeout: said, not warned; the report keeps it.
+    let path = sim.dir.path().join("report.json");
+    let outcome = run(&sim, &["--report-json", path.to_str().unwrap()], &["sleep", "0.3"]);
     assert_eq!(
         verdict_lines(outcome.status(0)),
-        vec!["gpurun: warning: not-observed: no process of the command appeared on a GPU"]
+        vec![
+            "gpurun: not-observed: no process of the command appeared on a GPU (the command ended before \
+             --verify-timeout)"
+        ]
     );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(report["verification"]["verdict"], "not-observed");
+    // Still running without a GPU when --verify-timeout passes: the silent CPU fallback, warned.
+    let outcome = run(&sim, &["--verify-timeout", "200ms"], &["sleep", "0.6"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("gpurun: warning: not-observed: "), "{lines:?}");
 }
 
 #[test]
@@ -202,7 +223,7 @@ fn verification_works_on_the_535_driver_quirk() {
         run(&sim, &["--devices", "0", "--report"], &[&sim_cuda_path(), "--mem", "2GiB", "--sleep", "0.5"]);
     let lines = verdict_lines(outcome.status(0));
     assert!(lines[0].contains("verified:") && lines[0].contains("on GPU 0"), "{lines:?}");
-    outcome.stderr_has("peak memory:  GPU-53553553-0000-4000-8000-000000000000 2 GiB");
+    outcome.stderr_has("peak memory:  2 GiB on GPU 0\n");
     let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
     let pids: Vec<u64> = listing["gpus"][0]["processes"]
         .as_array()
@@ -255,7 +276,8 @@ fn report_json_has_the_documented_schema() {
         ])
     );
     assert_eq!(report["verification"]["verdict"], "verified");
-    assert!(report["verification"]["detail"].as_str().unwrap().contains("on GPU 5"));
+    assert!(report["verification"]["detail"].as_str().unwrap().contains("on GPUs 3, 5"));
+    assert_eq!((&report["requested"], &report["count"]), (&serde_json::json!("2"), &serde_json::json!(2)));
     assert_eq!(report["peak_memory_bytes"]["GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53"], 3u64 << 30);
     assert_eq!(report["peak_memory_bytes"]["GPU-c0ffee00-1234-4abc-9def-0123456789a5"], 3u64 << 30);
     let wall = report["wall_seconds"].as_f64().unwrap();
@@ -324,6 +346,25 @@ fn log_format_json_makes_every_stderr_line_an_object() {
     let line: Value = serde_json::from_str(failed.status(125).stderr.trim()).unwrap();
     assert_eq!(line["level"], "error");
     assert!(line["message"].as_str().unwrap().contains("--devices 9: no such GPU"));
+
+    // One vocabulary: the level words are GPURUN_LOG's and the help's, warnings included.
+    let levels = ["error", "warn", "info", "debug", "trace"];
+    let chatty = run(&sim, &["--log-format", "json", "-vv", "--verify-timeout", "100ms"], &["sleep", "0.4"]);
+    let words: Vec<String> = chatty
+        .status(0)
+        .stderr
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["level"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(words.iter().all(|w| levels.contains(&w.as_str())), "{words:?}");
+    assert!(words.iter().any(|w| w == "warn") && words.iter().any(|w| w == "debug"), "{words:?}");
+    let quiet = sim
+        .gpurun()
+        .env("GPURUN_LOG", "warning")
+        .args(["--verify-timeout", "100ms", "--", "sleep", "0.4"])
+        .run();
+    assert!(quiet.status(0).stderr.starts_with("gpurun: warning: not-observed"), "{quiet:?}");
+    assert!(!quiet.stderr.contains("ignoring GPURUN_LOG"), "{quiet:?}");
 
     let text = run(&sim, &["--log-format", "text"], &["true"]);
     assert!(text.stderr.lines().all(|l| l.starts_with("gpurun: ")), "{text:?}");

@@ -7,6 +7,7 @@ use clap::{ArgAction, Parser};
 
 use std::time::Duration;
 
+use crate::options::count::{self, Count};
 use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, Threshold};
@@ -221,27 +222,29 @@ fn reference_text() -> String {
                       gpurun --doctor [OPTIONS]",
 )]
 pub struct Cli {
-    /// How many GPUs to give the command; 0 runs it with no GPU visible.
+    /// How many GPUs to give the command: N; MIN-MAX, as many as qualify within the range;
+    /// all, every GPU that qualifies (at least one); 0 runs it with no GPU visible.
     #[arg(
         long,
-        value_name = "N",
-        default_value_t = 1,
+        value_name = "N|MIN-MAX|all",
+        default_value = "1",
+        value_parser = count::parse,
         allow_negative_numbers = true,
         help_heading = "Selection"
     )]
-    pub gpus: u32,
+    pub gpus: Count,
 
     /// Only GPUs with at least this much free memory: a SIZE (8G, 8GiB, 8192M, 0.5T, 16GB)
     /// or P% of the card's total memory.
-    #[arg(long, value_name = "SIZE|P%", value_parser = size::parse_threshold, help_heading = "Selection")]
+    #[arg(long, value_name = "SIZE|P%", value_parser = size::parse_threshold, allow_negative_numbers = true, help_heading = "Selection")]
     pub min_free: Option<Threshold>,
 
     /// Only GPUs with at least this much memory in total (a SIZE).
-    #[arg(long, value_name = "SIZE", value_parser = size::parse_bytes, help_heading = "Selection")]
+    #[arg(long, value_name = "SIZE", value_parser = size::parse_bytes, allow_negative_numbers = true, help_heading = "Selection")]
     pub min_total: Option<u64>,
 
     /// Only GPUs whose utilization is at most P percent.
-    #[arg(long, value_name = "P", value_parser = size::parse_util_percent, help_heading = "Selection")]
+    #[arg(long, value_name = "P", value_parser = size::parse_util_percent, allow_negative_numbers = true, help_heading = "Selection")]
     pub max_util: Option<u32>,
 
     /// Only GPUs with no compute process on them.
@@ -301,7 +304,7 @@ pub struct Cli {
 
     /// After a TERM, INT or HUP reaches the command, SIGKILL it if it is still running after
     /// DURATION (30, 1.5s, 500ms, 2m).
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, help_heading = "Supervision")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Supervision")]
     pub kill_after: Option<Duration>,
 
     /// Signal the command gets if gpurun itself is killed (SIGKILL, OOM), or `none`.
@@ -326,7 +329,7 @@ pub struct Cli {
 
     /// How long to wait for the command's processes to appear on a GPU before the verdict
     /// (polling continues, slower, for the report).
-    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = duration::parse, help_heading = "Verification")]
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Verification")]
     pub verify_timeout: Duration,
 
     /// Print a summary on stderr when the command ends: GPUs, verdict, peak GPU memory of the
@@ -375,7 +378,7 @@ pub struct Cli {
     /// Give up when loading NVML, nvmlInit or the probe takes longer than DURATION (a GPU off
     /// the bus or a wedged driver can hang NVML): one line naming the call, exit 125, or no GPU
     /// with --fallback cpu; with --wait, keep waiting until its time is up.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse, help_heading = "NVML")]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_positive, allow_negative_numbers = true, help_heading = "NVML")]
     pub nvml_timeout: Duration,
 
     /// More log detail on stderr: -v for debug, -vv for trace.
@@ -387,7 +390,8 @@ pub struct Cli {
     pub quiet: bool,
 
     /// How log lines look on stderr: `text` (gpurun: warning: ...) or `json` (one object per
-    /// line: time, level, message; the --report summary adds `report`). Never coloured.
+    /// line: time, level, message; level is error, warn, info, debug or trace, the words
+    /// GPURUN_LOG takes; the --report summary adds `report`). Never coloured.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, help_heading = "Logging")]
     pub log_format: LogFormat,
 

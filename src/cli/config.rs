@@ -3,13 +3,13 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::hash::{BuildHasher, RandomState};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, WaitLimit};
 use crate::launch::Supervision;
 use crate::options::model::ModelPattern;
-use crate::options::shell;
+use crate::options::{duration, shell};
 use crate::options::{LogFormat, Verbosity, VisibleAs};
 use crate::probe::nvml::DEFAULT_LIBRARY;
 use crate::reserve::acquire;
@@ -28,8 +28,8 @@ pub enum Mode {
 pub enum Goal {
     /// `--list`: show the machine (and, with filters, what qualifies) and exit.
     List { json: bool },
-    /// `--dry-run`: show the choice and the child's environment, and exit.
-    DryRun { json: bool },
+    /// `--dry-run [COMMAND]`: show the choice, the child's environment and the command, and exit.
+    DryRun { json: bool, command: Vec<OsString> },
     /// `--export`: print `export` lines for `eval`, and exit.
     Export,
     /// Run COMMAND.
@@ -64,6 +64,11 @@ pub enum ConfigError {
     NoCommand,
     #[error("{flag} takes no COMMAND, but got {command:?}")]
     CommandWithMode { flag: &'static str, command: String },
+    #[error(
+        "--wait {word}: {word} is not a command; did you mean --wait={word}? (a limit is attached with =; \
+         a bare --wait waits forever)"
+    )]
+    WaitLimitAsCommand { word: String },
     #[error("--json goes with --list or --dry-run")]
     JsonWithoutMode,
     #[error("{origin}--model is empty; give part of a model name, like A100")]
@@ -84,7 +89,9 @@ impl Config {
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag));
-        if let (Some(flag), Some(first)) = (mode_flag, cli.command.first()) {
+        if let (Some(flag), Some(first)) =
+            (mode_flag.filter(|flag| *flag != "--dry-run"), cli.command.first())
+        {
             return Err(ConfigError::CommandWithMode { flag, command: first.to_string_lossy().into_owned() });
         }
         if cli.json && !(cli.list || cli.dry_run) {
@@ -92,10 +99,16 @@ impl Config {
         }
         let mode = match mode_flag {
             Some("--list") => Mode::Select(Goal::List { json: cli.json }),
-            Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json }),
+            Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json, command: cli.command }),
             Some("--doctor") => Mode::Doctor,
             Some(_) => Mode::Select(Goal::Export),
             None if cli.command.is_empty() => return Err(ConfigError::NoCommand),
+            None if cli.wait == Some(WaitLimit(None)) && !origins.contains_key("wait") => {
+                if let Some(word) = duration_taken_for_a_command(&cli.command[0]) {
+                    return Err(ConfigError::WaitLimitAsCommand { word });
+                }
+                Mode::Select(Goal::Run { command: cli.command })
+            }
             None => Mode::Select(Goal::Run { command: cli.command }),
         };
         if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
@@ -183,4 +196,18 @@ impl Config {
             listing,
         }
     }
+}
+
+/// `word` when it reads as a duration and names no program (`gpurun --wait 10m python x.py`):
+/// the user meant `--wait=10m`.
+fn duration_taken_for_a_command(word: &OsString) -> Option<String> {
+    let word = word.to_str()?;
+    duration::parse(word).ok()?;
+    let runnable = |path: &Path| nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok();
+    let found = match word.contains('/') {
+        true => runnable(Path::new(word)),
+        false => std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| runnable(&dir.join(word)))),
+    };
+    (!found).then(|| word.to_owned())
 }

@@ -76,6 +76,7 @@ pub fn export_lines(variables: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::count::Count;
     use crate::probe::gpu::{test_gpu, Gpu};
 
     fn none(_: &str) -> Option<OsString> {
@@ -85,7 +86,8 @@ mod tests {
     #[test]
     fn indices_uuids_and_order() {
         let gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
-        let variables = child_variables(&Selection::new(&gpus, &[3, 1]), VisibleAs::Index, true, none);
+        let variables =
+            child_variables(&Selection::new(&gpus, &[3, 1], Count::exactly(2)), VisibleAs::Index, true, none);
         let get = |name: &str| variables.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3,1"));
         assert_eq!(get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
@@ -98,7 +100,8 @@ mod tests {
         assert_eq!(get("XLA_PYTHON_CLIENT_PREALLOCATE"), Some("false"));
         assert_eq!(get("GPU_DEVICE_ORDINAL"), None);
 
-        let by_uuid = child_variables(&Selection::new(&gpus, &[2]), VisibleAs::Uuid, false, none);
+        let by_uuid =
+            child_variables(&Selection::new(&gpus, &[2], Count::exactly(1)), VisibleAs::Uuid, false, none);
         assert_eq!(by_uuid[0].1, gpus[2].uuid.clone().unwrap());
         assert!(by_uuid.iter().all(|(n, _)| !n.starts_with("TF_") && !n.starts_with("XLA_")));
     }
@@ -111,7 +114,12 @@ mod tests {
             "GPU_DEVICE_ORDINAL" => Some(OsString::from("0,1")),
             _ => None,
         };
-        let variables = child_variables(&Selection::new(&gpus, &[2]), VisibleAs::Index, true, inherited);
+        let variables = child_variables(
+            &Selection::new(&gpus, &[2], Count::exactly(1)),
+            VisibleAs::Index,
+            true,
+            inherited,
+        );
         let names: Vec<&str> = variables.iter().map(|(n, _)| n.as_str()).collect();
         assert!(!names.contains(&"TF_FORCE_GPU_ALLOW_GROWTH"));
         assert!(names.contains(&"XLA_PYTHON_CLIENT_PREALLOCATE"));
@@ -122,7 +130,8 @@ mod tests {
     fn cgroup_renumbering() {
         let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
         gpus[0].handle_refused = true;
-        let variables = child_variables(&Selection::new(&gpus, &[2]), VisibleAs::Index, false, none);
+        let variables =
+            child_variables(&Selection::new(&gpus, &[2], Count::exactly(1)), VisibleAs::Index, false, none);
         assert_eq!(variables[0].1, "1");
         assert_eq!(variables[2].1, "2");
     }

@@ -28,6 +28,14 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// A duration that must not be zero (a deadline of nothing fails every time).
+pub fn parse_positive(text: &str) -> Result<Duration, String> {
+    match parse(text)? {
+        zero if zero.is_zero() => Err(format!("{text:?} is no time at all: expected more than 0, like 30s")),
+        duration => Ok(duration),
+    }
+}
+
 /// A duration as gpurun writes it in messages: `30 s`, `1.5 s`, `250 ms`.
 pub fn shown(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();

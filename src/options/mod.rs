@@ -2,6 +2,7 @@
 //! small grammars that read them (sizes, durations, signals, device references, model patterns).
 //! Nothing here depends on the rest of gpurun, so any stage may use it without a cycle.
 
+pub mod count;
 pub mod devices;
 pub mod duration;
 pub mod model;
@@ -63,7 +64,7 @@ pub enum VisibleAs {
 pub enum LogFormat {
     /// `gpurun: warning: message`.
     Text,
-    /// `{"time": .., "level": "warning", "message": ..}`, one object per line.
+    /// `{"time": .., "level": "warn", "message": ..}`, one object per line.
     Json,
 }
 

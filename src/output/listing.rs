@@ -2,6 +2,9 @@
 //! object for programs (schema in `--help` and the man page), and the refusal table of exit 75.
 //! Unknown values are shown as `-` and serialised as `null`.
 
+use crate::options::count::Count;
+use crate::options::shell;
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -83,18 +86,31 @@ fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<Reservat
 
 #[derive(Serialize)]
 struct PlanEntry<'a> {
+    /// What --gpus asked for (`2`, `2-4`, `all`) and how many were taken.
+    requested: String,
+    count: Option<usize>,
+    command: Vec<String>,
     selected: Option<Vec<Selected<'a>>>,
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-/// The `--list --json` object; `dry_run`: also `selected` and `env` (`Some(None)`: both null,
-/// nothing could be selected).
+/// What a dry run shows besides the machine.
+pub struct DryRun<'a> {
+    pub requested: Count,
+    /// The command it was asked about (may be empty).
+    pub command: &'a [OsString],
+    /// `None`: nothing could be selected (exit 75).
+    pub plan: Option<&'a Plan>,
+}
+
+/// The `--list --json` object; a dry run adds `requested`, `count`, `command`, `selected` and
+/// `env` (`count`, `selected` and `env` are null when nothing could be selected).
 pub fn json(
     machine: &Machine,
     library: &Path,
     assessments: &[Assessment],
     live: &[Lease],
-    dry_run: Option<Option<&Plan>>,
+    dry_run: Option<&DryRun>,
 ) -> String {
     let listing = Listing {
         driver_version: &machine.driver_version,
@@ -106,15 +122,18 @@ pub fn json(
             .map(|gpu| GpuEntry { gpu, eligibility: Eligibility::of(assessment_of(assessments, gpu.index)) })
             .collect(),
         reservations: reservation_entries(machine, live),
-        plan: dry_run.map(|plan| PlanEntry {
-            selected: plan.map(|plan| {
+        plan: dry_run.map(|dry_run| PlanEntry {
+            requested: dry_run.requested.to_string(),
+            count: dry_run.plan.map(|plan| plan.selection.devices.len()),
+            command: dry_run.command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
+            selected: dry_run.plan.map(|plan| {
                 plan.selection
                     .devices
                     .iter()
                     .map(|device| Selected { index: device.index, uuid: &device.uuid })
                     .collect()
             }),
-            env: plan.map(|plan| {
+            env: dry_run.plan.map(|plan| {
                 plan.variables
                     .iter()
                     .map(|(name, value)| (name.clone(), serde_json::Value::from(value.as_str())))
@@ -216,7 +235,13 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> S
 }
 
 /// `--dry-run` for people: the table, the choice, the environment.
-pub fn dry_run(machine: &Machine, assessments: &[Assessment], live: &[Lease], plan: &Plan) -> String {
+pub fn dry_run(
+    machine: &Machine,
+    assessments: &[Assessment],
+    live: &[Lease],
+    plan: &Plan,
+    command: &[OsString],
+) -> String {
     let mut out = table(machine, assessments, live);
     let chosen: Vec<String> = plan
         .selection
@@ -239,6 +264,9 @@ pub fn dry_run(machine: &Machine, assessments: &[Assessment], live: &[Lease], pl
     let _ = writeln!(out, "environment:");
     for (name, value) in &plan.variables {
         let _ = writeln!(out, "  {name}={value}");
+    }
+    if !command.is_empty() {
+        let _ = writeln!(out, "command: {}", shell::quote(command));
     }
     let _ = writeln!(out, "(dry run: nothing was started and no reservation is held)");
     out

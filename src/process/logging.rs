@@ -23,10 +23,12 @@ pub fn is_json() -> bool {
     JSON.load(Ordering::Relaxed)
 }
 
+/// The level words of JSON lines, of GPURUN_LOG and of the help: one vocabulary. (Text lines
+/// say `warning:`, as compilers do.)
 fn level_name(level: &Level) -> &'static str {
     match *level {
         Level::ERROR => "error",
-        Level::WARN => "warning",
+        Level::WARN => "warn",
         Level::INFO => "info",
         Level::DEBUG => "debug",
         Level::TRACE => "trace",
@@ -48,6 +50,7 @@ where
     ) -> fmt::Result {
         match *event.metadata().level() {
             Level::INFO => write!(writer, "gpurun: ")?,
+            Level::WARN => write!(writer, "gpurun: warning: ")?,
             ref level => write!(writer, "gpurun: {}: ", level_name(level))?,
         }
         ctx.field_format().format_fields(writer.by_ref(), event)?;
@@ -111,6 +114,8 @@ pub fn print_outside(level: &str, message: &str, extra: Option<(&str, serde_json
         eprintln!("{}", json_line(level, fields));
     } else if level == "error" || level == "info" {
         eprintln!("gpurun: {message}");
+    } else if level == "warn" {
+        eprintln!("gpurun: warning: {message}");
     } else {
         eprintln!("gpurun: {level}: {message}");
     }
@@ -127,12 +132,16 @@ pub fn init(verbosity: &Verbosity, format: LogFormat) {
         Verbosity::Debug => LevelFilter::DEBUG,
         Verbosity::Trace => LevelFilter::TRACE,
     };
-    let from_env = std::env::var("GPURUN_LOG").ok().filter(|v| !v.trim().is_empty());
+    // "warning" is what text lines say: take it for "warn".
+    let from_env = std::env::var("GPURUN_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.replace("warning", "warn"));
     let filter = match from_env.as_deref().map(str::parse::<Targets>) {
         Some(Ok(targets)) => targets,
         Some(Err(error)) => {
             print_outside(
-                "warning",
+                "warn",
                 &format!("ignoring GPURUN_LOG ({error}); expected a level like debug, or gpurun=debug"),
                 None,
             );

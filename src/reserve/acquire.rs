@@ -8,6 +8,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::options::count::Count;
 use crate::options::devices::DeviceRef;
 use crate::options::duration;
 use crate::probe::gpu::Machine;
@@ -20,7 +21,7 @@ use crate::reserve::lockdir::{LockDir, LockDirError};
 use crate::reserve::ticket::{self, Needs, Ticket, Waiter};
 use crate::select::policy::{self, Decision, DeviceError, HeldBack, Outcome, Request, Reservation};
 use crate::select::selection::Selection;
-use crate::select::visibility::{self, Inherited};
+use crate::select::visibility::{self, Inherited, Visibility};
 
 /// Between two tries while waiting: the head of the queue looks often, the others less the
 /// further back they are (many waiters must not keep the machine busy).
@@ -60,7 +61,7 @@ pub struct Acquisition {
 
 impl Acquisition {
     /// `--gpus 0` (or `--fallback cpu` without NVML): nothing probed, chosen or reserved.
-    pub fn no_gpu() -> Acquisition {
+    pub fn no_gpu(requested: Count) -> Acquisition {
         Acquisition {
             machine: Machine { driver_version: None, cuda_driver_version: None, gpus: Vec::new() },
             decision: Decision {
@@ -68,7 +69,7 @@ impl Acquisition {
                 outcome: Outcome::Selected(Vec::new()),
                 never: None,
             },
-            chosen: Ok(Selection::default()),
+            chosen: Ok(Selection::none(requested)),
             leases: Vec::new(),
             live: Vec::new(),
         }
@@ -145,7 +146,7 @@ fn queue_ahead<'a>(
     reservations: &mut Vec<Reservation>,
 ) -> Vec<HeldBack> {
     let mut held: Vec<HeldBack> = Vec::new();
-    let unrestricted = visibility::Visibility { allowed: None, source: None, warnings: Vec::new() };
+    let unrestricted = visibility::Visibility::default();
     for waiter in ahead {
         let possible: Vec<u32> = waiter
             .gpus
@@ -196,7 +197,12 @@ fn queue_ahead<'a>(
 }
 
 /// The chosen GPUs, or exit 75's text. Fallbacks say what they did.
-fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result<Vec<u32>, String> {
+fn chosen_gpus(
+    machine: &Machine,
+    decision: &Decision,
+    requested: Count,
+    visibility: &Visibility,
+) -> Result<Vec<u32>, String> {
     match &decision.outcome {
         Outcome::Selected(chosen) => Ok(chosen.clone()),
         Outcome::FallbackBest(chosen) => {
@@ -212,13 +218,19 @@ fn chosen_gpus(machine: &Machine, decision: &Decision, requested: u32) -> Result
             tracing::warn!("not enough GPUs qualify; running with no GPU visible (--fallback cpu)");
             Ok(Vec::new())
         }
-        Outcome::Refused { qualified } => Err(refusal(machine, decision, requested, *qualified)),
+        Outcome::Refused { qualified } => {
+            let mut text = refusal(machine, decision, requested, *qualified);
+            if visibility.exported && machine.gpus.iter().any(|gpu| !visibility.allows(gpu.index)) {
+                text.push_str(&format!("\n  {}", visibility::UNDO_EXPORT));
+            }
+            Err(text)
+        }
         Outcome::Impossible(why) => Err(why.clone()),
     }
 }
 
 /// Exit 75's explanation: every GPU and why it was turned away.
-pub fn refusal(machine: &Machine, decision: &Decision, requested: u32, qualified: u32) -> String {
+pub fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualified: u32) -> String {
     let mut text = format!(
         "not enough GPUs: {requested} requested, {qualified} {}",
         if qualified == 1 { "qualifies" } else { "qualify" }
@@ -306,8 +318,8 @@ pub fn acquire(
         // cannot help: the wait is over, or no state of the machine could do.
         let waiting_helps = !timed_out && decision.never.is_none();
         if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
-            let chosen = chosen_gpus(&machine, &decision, options.request.count);
-            let chosen = chosen.map(|indices| Selection::new(&machine.gpus, &indices));
+            let chosen = chosen_gpus(&machine, &decision, options.request.count, &visibility);
+            let chosen = chosen.map(|indices| Selection::new(&machine.gpus, &indices, options.request.count));
             let mut leases = Vec::new();
             if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
                 let reserve: Vec<(String, u64)> = selection
@@ -371,10 +383,10 @@ impl Progress {
         Progress { in_place: std::io::stderr().is_terminal() && !json_logs, last_line: None, shown: false }
     }
 
-    fn show(&mut self, wanted: u32, qualified: usize, ahead: usize, waited: Duration) {
+    fn show(&mut self, wanted: Count, qualified: usize, ahead: usize, waited: Duration) {
         self.show_text(&format!(
             "waiting for {wanted} GPU{}: {qualified} qualif{} now, {ahead} ahead in the queue, waited {}",
-            if wanted == 1 { "" } else { "s" },
+            if wanted == Count::exactly(1) { "" } else { "s" },
             if qualified == 1 { "ies" } else { "y" },
             duration::shown(Duration::from_secs(waited.as_secs()))
         ));
@@ -419,7 +431,7 @@ mod tests {
             gpus: gpus.iter().map(|&i| machine.gpus[i as usize].uuid.clone().unwrap()).collect(),
             request: String::new(),
             needs: Needs {
-                count,
+                count: Count::exactly(count),
                 min_free: None,
                 max_util: None,
                 exclusive: true,

@@ -18,6 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use crate::options::count::Count;
 use crate::options::size::Threshold;
 use crate::options::Policy;
 use crate::process::procfs;
@@ -45,7 +46,7 @@ pub struct Waiter {
 /// The load part of a waiter's request (the rest is in `gpus`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Needs {
-    pub count: u32,
+    pub count: Count,
     pub min_free: Option<Threshold>,
     pub max_util: Option<u32>,
     pub exclusive: bool,
@@ -135,7 +136,13 @@ mod tests {
     use super::*;
 
     fn needs() -> Needs {
-        Needs { count: 1, min_free: None, max_util: None, exclusive: true, policy: Policy::MostFree }
+        Needs {
+            count: Count::exactly(1),
+            min_free: None,
+            max_util: None,
+            exclusive: true,
+            policy: Policy::MostFree,
+        }
     }
 
     fn dir() -> (tempfile::TempDir, LockDir) {

@@ -17,6 +17,7 @@
 
 use std::cmp::Ordering;
 
+use crate::options::count::Count;
 use crate::options::devices::{normalize_pci_bus_id, DeviceRef};
 use crate::options::model::ModelPattern;
 use crate::options::size::{human, Threshold};
@@ -27,7 +28,7 @@ use crate::select::visibility::Visibility;
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
-    pub count: u32,
+    pub count: Count,
     pub min_free: Option<Threshold>,
     pub min_total: Option<u64>,
     pub max_util: Option<u32>,
@@ -44,7 +45,7 @@ pub struct Request {
 impl Default for Request {
     fn default() -> Request {
         Request {
-            count: 1,
+            count: Count::default(),
             min_free: None,
             min_total: None,
             max_util: None,
@@ -216,7 +217,8 @@ impl Fixed<'_> {
         }
         if let (Some(pattern), Some(name)) = (&self.request.model, &gpu.name) {
             if !pattern.matches(name) {
-                reasons.push((Filter::Model, format!("model {name} does not match --model {}", pattern.0)));
+                // The row or table line beside it already names the model.
+                reasons.push((Filter::Model, format!("model does not match --model {}", pattern.0)));
             }
         }
         if let (Some(min_total), Some(memory)) = (self.request.min_total, gpu.memory) {
@@ -356,10 +358,11 @@ fn only(count: usize) -> String {
 
 /// Why no state of the machine can meet the request: the first filter, in a fixed order, after
 /// which fewer GPUs than requested are left.
-fn impossible(gpus: &[Gpu], fixed: &Fixed, wanted: usize) -> Option<String> {
+fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
     let request = fixed.request;
+    let (count, wanted) = (request.count, request.count.min as usize);
     if gpus.len() < wanted {
-        return Some(format!("--gpus {wanted}: this machine has {}", gpus_word(gpus.len())));
+        return Some(format!("--gpus {count}: this machine has {}", gpus_word(gpus.len())));
     }
     let tagged: Vec<Vec<Filter>> =
         gpus.iter().map(|gpu| fixed.reasons(gpu).into_iter().map(|(filter, _)| filter).collect()).collect();
@@ -376,18 +379,18 @@ fn impossible(gpus: &[Gpu], fixed: &Fixed, wanted: usize) -> Option<String> {
     let left = left_after(culprit);
     let message = match culprit {
         Filter::Visibility => format!(
-            "--gpus {wanted}: {} allows {}",
+            "--gpus {count}: {} allows {}",
             fixed.visibility.source.as_deref().unwrap_or("the inherited visibility"),
             only(left)
         ),
-        Filter::Devices => format!("--gpus {wanted}: --devices/--exclude leave {}", only(left)),
+        Filter::Devices => format!("--gpus {count}: --devices/--exclude leave {}", only(left)),
         Filter::Model => {
             let mut models: Vec<&str> = gpus.iter().filter_map(|gpu| gpu.name.as_deref()).collect();
             models.sort_unstable();
             models.dedup();
             let pattern = request.model.as_ref().map(|m| m.0.as_str()).unwrap_or_default();
             format!(
-                "--model {pattern}: {} of the GPUs gpurun may use match{}, {wanted} requested (models here: {})",
+                "--model {pattern}: {} of the GPUs gpurun may use match{}, {count} requested (models here: {})",
                 left,
                 if left == 1 { "es" } else { "" },
                 models.join(", ")
@@ -406,10 +409,12 @@ fn impossible(gpus: &[Gpu], fixed: &Fixed, wanted: usize) -> Option<String> {
             largest(|m| m.total_bytes.saturating_sub(m.reserved_bytes))
         ),
     };
-    Some(if left == 0 || culprit == Filter::Visibility || culprit == Filter::Devices {
+    Some(if culprit == Filter::Visibility && fixed.visibility.exported {
+        format!("{message}; {}", crate::select::visibility::UNDO_EXPORT)
+    } else if left == 0 || culprit == Filter::Visibility || culprit == Filter::Devices {
         message
     } else {
-        format!("{message}; {wanted} requested")
+        format!("{message}; {count} requested")
     })
 }
 
@@ -509,16 +514,12 @@ pub fn decide(
         })
         .collect();
     let by_index = |a: &Assessment| gpus.iter().find(|g| g.index == a.index).expect("assessed GPU exists");
-    let wanted = request.count as usize;
+    let wanted = request.count.min as usize;
     let eligible: Vec<&Gpu> = assessments.iter().filter(|a| a.eligible()).map(by_index).collect();
-    let never = (wanted > eligible.len()).then(|| impossible(gpus, &fixed, wanted)).flatten();
-    let outcome = if wanted == 0 {
-        Outcome::Selected(Vec::new())
-    } else if eligible.len() >= wanted {
-        Outcome::Selected(rank(&eligible, request.policy, request.seed).into_iter().take(wanted).collect())
-    } else if let (Some(why), false) =
-        (impossible(gpus, &fixed, wanted), request.fallback == Some(Fallback::Cpu))
-    {
+    let never = (wanted > eligible.len()).then(|| impossible(gpus, &fixed)).flatten();
+    let outcome = if let Some(taken) = request.count.take(eligible.len()) {
+        Outcome::Selected(rank(&eligible, request.policy, request.seed).into_iter().take(taken).collect())
+    } else if let (Some(why), false) = (impossible(gpus, &fixed), request.fallback == Some(Fallback::Cpu)) {
         Outcome::Impossible(why)
     } else {
         match request.fallback {
@@ -553,7 +554,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn unrestricted() -> Visibility {
-        Visibility { allowed: None, source: None, warnings: Vec::new() }
+        Visibility::default()
     }
 
     fn with_load(index: u32, free_gib: u64, util: u32) -> Gpu {
@@ -577,10 +578,12 @@ mod tests {
         // (free GiB, util %): 0 (10, 0), 1 (70, 90), 2 (40, 10), 3 (70, 20)
         let gpus =
             vec![with_load(0, 10, 0), with_load(1, 70, 90), with_load(2, 40, 10), with_load(3, 70, 20)];
-        let order = |policy| match chosen(&gpus, &Request { count: 4, policy, ..Request::default() }) {
-            Outcome::Selected(order) => order,
-            other => panic!("{other:?}"),
-        };
+        let order =
+            |policy| match chosen(&gpus, &Request { count: Count::exactly(4), policy, ..Request::default() })
+            {
+                Outcome::Selected(order) => order,
+                other => panic!("{other:?}"),
+            };
         assert_eq!(order(Policy::MostFree), vec![3, 1, 2, 0]);
         assert_eq!(order(Policy::LeastUtil), vec![0, 2, 3, 1]);
         // 0.7 x free + 0.3 x (100 - util): 0 -> 37, 1 -> 52, 2 -> 55, 3 -> 73
@@ -604,7 +607,7 @@ mod tests {
             Some(vec![GpuProcess { pid: 42, used_bytes: Some(1), user: None, command: None }]);
         gpus[2].utilization = None;
         let request = Request {
-            count: 2,
+            count: Count::exactly(2),
             min_free: Some(Threshold::Bytes(8 << 30)),
             max_util: Some(50),
             exclusive: true,
@@ -628,7 +631,7 @@ mod tests {
         // Hard reasons are never relaxed.
         request.fallback = Some(Fallback::Best);
         request.exclude = vec![DeviceRef::Index(0)];
-        request.count = 2;
+        request.count = Count::exactly(2);
         assert_eq!(
             chosen(&gpus, &request),
             Outcome::Impossible("--gpus 2: --devices/--exclude leave only 1 GPU".into())
@@ -645,7 +648,10 @@ mod tests {
             Outcome::Impossible(why) => why,
             other => panic!("{other:?}"),
         };
-        assert_eq!(why(Request { count: 9, ..Request::default() }), "--gpus 9: this machine has 3 GPUs");
+        assert_eq!(
+            why(Request { count: Count::exactly(9), ..Request::default() }),
+            "--gpus 9: this machine has 3 GPUs"
+        );
         assert_eq!(
             why(Request { min_free: Some(Threshold::Bytes(500 << 30)), ..Request::default() }),
             "--min-free: no GPU can ever have that much free (the largest has 80 GiB in total)"
@@ -661,10 +667,11 @@ mod tests {
         let visibility = Visibility {
             allowed: Some(vec![1]),
             source: Some("CUDA_VISIBLE_DEVICES=1".into()),
-            warnings: vec![],
+            ..Visibility::default()
         };
         let decision =
-            decide(&gpus, &visibility, &Request { count: 2, ..Request::default() }, &[], &[]).unwrap();
+            decide(&gpus, &visibility, &Request { count: Count::exactly(2), ..Request::default() }, &[], &[])
+                .unwrap();
         assert_eq!(
             decision.outcome,
             Outcome::Impossible("--gpus 2: CUDA_VISIBLE_DEVICES=1 allows only 1 GPU".into())
@@ -685,7 +692,7 @@ mod tests {
         let decision = decide(&gpus, &unrestricted(), &Request::default(), &[], &held).unwrap();
         assert_eq!(decision.outcome, Outcome::Selected(vec![2]));
         assert_eq!(decision.assessments[0].hard, vec!["held for an earlier waiter (gpurun PID 7, alice)"]);
-        let two = Request { count: 2, ..Request::default() };
+        let two = Request { count: Count::exactly(2), ..Request::default() };
         assert_eq!(
             decide(&gpus, &unrestricted(), &two, &[], &held).unwrap().outcome,
             Outcome::Refused { qualified: 1 }
@@ -815,7 +822,11 @@ mod tests {
 
     fn arbitrary_request() -> impl Strategy<Value = Request> {
         (
-            0u32..5,
+            prop_oneof![
+                (0u32..5).prop_map(Count::exactly),
+                (0u32..4, 0u32..4).prop_map(|(min, extra)| Count { min, max: Some(min + extra) }),
+                Just(Count { min: 1, max: None }),
+            ],
             prop::option::of(0u64..=90),
             prop::option::of(0u32..=100),
             any::<bool>(),
@@ -869,12 +880,13 @@ mod tests {
             request in arbitrary_request(),
             allowed in prop::option::of(prop::collection::vec(0u32..10, 0..6)),
         ) {
-            let visibility = Visibility { allowed: allowed.clone(), source: Some("CUDA_VISIBLE_DEVICES=x".into()), warnings: vec![] };
+            let visibility = Visibility { allowed: allowed.clone(), source: Some("CUDA_VISIBLE_DEVICES=x".into()), ..Visibility::default() };
             let decision = decide(&gpus, &visibility, &request, &[], &[]).unwrap();
             let qualifying = gpus.iter().filter(|g| passes_every_filter(g, &request, &visibility)).count();
             match &decision.outcome {
                 Outcome::Selected(chosen) => {
-                    prop_assert_eq!(chosen.len(), request.count as usize);
+                    // As many as qualify, within the range.
+                    prop_assert_eq!(Some(chosen.len()), request.count.take(qualifying));
                     let mut unique = chosen.clone();
                     unique.sort_unstable();
                     unique.dedup();
@@ -886,15 +898,15 @@ mod tests {
                     }
                 }
                 Outcome::Refused { qualified } => {
-                    prop_assert!(request.count as usize > qualifying);
+                    prop_assert!(request.count.min as usize > qualifying);
                     prop_assert_eq!(*qualified as usize, qualifying);
                     // "Try later" only when some state of the machine would do.
                     let possible = gpus.iter().filter(|g| could_ever(g, &request, &visibility)).count();
-                    prop_assert!(possible >= request.count as usize);
+                    prop_assert!(possible >= request.count.min as usize);
                 }
                 Outcome::Impossible(why) => {
                     let possible = gpus.iter().filter(|g| could_ever(g, &request, &visibility)).count();
-                    prop_assert!(possible < request.count as usize, "{}", why);
+                    prop_assert!(possible < request.count.min as usize, "{}", why);
                 }
                 other => prop_assert!(false, "no fallback was asked for: {:?}", other),
             }
@@ -908,7 +920,7 @@ mod tests {
 
         #[test]
         fn most_free_takes_the_gpus_with_most_free_memory(gpus in arbitrary_machine(), count in 1u32..4) {
-            let request = Request { count, ..Request::default() };
+            let request = Request { count: Count::exactly(count), ..Request::default() };
             if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap().outcome {
                 let free = |i: u32| gpus[i as usize].memory.map(|m| m.free_bytes);
                 let worst_chosen = chosen.iter().map(|&i| free(i)).min().unwrap();

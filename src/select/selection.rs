@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::options::count::Count;
 use crate::probe::gpu::Gpu;
 use crate::select::visibility::cuda_pci_ordinal;
 
@@ -22,15 +23,21 @@ pub struct Device {
     pub total_bytes: Option<u64>,
 }
 
-/// The chosen GPUs, best first (CUDA's device 0 is the first).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The chosen GPUs, best first (CUDA's device 0 is the first), and what `--gpus` asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection {
     pub devices: Vec<Device>,
+    pub requested: Count,
 }
 
 impl Selection {
+    /// No GPU, for a request of `requested` (`--gpus 0`, or `--fallback cpu`).
+    pub fn none(requested: Count) -> Selection {
+        Selection { devices: Vec::new(), requested }
+    }
+
     /// `chosen`: NVML indices, best first, each one of `gpus`.
-    pub fn new(gpus: &[Gpu], chosen: &[u32]) -> Selection {
+    pub fn new(gpus: &[Gpu], chosen: &[u32], requested: Count) -> Selection {
         let devices = chosen
             .iter()
             .filter_map(|&index| gpus.iter().find(|gpu| gpu.index == index))
@@ -42,7 +49,7 @@ impl Selection {
                 total_bytes: gpu.memory.map(|m| m.total_bytes),
             })
             .collect();
-        Selection { devices }
+        Selection { devices, requested }
     }
 
     pub fn is_empty(&self) -> bool {

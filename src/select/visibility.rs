@@ -17,6 +17,9 @@ use crate::probe::gpu::Gpu;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inherited {
     pub cuda_visible_devices: Option<String>,
+    /// What an earlier gpurun told its command (an `eval "$(gpurun --export)"` sets them too).
+    pub gpurun_gpus: Option<String>,
+    pub gpurun_gpu_uuids: Option<String>,
     pub cuda_device_order: Option<String>,
     pub slurm_step_gpus: Option<String>,
     pub slurm_job_gpus: Option<String>,
@@ -27,6 +30,8 @@ impl Inherited {
         let var = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
         Inherited {
             cuda_visible_devices: var("CUDA_VISIBLE_DEVICES"),
+            gpurun_gpus: var("GPURUN_GPUS"),
+            gpurun_gpu_uuids: var("GPURUN_GPU_UUIDS"),
             cuda_device_order: var("CUDA_DEVICE_ORDER"),
             slurm_step_gpus: var("SLURM_STEP_GPUS"),
             slurm_job_gpus: var("SLURM_JOB_GPUS"),
@@ -35,14 +40,21 @@ impl Inherited {
 }
 
 /// The GPUs gpurun may choose from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Visibility {
     /// NVML indices, in the inherited order; `None`: every GPU.
     pub allowed: Option<Vec<u32>>,
     /// Where the restriction came from, for messages: `CUDA_VISIBLE_DEVICES=0,1`.
     pub source: Option<String>,
     pub warnings: Vec<String>,
+    /// The restriction is exactly what an earlier gpurun exported into this shell.
+    pub exported: bool,
 }
+
+/// Said when an exported restriction turns GPUs away: it is easy to forget in a long session.
+pub const UNDO_EXPORT: &str = "CUDA_VISIBLE_DEVICES was set by an earlier eval \"$(gpurun --export)\" in \
+this shell, and gpurun never widens it; to choose among every GPU again: unset CUDA_VISIBLE_DEVICES GPURUN_GPUS \
+GPURUN_GPU_UUIDS";
 
 impl Visibility {
     pub fn allows(&self, index: u32) -> bool {
@@ -114,14 +126,18 @@ pub fn resolve(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
              gpurun reads them in PCI order (nvidia-smi's)"
         ));
     }
-    Visibility { allowed: Some(allowed), source: Some(source), warnings }
+    let exported = !list.is_empty()
+        && [&inherited.gpurun_gpus, &inherited.gpurun_gpu_uuids]
+            .iter()
+            .any(|told| told.as_deref() == Some(list));
+    Visibility { allowed: Some(allowed), source: Some(source), warnings, exported }
 }
 
 /// `SLURM_STEP_GPUS`/`SLURM_JOB_GPUS` are only a hint: Slurm sets `CUDA_VISIBLE_DEVICES` with
 /// them, and that wins. Without it, the allocation's global ids are taken as NVML indices when
 /// they all name GPUs this process can reach.
 fn slurm_hint(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
-    let unrestricted = Visibility { allowed: None, source: None, warnings: Vec::new() };
+    let unrestricted = Visibility::default();
     let (name, list) = match (&inherited.slurm_step_gpus, &inherited.slurm_job_gpus) {
         (Some(list), _) => ("SLURM_STEP_GPUS", list),
         (None, Some(list)) => ("SLURM_JOB_GPUS", list),
@@ -130,7 +146,7 @@ fn slurm_hint(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
     let ids: Option<Vec<u32>> = list.split(',').map(|id| id.trim().parse().ok()).collect();
     match ids {
         Some(ids) if !ids.is_empty() && ids.iter().all(|&id| enumerable(gpus).any(|gpu| gpu.index == id)) => {
-            Visibility { allowed: Some(ids), source: Some(format!("{name}={list}")), warnings: Vec::new() }
+            Visibility { allowed: Some(ids), source: Some(format!("{name}={list}")), ..Visibility::default() }
         }
         _ => Visibility {
             warnings: vec![format!(

@@ -121,10 +121,15 @@ impl Monitor {
         self.log_once(verdict, &format!("{detail} (within --verify-timeout)"));
     }
 
-    /// The final verdict, once the command has ended; logged if nothing was yet.
+    /// The final verdict, once the command has ended; logged if nothing was yet. A command
+    /// that ended before `--verify-timeout` without touching a GPU is most often one that never
+    /// meant to (a quick script): that is worth a line, not a warning.
     pub fn finish(&mut self, stuck: Option<Option<Call>>) -> (Verdict, String) {
         let (verdict, detail) = self.verdict(stuck);
-        if self.logged.is_empty() || verdict == Verdict::WrongGpu {
+        if verdict == Verdict::NotObserved && self.logged.is_empty() {
+            self.logged.push(verdict);
+            tracing::info!("{verdict}: {detail} (the command ended before --verify-timeout)");
+        } else if self.logged.is_empty() || verdict == Verdict::WrongGpu {
             self.log_once(verdict, &detail);
         }
         (verdict, detail)

@@ -33,10 +33,16 @@ pub struct Ended {
 #[derive(Serialize)]
 pub struct Report {
     pub command: Vec<String>,
+    /// What --gpus asked for (`2`, `2-4`, `all`) and how many were taken.
+    pub requested: String,
+    pub count: usize,
     pub selected: Vec<Device>,
     pub verification: Verification,
     /// The largest total of the tree's GPU memory seen on each GPU, by UUID.
     pub peak_memory_bytes: BTreeMap<String, u64>,
+    /// The same by index, for the summary (people name GPUs by index).
+    #[serde(skip)]
+    peak_by_index: BTreeMap<u32, u64>,
     pub wall_seconds: f64,
     pub exit: Ended,
     /// What gpurun itself exits with (125 after `--verify strict` ended the command).
@@ -58,12 +64,15 @@ impl Report {
     ) -> Report {
         Report {
             command: command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
+            requested: selection.requested.to_string(),
+            count: selection.devices.len(),
             selected: selection.devices.clone(),
             verification,
             peak_memory_bytes: peaks
                 .iter()
                 .map(|(index, bytes)| (uuid_of(*index).unwrap_or_else(|| format!("GPU {index}")), *bytes))
                 .collect(),
+            peak_by_index: peaks.clone(),
             wall_seconds,
             exit: match end {
                 End::Exited(code) => Ended { code: Some(code), signal: None, signal_name: None },
@@ -93,16 +102,22 @@ impl Report {
             .iter()
             .map(|s| format!("GPU {} ({})", s.index, s.name.as_deref().unwrap_or("unknown model")))
             .collect();
-        let _ = write!(
-            text,
-            "\n  GPUs:         {}",
-            if gpus.is_empty() { "none".to_owned() } else { gpus.join(", ") }
-        );
+        let listed = if gpus.is_empty() { "none".to_owned() } else { gpus.join(", ") };
+        match self.requested == self.count.to_string() {
+            true => write!(text, "\n  GPUs:         {listed}"),
+            false => {
+                write!(text, "\n  GPUs:         {} of {} requested: {listed}", self.count, self.requested)
+            }
+        }
+        .expect("writing to a String");
         let verdict =
             self.verification.verdict.map(|v| v.to_string()).unwrap_or_else(|| "not checked".to_owned());
         let _ = write!(text, "\n  verification: {verdict}: {}", self.verification.detail);
-        let peaks: Vec<String> =
-            self.peak_memory_bytes.iter().map(|(uuid, bytes)| format!("{uuid} {}", human(*bytes))).collect();
+        let peaks: Vec<String> = self
+            .peak_by_index
+            .iter()
+            .map(|(index, bytes)| format!("{} on GPU {index}", human(*bytes)))
+            .collect();
         if !peaks.is_empty() {
             let _ = write!(text, "\n  peak memory:  {}", peaks.join(", "));
         }

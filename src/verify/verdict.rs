@@ -122,11 +122,10 @@ impl Tracker {
             );
         }
         if !self.used.is_empty() {
-            let on_selected: Vec<String> =
-                self.seen.iter().map(|s| format!("PID {} ({}) on GPU {}", s.pid, s.command, s.gpu)).collect();
+            let on_selected = sightings_text(&self.seen);
             let unused: Vec<u32> = self.selected.iter().copied().filter(|g| !self.used.contains(g)).collect();
             if unused.is_empty() {
-                return (Verdict::Verified, on_selected.join(", "));
+                return (Verdict::Verified, on_selected);
             }
             return (
                 Verdict::Partial,
@@ -134,7 +133,7 @@ impl Tracker {
                     "{} GPUs selected, {} used: {}; unused: {}",
                     self.selected.len(),
                     self.used.len(),
-                    on_selected.join(", "),
+                    on_selected,
                     gpu_list(&unused)
                 ),
             );
@@ -153,6 +152,27 @@ impl Tracker {
         }
         (Verdict::NotObserved, "no process of the command appeared on a GPU".to_owned())
     }
+}
+
+/// `PID 10 (job) on GPUs 3, 5, PID 11 (job) on GPU 7`: each process once, in the order seen.
+fn sightings_text(seen: &[Sighting]) -> String {
+    let mut processes: Vec<(u32, &str, Vec<u32>)> = Vec::new();
+    for sighting in seen {
+        match processes.iter_mut().find(|(pid, ..)| *pid == sighting.pid) {
+            Some((.., gpus)) => gpus.push(sighting.gpu),
+            None => processes.push((sighting.pid, &sighting.command, vec![sighting.gpu])),
+        }
+    }
+    let parts: Vec<String> = processes
+        .into_iter()
+        .map(|(pid, command, mut gpus)| {
+            gpus.sort_unstable();
+            let indices: Vec<String> = gpus.iter().map(u32::to_string).collect();
+            let word = if gpus.len() == 1 { "GPU" } else { "GPUs" };
+            format!("PID {pid} ({command}) on {word} {}", indices.join(", "))
+        })
+        .collect();
+    parts.join("; ")
 }
 
 fn gpu_list(gpus: &[u32]) -> String {
@@ -186,7 +206,11 @@ mod tests {
         tracker.observe(poll(vec![seen(10, 3), seen(11, 5)]), no_cause);
         let (verdict, detail) = tracker.settled().unwrap();
         assert_eq!(verdict, Verdict::Verified);
-        assert_eq!(detail, "PID 10 (job) on GPU 3, PID 11 (job) on GPU 5");
+        assert_eq!(detail, "PID 10 (job) on GPU 3; PID 11 (job) on GPU 5");
+        // One process on two GPUs is named once.
+        let mut both = Tracker::new(&[3, 5]);
+        both.observe(poll(vec![seen(10, 5), seen(10, 3)]), no_cause);
+        assert_eq!(both.settled().unwrap(), (Verdict::Verified, "PID 10 (job) on GPUs 3, 5".to_owned()));
     }
 
     #[test]
