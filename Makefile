@@ -15,7 +15,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test test-gpu venv slurm-deps man lint install clean bench
+.PHONY: build sim demo test test-gpu venv slurm-deps shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -48,7 +48,11 @@ slurm-deps:
 
 # Every test: unit, integration through the real binary and the simulator, the simulator
 # checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
-test: venv sim slurm-deps
+# zsh and fish, to check the completion scripts with the shells themselves (as root, when missing).
+shells:
+	@tests/completions/install-shells.sh
+
+test: venv sim slurm-deps shells
 	$(CARGO) test --workspace --no-fail-fast
 
 $(BENCH_VENV)/.installed:
@@ -75,9 +79,21 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 install: build
-	install -D -m 0755 target/release/gpurun $(DESTDIR)$(PREFIX)/bin/gpurun
-	install -D -m 0644 man/gpurun.1 $(DESTDIR)$(PREFIX)/share/man/man1/gpurun.1
+	$(MAKE) install-files BIN=target/release/gpurun
+
+# What `install` puts in place, from the binary BIN (tests/completions.rs installs a debug build
+# into a scratch DESTDIR). Completions go where each shell looks for them.
+BIN ?= target/release/gpurun
+SHARE = $(DESTDIR)$(PREFIX)/share
+install-files:
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gpurun
+	install -D -m 0644 man/gpurun.1 $(SHARE)/man/man1/gpurun.1
 	install -D -m 0644 packaging/gpurun-tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/gpurun.conf
+	install -D -m 0644 packaging/config.toml $(SHARE)/doc/gpurun/config.toml
+	install -d $(SHARE)/bash-completion/completions $(SHARE)/zsh/site-functions $(SHARE)/fish/vendor_completions.d
+	$(BIN) --completions bash > $(SHARE)/bash-completion/completions/gpurun
+	$(BIN) --completions zsh > $(SHARE)/zsh/site-functions/_gpurun
+	$(BIN) --completions fish > $(SHARE)/fish/vendor_completions.d/gpurun.fish
 
 clean:
 	$(CARGO) clean

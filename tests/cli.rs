@@ -36,8 +36,14 @@ fn help_and_version_need_no_nvml() {
     let help = sim.gpurun().args(["--help"]).run();
     help.status(0).stdout_has("Usage: gpurun [OPTIONS] [--] COMMAND").stdout_has("--nvml-lib <PATH>");
     help.stdout_has("GPURUN_NVML_LIB").stdout_has("free_bytes").stdout_has("Exit status:");
+    // -h is the short help (as ripgrep and curl): what people use daily, three examples, where
+    // the rest is; --help keeps the full reference.
     let short = sim.gpurun().args(["-h"]).run();
-    short.status(0).stdout_has("--list");
+    short.status(0).stdout_has("--list").stdout_has("--gpus <N|MIN-MAX|all>").stdout_has("--min-free");
+    short.stdout_has("Examples:").stdout_has("gpurun --help, man gpurun");
+    assert!(short.stdout.lines().count() <= 50, "{} lines:\n{}", short.stdout.lines().count(), short.stdout);
+    assert!(!short.stdout.contains("--parent-death-signal") && !short.stdout.contains("free_bytes"));
+    assert!(help.stdout.contains("--parent-death-signal") && help.stdout.lines().count() > 150);
     let version = sim.gpurun().args(["--version"]).run();
     version.status(0).stdout_has(concat!("gpurun ", env!("CARGO_PKG_VERSION")));
 }

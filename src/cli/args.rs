@@ -23,6 +23,23 @@ the cards the way nvidia-smi does) and runs COMMAND.
 Options come first: parsing stops at `--` or at the first word that is not an option, so \
 gpurun never takes the command's own arguments.";
 
+/// The end of `-h` (the short help): three examples and where the rest is.
+const SHORT_HELP_END: &str = "\
+Examples:
+  gpurun --list                                      the GPUs, their load and processes
+  gpurun --gpus 2 --min-free 8G -- python train.py   two GPUs with 8 GiB free each
+  eval \"$(gpurun --export --min-free 50%)\"           CUDA_VISIBLE_DEVICES for this shell
+
+Every option and the reference (selection, reservations, signals, JSON): gpurun --help, man gpurun";
+
+/// `--completions`: the shells a script is generated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
 /// Reference sections after the options, shared by `--help` and the man page:
 /// (heading, [(term, meaning)]). Terms are shown literally; keep lines short for both.
 pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
@@ -54,6 +71,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("index, random", "lowest index first; any qualifying GPU"),
             ("ties", "break by index: the same probe always gives the same choice (except random)"),
             ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
+            ("how many", "--gpus N takes N; --gpus MIN-MAX as many as qualify, at least MIN and at most MAX; --gpus all every GPU that qualifies, at least one; the JSON and the report say how many were taken"),
             ("too few", "exit 75 with every GPU and the reason it was turned away, unless --fallback"),
             (
                 "never",
@@ -77,20 +95,6 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("KB, MB, GB, TB", "decimal: 16GB = 16 x 1000^3 bytes"),
             ("bare number", "bytes; fractions (0.5T) are rounded down to whole bytes; units ignore case"),
             ("P%", "with --min-free: that share of each card's total memory"),
-        ],
-    ),
-    (
-        "Child environment",
-        &[
-            ("CUDA_VISIBLE_DEVICES", "the chosen GPUs, PCI-order indices or UUIDs (--visible-as); empty with --gpus 0"),
-            ("CUDA_DEVICE_ORDER", "PCI_BUS_ID, so that CUDA numbers GPUs as nvidia-smi does"),
-            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "the chosen NVML indices and UUIDs"),
-            (
-                "TF_FORCE_GPU_ALLOW_GROWTH, XLA_PYTHON_CLIENT_PREALLOCATE",
-                "true and false, unless already set (the user's value wins) or --no-framework-env",
-            ),
-            ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
-            ("everything else", "passed through unchanged"),
         ],
     ),
     (
@@ -156,13 +160,28 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "Environment",
         &[
-            ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
+            ("CUDA_VISIBLE_DEVICES", "read: the GPUs gpurun may choose from, never widened (see Selection); set for the command: the chosen GPUs, best first, as PCI-order indices or UUIDs (--visible-as); empty with --gpus 0"),
+            ("CUDA_DEVICE_ORDER", "read: whether inherited indices are in PCI order; set for the command: PCI_BUS_ID, so that CUDA numbers GPUs as nvidia-smi does"),
+            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "set for the command: the chosen NVML indices and UUIDs; never read as settings (an inherited pair that matches CUDA_VISIBLE_DEVICES marks an earlier eval \"$(gpurun --export)\", and a refusal says how to undo it)"),
+            ("TF_FORCE_GPU_ALLOW_GROWTH, XLA_PYTHON_CLIENT_PREALLOCATE", "set for the command: true and false, unless already set (the user's value wins) or --no-framework-env"),
+            ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
+            ("everything else", "passed to the command unchanged, byte for byte"),
             ("GPURUN_<OPTION>", "a setting: GPURUN_ and a long option name in capitals (GPURUN_MIN_FREE=8G); any other GPURUN_ variable is an error"),
-            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "what gpurun tells the command; never read as settings"),
+            ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
+            ("GPURUN_LOCK_DIR", "the lock directory, when --lock-dir is not given"),
             ("GPURUN_CONFIG", "the user configuration file to read instead of ~/.config/gpurun/config.toml"),
             ("GPURUN_LOG", "log filter: a level (error, warn, info, debug, trace) or target=level directives, e.g. gpurun=debug; overrides -v and -q"),
-            ("CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER", "inherited visibility (see Selection)"),
+            ("XDG_CONFIG_HOME", "where the user configuration file is (default ~/.config)"),
             ("SLURM_STEP_GPUS, SLURM_JOB_GPUS", "a hint when CUDA_VISIBLE_DEVICES is unset"),
+        ],
+    ),
+    (
+        "Files",
+        &[
+            ("/etc/gpurun/config.toml", "the system configuration file"),
+            ("~/.config/gpurun/config.toml", "the user configuration file ($XDG_CONFIG_HOME/gpurun, or $GPURUN_CONFIG)"),
+            ("/run/lock/gpurun/", "the lock directory: lease.* (one per reserved GPU) and ticket.* (one per waiter); created mode 1777 (packaging/gpurun-tmpfiles.conf creates it at boot)"),
+            ("/usr/share/doc/gpurun/config.toml", "an example configuration with every key, commented out"),
         ],
     ),
     ("Exit status", crate::exit_code::TABLE),
@@ -172,6 +191,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("output", "export NAME='value' lines, single-quoted for eval; nothing on stdout when it fails"),
             ("in scripts", "vars=$(gpurun --export --gpus 2) || exit; eval \"$vars\""),
             ("no reservation", "--export and --dry-run respect live reservations but hold none: another launch may take the same GPUs"),
+            ("a command", "gpurun --dry-run -- python train.py shows the command beside the choice; nothing runs"),
         ],
     ),
     (
@@ -189,12 +209,16 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable)"),
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
-            ("--report-json FILE", "command, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status"),
-            ("--dry-run --json", "the same object plus selected: [{index, uuid}] and env: {NAME: value}; both null on exit 75"),
+            ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status"),
+            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), selected: [{index, uuid}] and env: {NAME: value}; count, selected and env are null on exit 75"),
             ("null", "a value NVML cannot give is null, never 0"),
         ],
     ),
 ];
+
+/// The man page's SEE ALSO: (name, section).
+pub const SEE_ALSO: &[(&str, &str)] =
+    &[("nvidia-smi", "1"), ("env", "1"), ("timeout", "1"), ("numactl", "8"), ("srun", "1")];
 
 /// `REFERENCE` as plain text for `--help`.
 fn reference_text() -> String {
@@ -215,15 +239,19 @@ fn reference_text() -> String {
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
+    after_help = SHORT_HELP_END,
     override_usage = "gpurun [OPTIONS] [--] COMMAND [ARGS]...\n       \
                       gpurun --list [--json] [OPTIONS]\n       \
-                      gpurun --dry-run [--json] [OPTIONS]\n       \
+                      gpurun --dry-run [--json] [OPTIONS] [-- COMMAND [ARGS]...]\n       \
                       gpurun --export [OPTIONS]\n       \
-                      gpurun --doctor [OPTIONS]",
+                      gpurun --doctor [OPTIONS]\n       \
+                      gpurun --completions bash|zsh|fish",
 )]
 pub struct Cli {
-    /// How many GPUs to give the command: N; MIN-MAX, as many as qualify within the range;
-    /// all, every GPU that qualifies (at least one); 0 runs it with no GPU visible.
+    /// How many GPUs: N, MIN-MAX or all.
+    ///
+    /// N: exactly N; MIN-MAX: as many as qualify within the range (2-4); all: every GPU that
+    /// qualifies, at least one; 0 runs the command with no GPU visible.
     #[arg(
         long,
         value_name = "N|MIN-MAX|all",
@@ -234,34 +262,38 @@ pub struct Cli {
     )]
     pub gpus: Count,
 
-    /// Only GPUs with at least this much free memory: a SIZE (8G, 8GiB, 8192M, 0.5T, 16GB)
-    /// or P% of the card's total memory.
+    /// Only GPUs with this much free memory (8G, 50%).
+    ///
+    /// A SIZE (8G, 8GiB, 8192M, 0.5T, 16GB) or P% of the card's total memory.
     #[arg(long, value_name = "SIZE|P%", value_parser = size::parse_threshold, allow_negative_numbers = true, help_heading = "Selection")]
     pub min_free: Option<Threshold>,
 
     /// Only GPUs with at least this much memory in total (a SIZE).
-    #[arg(long, value_name = "SIZE", value_parser = size::parse_bytes, allow_negative_numbers = true, help_heading = "Selection")]
+    #[arg(long, hide_short_help = true, value_name = "SIZE", value_parser = size::parse_bytes, allow_negative_numbers = true, help_heading = "Selection")]
     pub min_total: Option<u64>,
 
     /// Only GPUs whose utilization is at most P percent.
-    #[arg(long, value_name = "P", value_parser = size::parse_util_percent, allow_negative_numbers = true, help_heading = "Selection")]
+    #[arg(long, hide_short_help = true, value_name = "P", value_parser = size::parse_util_percent, allow_negative_numbers = true, help_heading = "Selection")]
     pub max_util: Option<u32>,
 
     /// Only GPUs with no compute process on them.
     #[arg(long, help_heading = "Selection")]
     pub exclusive: bool,
 
-    /// Choose only among these GPUs: NVML indices, UUIDs, unique UUID prefixes or PCI bus ids,
-    /// comma-separated.
+    /// Choose only among these GPUs.
+    ///
+    /// NVML indices, UUIDs, unique UUID prefixes or PCI bus ids, comma-separated.
     #[arg(long, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
     pub devices: Option<DeviceList>,
 
     /// Never choose these GPUs (same forms as --devices).
-    #[arg(long, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
+    #[arg(long, hide_short_help = true, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
     pub exclude: Option<DeviceList>,
 
-    /// Only GPUs whose model name matches PATTERN: case-insensitive, anywhere in the name
-    /// (A100), or a whole-name pattern with * and ? (*80GB).
+    /// Only GPUs whose model matches (A100, *80GB).
+    ///
+    /// Case-insensitive, anywhere in the name (A100), or a whole-name pattern with * and ?
+    /// (*80GB).
     #[arg(long, value_name = "PATTERN", help_heading = "Selection")]
     pub model: Option<String>,
 
@@ -272,113 +304,141 @@ pub struct Cli {
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
     /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible.
     /// Without it gpurun exits 75.
-    #[arg(long, value_enum, value_name = "MODE", help_heading = "Selection")]
+    #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", help_heading = "Selection")]
     pub fallback: Option<Fallback>,
 
-    /// If too few GPUs qualify, wait until enough do (forever, or at most DURATION: --wait=10m),
-    /// first come, first served among waiters, then exit 75 if the time is up.
+    /// If too few GPUs qualify, wait (forever, or --wait=10m).
+    ///
+    /// Waits until enough qualify, forever or at most DURATION (attached with =), first come,
+    /// first served among waiters, then exits 75 if the time is up.
     #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true, default_missing_value = "forever", value_parser = parse_wait, help_heading = "Selection")]
     pub wait: Option<WaitLimit>,
 
     /// Directory of the reservations shared by all gpurun launches on this machine
     /// (default: $GPURUN_LOCK_DIR, else /run/lock/gpurun; created with mode 1777).
-    #[arg(long, value_name = "DIR", help_heading = "Reservations")]
+    #[arg(long, hide_short_help = true, value_name = "DIR", help_heading = "Reservations")]
     pub lock_dir: Option<PathBuf>,
 
     /// Take no reservation and ignore other launches' reservations.
-    #[arg(long, help_heading = "Reservations")]
+    #[arg(long, hide_short_help = true, help_heading = "Reservations")]
     pub no_lock: bool,
 
     /// Write CUDA_VISIBLE_DEVICES as PCI-order indices (default) or as GPU UUIDs.
-    #[arg(long, value_enum, value_name = "FORM", default_value_t = VisibleAs::Index, help_heading = "Environment")]
+    #[arg(long, hide_short_help = true, value_enum, value_name = "FORM", default_value_t = VisibleAs::Index, help_heading = "Command environment")]
     pub visible_as: VisibleAs,
 
     /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
-    #[arg(long, help_heading = "Environment")]
+    #[arg(long, hide_short_help = true, help_heading = "Command environment")]
     pub no_framework_env: bool,
 
     /// Never forward these signals (comma-separated names or numbers), for launchers that
     /// already signal the whole process group, such as Slurm with proctrack/pgid.
-    #[arg(long, value_name = "SIG,...", value_parser = signal::parse_list, help_heading = "Supervision")]
+    #[arg(long, hide_short_help = true, value_name = "SIG,...", value_parser = signal::parse_list, help_heading = "Supervision")]
     pub no_forward: Option<SignalList>,
 
     /// After a TERM, INT or HUP reaches the command, SIGKILL it if it is still running after
     /// DURATION (30, 1.5s, 500ms, 2m).
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Supervision")]
+    #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Supervision")]
     pub kill_after: Option<Duration>,
 
     /// Signal the command gets if gpurun itself is killed (SIGKILL, OOM), or `none`.
-    #[arg(long, value_name = "SIG|none", default_value = "TERM", value_parser = parse_death_signal, help_heading = "Supervision")]
+    #[arg(long, hide_short_help = true, value_name = "SIG|none", default_value = "TERM", value_parser = parse_death_signal, help_heading = "Supervision")]
     pub parent_death_signal: DeathSignal,
 
     /// Leave processes the command left running when it exits (by default they get SIGTERM,
     /// then SIGKILL 3 seconds later, so no orphaned worker keeps holding GPU memory).
-    #[arg(long, help_heading = "Supervision")]
+    #[arg(long, hide_short_help = true, help_heading = "Supervision")]
     pub keep_orphans: bool,
 
     /// Replace gpurun with the command (exec) once the GPUs are chosen: no supervision, no
     /// orphan cleanup, no parent-death signal.
-    #[arg(long, help_heading = "Supervision")]
+    #[arg(long, hide_short_help = true, help_heading = "Supervision")]
     pub exec: bool,
 
     /// Check through NVML that the command's processes run on the selected GPUs: `warn` logs
     /// the verdict, `strict` also ends the command (TERM, KILL after 5 s or --kill-after) and
     /// exits 125 if one is on another GPU.
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = VerifyMode::Warn, help_heading = "Verification")]
+    #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = VerifyMode::Warn, help_heading = "Verification")]
     pub verify: VerifyMode,
 
     /// How long to wait for the command's processes to appear on a GPU before the verdict
     /// (polling continues, slower, for the report).
-    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Verification")]
+    #[arg(long, hide_short_help = true, value_name = "DURATION", default_value = "120s", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Verification")]
     pub verify_timeout: Duration,
 
-    /// Print a summary on stderr when the command ends: GPUs, verdict, peak GPU memory of the
-    /// command's processes per GPU, wall time, exit status.
+    /// Print a summary on stderr when the command ends.
+    ///
+    /// GPUs (taken of requested), verdict, peak GPU memory of the command's processes per GPU,
+    /// wall time, exit status.
     #[arg(long, conflicts_with = "exec", help_heading = "Verification")]
     pub report: bool,
 
     /// Write the summary as JSON to FILE (schema below); FILE is created before the command starts.
-    #[arg(long, value_name = "FILE", conflicts_with = "exec", help_heading = "Verification")]
+    #[arg(
+        long,
+        hide_short_help = true,
+        value_name = "FILE",
+        conflicts_with = "exec",
+        help_heading = "Verification"
+    )]
     pub report_json: Option<PathBuf>,
 
-    /// List the GPUs (index, model, memory, utilization, temperature, processes) and, with
-    /// selection options, whether each qualifies; then exit.
+    /// Show the GPUs, and which qualify, then exit.
+    ///
+    /// Index, model, memory, utilization, temperature, processes and reservations and, with
+    /// selection options, whether each GPU qualifies and why not.
     #[arg(long, help_heading = "Modes", conflicts_with_all = ["dry_run", "export", "doctor"])]
     pub list: bool,
 
-    /// Show which GPUs would be chosen and the environment the command would get, then exit.
-    /// Holds no reservation.
+    /// Show which GPUs would be chosen, then exit.
+    ///
+    /// Also the environment the command would get, and the command if one is given
+    /// (gpurun --dry-run -- python train.py). Holds no reservation.
     #[arg(long, help_heading = "Modes", conflicts_with_all = ["export", "doctor"])]
     pub dry_run: bool,
 
-    /// Print `export VAR='value'` lines for eval "$(gpurun --export ...)", then exit. Holds no
-    /// reservation: the GPUs are not protected against other launches.
+    /// Print export lines for eval, then exit.
+    ///
+    /// `export VAR='value'` lines for eval "$(gpurun --export ...)". Holds no reservation: the
+    /// GPUs are not protected against other launches.
     #[arg(long, help_heading = "Modes")]
     pub export: bool,
 
-    /// Check what decides whether jobs land on the right GPU (NVML and driver, /dev/nvidia*,
-    /// inherited variables, container and Slurm, the lock directory, the CUDA version of torch
-    /// and tensorflow) and print the findings; exit 125 if NVML is unusable, else 0.
+    /// Check what decides whether jobs land on the right GPU, then exit.
+    ///
+    /// NVML and driver, /dev/nvidia*, inherited variables, container and Slurm, the lock
+    /// directory, the CUDA version of torch and tensorflow; exit 125 if NVML is unusable, else 0.
     #[arg(long, help_heading = "Modes", conflicts_with = "export")]
     pub doctor: bool,
 
-    /// With --list or --dry-run: print one JSON object instead of text (schema below).
+    /// With --list or --dry-run: print JSON.
+    ///
+    /// One object instead of text (schema below).
     #[arg(long, help_heading = "Modes")]
     pub json: bool,
 
+    /// Print a completion script for SHELL, then exit.
+    ///
+    /// bash: save as /usr/share/bash-completion/completions/gpurun (or
+    /// ~/.local/share/bash-completion/completions/gpurun); zsh: _gpurun in a directory of
+    /// $fpath; fish: ~/.config/fish/completions/gpurun.fish. `make install` puts all three in
+    /// place.
+    #[arg(long, value_enum, value_name = "SHELL", help_heading = "Modes")]
+    pub completions: Option<CompletionShell>,
+
     /// Read no configuration file (the GPURUN_* variables still apply).
-    #[arg(long, help_heading = "Configuration")]
+    #[arg(long, hide_short_help = true, help_heading = "Configuration")]
     pub no_config: bool,
 
     /// Load NVML from PATH instead of libnvidia-ml.so.1 (unusual installs, WSL, the simulator).
     /// Default: $GPURUN_NVML_LIB, else libnvidia-ml.so.1 through the dynamic loader's path.
-    #[arg(long, value_name = "PATH", help_heading = "NVML")]
+    #[arg(long, hide_short_help = true, value_name = "PATH", help_heading = "NVML")]
     pub nvml_lib: Option<PathBuf>,
 
     /// Give up when loading NVML, nvmlInit or the probe takes longer than DURATION (a GPU off
     /// the bus or a wedged driver can hang NVML): one line naming the call, exit 125, or no GPU
     /// with --fallback cpu; with --wait, keep waiting until its time is up.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_positive, allow_negative_numbers = true, help_heading = "NVML")]
+    #[arg(long, hide_short_help = true, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_positive, allow_negative_numbers = true, help_heading = "NVML")]
     pub nvml_timeout: Duration,
 
     /// More log detail on stderr: -v for debug, -vv for trace.
@@ -392,7 +452,7 @@ pub struct Cli {
     /// How log lines look on stderr: `text` (gpurun: warning: ...) or `json` (one object per
     /// line: time, level, message; level is error, warn, info, debug or trace, the words
     /// GPURUN_LOG takes; the --report summary adds `report`). Never coloured.
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, help_heading = "Logging")]
+    #[arg(long, hide_short_help = true, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, help_heading = "Logging")]
     pub log_format: LogFormat,
 
     /// The command to run, and its arguments.

@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 
-pub use args::{command, parse, Cli, DeathSignal, WaitLimit, REFERENCE};
+pub use args::{command, parse, Cli, CompletionShell, DeathSignal, WaitLimit, REFERENCE, SEE_ALSO};
 
 use crate::cli::settings::SettingsError;
 
@@ -51,9 +51,21 @@ fn usage(error: clap::Error, args: &[OsString]) -> CliError {
     CliError::Usage(rendered.trim_end().strip_prefix("error: ").unwrap_or(&rendered).to_owned())
 }
 
-/// Parses argv under the configuration layers. `Ok(None)`: help or version was printed.
-/// `--help` and `--version` are answered from the user's own words before any setting is read,
-/// so that they work on a machine with a broken configuration.
+/// A completion script for `shell`, generated from the definition itself.
+pub fn completion_script(shell: CompletionShell) -> String {
+    let generator = match shell {
+        CompletionShell::Bash => clap_complete::Shell::Bash,
+        CompletionShell::Zsh => clap_complete::Shell::Zsh,
+        CompletionShell::Fish => clap_complete::Shell::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(generator, &mut command(), "gpurun", &mut script);
+    String::from_utf8_lossy(&script).into_owned()
+}
+
+/// Parses argv under the configuration layers. `Ok(None)`: help, version or a completion
+/// script was printed. These are answered from the user's own words before any setting is
+/// read, so that they work on a machine with a broken configuration.
 pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliError> {
     let args = shebang::expand(args).map_err(CliError::Usage)?;
     // One definition, built once, for the user's own words and for all of them.
@@ -62,6 +74,15 @@ pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliErro
     if let Err(error) = &user_only {
         if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
             crate::process::stdio::print(&error.render().to_string()).map_err(CliError::Output)?;
+            return Ok(None);
+        }
+    }
+    if let Ok(matches) = &user_only {
+        if let Some(&shell) = matches.get_one::<CompletionShell>("completions") {
+            if let Some(word) = matches.get_many::<OsString>("command").and_then(|mut words| words.next()) {
+                return Err(CliError::Usage(format!("--completions takes no COMMAND, but got {word:?}")));
+            }
+            crate::process::stdio::print(&completion_script(shell)).map_err(CliError::Output)?;
             return Ok(None);
         }
     }

@@ -26,7 +26,7 @@ const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Long options that are not settings: modes, one-off outputs, and help.
 const NOT_SETTINGS: &[&str] =
-    &["list", "dry-run", "export", "doctor", "json", "help", "version", "no-config"];
+    &["list", "dry-run", "export", "doctor", "json", "completions", "help", "version", "no-config"];
 
 /// `GPURUN_*` variables that are not settings.
 const NOT_SETTING_VARIABLES: &[&str] = &["GPURUN_GPUS", "GPURUN_GPU_UUIDS", "GPURUN_CONFIG", "GPURUN_LOG"];
@@ -38,6 +38,8 @@ pub struct SettingsError(String);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OptionKind {
     Switch,
+    /// A switch that may be repeated (`-vv`): true, or how many times.
+    Repeated,
     Value,
     /// With an optional value: `--wait` alone or `--wait=DURATION`.
     OptionalValue,
@@ -51,7 +53,8 @@ fn option_kind(command: &clap::Command, key: &str) -> Option<OptionKind> {
     }
     let arg = command.get_arguments().find(|a| a.get_long() == Some(key))?;
     Some(match arg.get_action() {
-        clap::ArgAction::SetTrue | clap::ArgAction::Count => OptionKind::Switch,
+        clap::ArgAction::SetTrue => OptionKind::Switch,
+        clap::ArgAction::Count => OptionKind::Repeated,
         _ if arg.get_num_args().is_some_and(|range| range.min_values() == 0) => OptionKind::OptionalValue,
         _ => OptionKind::Value,
     })
@@ -87,10 +90,21 @@ fn setting(
         ))
     })?;
     let words: Vec<OsString> = match (kind, value) {
-        (OptionKind::Switch | OptionKind::OptionalValue, SettingValue::Bool(false)) => return Ok(None),
-        (OptionKind::Switch | OptionKind::OptionalValue, SettingValue::Bool(true)) => {
+        (
+            OptionKind::Switch | OptionKind::Repeated | OptionKind::OptionalValue,
+            SettingValue::Bool(false),
+        ) => return Ok(None),
+        (OptionKind::Switch | OptionKind::Repeated | OptionKind::OptionalValue, SettingValue::Bool(true)) => {
             vec![format!("--{key}").into()]
         }
+        (OptionKind::Repeated, SettingValue::Text(text)) => match text.parse::<u8>() {
+            Ok(times) if times <= 3 => vec![format!("--{key}").into(); usize::from(times)],
+            _ => {
+                return Err(SettingsError(format!(
+                    "{at}: key {key}: expected true, false or a count from 0 to 3, not {text:?}"
+                )))
+            }
+        },
         (OptionKind::Switch, SettingValue::Text(_)) => {
             return Err(SettingsError(format!("{at}: key {key}: expected true or false")));
         }
@@ -135,12 +149,14 @@ fn check(command: &mut clap::Command, settings: &[Setting]) -> Result<(), Settin
     Err(SettingsError(format!("settings from {}: {}", origins.join(", "), first_line(together))))
 }
 
+/// Every key a configuration file may hold (the long options that are settings).
+pub fn keys(command: &clap::Command) -> impl Iterator<Item = &str> {
+    command.get_arguments().filter_map(|arg| arg.get_long()).filter(|long| !NOT_SETTINGS.contains(long))
+}
+
 /// ` (did you mean X?)` for the closest long option, if one is close.
 fn did_you_mean(command: &clap::Command, wrong: &str, shown: impl Fn(&str) -> String) -> String {
-    command
-        .get_arguments()
-        .filter_map(|arg| arg.get_long())
-        .filter(|long| !NOT_SETTINGS.contains(long))
+    keys(command)
         .map(|long| (edit_distance(wrong, long), long))
         .filter(|(distance, long)| *distance <= 2.max(long.len() / 4))
         .min()
