@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod error;
 pub mod exit_code;
+pub mod history;
 pub mod launch;
 pub mod options;
 pub mod output;
@@ -36,11 +37,13 @@ use crate::select::visibility::Inherited;
 /// reserve) -> one plan -> the goal: list, dry run, export, or launch the command.
 pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     let Some(parsed) = cli::parse_command_line(args)? else { return Ok(Exit::Code(0)) };
-    let config = Config::from_cli(parsed.cli, parsed.origins, parsed.request_text)?;
+    let mut config = Config::from_cli(parsed.cli, parsed.origins, parsed.request_text)?;
     logging::init(&config.verbosity, config.log_format);
     config.log_origins();
+    config.size_min_free();
     let goal = match &config.mode {
         Mode::Doctor => return doctor(&config, receiver),
+        Mode::History { json, pattern } => return show_history(*json, pattern.as_deref()),
         Mode::Select(goal) => goal,
     };
     let (mut nvml, acquired) = acquire(&config, receiver)?;
@@ -54,17 +57,22 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         Goal::List { json: true } => show(json(None)),
         // Printed on exit 75 too, with a null selection and environment.
         Goal::DryRun { json: true, command } => {
-            let dry_run =
-                listing::DryRun { requested: config.request.count, command, plan: plan.as_ref().ok() };
-            show(json(Some(&dry_run))).and_then(|exit| plan.map(|_| exit).map_err(Error::NotEnoughGpus))
+            let sizing = config.sizing.as_deref();
+            let asked = listing::DryRun {
+                requested: config.request.count,
+                command,
+                plan: plan.as_ref().ok(),
+                sizing,
+            };
+            show(json(Some(&asked))).and_then(|exit| plan.map(|_| exit).map_err(Error::NotEnoughGpus))
         }
-        Goal::DryRun { json: false, command } => show(listing::dry_run(
-            &machine,
-            &decision.assessments,
-            &live,
-            &plan.map_err(Error::NotEnoughGpus)?,
-            command,
-        )),
+        Goal::DryRun { json: false, command } => {
+            let chosen = plan.map_err(Error::NotEnoughGpus)?;
+            let sizing = config.sizing.as_deref();
+            let asked =
+                listing::DryRun { requested: config.request.count, command, plan: Some(&chosen), sizing };
+            show(listing::dry_run(&machine, &decision.assessments, &live, &chosen, &asked))
+        }
         Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.variables)),
         Goal::Run { command } => Ok(launch::run_command(launch::Job {
             command,
@@ -74,8 +82,20 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
             leases,
             nvml: nvml.as_mut(),
             receiver,
+            request: &config.request,
+            request_text: &config.request_text,
+            sizing: config.sizing.as_deref(),
         })?),
     }
+}
+
+/// `--history`: the recent runs on stdout (none kept yet is not an error).
+fn show_history(json: bool, pattern: Option<&str>) -> Result<Exit, Error> {
+    let records = history::path().map(|path| history::read(&path)).unwrap_or_default();
+    let matching = output::history::matching(&records, pattern);
+    let text = if json { output::history::json(&matching) } else { output::history::table(&matching) };
+    print(&text).map_err(Error::Output)?;
+    Ok(Exit::Code(0))
 }
 
 /// `--doctor`: its findings on stdout; 125 when NVML is unusable.

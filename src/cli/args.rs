@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::options::count::{self, Count};
 use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
-use crate::options::size::{self, Threshold};
+use crate::options::size::{self, MinFree};
 use crate::options::{duration, Fallback, LogFormat, Policy, VerifyMode, VisibleAs};
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
@@ -139,6 +139,19 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "History",
+        &[
+            ("the file", "every supervised run (not --exec, not --no-history or history = false) appends one line to $XDG_STATE_HOME/gpurun/history.jsonl (~/.local/state/gpurun/history.jsonl, mode 600): the --report-json object plus started (Unix time), user, directory and request (gpurun's own options); one write under an flock, so concurrent runs never interleave; past 8 MiB the newest half is kept; a history that cannot be written never fails the job (-v says why)"),
+            ("--history [PATTERN]", "the last 20 runs (start in UTC, wall time, GPUs, verdict, peak per GPU, exit, command), only those whose command contains PATTERN; --json: every run kept, as one array"),
+            ("--min-free auto", "the largest per-GPU peak of the last 5 runs of the same words in the same directory (failing that, of the same program and script there), plus 10%; with no such run, no memory filter (auto:SIZE: SIZE); --dry-run -- COMMAND sizes for COMMAND; the log, --dry-run and the report say where the figure came from"),
+            ("near-oom", "diagnosis: the command's peak on a GPU came within 5% of the memory free there at launch (and whether it failed)"),
+            ("idle-gpu", "diagnosis: of several selected GPUs, one the command never used while it used another"),
+            ("cpu-fallback", "diagnosis: the command ran past --verify-timeout and never used a GPU"),
+            ("over-reserved", "diagnosis: --exclusive (the whole card) or --min-free reserved ten times the command's peak there or more; says what to ask for next time"),
+            ("diagnoses", "warnings on stderr after the command ends, and diagnosis: [{kind, gpu, detail}] in the report and the history; none without verification"),
+        ],
+    ),
+    (
         "Shebang",
         &[
             ("#!/usr/bin/env -S gpurun --gpus 1 -- python3", "works as is: env splits the line"),
@@ -172,6 +185,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("GPURUN_CONFIG", "the user configuration file to read instead of ~/.config/gpurun/config.toml"),
             ("GPURUN_LOG", "log filter: a level (error, warn, info, debug, trace) or target=level directives, e.g. gpurun=debug; overrides -v and -q"),
             ("XDG_CONFIG_HOME", "where the user configuration file is (default ~/.config)"),
+            ("XDG_STATE_HOME", "where the history is kept (default ~/.local/state)"),
             ("SLURM_STEP_GPUS, SLURM_JOB_GPUS", "a hint when CUDA_VISIBLE_DEVICES is unset"),
         ],
     ),
@@ -181,6 +195,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("/etc/gpurun/config.toml", "the system configuration file"),
             ("~/.config/gpurun/config.toml", "the user configuration file ($XDG_CONFIG_HOME/gpurun, or $GPURUN_CONFIG)"),
             ("/run/lock/gpurun/", "the lock directory: lease.* (one per reserved GPU) and ticket.* (one per waiter); created mode 1777 (packaging/gpurun-tmpfiles.conf creates it at boot)"),
+            ("~/.local/state/gpurun/history.jsonl", "the history of runs ($XDG_STATE_HOME/gpurun); see History"),
             ("/usr/share/doc/gpurun/config.toml", "an example configuration with every key, commented out"),
         ],
     ),
@@ -209,8 +224,9 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable)"),
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
-            ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status"),
-            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), selected: [{index, uuid}] and env: {NAME: value}; count, selected and env are null on exit 75"),
+            ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}], and min_free (why) with --min-free auto"),
+            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), selected: [{index, uuid}] and env: {NAME: value}; count, selected and env are null on exit 75"),
+            ("--history --json", "an array of history records: the --report-json object plus started, user, directory, request"),
             ("null", "a value NVML cannot give is null, never 0"),
         ],
     ),
@@ -245,6 +261,7 @@ fn reference_text() -> String {
                       gpurun --dry-run [--json] [OPTIONS] [-- COMMAND [ARGS]...]\n       \
                       gpurun --export [OPTIONS]\n       \
                       gpurun --doctor [OPTIONS]\n       \
+                      gpurun --history [--json] [PATTERN]\n       \
                       gpurun --completions bash|zsh|fish",
 )]
 pub struct Cli {
@@ -262,11 +279,13 @@ pub struct Cli {
     )]
     pub gpus: Count,
 
-    /// Only GPUs with this much free memory (8G, 50%).
+    /// Only GPUs with this much free memory (8G, 50%, auto).
     ///
-    /// A SIZE (8G, 8GiB, 8192M, 0.5T, 16GB) or P% of the card's total memory.
-    #[arg(long, value_name = "SIZE|P%", value_parser = size::parse_threshold, allow_negative_numbers = true, help_heading = "Selection")]
-    pub min_free: Option<Threshold>,
+    /// A SIZE (8G, 8GiB, 8192M, 0.5T, 16GB) or P% of the card's total memory; `auto`: the
+    /// largest peak of the same command's last 5 runs in this directory (from the history) plus
+    /// 10%, no filter when there is none; `auto:SIZE`: SIZE when there is none.
+    #[arg(long, value_name = "SIZE|P%|auto", value_parser = size::parse_min_free, allow_negative_numbers = true, help_heading = "Selection")]
+    pub min_free: Option<MinFree>,
 
     /// Only GPUs with at least this much memory in total (a SIZE).
     #[arg(long, hide_short_help = true, value_name = "SIZE", value_parser = size::parse_bytes, allow_negative_numbers = true, help_heading = "Selection")]
@@ -373,6 +392,14 @@ pub struct Cli {
     #[arg(long, conflicts_with = "exec", help_heading = "Verification")]
     pub report: bool,
 
+    /// Keep no record of this run in the history (config: history = false).
+    ///
+    /// Every supervised run appends its report, start time, user, directory and request to
+    /// $XDG_STATE_HOME/gpurun/history.jsonl (~/.local/state/gpurun/history.jsonl), which
+    /// --history lists and --min-free auto reads.
+    #[arg(long, hide_short_help = true, help_heading = "Verification")]
+    pub no_history: bool,
+
     /// Write the summary as JSON to FILE (schema below); FILE is created before the command starts.
     #[arg(
         long,
@@ -411,7 +438,15 @@ pub struct Cli {
     #[arg(long, help_heading = "Modes", conflicts_with = "export")]
     pub doctor: bool,
 
-    /// With --list or --dry-run: print JSON.
+    /// List recent runs from the history, then exit.
+    ///
+    /// Like sacct: start, wall time, GPUs, verdict, peak memory per GPU and exit of the last 20
+    /// runs (--json: every run kept, one JSON array). A word after it keeps the runs whose
+    /// command contains it: gpurun --history train.py.
+    #[arg(long, help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor"])]
+    pub history: bool,
+
+    /// With --list, --dry-run or --history: print JSON.
     ///
     /// One object instead of text (schema below).
     #[arg(long, help_heading = "Modes")]

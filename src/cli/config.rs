@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::{Cli, WaitLimit};
+use crate::history::{self, sizing};
 use crate::launch::Supervision;
 use crate::options::model::ModelPattern;
+use crate::options::size::{MinFree, Threshold};
 use crate::options::{duration, shell};
 use crate::options::{LogFormat, Verbosity, VisibleAs};
 use crate::probe::nvml::DEFAULT_LIBRARY;
@@ -20,6 +22,8 @@ use crate::select::policy::Request;
 pub enum Mode {
     /// `--doctor`: check the machine and say what is wrong.
     Doctor,
+    /// `--history [PATTERN]`: list recent runs.
+    History { json: bool, pattern: Option<String> },
     /// Everything else probes, selects and then does one of these.
     Select(Goal),
 }
@@ -56,6 +60,11 @@ pub struct Config {
     pub origins: BTreeMap<String, String>,
     /// The user's own option words, for the wait queue ("--gpus 2 --min-free 20G").
     pub request_text: String,
+    /// `--min-free auto[:SIZE]`: the size for when there is no history (request.min_free is
+    /// filled in by `size_min_free`).
+    pub min_free_auto: Option<Option<Threshold>>,
+    /// What `--min-free auto` decided, and why.
+    pub sizing: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,8 +78,10 @@ pub enum ConfigError {
          a bare --wait waits forever)"
     )]
     WaitLimitAsCommand { word: String },
-    #[error("--json goes with --list or --dry-run")]
+    #[error("--json goes with --list, --dry-run or --history")]
     JsonWithoutMode,
+    #[error("--history takes one PATTERN (a part of the command), but got {0}")]
+    HistoryPatterns(String),
     #[error("{origin}--model is empty; give part of a model name, like A100")]
     EmptyModel { origin: String },
 }
@@ -86,21 +97,28 @@ impl Config {
             (cli.dry_run, "--dry-run"),
             (cli.export, "--export"),
             (cli.doctor, "--doctor"),
+            (cli.history, "--history"),
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag));
-        if let (Some(flag), Some(first)) =
-            (mode_flag.filter(|flag| *flag != "--dry-run"), cli.command.first())
-        {
+        let takes_words = |flag: &&str| *flag != "--dry-run" && *flag != "--history";
+        if let (Some(flag), Some(first)) = (mode_flag.filter(takes_words), cli.command.first()) {
             return Err(ConfigError::CommandWithMode { flag, command: first.to_string_lossy().into_owned() });
         }
-        if cli.json && !(cli.list || cli.dry_run) {
+        if cli.json && !(cli.list || cli.dry_run || cli.history) {
             return Err(ConfigError::JsonWithoutMode);
         }
         let mode = match mode_flag {
             Some("--list") => Mode::Select(Goal::List { json: cli.json }),
             Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json, command: cli.command }),
             Some("--doctor") => Mode::Doctor,
+            Some("--history") => match &cli.command[..] {
+                [] => Mode::History { json: cli.json, pattern: None },
+                [word] => {
+                    Mode::History { json: cli.json, pattern: Some(word.to_string_lossy().into_owned()) }
+                }
+                words => return Err(ConfigError::HistoryPatterns(shell::quote(words))),
+            },
             Some(_) => Mode::Select(Goal::Export),
             None if cli.command.is_empty() => return Err(ConfigError::NoCommand),
             None if cli.wait == Some(WaitLimit(None)) && !origins.contains_key("wait") => {
@@ -121,9 +139,14 @@ impl Config {
             (false, 1) => Verbosity::Debug,
             (false, _) => Verbosity::Trace,
         };
+        let (min_free, min_free_auto) = match cli.min_free {
+            Some(MinFree::Given(threshold)) => (Some(threshold), None),
+            Some(MinFree::Auto { fallback }) => (None, Some(fallback)),
+            None => (None, None),
+        };
         let request = Request {
             count: cli.gpus,
-            min_free: cli.min_free,
+            min_free,
             min_total: cli.min_total,
             max_util: cli.max_util,
             exclusive: cli.exclusive,
@@ -155,10 +178,41 @@ impl Config {
                 verify_timeout: cli.verify_timeout,
                 report: cli.report,
                 report_json: cli.report_json,
+                history: if cli.no_history { None } else { history::path() },
             },
             origins,
             request_text,
+            min_free_auto,
+            sizing: None,
         })
+    }
+
+    /// Sizes `--min-free auto` from the history for the command run (or shown by --dry-run),
+    /// in the working directory: `request.min_free` and `sizing` are set, and the reason is
+    /// logged.
+    pub fn size_min_free(&mut self) {
+        let Some(fallback) = self.min_free_auto else { return };
+        let command: Vec<&str> = match &self.mode {
+            Mode::Select(Goal::Run { command } | Goal::DryRun { command, .. }) => {
+                command.iter().filter_map(|word| word.to_str()).collect()
+            }
+            _ => Vec::new(),
+        };
+        let sizing = if command.is_empty() {
+            let then = if fallback.is_some() { "; using the given size" } else { ": no memory filter" };
+            sizing::Sizing {
+                threshold: fallback,
+                why: format!("auto: no command to size for (give one: --dry-run -- COMMAND){then}"),
+            }
+        } else {
+            let directory = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+            // --no-history stops the writing, not the reading.
+            let records = history::path().map(|path| history::read(&path)).unwrap_or_default();
+            sizing::size_for(&records, &command, &directory, fallback)
+        };
+        tracing::info!("--min-free {}", sizing.why);
+        self.request.min_free = sizing.threshold;
+        self.sizing = Some(sizing.why);
     }
 
     /// The NVML library to load, as the user named it.

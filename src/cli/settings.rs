@@ -25,8 +25,18 @@ pub const SYSTEM_FILE: &str = "/etc/gpurun/config.toml";
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Long options that are not settings: modes, one-off outputs, and help.
-const NOT_SETTINGS: &[&str] =
-    &["list", "dry-run", "export", "doctor", "json", "completions", "help", "version", "no-config"];
+const NOT_SETTINGS: &[&str] = &[
+    "list",
+    "dry-run",
+    "export",
+    "doctor",
+    "history",
+    "json",
+    "completions",
+    "help",
+    "version",
+    "no-config",
+];
 
 /// `GPURUN_*` variables that are not settings.
 const NOT_SETTING_VARIABLES: &[&str] = &["GPURUN_GPUS", "GPURUN_GPU_UUIDS", "GPURUN_CONFIG", "GPURUN_LOG"];
@@ -83,6 +93,14 @@ fn setting(
     value: SettingValue,
     at: &str,
 ) -> Result<Option<Setting>, SettingsError> {
+    // `history = false` reads better than `no-history = true`; both work (`--history` itself
+    // is a mode, not a setting).
+    if key == "history" {
+        return match value {
+            SettingValue::Bool(keep) => setting(command, "no-history", SettingValue::Bool(!keep), at),
+            SettingValue::Text(_) => Err(SettingsError(format!("{at}: key history: expected true or false"))),
+        };
+    }
     let kind = option_kind(command, key).ok_or_else(|| {
         SettingsError(format!(
             "{at}: unknown key {key:?}; keys are gpurun's long option names, like min-free or policy{}",
@@ -242,12 +260,10 @@ pub fn environment_settings(
             )));
         };
         let value = match (kind, value.to_ascii_lowercase().as_str()) {
-            (OptionKind::Switch | OptionKind::OptionalValue, "1" | "true" | "yes" | "on") => {
-                SettingValue::Bool(true)
-            }
-            (OptionKind::Switch | OptionKind::OptionalValue, "0" | "false" | "no" | "off") => {
-                SettingValue::Bool(false)
-            }
+            (OptionKind::Switch | OptionKind::OptionalValue, "1" | "true" | "yes" | "on")
+            | (OptionKind::Repeated, "true" | "yes" | "on") => SettingValue::Bool(true),
+            (OptionKind::Switch | OptionKind::OptionalValue, "0" | "false" | "no" | "off")
+            | (OptionKind::Repeated, "false" | "no" | "off") => SettingValue::Bool(false),
             _ => SettingValue::Text(value),
         };
         all.extend(setting(command, &key, value, &name)?);

@@ -13,15 +13,19 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::exit_code::Exit;
+use crate::exit_code::{End, Exit};
+use crate::history;
 use crate::launch::death::Watcher;
 use crate::launch::env::Plan;
 use crate::launch::spawn::{Launch, LaunchError};
 use crate::options::VerifyMode;
 use crate::probe::gpu::Machine;
 use crate::probe::worker::NvmlThread;
+use crate::process::procfs;
 use crate::process::signals::{default_action, send, DefaultAction, Receiver};
 use crate::reserve::lease::HeldLease;
+use crate::select::policy::Request;
+use crate::verify::diagnosis::{self, Card};
 use crate::verify::monitor::Monitor;
 use crate::verify::report::{self, Report};
 
@@ -37,6 +41,8 @@ pub struct Supervision {
     pub verify_timeout: Duration,
     pub report: bool,
     pub report_json: Option<PathBuf>,
+    /// Where the run's record goes (None: --no-history).
+    pub history: Option<PathBuf>,
 }
 
 /// Everything the launch step needs.
@@ -50,6 +56,11 @@ pub struct Job<'a> {
     /// The NVML thread, for verification (None: NVML was never needed).
     pub nvml: Option<&'a mut NvmlThread>,
     pub receiver: &'a Receiver,
+    /// What was asked, for the diagnosis and the history.
+    pub request: &'a Request,
+    pub request_text: &'a str,
+    /// What `--min-free auto` decided, and why.
+    pub sizing: Option<&'a str>,
 }
 
 /// Signals that reached gpurun in the moment before the command existed go to the command,
@@ -77,7 +88,8 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
 /// spawn -> supervise (and verify) -> end leftovers -> release the GPUs -> report -> how it
 /// ended. With `--exec`, gpurun becomes the command instead (returns only if that failed).
 pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
-    let Job { command, supervision, machine, plan, leases, nvml, receiver } = job;
+    let Job { command, supervision, machine, plan, leases, nvml, receiver, request, request_text, sizing } =
+        job;
     let launch = Launch { command, variables: &plan.variables };
     if supervision.exec {
         // The locked lease descriptors are inherited: the reservation lives as long as the
@@ -102,6 +114,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         orphans::become_subreaper();
     }
     let started = Instant::now();
+    let started_at = std::time::SystemTime::now();
     let watcher = supervision.parent_death_signal.and_then(Watcher::start);
     let mut stops = Vec::new();
     let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
@@ -158,26 +171,79 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         }
         None => report::Verification { verdict: None, detail: "no GPU was selected".to_owned() },
     };
-    if supervision.report || report_file.is_some() {
-        let peaks = watch.as_ref().map(|w| w.monitor.peak_bytes.clone()).unwrap_or_default();
-        let uuid_of =
-            |index: u32| machine.gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.uuid.clone());
-        let summary = Report::new(
-            command,
-            &plan.selection,
-            verification,
-            &peaks,
-            &uuid_of,
-            started.elapsed().as_secs_f64(),
-            supervised.end,
-            exit,
-        );
-        if supervision.report {
-            summary.log();
+    let peaks = watch.as_ref().map(|w| w.monitor.peak_bytes.clone()).unwrap_or_default();
+    let used = watch.as_ref().map(|w| w.monitor.used()).unwrap_or_default();
+    let wall = started.elapsed();
+    let cards: Vec<Card> = plan
+        .selection
+        .devices
+        .iter()
+        .map(|device| {
+            let gpu = machine.gpus.iter().find(|gpu| gpu.index == device.index);
+            let total = gpu.and_then(|gpu| gpu.memory).map(|m| m.total_bytes);
+            let reserved = match (request.exclusive, request.min_free, total) {
+                (true, _, Some(total)) => Some((total, "--exclusive")),
+                (false, Some(threshold), Some(total)) => Some((threshold.bytes_on(total), "--min-free")),
+                _ => None,
+            };
+            Card {
+                index: device.index,
+                free_at_launch: gpu.and_then(|gpu| gpu.memory).map(|m| m.free_bytes),
+                peak: peaks.get(&device.index).copied().unwrap_or(0),
+                used: used.contains(&device.index),
+                reserved,
+            }
+        })
+        .collect();
+    // Without verification nothing was seen: nothing to diagnose.
+    let diagnosis = match watch.is_some() {
+        true => {
+            diagnosis::diagnose(&cards, supervised.end != End::Exited(0), wall >= supervision.verify_timeout)
         }
-        if let Some(file) = report_file {
-            summary.write_json(file);
-        }
+        false => Vec::new(),
+    };
+    for found in &diagnosis {
+        tracing::warn!("{}: {}", found.kind, found.detail);
+    }
+    let uuid_of =
+        |index: u32| machine.gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.uuid.clone());
+    let mut summary = Report::new(
+        command,
+        &plan.selection,
+        verification,
+        &peaks,
+        &uuid_of,
+        wall.as_secs_f64(),
+        supervised.end,
+        exit,
+    );
+    summary.diagnosis = diagnosis;
+    summary.min_free = sizing.map(str::to_owned);
+    if supervision.report {
+        summary.log();
+    }
+    if let Some(file) = report_file {
+        summary.write_json(file);
+    }
+    if let Some(path) = &supervision.history {
+        keep_history(path, &summary, started_at, request_text);
     }
     Ok(exit)
+}
+
+/// Appends the run to the history; a failure is a debug line, never the job's problem.
+fn keep_history(path: &std::path::Path, report: &Report, started: std::time::SystemTime, request: &str) {
+    let serde_json::Value::Object(fields) = serde_json::to_value(report).expect("plain data") else {
+        return;
+    };
+    let record = history::Record {
+        started: started.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+        user: procfs::user_name(nix::unistd::getuid().as_raw()),
+        directory: std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
+        request: request.to_owned(),
+        report: fields,
+    };
+    if let Err(error) = history::append(path, &record) {
+        tracing::debug!("cannot keep the run in the history {}: {error}", path.display());
+    }
 }

@@ -98,6 +98,29 @@ pub fn parse_threshold(text: &str) -> Result<Threshold, String> {
     }
 }
 
+/// `--min-free`: a threshold, or `auto` sized from history (with a size for when there is none).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MinFree {
+    Given(Threshold),
+    Auto { fallback: Option<Threshold> },
+}
+
+/// Parses `8G`, `50%`, `auto` or `auto:8G`.
+pub fn parse_min_free(text: &str) -> Result<MinFree, String> {
+    match text.trim().strip_prefix("auto") {
+        Some("") => Ok(MinFree::Auto { fallback: None }),
+        Some(rest) => match rest.strip_prefix(':') {
+            Some(size) => parse_threshold(size)
+                .map(|t| MinFree::Auto { fallback: Some(t) })
+                .map_err(|e| format!("in {text:?}: {e}")),
+            None => Err(format!("{text:?} is not a size, a percentage, auto or auto:SIZE")),
+        },
+        None => parse_threshold(text)
+            .map(MinFree::Given)
+            .map_err(|e| format!("{e}; or auto (sized from this command's earlier runs), or auto:SIZE")),
+    }
+}
+
 fn parse_percent(text: &str) -> Result<f64, ()> {
     let valid = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.');
     let value: f64 = if valid {
@@ -201,6 +224,19 @@ mod parse_tests {
         }
         assert_eq!(Threshold::PercentOfTotal(50.0).bytes_on(1000), 500);
         assert_eq!(Threshold::PercentOfTotal(33.3).bytes_on(10), 4);
+    }
+
+    #[test]
+    fn min_free_takes_auto() {
+        assert_eq!(parse_min_free("8G"), Ok(MinFree::Given(Threshold::Bytes(8 << 30))));
+        assert_eq!(parse_min_free("auto"), Ok(MinFree::Auto { fallback: None }));
+        assert_eq!(
+            parse_min_free("auto:50%"),
+            Ok(MinFree::Auto { fallback: Some(Threshold::PercentOfTotal(50.0)) })
+        );
+        assert!(parse_min_free("auto:x").unwrap_err().contains("in \"auto:x\""));
+        assert!(parse_min_free("automatic").unwrap_err().contains("\"automatic\" is not a size"));
+        assert!(parse_min_free("8X").unwrap_err().contains("or auto:SIZE"));
     }
 
     #[test]

@@ -90,6 +90,8 @@ struct PlanEntry<'a> {
     requested: String,
     count: Option<usize>,
     command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_free: Option<&'a str>,
     selected: Option<Vec<Selected<'a>>>,
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -101,6 +103,8 @@ pub struct DryRun<'a> {
     pub command: &'a [OsString],
     /// `None`: nothing could be selected (exit 75).
     pub plan: Option<&'a Plan>,
+    /// What `--min-free auto` decided, and why.
+    pub sizing: Option<&'a str>,
 }
 
 /// The `--list --json` object; a dry run adds `requested`, `count`, `command`, `selected` and
@@ -126,6 +130,7 @@ pub fn json(
             requested: dry_run.requested.to_string(),
             count: dry_run.plan.map(|plan| plan.selection.devices.len()),
             command: dry_run.command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
+            min_free: dry_run.sizing,
             selected: dry_run.plan.map(|plan| {
                 plan.selection
                     .devices
@@ -240,7 +245,7 @@ pub fn dry_run(
     assessments: &[Assessment],
     live: &[Lease],
     plan: &Plan,
-    command: &[OsString],
+    asked: &DryRun,
 ) -> String {
     let mut out = table(machine, assessments, live);
     let chosen: Vec<String> = plan
@@ -265,8 +270,11 @@ pub fn dry_run(
     for (name, value) in &plan.variables {
         let _ = writeln!(out, "  {name}={value}");
     }
-    if !command.is_empty() {
-        let _ = writeln!(out, "command: {}", shell::quote(command));
+    if !asked.command.is_empty() {
+        let _ = writeln!(out, "command: {}", shell::quote(asked.command));
+    }
+    if let Some(why) = asked.sizing {
+        let _ = writeln!(out, "min-free: {why}");
     }
     let _ = writeln!(out, "(dry run: nothing was started and no reservation is held)");
     out

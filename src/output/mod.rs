@@ -1,4 +1,5 @@
-//! What gpurun shows on stdout: `--list` and `--dry-run`, and `--doctor`.
+//! What gpurun shows on stdout: `--list` and `--dry-run`, `--doctor` and `--history`.
 
 pub mod doctor;
+pub mod history;
 pub mod listing;

@@ -1,6 +1,7 @@
 //! Stage 6, verification and report: where the command's processes really landed (NVML polled
-//! beside supervision) and the summary at the end.
+//! beside supervision), what went wrong or nearly (diagnosis) and the summary at the end.
 
+pub mod diagnosis;
 pub mod monitor;
 pub mod report;
 pub mod verdict;

@@ -70,6 +70,11 @@ impl Monitor {
         }
     }
 
+    /// The selected GPUs a process of the tree was seen on.
+    pub fn used(&self) -> Vec<u32> {
+        self.tracker.used().iter().copied().collect()
+    }
+
     /// The GPUs to list at each poll.
     pub fn watched(&self) -> Vec<u32> {
         self.watched.clone()

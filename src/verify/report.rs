@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use crate::exit_code::{End, Exit};
 use crate::options::size::human;
 use crate::select::selection::{Device, Selection};
+use crate::verify::diagnosis::Diagnosis;
 use crate::verify::verdict::Verdict;
 
 #[derive(Serialize)]
@@ -47,6 +48,11 @@ pub struct Report {
     pub exit: Ended,
     /// What gpurun itself exits with (125 after `--verify strict` ended the command).
     pub gpurun_exit_status: i32,
+    /// What went wrong or nearly (near-oom, idle-gpu, cpu-fallback, over-reserved).
+    pub diagnosis: Vec<Diagnosis>,
+    /// What `--min-free auto` asked for, and why (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_free: Option<String>,
 }
 
 impl Report {
@@ -83,6 +89,8 @@ impl Report {
                 },
             },
             gpurun_exit_status: exit.status(),
+            diagnosis: Vec::new(),
+            min_free: None,
         }
     }
 
@@ -128,6 +136,12 @@ impl Report {
             (None, None) => "unknown".to_owned(),
         };
         let _ = write!(text, "\n  command:      {exit}");
+        if let Some(why) = &self.min_free {
+            let _ = write!(text, "\n  min-free:     {why}");
+        }
+        for found in &self.diagnosis {
+            let _ = write!(text, "\n  diagnosis:    {}: {}", found.kind, found.detail);
+        }
         text
     }
 

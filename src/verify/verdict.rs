@@ -97,6 +97,11 @@ impl Tracker {
         }
     }
 
+    /// The selected GPUs a process of the tree was seen on.
+    pub fn used(&self) -> &BTreeSet<u32> {
+        &self.used
+    }
+
     /// A verdict that no later poll can improve on: wrong-gpu, or verified with every selected
     /// GPU in use. `None` while it may still change.
     pub fn settled(&self) -> Option<(Verdict, String)> {

@@ -93,6 +93,7 @@ impl Sim {
         }
         command
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .env("XDG_STATE_HOME", self.dir.path().join("state"))
             .env("NVML_SIM_SCENARIO", &self.scenario)
             .env("GPURUN_LOCK_DIR", self.lock_dir())
             .env_remove("NVML_SIM_STATE_DIR")

@@ -73,6 +73,7 @@ impl Bench {
             .env("NVML_SIM_SCENARIO", scenario)
             .env("GPURUN_NVML_LIB", &self.sim_library)
             .env("GPURUN_LOCK_DIR", self.work.path().join("locks"))
+            .env("XDG_STATE_HOME", self.work.path().join("state"))
             .env("LD_LIBRARY_PATH", self.sim_library.parent().unwrap())
             .env_remove("CUDA_VISIBLE_DEVICES")
             .stdin(Stdio::null())

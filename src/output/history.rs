@@ -1,0 +1,105 @@
+//! `--history`: recent runs, like `sacct` for one machine.
+
+use std::fmt::Write as _;
+
+use crate::history::Record;
+use crate::options::shell;
+use crate::options::size::human;
+
+/// How many runs the table shows (the JSON has every one kept).
+pub const SHOWN: usize = 20;
+
+/// The records whose command contains `pattern`, oldest first.
+pub fn matching<'a>(records: &'a [Record], pattern: Option<&str>) -> Vec<&'a Record> {
+    records.iter().filter(|r| pattern.is_none_or(|p| r.command().join(" ").contains(p))).collect()
+}
+
+/// `2026-11-30 18:44:12` (UTC) from Unix seconds: days to a civil date (Howard Hinnant's
+/// algorithm), no time zone database needed.
+pub fn utc(seconds: f64) -> String {
+    let seconds = seconds.max(0.0) as i64;
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+fn field<'a>(record: &'a Record, name: &str) -> &'a serde_json::Value {
+    record.report.get(name).unwrap_or(&serde_json::Value::Null)
+}
+
+/// The table: one run per line, newest last.
+pub fn table(records: &[&Record]) -> String {
+    let mut out = String::from(
+        "STARTED (UTC)        WALL      GPUS    VERDICT       PEAK              EXIT     COMMAND\n",
+    );
+    let shown = &records[records.len().saturating_sub(SHOWN)..];
+    for record in shown {
+        let selected = field(record, "selected").as_array().cloned().unwrap_or_default();
+        let index_of = |uuid: &str| {
+            selected
+                .iter()
+                .find(|d| d["uuid"].as_str() == Some(uuid))
+                .and_then(|d| d["index"].as_u64())
+                .map_or_else(|| uuid.to_owned(), |i| i.to_string())
+        };
+        let gpus: Vec<String> =
+            selected.iter().filter_map(|d| d["index"].as_u64()).map(|i| i.to_string()).collect();
+        let peaks: Vec<String> = record
+            .peaks()
+            .iter()
+            .map(|(uuid, bytes)| format!("{}:{}", index_of(uuid), human(*bytes).replace(' ', "")))
+            .collect();
+        let verdict = field(record, "verification")["verdict"].as_str().unwrap_or("-").to_owned();
+        let exit = &field(record, "exit");
+        let ended = match (exit["code"].as_u64(), exit["signal_name"].as_str()) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(signal)) => signal.to_owned(),
+            _ => "-".to_owned(),
+        };
+        let wall = field(record, "wall_seconds").as_f64().map_or("-".to_owned(), |s| format!("{s:.1}s"));
+        let words: Vec<String> = record.command().iter().map(|w| (*w).to_owned()).collect();
+        let _ = writeln!(
+            out,
+            "{:<20} {:<9} {:<7} {:<13} {:<17} {:<8} {}",
+            utc(record.started),
+            wall,
+            if gpus.is_empty() { "-".to_owned() } else { gpus.join(",") },
+            verdict,
+            if peaks.is_empty() { "-".to_owned() } else { peaks.join(",") },
+            ended,
+            shell::quote(&words.iter().map(std::ffi::OsString::from).collect::<Vec<_>>())
+        );
+    }
+    if records.len() > shown.len() {
+        let _ =
+            writeln!(out, "({} earlier runs not shown; --json has them all)", records.len() - shown.len());
+    }
+    out
+}
+
+/// Every matching record, as one JSON array.
+pub fn json(records: &[&Record]) -> String {
+    let mut text = serde_json::to_string_pretty(records).expect("plain data serialises");
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0.0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_796_063_853.9), "2026-11-30 18:37:33");
+    }
+}

@@ -1,0 +1,159 @@
+//! What went wrong, or nearly, once the command has ended (DESIGN 9): pure rules over what
+//! verification saw. Each kind names its rule; none fires on a run that used what it asked for.
+//!
+//! - `near-oom`: the tree's peak on a GPU came within 5% of the memory free there at launch.
+//! - `idle-gpu`: of several selected GPUs, one the tree never used while it used another.
+//! - `cpu-fallback`: GPUs were selected, the command ran past `--verify-timeout`, and no process
+//!   of it ever used one.
+//! - `over-reserved`: `--exclusive` (the whole card) or `--min-free` reserved ten times or more
+//!   what the tree's peak on that GPU was.
+
+use serde::Serialize;
+
+use crate::options::size::human;
+
+/// Within this share of the available memory a job is near an out-of-memory error.
+const NEAR_OOM_PERCENT: u64 = 95;
+/// A reservation this many times the peak kept others off for nothing.
+const OVER_RESERVED_FACTOR: u64 = 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnosis {
+    /// `near-oom`, `idle-gpu`, `cpu-fallback` or `over-reserved`.
+    pub kind: &'static str,
+    /// The NVML index it is about (null for the run as a whole).
+    pub gpu: Option<u32>,
+    pub detail: String,
+}
+
+/// One selected GPU, as the run left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Card {
+    pub index: u32,
+    /// Free memory at launch, before the command.
+    pub free_at_launch: Option<u64>,
+    /// The tree's largest total on it.
+    pub peak: u64,
+    /// Whether a process of the tree was seen on it.
+    pub used: bool,
+    /// What the launch reserved of it: the whole card for --exclusive, else --min-free's bytes.
+    pub reserved: Option<(u64, &'static str)>,
+}
+
+/// The figure to ask for next time: the peak plus a tenth, in whole GiB (at least 1).
+fn next_time(peak: u64) -> String {
+    let gib = (peak + peak / 10).div_ceil(1 << 30).max(1);
+    format!("{gib}G")
+}
+
+/// `cards`: the selected GPUs. `failed`: the command did not exit 0. `ran_past_timeout`: it
+/// was still running when --verify-timeout passed.
+pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Diagnosis> {
+    let mut found = Vec::new();
+    let any_used = cards.iter().any(|card| card.used);
+    for card in cards.iter().filter(|card| card.used) {
+        if let Some(available) = card.free_at_launch.filter(|bytes| *bytes > 0) {
+            if card.peak.saturating_mul(100) >= available.saturating_mul(NEAR_OOM_PERCENT) {
+                found.push(Diagnosis {
+                    kind: "near-oom",
+                    gpu: Some(card.index),
+                    detail: format!(
+                        "peak {} of the {} free at launch on GPU {}{}: ask for a card with more room \
+                         (--min-free {}) or use a smaller batch",
+                        human(card.peak),
+                        human(available),
+                        card.index,
+                        if failed { ", and the command failed" } else { "" },
+                        next_time(available)
+                    ),
+                });
+            }
+        }
+        if let Some((reserved, how)) = card.reserved {
+            if card.peak > 0 && card.peak.saturating_mul(OVER_RESERVED_FACTOR) <= reserved {
+                found.push(Diagnosis {
+                    kind: "over-reserved",
+                    gpu: Some(card.index),
+                    detail: format!(
+                        "{how} kept {} of GPU {} from others, and the command's peak there was {}: \
+                         next time ask for --min-free {}",
+                        human(reserved),
+                        card.index,
+                        human(card.peak),
+                        next_time(card.peak)
+                    ),
+                });
+            }
+        }
+    }
+    if any_used && cards.len() > 1 {
+        for card in cards.iter().filter(|card| !card.used) {
+            found.push(Diagnosis {
+                kind: "idle-gpu",
+                gpu: Some(card.index),
+                detail: format!(
+                    "GPU {} was selected but no process of the command used it: the program probably uses \
+                     only cuda:0 (DataParallel or DistributedDataParallel not set up); ask for fewer GPUs",
+                    card.index
+                ),
+            });
+        }
+    }
+    if !cards.is_empty() && !any_used && ran_past_timeout {
+        found.push(Diagnosis {
+            kind: "cpu-fallback",
+            gpu: None,
+            detail: "the command ran past --verify-timeout and never used a GPU: its framework probably fell back \
+                     to the CPU (does it see CUDA? python -c 'import torch; print(torch.cuda.is_available())')"
+                .to_owned(),
+        });
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn card(index: u32, free_gib: u64, peak_gib: u64, used: bool) -> Card {
+        Card { index, free_at_launch: Some(free_gib * GIB), peak: peak_gib * GIB, used, reserved: None }
+    }
+
+    fn kinds(found: &[Diagnosis]) -> Vec<(&str, Option<u32>)> {
+        found.iter().map(|d| (d.kind, d.gpu)).collect()
+    }
+
+    #[test]
+    fn a_normal_run_has_no_diagnosis() {
+        let mut two = [card(3, 79, 4, true), card(5, 79, 4, true)];
+        two[0].reserved = Some((8 * GIB, "--min-free 8G"));
+        assert_eq!(diagnose(&two, false, true), vec![]);
+        // A quick command that never touched a GPU, ended before the timeout: nothing to say.
+        assert_eq!(diagnose(&[card(3, 79, 0, false)], false, false), vec![]);
+    }
+
+    #[test]
+    fn each_kind_on_its_rule() {
+        let near = diagnose(&[card(3, 40, 39, true)], true, false);
+        assert_eq!(kinds(&near), [("near-oom", Some(3))]);
+        assert!(near[0]
+            .detail
+            .contains("peak 39 GiB of the 40 GiB free at launch on GPU 3, and the command failed"));
+        assert_eq!(diagnose(&[card(3, 40, 37, true)], false, false), vec![], "under 95%");
+
+        let idle = diagnose(&[card(3, 79, 4, true), card(5, 79, 0, false)], false, true);
+        assert_eq!(kinds(&idle), [("idle-gpu", Some(5))]);
+
+        assert_eq!(kinds(&diagnose(&[card(3, 79, 0, false)], false, true)), [("cpu-fallback", None)]);
+
+        let mut exclusive = card(3, 79, 2, true);
+        exclusive.reserved = Some((80 * GIB, "--exclusive"));
+        let over = diagnose(&[exclusive.clone()], false, true);
+        assert_eq!(kinds(&over), [("over-reserved", Some(3))]);
+        assert!(over[0].detail.ends_with("next time ask for --min-free 3G"), "{}", over[0].detail);
+        exclusive.peak = 9 * GIB;
+        assert_eq!(diagnose(&[exclusive], false, true), vec![], "more than a tenth used");
+    }
+}
