@@ -37,23 +37,27 @@ use crate::select::visibility::Inherited;
 /// reserve) -> one plan -> the goal: list, dry run, export, or launch the command.
 pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     let Some(parsed) = cli::parse_command_line(args)? else { return Ok(Exit::Code(0)) };
-    let mut config = Config::from_cli(parsed.cli, parsed.origins, parsed.request_text)?;
+    let mut config = Config::from_cli(parsed.cli, parsed.origins, parsed.request_text, parsed.limits)?;
     logging::init(&config.verbosity, config.log_format);
     config.log_origins();
-    config.size_min_free();
-    let goal = match &config.mode {
+    match &config.mode {
         Mode::Doctor => return doctor(&config, receiver),
         Mode::History { json, pattern } => return show_history(*json, pattern.as_deref()),
-        Mode::Select(goal) => goal,
-    };
+        Mode::Select(_) => {}
+    }
+    config.size_min_free();
+    config.apply_limits();
+    let Mode::Select(goal) = &config.mode else { unreachable!("the other modes returned above") };
     let (mut nvml, acquired) = acquire(&config, receiver)?;
-    let Acquisition { machine, decision, chosen, leases, live } = acquired;
+    let Acquisition { machine, decision, chosen, leases, live, queue } = acquired;
+    let shared = listing::Shared { queue: &queue, rules: config.limits.describe() };
     // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| Plan::new(selection, config.visible_as, config.framework_env));
-    let json = |dry_run| listing::json(&machine, &config.library(), &decision.assessments, &live, dry_run);
+    let json =
+        |dry_run| listing::json(&machine, &config.library(), &decision.assessments, &live, &shared, dry_run);
     let show = |text: String| print(&text).map(|()| Exit::Code(0)).map_err(Error::Output);
     match goal {
-        Goal::List { json: false } => show(listing::table(&machine, &decision.assessments, &live)),
+        Goal::List { json: false } => show(listing::table(&machine, &decision.assessments, &live, &shared)),
         Goal::List { json: true } => show(json(None)),
         // Printed on exit 75 too, with a null selection and environment.
         Goal::DryRun { json: true, command } => {

@@ -141,17 +141,27 @@ fn the_example_configuration_names_every_key_and_each_example_loads() {
     let sim = Sim::new(&default_scenario());
     let as_shipped = sim.gpurun().env("GPURUN_CONFIG", example()).args(["--export"]).run();
     assert_eq!(as_shipped.status(0).stdout, sim.gpurun().args(["--export"]).run().stdout);
-    // Each example value is valid: the file with every line uncommented loads (verbose = 1 says
-    // where each setting came from).
-    let uncommented: String = text
-        .lines()
-        .map(|line| match line.strip_prefix("# ") {
-            Some(rest) if rest.contains(" = ") && !rest.starts_with(' ') => format!("{rest}\n"),
-            _ => format!("{line}\n"),
-        })
-        .collect();
+    // Each example value is valid: the file with every setting uncommented loads (verbose = 1
+    // says where each setting came from), and so do the house rules, as a system file.
+    let keys: Vec<&str> = gpurun::cli::settings::keys(&command).collect();
+    let (settings, rules) = text.split_once("# [limits]").expect("the [limits] example");
+    let uncomment = |part: &str, wanted: &dyn Fn(&str) -> bool| -> String {
+        part.lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest) if rest.split(" = ").next().is_some_and(wanted) => format!("{rest}\n"),
+                _ => format!("{line}\n"),
+            })
+            .collect()
+    };
     let file = sim.dir.path().join("everything.toml");
-    std::fs::write(&file, uncommented).unwrap();
+    std::fs::write(&file, uncomment(settings, &|key| keys.contains(&key))).unwrap();
     let loaded = sim.gpurun().env("GPURUN_CONFIG", &file).args(["--dry-run"]).run();
     loaded.status(0).stderr_has("--policy from ").stderr_has("everything.toml:");
+    std::fs::write(sim.system_file(), format!("[limits]\n{}", uncomment(rules, &|key| !key.contains(' '))))
+        .unwrap();
+    let ruled = sim.gpurun().args(["--doctor"]).run();
+    ruled
+        .stdout_has("house rules: max-gpus-per-user = 2")
+        .stdout_has("max-wait = 4h")
+        .stdout_has("default-min-free = 8 GiB");
 }

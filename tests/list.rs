@@ -22,7 +22,9 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
     };
     let processes: Vec<Value> = foreign
         .iter()
-        .map(|p| json!({"pid": p.pid, "used_bytes": p.used.map(|s| s.0), "user": null, "command": null}))
+        .map(|p| {
+            json!({"pid": p.pid, "used_bytes": p.used.map(|s| s.0), "user": null, "command": null, "reservation": null})
+        })
         .collect();
     // Without filters the only reasons are the card's own: MIG instances are not selectable.
     let mig_enabled = spec.mig_mode.as_deref() == Some("enabled");
@@ -73,6 +75,8 @@ fn json_reports_every_field_of_a_mixed_machine() {
     assert_eq!(listing["driver_version"], "535.154.05");
     assert_eq!(listing["cuda_driver_version"], "12.2");
     assert_eq!(listing["reservations"], json!([]));
+    assert_eq!(listing["waiters"], json!([]));
+    assert_eq!(listing["house_rules"], json!([]));
     let gpus = listing["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 8);
 
@@ -84,6 +88,7 @@ fn json_reports_every_field_of_a_mixed_machine() {
     assert_eq!(ours[0]["used_bytes"], 3u64 << 30);
     assert_eq!(ours[0]["user"], common_user());
     assert!(ours[0]["command"].as_str().unwrap().contains("sim-cuda --mem 3GiB"), "{ours:?}");
+    assert_eq!(ours[0]["reservation"], Value::Null, "started without gpurun");
     gpu0["processes"] = json!([]);
     let mut expected0 = expected_gpu(&scenario, 0, &[(holder_pid, 3 << 30)]);
     expected0["processes"] = json!([]);

@@ -139,6 +139,17 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "Shared servers",
+        &[
+            ("who holds what", "--list marks each GPU process [gpurun PID N] (it belongs to that live reservation: the gpurun or one of its descendants) or [not via gpurun] (started by hand or by another tool); JSON: processes[].reservation, and each reservation's processes"),
+            ("who waits", "--list shows the --wait queue in order: user, PID, how long, the request as typed, and why it cannot start now, in the words of the exit-75 table; JSON: waiters[] (position, pid, uid, user, request, needs, waited_seconds, reason); a waiter's own progress line says the same"),
+            ("[limits]", "house rules, only in the system file ($GPURUN_SYSTEM_CONFIG, else /etc/gpurun/config.toml): max-gpus-per-user (live reservations of one user), max-wait (a cap on --wait), default-min-free (a floor under --min-free); user files, variables, the command line and --no-config cannot loosen them; --list and --doctor show them"),
+            ("over a rule", "a launch over max-gpus-per-user waits with --wait, else exits 75 naming the rule and its file; a request alone over it exits 125 at once; a range takes what the rule leaves"),
+            ("GPURUN_SYSTEM_CONFIG", "another system file (tests, unusual installs); its [limits] hold only if root owns it or root runs gpurun, else /etc/gpurun/config.toml's do, so a user cannot swap the rules out"),
+            ("hooks", "--on-start CMD and --on-exit CMD run through /bin/sh -c, in gpurun's process group, with JSON on stdin and GPURUN_GPUS, GPURUN_GPU_UUIDS (and, at exit, GPURUN_EXIT_STATUS, GPURUN_VERDICT) in the environment; killed with what they started after 30 s (a warning); a failing hook is a warning and never changes gpurun's exit status; not with --exec"),
+        ],
+    ),
+    (
         "History",
         &[
             ("the file", "every supervised run (not --exec, not --no-history or history = false) appends one line to $XDG_STATE_HOME/gpurun/history.jsonl (~/.local/state/gpurun/history.jsonl, mode 600): the --report-json object plus started (Unix time), user, directory and request (gpurun's own options); one write under an flock, so concurrent runs never interleave; past 8 MiB the newest half is kept; a history that cannot be written never fails the job (-v says why)"),
@@ -163,7 +174,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("precedence", "command line > GPURUN_* variables > user file > system file > built-in"),
             ("user file", "$GPURUN_CONFIG, else $XDG_CONFIG_HOME/gpurun/config.toml (~/.config/gpurun/config.toml)"),
-            ("system file", "/etc/gpurun/config.toml"),
+            ("system file", "/etc/gpurun/config.toml (or $GPURUN_SYSTEM_CONFIG); it alone may hold [limits], the house rules"),
             ("keys", "the long option names: policy = \"pack\", min-free = \"8G\", exclusive = true, wait = \"2h\""),
             ("variables", "GPURUN_ and the key in capitals: GPURUN_MIN_FREE=8G, GPURUN_EXCLUSIVE=1; not for --gpus (GPURUN_GPUS is what gpurun tells the command)"),
             ("errors", "an unknown key or a bad value is an error naming the file, line and key (or the variable), exit 125; a file must be a regular file of at most 1 MiB"),
@@ -183,6 +194,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
             ("GPURUN_LOCK_DIR", "the lock directory, when --lock-dir is not given"),
             ("GPURUN_CONFIG", "the user configuration file to read instead of ~/.config/gpurun/config.toml"),
+            ("GPURUN_SYSTEM_CONFIG", "the system configuration file to read instead of /etc/gpurun/config.toml (see Shared servers)"),
             ("GPURUN_LOG", "log filter: a level (error, warn, info, debug, trace) or target=level directives, e.g. gpurun=debug; overrides -v and -q"),
             ("XDG_CONFIG_HOME", "where the user configuration file is (default ~/.config)"),
             ("XDG_STATE_HOME", "where the history is kept (default ~/.local/state)"),
@@ -212,8 +224,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "JSON output",
         &[
-            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations"),
-            ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds"),
+            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules"),
+            ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds, processes (PIDs)"),
             (
                 "gpus[]",
                 "index, uuid, name, pci_bus_id, memory, utilization, temperature_c, power_watts, \
@@ -221,7 +233,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ),
             ("memory", "total_bytes, reserved_bytes, used_bytes, free_bytes: NVML's own numbers, free = total - reserved - used"),
             ("utilization", "gpu_percent, memory_percent"),
-            ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable)"),
+            ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable), reservation (the gpurun PID of the reservation it belongs to, or null)"),
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
             ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}], and min_free (why) with --min-free auto"),
@@ -373,6 +385,24 @@ pub struct Cli {
     /// orphan cleanup, no parent-death signal.
     #[arg(long, hide_short_help = true, help_heading = "Supervision")]
     pub exec: bool,
+
+    /// Run CMD with /bin/sh -c once the command has started (after any --wait).
+    ///
+    /// Its stdin holds {command, pid, requested, count, selected} as JSON, its environment
+    /// GPURUN_GPUS and GPURUN_GPU_UUIDS. gpurun does not wait for it to start the command; it is
+    /// killed after 30 s (with a warning). Not with --exec. Example: --on-start 'echo started |
+    /// mail -s "job started" me'.
+    #[arg(long, hide_short_help = true, value_name = "CMD", help_heading = "Supervision")]
+    pub on_start: Option<String>,
+
+    /// Run CMD with /bin/sh -c after the command ended.
+    ///
+    /// Its stdin holds the --report-json object, its environment GPURUN_GPUS, GPURUN_GPU_UUIDS,
+    /// GPURUN_EXIT_STATUS (what gpurun exits with) and GPURUN_VERDICT. gpurun waits for it, at
+    /// most 30 s (then kills it, with a warning); it never changes gpurun's exit status. Not
+    /// with --exec.
+    #[arg(long, hide_short_help = true, value_name = "CMD", help_heading = "Supervision")]
+    pub on_exit: Option<String>,
 
     /// Check through NVML that the command's processes run on the selected GPUs: `warn` logs
     /// the verdict, `strict` also ends the command (TERM, KILL after 5 s or --kill-after) and

@@ -6,6 +6,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::cli::limits::Limits;
 use crate::cli::{Cli, WaitLimit};
 use crate::history::{self, sizing};
 use crate::launch::Supervision;
@@ -65,6 +66,8 @@ pub struct Config {
     pub min_free_auto: Option<Option<Threshold>>,
     /// What `--min-free auto` decided, and why.
     pub sizing: Option<String>,
+    /// The house rules (applied by `apply_limits`).
+    pub limits: Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +94,7 @@ impl Config {
         cli: Cli,
         origins: BTreeMap<String, String>,
         request_text: String,
+        limits: Limits,
     ) -> Result<Config, ConfigError> {
         let mode_flag = [
             (cli.list, "--list"),
@@ -179,11 +183,14 @@ impl Config {
                 report: cli.report,
                 report_json: cli.report_json,
                 history: if cli.no_history { None } else { history::path() },
+                on_start: cli.on_start,
+                on_exit: cli.on_exit,
             },
             origins,
             request_text,
             min_free_auto,
             sizing: None,
+            limits,
         })
     }
 
@@ -213,6 +220,28 @@ impl Config {
         tracing::info!("--min-free {}", sizing.why);
         self.request.min_free = sizing.threshold;
         self.sizing = Some(sizing.why);
+    }
+
+    /// The house rules over what was asked: --wait within max-wait, --min-free at least
+    /// default-min-free. Each change is said once.
+    pub fn apply_limits(&mut self) {
+        let capped = self.limits.cap_wait(self.wait);
+        if capped != self.wait {
+            let rule =
+                self.limits.rule("max-wait", &duration::compact(self.limits.max_wait.unwrap_or_default()));
+            tracing::info!("--wait limited by the house rule {rule}");
+            self.wait = capped;
+        }
+        if let Some(floor) = self.limits.default_min_free {
+            let raised = self.request.min_free.map_or(floor, |asked| asked.at_least(floor));
+            if Some(raised) != self.request.min_free {
+                tracing::info!(
+                    "--min-free is {raised} by the house rule {}",
+                    self.limits.rule("default-min-free", &floor.to_string())
+                );
+                self.request.min_free = Some(raised);
+            }
+        }
     }
 
     /// The NVML library to load, as the user named it.
@@ -248,6 +277,10 @@ impl Config {
             nvml_timeout: self.nvml_timeout,
             json_logs: self.log_format == LogFormat::Json,
             listing,
+            max_gpus_per_user: self
+                .limits
+                .max_gpus_per_user
+                .map(|max| (max, self.limits.rule("max-gpus-per-user", &max.to_string()))),
         }
     }
 }

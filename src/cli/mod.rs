@@ -3,6 +3,7 @@
 
 mod args;
 pub mod config;
+pub mod limits;
 pub mod settings;
 pub mod shebang;
 
@@ -33,6 +34,8 @@ pub struct Parsed {
     pub origins: BTreeMap<String, String>,
     /// The user's own option words, shell-quoted.
     pub request_text: String,
+    /// The house rules of the system file.
+    pub limits: limits::Limits,
 }
 
 /// clap's error as one line in gpurun's style, naming a non-UTF-8 argument if that was it.
@@ -107,5 +110,5 @@ pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliErro
     let own = &words[..words.len().saturating_sub(cli.command.len())];
     let own = own.strip_suffix(&[OsString::from("--")]).unwrap_or(own);
     let request_text = crate::options::shell::quote(own);
-    Ok(Some(Parsed { cli, origins, request_text }))
+    Ok(Some(Parsed { cli, origins, request_text, limits: layered.limits }))
 }

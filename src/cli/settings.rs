@@ -19,6 +19,8 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::cli::limits::{self, Limits};
+
 pub const SYSTEM_FILE: &str = "/etc/gpurun/config.toml";
 
 /// A configuration file larger than this is not a configuration file.
@@ -39,7 +41,8 @@ const NOT_SETTINGS: &[&str] = &[
 ];
 
 /// `GPURUN_*` variables that are not settings.
-const NOT_SETTING_VARIABLES: &[&str] = &["GPURUN_GPUS", "GPURUN_GPU_UUIDS", "GPURUN_CONFIG", "GPURUN_LOG"];
+const NOT_SETTING_VARIABLES: &[&str] =
+    &["GPURUN_GPUS", "GPURUN_GPU_UUIDS", "GPURUN_CONFIG", "GPURUN_SYSTEM_CONFIG", "GPURUN_LOG"];
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -202,11 +205,33 @@ fn line_at(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
-/// The settings a configuration file stands for.
+/// The `[limits]` table, with the line of each key.
+#[derive(serde::Deserialize)]
+struct LimitsTable {
+    limits: Option<BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>>>,
+}
+
+/// The house rules in a system file's text (none when it has no `[limits]`).
+fn file_limits(path: &Path, text: &str) -> Result<Limits, SettingsError> {
+    let Ok(LimitsTable { limits: Some(table) }) = toml::from_str::<LimitsTable>(text) else {
+        return Ok(Limits::default());
+    };
+    let entries: Vec<(String, usize, toml::Value)> = table
+        .into_iter()
+        .map(|(key, value)| {
+            let line = line_at(text, key.span().start);
+            (key.into_inner(), line, value.into_inner())
+        })
+        .collect();
+    limits::parse(path, &entries).map_err(SettingsError)
+}
+
+/// The settings a configuration file stands for. Only the system file may hold `[limits]`.
 pub fn file_settings(
     command: &mut clap::Command,
     path: &Path,
     text: &str,
+    system: bool,
 ) -> Result<Vec<Setting>, SettingsError> {
     let shown = path.display();
     let table: BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>> =
@@ -218,6 +243,14 @@ pub fn file_settings(
     for (key, value) in table {
         let at = format!("{shown}:{}", line_at(text, key.span().start));
         let key = key.into_inner();
+        if key == "limits" {
+            if system {
+                continue;
+            }
+            return Err(SettingsError(format!(
+                "{at}: [limits] belongs in the system file ({SYSTEM_FILE}): house rules are the administrator's"
+            )));
+        }
         let value = match value.into_inner() {
             toml::Value::Boolean(flag) => SettingValue::Bool(flag),
             toml::Value::String(text) => SettingValue::Text(text),
@@ -285,16 +318,12 @@ fn user_file() -> Option<PathBuf> {
 
 /// Reads a configuration file: a regular file (a FIFO or a device would hang or never end) of
 /// at most 1 MiB, in UTF-8. `must_exist`: a missing file is an error (it was named).
-fn read_file(
-    command: &mut clap::Command,
-    path: &Path,
-    must_exist: bool,
-) -> Result<Vec<Setting>, SettingsError> {
+fn read_text(path: &Path, must_exist: bool) -> Result<Option<String>, SettingsError> {
     let shown = path.display();
     let fail = |what: String| SettingsError(format!("{shown}: {what}"));
     let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) {
         Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(Vec::new()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(None),
         Err(error) => return Err(fail(error.to_string())),
     };
     let metadata = file.metadata().map_err(|e| fail(e.to_string()))?;
@@ -306,8 +335,26 @@ fn read_file(
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(fail("larger than 1 MiB; that is not a configuration file".to_owned()));
     }
-    let text = String::from_utf8(bytes).map_err(|_| fail("not UTF-8 text".to_owned()))?;
-    file_settings(command, path, &text)
+    String::from_utf8(bytes).map(Some).map_err(|_| fail("not UTF-8 text".to_owned()))
+}
+
+/// The system file: `$GPURUN_SYSTEM_CONFIG` (tests, unusual installs), else /etc/gpurun/config.toml.
+fn system_file() -> PathBuf {
+    std::env::var_os("GPURUN_SYSTEM_CONFIG")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from(SYSTEM_FILE), PathBuf::from)
+}
+
+/// Where the house rules come from: the system file, unless a user who is not root named one
+/// that root does not own (a user cannot swap the administrator's rules for their own).
+fn limits_file(system: &Path) -> PathBuf {
+    let trusted = nix::unistd::geteuid().is_root()
+        || std::fs::metadata(system).is_ok_and(|meta| std::os::unix::fs::MetadataExt::uid(&meta) == 0);
+    if trusted {
+        system.to_owned()
+    } else {
+        PathBuf::from(SYSTEM_FILE)
+    }
 }
 
 /// argv with the lower layers' option words placed before the user's own, and where each
@@ -315,6 +362,8 @@ fn read_file(
 pub struct Layered {
     pub args: Vec<OsString>,
     pub settings: Vec<Setting>,
+    /// The house rules of the system file.
+    pub limits: Limits,
 }
 
 impl Layered {
@@ -332,11 +381,28 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
     let mut settings = Vec::new();
+    let system = system_file();
+    let named_system = system.as_os_str() != SYSTEM_FILE;
+    let system_text = read_text(&system, named_system)?;
+    // The house rules hold with --no-config too.
+    let rules_from = limits_file(&system);
+    let limits = match (&system_text, rules_from == system) {
+        (Some(text), true) => file_limits(&system, text)?,
+        (None, true) => Limits::default(),
+        (_, false) => read_text(&rules_from, false)?
+            .map(|text| file_limits(&rules_from, &text))
+            .transpose()?
+            .unwrap_or_default(),
+    };
     if !skip_files {
-        settings.extend(read_file(command, Path::new(SYSTEM_FILE), false)?);
+        if let Some(text) = &system_text {
+            settings.extend(file_settings(command, &system, text, true)?);
+        }
         if let Some(path) = user_file() {
             let named = std::env::var_os("GPURUN_CONFIG").is_some_and(|p| !p.is_empty());
-            settings.extend(read_file(command, &path, named)?);
+            if let Some(text) = read_text(&path, named)? {
+                settings.extend(file_settings(command, &path, &text, false)?);
+            }
         }
     }
     let variables = std::env::vars_os().filter_map(|(name, value)| {
@@ -353,7 +419,7 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
     merged.extend(args.first().cloned());
     merged.extend(settings.iter().flat_map(|s| s.words.iter().cloned()));
     merged.extend(user_words.iter().cloned());
-    Ok(Layered { args: merged, settings })
+    Ok(Layered { args: merged, settings, limits })
 }
 
 #[cfg(test)]
@@ -368,7 +434,7 @@ mod tests {
     #[test]
     fn files_become_option_words() {
         let text = "policy = \"pack\"\nexclusive = true\nkeep-orphans = false\nmin-free = \"8G\"\nwait = \"10m\"\nkill-after = 5\nmodel = \"-SXM4\"\n";
-        let settings = file_settings(&mut cli::command(), Path::new("c.toml"), text).unwrap();
+        let settings = file_settings(&mut cli::command(), Path::new("c.toml"), text, false).unwrap();
         assert_eq!(settings.iter().find(|s| s.key == "min-free").unwrap().origin, "c.toml:4");
         assert_eq!(
             words(settings),
@@ -400,7 +466,7 @@ mod tests {
         ];
         for (text, expected) in cases {
             let error =
-                file_settings(&mut cli::command(), Path::new("c.toml"), text).unwrap_err().to_string();
+                file_settings(&mut cli::command(), Path::new("c.toml"), text, false).unwrap_err().to_string();
             assert!(error.contains(expected), "{text:?}: {error}");
         }
     }

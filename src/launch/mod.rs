@@ -4,6 +4,7 @@
 
 pub mod death;
 pub mod env;
+pub mod hooks;
 pub mod orphans;
 pub mod signals;
 pub mod spawn;
@@ -17,6 +18,7 @@ use crate::exit_code::{End, Exit};
 use crate::history;
 use crate::launch::death::Watcher;
 use crate::launch::env::Plan;
+use crate::launch::hooks::Hook;
 use crate::launch::spawn::{Launch, LaunchError};
 use crate::options::VerifyMode;
 use crate::probe::gpu::Machine;
@@ -43,6 +45,9 @@ pub struct Supervision {
     pub report_json: Option<PathBuf>,
     /// Where the run's record goes (None: --no-history).
     pub history: Option<PathBuf>,
+    /// `--on-start`, `--on-exit`: shell command lines.
+    pub on_start: Option<String>,
+    pub on_exit: Option<String>,
 }
 
 /// Everything the launch step needs.
@@ -134,6 +139,16 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         send(child, signal);
     }
     tracing::info!("running {} on {}", crate::options::shell::quote(command), plan.selection.describe());
+    let mut on_start = supervision.on_start.as_deref().and_then(|line| {
+        let input = serde_json::json!({
+            "command": command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>(),
+            "pid": child,
+            "requested": plan.selection.requested.to_string(),
+            "count": plan.selection.devices.len(),
+            "selected": plan.selection.devices,
+        });
+        Hook::start("--on-start", line, &format!("{input}\n"), &hook_variables(plan, None))
+    });
     let mut watch =
         nvml.filter(|_| supervision.verify != VerifyMode::Off && !plan.selection.is_empty()).map(|nvml| {
             let watched =
@@ -152,8 +167,10 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         });
     let options =
         supervise::Options { no_forward: &supervision.no_forward, kill_after: supervision.kill_after };
-    let supervised = supervise::run(child, receiver, &options, watch.as_mut());
+    let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
     watcher.into_iter().for_each(Watcher::stop);
+    // Before the leftovers are ended: a hook still running is not one of them.
+    on_start.into_iter().for_each(Hook::finish);
     if !supervision.keep_orphans {
         orphans::end_all();
     }
@@ -228,7 +245,26 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     if let Some(path) = &supervision.history {
         keep_history(path, &summary, started_at, request_text);
     }
+    if let Some(line) = &supervision.on_exit {
+        let verdict = summary.verification.verdict.map(|v| v.to_string()).unwrap_or_default();
+        let variables = hook_variables(plan, Some((exit.status(), verdict)));
+        Hook::start("--on-exit", line, &summary.json(), &variables).into_iter().for_each(Hook::finish);
+    }
     Ok(exit)
+}
+
+/// What a hook finds in its environment besides gpurun's own: the chosen GPUs and, at the
+/// end, gpurun's exit status and the verdict (empty when nothing was checked).
+fn hook_variables(plan: &Plan, ended: Option<(i32, String)>) -> Vec<(String, String)> {
+    let mut variables: Vec<(String, String)> = ["GPURUN_GPUS", "GPURUN_GPU_UUIDS"]
+        .into_iter()
+        .map(|name| (name.to_owned(), plan.variable(name).unwrap_or_default().to_owned()))
+        .collect();
+    if let Some((status, verdict)) = ended {
+        variables.push(("GPURUN_EXIT_STATUS".to_owned(), status.to_string()));
+        variables.push(("GPURUN_VERDICT".to_owned(), verdict));
+    }
+    variables
 }
 
 /// Appends the run to the history; a failure is a debug line, never the job's problem.

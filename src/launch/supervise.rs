@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::exit_code::End;
+use crate::launch::hooks::Hook;
 use crate::launch::signals::{self, Action};
 use crate::probe::worker::{Answer, Job, NvmlThread};
 use crate::process::signals::{send, stop_self, Receiver};
@@ -51,8 +52,15 @@ fn ends_the_job(signal: i32) -> bool {
     matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP)
 }
 
-/// Runs until the command ends; reaps any other child (orphans) on the way.
-pub fn run(child: u32, receiver: &Receiver, options: &Options, mut watch: Option<&mut Watch>) -> Supervised {
+/// Runs until the command ends; reaps any other child (orphans, an --on-start hook) on the way,
+/// and kills a hook that outlives its time.
+pub fn run(
+    child: u32,
+    receiver: &Receiver,
+    options: &Options,
+    mut watch: Option<&mut Watch>,
+    mut hook: Option<&mut Hook>,
+) -> Supervised {
     let own_pid = std::process::id();
     let mut strict_failure = None;
     let mut kill_deadline: Option<Instant> = None;
@@ -69,11 +77,15 @@ pub fn run(child: u32, receiver: &Receiver, options: &Options, mut watch: Option
                         return Supervised { end: End::Signaled(signal), strict_failure }
                     }
                 },
+                Reaped::Child(pid, event) if hook.as_deref_mut().is_some_and(|h| h.reaped(pid, event)) => {}
                 Reaped::Child(pid, _) => tracing::debug!("reaped PID {pid}"),
                 Reaped::Nothing | Reaped::NoChildren => break,
             }
         }
         let now = Instant::now();
+        if let Some(hook) = hook.as_deref_mut() {
+            hook.enforce(now);
+        }
         if kill_deadline.is_some_and(|deadline| now >= deadline) {
             tracing::warn!(
                 "the command is still running {:?} after it was asked to stop: sending SIGKILL",
@@ -91,7 +103,8 @@ pub fn run(child: u32, receiver: &Receiver, options: &Options, mut watch: Option
         }
         // While a poll is out (or hangs), only the verification deadline can wake the monitor.
         let monitor_wake = watch.as_deref().and_then(|w| w.monitor.next_wake(!w.nvml.is_busy()));
-        let wake = [kill_deadline, monitor_wake].into_iter().flatten().min();
+        let hook_wake = hook.as_deref().and_then(Hook::wake);
+        let wake = [kill_deadline, monitor_wake, hook_wake].into_iter().flatten().min();
         let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
         let (received, answered) = receiver.wait(watch.as_deref().map(|w| w.nvml.ready_fd()), timeout);
         for signal in received {

@@ -36,6 +36,17 @@ pub fn parse_positive(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// A duration as the options take it: `4h`, `30m`, `90s`, `1.5s`.
+pub fn compact(duration: Duration) -> String {
+    let seconds = duration.as_secs_f64();
+    match duration.as_secs() {
+        whole if seconds.fract() != 0.0 || whole == 0 => format!("{seconds}s"),
+        whole if whole % 3600 == 0 => format!("{}h", whole / 3600),
+        whole if whole % 60 == 0 => format!("{}m", whole / 60),
+        whole => format!("{whole}s"),
+    }
+}
+
 /// A duration as gpurun writes it in messages: `30 s`, `1.5 s`, `250 ms`.
 pub fn shown(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();

@@ -36,14 +36,49 @@ mod tests {
 pub enum Threshold {
     Bytes(u64),
     PercentOfTotal(f64),
+    /// Whichever of the two is more on each card (a request under a house-rule floor).
+    Larger {
+        bytes: u64,
+        percent: f64,
+    },
 }
 
 impl Threshold {
     /// The bytes this means on a card with `total_bytes`.
     pub fn bytes_on(&self, total_bytes: u64) -> u64 {
+        let share = |percent: f64| (total_bytes as f64 * percent / 100.0).ceil() as u64;
         match *self {
             Threshold::Bytes(bytes) => bytes,
-            Threshold::PercentOfTotal(percent) => (total_bytes as f64 * percent / 100.0).ceil() as u64,
+            Threshold::PercentOfTotal(percent) => share(percent),
+            Threshold::Larger { bytes, percent } => bytes.max(share(percent)),
+        }
+    }
+
+    /// At least `floor` on every card, and at least this.
+    pub fn at_least(self, floor: Threshold) -> Threshold {
+        let parts = |t: Threshold| match t {
+            Threshold::Bytes(bytes) => (bytes, 0.0),
+            Threshold::PercentOfTotal(percent) => (0, percent),
+            Threshold::Larger { bytes, percent } => (bytes, percent),
+        };
+        let ((a_bytes, a_percent), (b_bytes, b_percent)) = (parts(self), parts(floor));
+        match (a_bytes.max(b_bytes), a_percent.max(b_percent)) {
+            (bytes, 0.0) => Threshold::Bytes(bytes),
+            (0, percent) => Threshold::PercentOfTotal(percent),
+            (bytes, percent) => Threshold::Larger { bytes, percent },
+        }
+    }
+}
+
+/// `8 GiB`, `50%`, `8 GiB or 50%, whichever is more`.
+impl std::fmt::Display for Threshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match *self {
+            Threshold::Bytes(bytes) => f.write_str(&human(bytes)),
+            Threshold::PercentOfTotal(percent) => write!(f, "{percent}%"),
+            Threshold::Larger { bytes, percent } => {
+                write!(f, "{} or {percent}%, whichever is more", human(bytes))
+            }
         }
     }
 }
@@ -224,6 +259,16 @@ mod parse_tests {
         }
         assert_eq!(Threshold::PercentOfTotal(50.0).bytes_on(1000), 500);
         assert_eq!(Threshold::PercentOfTotal(33.3).bytes_on(10), 4);
+    }
+
+    #[test]
+    fn a_floor_raises_a_threshold_on_every_card() {
+        let gib = |n: u64| n << 30;
+        assert_eq!(Threshold::Bytes(gib(4)).at_least(Threshold::Bytes(gib(8))), Threshold::Bytes(gib(8)));
+        let mixed = Threshold::PercentOfTotal(50.0).at_least(Threshold::Bytes(gib(8)));
+        assert_eq!(mixed.bytes_on(gib(80)), gib(40));
+        assert_eq!(mixed.bytes_on(gib(10)), gib(8));
+        assert_eq!(mixed.to_string(), "8 GiB or 50%, whichever is more");
     }
 
     #[test]

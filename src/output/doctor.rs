@@ -98,6 +98,10 @@ pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> 
 
     out.section("Lock directory");
     lock_directory(&mut out, config.lock_dir.as_deref());
+    match config.limits.describe() {
+        rules if rules.is_empty() => out.info("no house rules ([limits] in the system file)"),
+        rules => out.info(format!("house rules: {}", rules.join("; "))),
+    }
 
     out.section("Python frameworks");
     frameworks(&mut out, machine.as_ref().and_then(|m| m.cuda_driver_version.as_deref()));

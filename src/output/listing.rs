@@ -13,6 +13,8 @@ use serde::Serialize;
 use crate::launch::env::Plan;
 use crate::options::size::human;
 use crate::probe::gpu::{Gpu, Machine};
+use crate::process::procfs;
+use crate::reserve::acquire::Queued;
 use crate::reserve::lease::{self, Lease};
 use crate::select::policy::Assessment;
 
@@ -43,11 +45,41 @@ struct Selected<'a> {
 }
 
 #[derive(Serialize)]
-struct GpuEntry<'a> {
+struct GpuEntry {
+    /// The probe's GPU, each process with the reservation it belongs to.
     #[serde(flatten)]
-    gpu: &'a Gpu,
+    gpu: serde_json::Map<String, serde_json::Value>,
     #[serde(flatten)]
     eligibility: Eligibility,
+}
+
+/// The live reservation (its gpurun's PID) a process on `gpu` belongs to: the gpurun itself or
+/// one of its descendants. `None`: started by hand or by another tool ("not via gpurun").
+pub fn reservation_of(gpu: &Gpu, pid: u32, live: &[Lease]) -> Option<u32> {
+    live.iter()
+        .filter(|lease| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))
+        .find(|lease| lease.pid == pid || procfs::descends_from(pid, lease.pid))
+        .map(|lease| lease.pid)
+}
+
+fn gpu_entry(gpu: &Gpu, live: &[Lease], eligibility: Eligibility) -> GpuEntry {
+    let serde_json::Value::Object(mut fields) = serde_json::to_value(gpu).expect("plain data") else {
+        unreachable!("a struct serialises to an object")
+    };
+    if let Some(serde_json::Value::Array(processes)) = fields.get_mut("processes") {
+        for process in processes.iter_mut() {
+            let pid = process["pid"].as_u64().unwrap_or(0) as u32;
+            process["reservation"] = serde_json::json!(reservation_of(gpu, pid, live));
+        }
+    }
+    GpuEntry { gpu: fields, eligibility }
+}
+
+/// What `--list` shows beside the machine: the wait queue and the house rules.
+#[derive(Default)]
+pub struct Shared<'a> {
+    pub queue: &'a [Queued],
+    pub rules: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -55,9 +87,13 @@ struct Listing<'a> {
     driver_version: &'a Option<String>,
     cuda_driver_version: &'a Option<String>,
     nvml_library: String,
-    gpus: Vec<GpuEntry<'a>>,
+    gpus: Vec<GpuEntry>,
     /// Live gpurun reservations.
     reservations: Vec<ReservationEntry<'a>>,
+    /// Launches waiting with --wait, in queue order, and why each cannot start now.
+    waiters: Vec<WaiterEntry<'a>>,
+    /// The administrator's [limits] in force.
+    house_rules: &'a [String],
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     plan: Option<PlanEntry<'a>>,
 }
@@ -68,18 +104,52 @@ struct ReservationEntry<'a> {
     #[serde(flatten)]
     lease: &'a Lease,
     age_seconds: u64,
+    /// PIDs of the processes NVML shows on its GPU that belong to it.
+    processes: Vec<u32>,
 }
 
 fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<ReservationEntry<'a>> {
     live.iter()
-        .map(|lease| ReservationEntry {
-            index: machine
-                .gpus
-                .iter()
-                .find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))
-                .map(|gpu| gpu.index),
-            lease,
-            age_seconds: lease::age_seconds(lease),
+        .map(|lease| {
+            let gpu = machine.gpus.iter().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()));
+            let processes = gpu
+                .map(|gpu| {
+                    gpu.processes
+                        .iter()
+                        .flatten()
+                        .filter(|p| reservation_of(gpu, p.pid, std::slice::from_ref(lease)).is_some())
+                        .map(|p| p.pid)
+                        .collect()
+                })
+                .unwrap_or_default();
+            ReservationEntry {
+                index: gpu.map(|gpu| gpu.index),
+                lease,
+                age_seconds: lease::age_seconds(lease),
+                processes,
+            }
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct WaiterEntry<'a> {
+    position: usize,
+    #[serde(flatten)]
+    queued: &'a Queued,
+    waited_seconds: u64,
+}
+
+fn waiter_entries<'a>(queue: &'a [Queued]) -> Vec<WaiterEntry<'a>> {
+    let now_ns =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    queue
+        .iter()
+        .enumerate()
+        .map(|(at, queued)| WaiterEntry {
+            position: at + 1,
+            queued,
+            waited_seconds: now_ns.saturating_sub(queued.waiter.since_ns) / 1_000_000_000,
         })
         .collect()
 }
@@ -114,6 +184,7 @@ pub fn json(
     library: &Path,
     assessments: &[Assessment],
     live: &[Lease],
+    shared: &Shared,
     dry_run: Option<&DryRun>,
 ) -> String {
     let listing = Listing {
@@ -123,9 +194,11 @@ pub fn json(
         gpus: machine
             .gpus
             .iter()
-            .map(|gpu| GpuEntry { gpu, eligibility: Eligibility::of(assessment_of(assessments, gpu.index)) })
+            .map(|gpu| gpu_entry(gpu, live, Eligibility::of(assessment_of(assessments, gpu.index))))
             .collect(),
         reservations: reservation_entries(machine, live),
+        waiters: waiter_entries(shared.queue),
+        house_rules: &shared.rules,
         plan: dry_run.map(|dry_run| PlanEntry {
             requested: dry_run.requested.to_string(),
             count: dry_run.plan.map(|plan| plan.selection.devices.len()),
@@ -166,7 +239,7 @@ fn clip(text: &str, width: usize) -> String {
     }
 }
 
-pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> String {
+pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shared: &Shared) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -194,11 +267,15 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> S
                 .iter()
                 .map(|p| {
                     format!(
-                        "{} {} {} ({})",
+                        "{} {} {} ({}) {}",
                         p.pid,
                         p.user.as_deref().unwrap_or("?"),
                         clip(p.command.as_deref().unwrap_or("?"), 40),
                         p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
+                        match reservation_of(gpu, p.pid, live) {
+                            Some(pid) => format!("[gpurun PID {pid}]"),
+                            None => "[not via gpurun]".to_owned(),
+                        }
                     )
                 })
                 .collect(),
@@ -236,6 +313,25 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease]) -> S
             let _ = writeln!(out, "{:>5}not eligible: {}", "", eligibility.reasons.join("; "));
         }
     }
+    if !shared.queue.is_empty() {
+        let _ = writeln!(out, "\nwaiting (first come, first served):");
+        for entry in waiter_entries(shared.queue) {
+            let waiter = &entry.queued.waiter;
+            let _ = writeln!(
+                out,
+                "  {}. {} PID {}, waiting {}: {}: {}",
+                entry.position,
+                waiter.user,
+                waiter.pid,
+                crate::options::duration::shown(std::time::Duration::from_secs(entry.waited_seconds)),
+                if waiter.request.is_empty() { "(no options)" } else { &waiter.request },
+                entry.queued.reason
+            );
+        }
+    }
+    if !shared.rules.is_empty() {
+        let _ = writeln!(out, "\nhouse rules: {}", shared.rules.join("; "));
+    }
     out
 }
 
@@ -247,7 +343,7 @@ pub fn dry_run(
     plan: &Plan,
     asked: &DryRun,
 ) -> String {
-    let mut out = table(machine, assessments, live);
+    let mut out = table(machine, assessments, live, &Shared::default());
     let chosen: Vec<String> = plan
         .selection
         .devices

@@ -46,6 +46,27 @@ pub struct Options<'a> {
     pub json_logs: bool,
     /// `--list`: showing the machine is not a request; nothing is refused.
     pub listing: bool,
+    /// The house rule max-gpus-per-user, and how to name it.
+    pub max_gpus_per_user: Option<(u32, String)>,
+}
+
+/// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
+/// `Ok(Some(n))` at most n more GPUs now, `Err(why)` the request alone is over the rule.
+fn user_allowance(options: &Options, live: &[Lease]) -> Result<Option<(u32, String)>, String> {
+    let Some((max, rule)) = options.max_gpus_per_user.as_ref().filter(|_| options.hold) else {
+        return Ok(None);
+    };
+    let count = options.request.count;
+    if count.min > *max {
+        return Err(format!("--gpus {count}: the house rule {rule} allows at most {max} per user"));
+    }
+    let uid = crate::reserve::lockdir::current_uid();
+    let held = live.iter().filter(|lease| lease.uid == uid).count() as u32;
+    let why = format!(
+        "you hold {held} reserved GPU{}, and the house rule is {rule}",
+        if held == 1 { "" } else { "s" }
+    );
+    Ok(Some((max.saturating_sub(held), why)))
 }
 
 pub struct Acquisition {
@@ -57,6 +78,8 @@ pub struct Acquisition {
     pub leases: Vec<HeldLease>,
     /// Everyone's live reservations, for --list.
     pub live: Vec<Lease>,
+    /// The waiters ahead of this launch (all of them, for --list), in queue order.
+    pub queue: Vec<Queued>,
 }
 
 impl Acquisition {
@@ -72,6 +95,7 @@ impl Acquisition {
             chosen: Ok(Selection::none(requested)),
             leases: Vec::new(),
             live: Vec::new(),
+            queue: Vec::new(),
         }
     }
 }
@@ -140,12 +164,14 @@ fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
 /// now keeps what it would take (as the lease it is about to hold); one that cannot keeps every
 /// GPU it could ever use, so that no later launch starves it. A waiter keeps nothing it could
 /// never use.
+/// Also says, for each waiter, why it cannot start now ("can start now" if it can).
 fn queue_ahead<'a>(
     ahead: impl Iterator<Item = &'a Waiter>,
     machine: &Machine,
     reservations: &mut Vec<Reservation>,
-) -> Vec<HeldBack> {
+) -> (Vec<HeldBack>, Vec<Queued>) {
     let mut held: Vec<HeldBack> = Vec::new();
+    let mut queue = Vec::new();
     let unrestricted = visibility::Visibility::default();
     for waiter in ahead {
         let possible: Vec<u32> = waiter
@@ -164,9 +190,14 @@ fn queue_ahead<'a>(
             seed: u64::from(waiter.pid),
             ..Request::default()
         };
-        let outcome =
-            policy::decide(&machine.gpus, &unrestricted, &request, reservations, &held).map(|d| d.outcome);
-        match outcome {
+        let decision = policy::decide(&machine.gpus, &unrestricted, &request, reservations, &held);
+        let reason = match &decision {
+            Ok(Decision { outcome: Outcome::Selected(_), .. }) => "can start now".to_owned(),
+            Ok(decision) => decision.why_not(&request),
+            Err(error) => error.to_string(),
+        };
+        queue.push(Queued { waiter: waiter.clone(), reason });
+        match decision.map(|d| d.outcome) {
             Ok(Outcome::Selected(chosen)) => {
                 for index in chosen {
                     let total = machine.gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.memory);
@@ -193,7 +224,15 @@ fn queue_ahead<'a>(
             }
         }
     }
-    held
+    (held, queue)
+}
+
+/// A launch waiting in the queue, and why it cannot start now.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Queued {
+    #[serde(flatten)]
+    pub waiter: Waiter,
+    pub reason: String,
 }
 
 /// The chosen GPUs, or exit 75's text. Fallbacks say what they did.
@@ -304,15 +343,41 @@ pub fn acquire(
         let live = lock_dir.as_ref().map(|dir| lease::live(dir, options.hold)).unwrap_or_default();
         let waiters = lock_dir.as_ref().map(|dir| ticket::waiters(dir, options.hold)).unwrap_or_default();
         let mut reserved = reservations(&live, &machine);
-        let held = queue_ahead(ticket::ahead(&waiters, ticket.as_ref()), &machine, &mut reserved);
+        let (held, queue) = queue_ahead(ticket::ahead(&waiters, ticket.as_ref()), &machine, &mut reserved);
         let timed_out = match waiting_until {
             None => true,
             Some(None) => false,
             Some(Some(until)) => Instant::now() >= until,
         };
-        let decision = policy::decide(&machine.gpus, &visibility, options.request, &reserved, &held)?;
+        let allowance = user_allowance(options, &live).map_err(AcquireError::Impossible)?;
+        // Over max-gpus-per-user now: the user's own reservations must end first.
+        let over_rule = allowance.as_ref().filter(|(allowed, _)| options.request.count.min > *allowed);
+        let capped;
+        let request = match &allowance {
+            Some((allowed, _)) if over_rule.is_none() => {
+                let most = options.request.count.max.map_or(*allowed, |max| max.min(*allowed));
+                capped = Request {
+                    count: Count { max: Some(most), ..options.request.count },
+                    ..options.request.clone()
+                };
+                &capped
+            }
+            _ => options.request,
+        };
+        let decision = policy::decide(&machine.gpus, &visibility, request, &reserved, &held)?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
+        }
+        if let Some((_, why)) = over_rule {
+            drop(guard);
+            if timed_out {
+                progress.finish();
+                let chosen = Err(format!("not enough GPUs now: {why}"));
+                return Ok(Acquisition { machine, decision, chosen, leases: Vec::new(), live, queue });
+            }
+            progress.show_text(&format!("waiting: {why}"));
+            receiver.pause(LONGEST_RETRY).map_err(AcquireError::Interrupted)?;
+            continue;
         }
         // Anything but a selection (a refusal, a fallback) is the answer only once waiting
         // cannot help: the wait is over, or no state of the machine could do.
@@ -342,7 +407,7 @@ pub fn acquire(
                 Some(_) => format!("{text}\n  (after waiting {:.0} s)", started.elapsed().as_secs_f64()),
                 None => text,
             });
-            return Ok(Acquisition { machine, decision, chosen, leases, live });
+            return Ok(Acquisition { machine, decision, chosen, leases, live, queue });
         }
         if let (None, Some(dir), true) = (&ticket, &lock_dir, options.hold) {
             let possible = decision
@@ -362,7 +427,7 @@ pub fn acquire(
         drop(guard);
         let qualified = decision.assessments.iter().filter(|a| a.eligible()).count();
         let ahead = ticket::ahead(&waiters, ticket.as_ref()).count();
-        progress.show(options.request.count, qualified, ahead, started.elapsed());
+        progress.show(&decision.why_not(request), qualified, ahead, started.elapsed());
         let pause = (HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY);
         receiver.pause(pause).map_err(AcquireError::Interrupted)?;
     }
@@ -383,10 +448,9 @@ impl Progress {
         Progress { in_place: std::io::stderr().is_terminal() && !json_logs, last_line: None, shown: false }
     }
 
-    fn show(&mut self, wanted: Count, qualified: usize, ahead: usize, waited: Duration) {
+    fn show(&mut self, why_not: &str, qualified: usize, ahead: usize, waited: Duration) {
         self.show_text(&format!(
-            "waiting for {wanted} GPU{}: {qualified} qualif{} now, {ahead} ahead in the queue, waited {}",
-            if wanted == Count::exactly(1) { "" } else { "s" },
+            "waiting: {qualified} qualif{} now, {ahead} ahead in the queue, waited {}; {why_not}",
             if qualified == 1 { "ies" } else { "y" },
             duration::shown(Duration::from_secs(waited.as_secs()))
         ));
@@ -448,19 +512,26 @@ mod tests {
         // have while W1 takes GPU 0, so it keeps all three; GPU 3 is nobody's.
         let ahead = [waiter(1, &[0, 1, 2, 3], 1, &machine), waiter(2, &[0, 1, 2], 3, &machine)];
         let mut reserved = Vec::new();
-        let held = queue_ahead(ahead.iter(), &machine, &mut reserved);
+        let (held, queue) = queue_ahead(ahead.iter(), &machine, &mut reserved);
         assert_eq!(
             reserved.iter().map(|r| (r.index, r.pid, r.queued)).collect::<Vec<_>>(),
             vec![(0, 1, true)]
         );
         assert_eq!(held.iter().map(|h| (h.index, h.pid)).collect::<Vec<_>>(), vec![(0, 2), (1, 2), (2, 2)]);
+        // Each waiter says why it waits (or that it can start).
+        assert_eq!(queue[0].reason, "can start now");
+        assert!(
+            queue[1].reason.starts_with("needs 3 GPUs, exclusive: GPU 0 held for gpurun PID 1"),
+            "{}",
+            queue[1].reason
+        );
         // Eight single-GPU waiters ahead on eight free cards each keep one: nothing is left.
         let machine =
             Machine { driver_version: None, cuda_driver_version: None, gpus: (0..8).map(test_gpu).collect() };
         let all: Vec<u32> = (0..8).collect();
         let ahead: Vec<Waiter> = (1..=8).map(|pid| waiter(pid, &all, 1, &machine)).collect();
         let mut reserved = Vec::new();
-        assert!(queue_ahead(ahead.iter(), &machine, &mut reserved).is_empty());
+        assert!(queue_ahead(ahead.iter(), &machine, &mut reserved).0.is_empty());
         let mut taken: Vec<u32> = reserved.iter().map(|r| r.index).collect();
         taken.sort_unstable();
         assert_eq!(taken, all);

@@ -132,6 +132,29 @@ impl Decision {
     pub fn possible(&self) -> Vec<u32> {
         self.assessments.iter().filter(|a| a.possible()).map(|a| a.index).collect()
     }
+
+    /// Why a waiter cannot start now, in the words of the exit-75 table: `needs 2 GPUs with
+    /// 20 GiB free: GPU 0 reserved by gpurun PID 7 (bob), GPU 3 free 12 GiB < 20 GiB`.
+    pub fn why_not(&self, request: &Request) -> String {
+        let count = request.count;
+        let mut needs = format!("needs {count} GPU{}", if count == Count::exactly(1) { "" } else { "s" });
+        if let Some(threshold) = request.min_free {
+            needs.push_str(&format!(" with {threshold} free"));
+        }
+        if request.exclusive {
+            needs.push_str(", exclusive");
+        }
+        let blocked: Vec<String> = self
+            .assessments
+            .iter()
+            .filter(|a| a.possible() && !a.eligible())
+            .map(|a| format!("GPU {} {}", a.index, a.reasons().join("; ")))
+            .collect();
+        match blocked.is_empty() {
+            true => needs,
+            false => format!("{needs}: {}", blocked.join(", ")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,7 +322,7 @@ fn assess(
                 let usable = m.total_bytes.saturating_sub(m.reserved_bytes);
                 if m.free_bytes < needed && needed <= usable {
                     let wanted = match threshold {
-                        Threshold::Bytes(_) => human(needed),
+                        Threshold::Bytes(_) | Threshold::Larger { .. } => human(needed),
                         Threshold::PercentOfTotal(p) => {
                             format!("{p}% of {} ({})", human(m.total_bytes), human(needed))
                         }

@@ -64,7 +64,14 @@ impl Sim {
         let lib_dir = dir.path().join("lib");
         std::fs::create_dir(&lib_dir).expect("lib dir");
         std::os::unix::fs::symlink(sim_library(), lib_dir.join("libnvidia-ml.so.1")).expect("symlink");
+        // The machine's /etc/gpurun/config.toml stays out of the tests.
+        std::fs::write(dir.path().join("system.toml"), "").expect("system file");
         Sim { dir, scenario: scenario_path, lib_dir }
+    }
+
+    /// The system configuration file gpurun reads here (GPURUN_SYSTEM_CONFIG), empty at first.
+    pub fn system_file(&self) -> PathBuf {
+        self.dir.path().join("system.toml")
     }
 
     /// Replaces the scenario; the simulator notices on its next call.
@@ -94,6 +101,7 @@ impl Sim {
         command
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .env("XDG_STATE_HOME", self.dir.path().join("state"))
+            .env("GPURUN_SYSTEM_CONFIG", self.system_file())
             .env("NVML_SIM_SCENARIO", &self.scenario)
             .env("GPURUN_LOCK_DIR", self.lock_dir())
             .env_remove("NVML_SIM_STATE_DIR")

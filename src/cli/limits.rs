@@ -1,0 +1,116 @@
+//! House rules: the `[limits]` table of the system file, which user files, variables and the
+//! command line cannot loosen (DESIGN 11, issue 18).
+//!
+//! ```toml
+//! [limits]
+//! max-gpus-per-user = 2      # live reservations of one user
+//! max-wait = "4h"            # a cap on --wait
+//! default-min-free = "8G"    # every launch asks at least this much free memory
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::options::duration;
+use crate::options::size::{self, Threshold};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Limits {
+    pub max_gpus_per_user: Option<u32>,
+    pub max_wait: Option<Duration>,
+    pub default_min_free: Option<Threshold>,
+    /// The file they came from, for messages.
+    pub file: Option<PathBuf>,
+}
+
+impl Limits {
+    pub fn is_empty(&self) -> bool {
+        self.max_gpus_per_user.is_none() && self.max_wait.is_none() && self.default_min_free.is_none()
+    }
+
+    /// `max-gpus-per-user = 2 (/etc/gpurun/config.toml)`.
+    pub fn rule(&self, key: &str, value: &str) -> String {
+        let file =
+            self.file.as_deref().map_or_else(|| "the system file".to_owned(), |f| f.display().to_string());
+        format!("{key} = {value} ({file} [limits])")
+    }
+
+    /// The rules in force, one per line, for --list and --doctor.
+    pub fn describe(&self) -> Vec<String> {
+        let mut rules = Vec::new();
+        if let Some(max) = self.max_gpus_per_user {
+            rules.push(self.rule("max-gpus-per-user", &max.to_string()));
+        }
+        if let Some(max) = self.max_wait {
+            rules.push(self.rule("max-wait", &duration::compact(max)));
+        }
+        if let Some(floor) = self.default_min_free {
+            rules.push(self.rule("default-min-free", &floor.to_string()));
+        }
+        rules
+    }
+
+    /// `--wait` within max-wait: forever becomes max-wait, a longer wait is shortened.
+    pub fn cap_wait(&self, wait: Option<Option<Duration>>) -> Option<Option<Duration>> {
+        match (wait, self.max_wait) {
+            (Some(None), Some(max)) => Some(Some(max)),
+            (Some(Some(asked)), Some(max)) => Some(Some(asked.min(max))),
+            (wait, _) => wait,
+        }
+    }
+}
+
+/// Reads the `[limits]` table (`table`: its keys and values, with the line of each key).
+pub fn parse(path: &Path, entries: &[(String, usize, toml::Value)]) -> Result<Limits, String> {
+    let mut limits = Limits { file: Some(path.to_owned()), ..Limits::default() };
+    for (key, line, value) in entries {
+        let at = format!("{}:{line}: [limits] {key}", path.display());
+        let text = match value {
+            toml::Value::String(text) => text.clone(),
+            toml::Value::Integer(number) => number.to_string(),
+            _ => return Err(format!("{at}: expected a number or a string")),
+        };
+        match key.as_str() {
+            "max-gpus-per-user" => {
+                let max = text.parse::<u32>().map_err(|_| format!("{at}: {text:?} is not a number of GPUs"))?;
+                limits.max_gpus_per_user = Some(max);
+            }
+            "max-wait" => limits.max_wait = Some(duration::parse(&text).map_err(|e| format!("{at}: {e}"))?),
+            "default-min-free" => {
+                limits.default_min_free = Some(size::parse_threshold(&text).map_err(|e| format!("{at}: {e}"))?)
+            }
+            other => {
+                return Err(format!(
+                    "{}:{line}: unknown key {other:?} in [limits]; the house rules are max-gpus-per-user, max-wait \
+                     and default-min-free",
+                    path.display()
+                ))
+            }
+        }
+    }
+    Ok(limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_parse_and_cap() {
+        let entries = vec![
+            ("max-gpus-per-user".to_owned(), 2, toml::Value::Integer(2)),
+            ("max-wait".to_owned(), 3, toml::Value::String("1h".into())),
+            ("default-min-free".to_owned(), 4, toml::Value::String("8G".into())),
+        ];
+        let limits = parse(Path::new("/etc/gpurun/config.toml"), &entries).unwrap();
+        assert_eq!(limits.max_gpus_per_user, Some(2));
+        assert_eq!(limits.cap_wait(Some(None)), Some(Some(Duration::from_secs(3600))));
+        assert_eq!(limits.cap_wait(Some(Some(Duration::from_secs(60)))), Some(Some(Duration::from_secs(60))));
+        assert_eq!(limits.cap_wait(None), None);
+        assert_eq!(limits.describe()[0], "max-gpus-per-user = 2 (/etc/gpurun/config.toml [limits])");
+        let bad = parse(Path::new("/f"), &[("max-gpu".to_owned(), 7, toml::Value::Integer(1))]).unwrap_err();
+        assert!(bad.starts_with("/f:7: unknown key \"max-gpu\" in [limits]"), "{bad}");
+        let wrong = parse(Path::new("/f"), &[("max-wait".to_owned(), 2, toml::Value::String("x".into()))]);
+        assert!(wrong.unwrap_err().starts_with("/f:2: [limits] max-wait: \"x\" is not a duration"));
+    }
+}
