@@ -52,6 +52,11 @@ fn mixed_machine_with_a_lost_gpu() {
 }
 
 #[test]
+fn mig_devices_on_two_partitioned_gpus() {
+    check(&scenario_file("mig.toml"));
+}
+
+#[test]
 fn transient_errors_and_a_device_outside_the_cgroup() {
     check(&scenario_file("transient.toml"));
 }

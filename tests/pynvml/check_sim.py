@@ -60,6 +60,12 @@ def size(value):
     return round(float(match.group(1)) * UNITS[match.group(2)])
 
 
+def is_mig(handle):
+    """pynvml hands back the c_uint nvmlDeviceIsMigDeviceHandle wrote."""
+    answer = pynvml.nvmlDeviceIsMigDeviceHandle(handle)
+    return getattr(answer, "value", answer)
+
+
 class Checker:
     def __init__(self, scenario_path, sim_cuda):
         self.path = scenario_path
@@ -114,10 +120,14 @@ class Checker:
     def processes_on(self, index):
         return [p for p in self.scenario.get("process", []) if p["gpu"] == index]
 
+    def migs_of(self, index):
+        return [m for m in self.scenario.get("mig", []) if m["gpu"] == index]
+
     def used_v2(self, index, extra=0):
         gpu = self.gpus[index]
         listed = sum(size(p["used"]) for p in self.processes_on(index) if "used" in p)
-        return size(gpu.get("memory_used", 0)) + listed + extra
+        instances = sum(size(m.get("memory_used", 0)) for m in self.migs_of(index))
+        return size(gpu.get("memory_used", 0)) + instances + listed + extra
 
     def check_system(self):
         self.call("driver version", "nvmlSystemGetDriverVersion", None,
@@ -199,8 +209,13 @@ class Checker:
         c("compute mode", "nvmlDeviceGetComputeMode", lambda: pynvml.nvmlDeviceGetComputeMode(handle),
           lambda: COMPUTE_MODES[gpu["compute_mode"]], unsupported="compute_mode" not in gpu)
         mig = {"disabled": 0, "enabled": 1}.get(gpu.get("mig_mode"))
+        pending = {"disabled": 0, "enabled": 1}.get(gpu.get("mig_pending"), mig)
         c("MIG mode", "nvmlDeviceGetMigMode", lambda: list(pynvml.nvmlDeviceGetMigMode(handle)),
-          lambda: [mig, mig], unsupported=mig is None)
+          lambda: [mig, pending], unsupported=mig is None)
+        c("max MIG devices", "nvmlDeviceGetMaxMigDeviceCount",
+          lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(handle), lambda: 7, unsupported=mig is None)
+        if mig is not None and not self.injected_everywhere(index):
+            self.check_migs(index, handle)
 
         def affinity_words():
             words = [0, 0]
@@ -223,6 +238,56 @@ class Checker:
           lambda: pynvml.nvmlDeviceGetPerformanceState(handle), lambda: None, unsupported=True)
         self.check_processes(index, handle)
         self.check_lookups(index, handle)
+
+    def check_migs(self, index, handle):
+        """MIG devices: slots in file order, NOT_FOUND past them; each answers as a device of its
+        own (UUID, name, ids, memory, processes with their instance ids), without utilization."""
+        gpu = self.gpus[index]
+        migs = self.migs_of(index)
+        for slot in range(7):
+            tag = f"GPU {index} MIG {slot}"
+            try:
+                mig_handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except pynvml.NVMLError as e:
+                self.check(f"{tag} handle", e.value, pynvml.NVML_ERROR_NOT_FOUND if slot >= len(migs) else None)
+                continue
+            if slot >= len(migs):
+                self.check(f"{tag} handle", "a handle", "NOT_FOUND")
+                continue
+            spec = migs[slot]
+            self.check(f"{tag} is MIG", is_mig(mig_handle), 1)
+            self.check(f"{tag} parent is not", is_mig(handle), 0)
+            parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_handle)
+            self.check(f"{tag} parent", pynvml.nvmlDeviceGetUUID(parent), gpu["uuid"])
+            self.check(f"{tag} uuid", pynvml.nvmlDeviceGetUUID(mig_handle), spec["uuid"])
+            self.check(f"{tag} name", pynvml.nvmlDeviceGetName(mig_handle), f"{gpu['name']} MIG {spec['profile']}")
+            self.check(f"{tag} GPU instance", pynvml.nvmlDeviceGetGpuInstanceId(mig_handle), spec["gpu_instance_id"])
+            self.check(f"{tag} compute instance", pynvml.nvmlDeviceGetComputeInstanceId(mig_handle),
+                       spec.get("compute_instance_id", 0))
+            listed = [p for p in self.scenario.get("process", []) if p.get("mig") == spec["uuid"]]
+            used = size(spec.get("memory_used", 0)) + sum(size(p["used"]) for p in listed if "used" in p)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(mig_handle, version=pynvml.nvmlMemory_v2)
+            total = size(spec["memory_total"])
+            self.check(f"{tag} memory", (memory.total, memory.reserved, memory.used, memory.free),
+                       (total, 0, used, total - used))
+            try:
+                pynvml.nvmlDeviceGetUtilizationRates(mig_handle)
+                self.check(f"{tag} utilization", "an answer", "NOT_SUPPORTED")
+            except pynvml.NVMLError as e:
+                self.check(f"{tag} utilization", e.value, pynvml.NVML_ERROR_NOT_SUPPORTED)
+            got = sorted((p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId)
+                         for p in pynvml.nvmlDeviceGetComputeRunningProcesses(mig_handle))
+            want = sorted((p["pid"], size(p["used"]) if "used" in p else None, spec["gpu_instance_id"],
+                           spec.get("compute_instance_id", 0)) for p in listed)
+            self.check(f"{tag} processes", got, want)
+            by_uuid = pynvml.nvmlDeviceGetHandleByUUID(spec["uuid"].encode())
+            self.check(f"{tag} by UUID", (is_mig(by_uuid), pynvml.nvmlDeviceGetUUID(by_uuid)), (1, spec["uuid"]))
+            # A physical GPU has no instance ids.
+            try:
+                pynvml.nvmlDeviceGetGpuInstanceId(handle)
+                self.check(f"GPU {index} instance id", "an answer", "NOT_SUPPORTED")
+            except pynvml.NVMLError as e:
+                self.check(f"GPU {index} instance id", e.value, pynvml.NVML_ERROR_NOT_SUPPORTED)
 
     def injected_everywhere(self, index):
         """A `call = "*"` error on this GPU: every device call fails the same way."""

@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulong, c_ulonglong, c_void, CStr};
 use std::time::Duration;
 
 use crate::scenario;
-use crate::state::{with_state, State};
+use crate::state::{with_state, ListedProcess, State};
 
 pub const NVML_SUCCESS: u32 = 0;
 pub const NVML_ERROR_UNINITIALIZED: u32 = 1;
@@ -146,6 +146,59 @@ fn device_call(device: Device, call: &str, body: impl FnOnce(&mut State, u32) ->
             return Err(error);
         }
         Ok(body(state, index))
+    });
+    result.unwrap_or_else(|error| error)
+}
+
+/// MIG device handles lie above every GPU's (index + 1): this, plus the device's position in
+/// the scenario's `[[mig]]` list, plus one.
+const MIG_HANDLES: usize = 1 << 16;
+
+fn mig_handle(position: usize) -> Device {
+    (MIG_HANDLES + position + 1) as Device
+}
+
+/// What a handle stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Gpu(u32),
+    /// Position in the scenario's `[[mig]]` list.
+    Mig(usize),
+}
+
+fn target_of(state: &State, device: Device) -> Option<Target> {
+    let raw = device as usize;
+    if raw > MIG_HANDLES {
+        let position = raw - MIG_HANDLES - 1;
+        (position < state.scenario.migs.len()).then_some(Target::Mig(position))
+    } else {
+        let index = raw.wrapping_sub(1);
+        (raw != 0 && index < state.scenario.gpus.len()).then_some(Target::Gpu(index as u32))
+    }
+}
+
+/// The physical GPU a target is (or is part of).
+fn parent_of(state: &State, target: Target) -> u32 {
+    match target {
+        Target::Gpu(index) => index,
+        Target::Mig(position) => state.scenario.migs[position].gpu,
+    }
+}
+
+/// As `device_call`, for the calls a MIG device handle answers too. A MIG device's injected
+/// errors and hangs are its parent GPU's.
+fn any_device_call(device: Device, call: &str, body: impl FnOnce(&mut State, Target) -> u32) -> u32 {
+    let parent = with_state(|state| Ok(target_of(state, device).map(|t| parent_of(state, t)))).ok().flatten();
+    misbehave(call, parent);
+    let result = with_state(|state| {
+        if state.init_count == 0 {
+            return Err(NVML_ERROR_UNINITIALIZED);
+        }
+        let Some(target) = target_of(state, device) else { return Err(NVML_ERROR_INVALID_ARGUMENT) };
+        if let Some(error) = state.injected(call, Some(parent_of(state, target))) {
+            return Err(error);
+        }
+        Ok(body(state, target))
     });
     result.unwrap_or_else(|error| error)
 }
@@ -411,12 +464,113 @@ unsafe fn handle_by(
     result.unwrap_or_else(|error| error)
 }
 
+/// A `MIG-` UUID gives the MIG device's handle, as the real library does.
+///
 /// # Safety
 /// `uuid` must be a NUL-terminated string; `device` valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut Device) -> u32 {
+    if !uuid.is_null() {
+        // SAFETY: caller passes a NUL-terminated string.
+        let key = unsafe { CStr::from_ptr(uuid) }.to_string_lossy().into_owned();
+        let mig = with_state(|state| {
+            if state.init_count == 0 {
+                return Err(NVML_ERROR_UNINITIALIZED);
+            }
+            Ok(state.scenario.migs.iter().position(|mig| mig.uuid == key))
+        });
+        match mig {
+            // SAFETY: forwarded caller contract.
+            Ok(Some(position)) => return unsafe { put(device, mig_handle(position)) },
+            Ok(None) => {}
+            Err(error) => return error,
+        }
+    }
     // SAFETY: forwarded caller contract.
     unsafe { handle_by(uuid, device, "nvmlDeviceGetHandleByUUID", |gpu, key| gpu.uuid == key) }
+}
+
+/// # Safety
+/// `count` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: Device, count: *mut c_uint) -> u32 {
+    device_call(device, "nvmlDeviceGetMaxMigDeviceCount", |state, gpu| {
+        match state.scenario.gpus[gpu as usize].mig_mode {
+            // SAFETY: forwarded caller contract.
+            Some(_) => unsafe { put(count, scenario::MAX_MIG_DEVICES) },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
+/// `mig` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: Device,
+    index: c_uint,
+    mig: *mut Device,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetMigDeviceHandleByIndex", |state, gpu| {
+        if state.scenario.gpus[gpu as usize].mig_mode.is_none() {
+            return NVML_ERROR_NOT_SUPPORTED;
+        }
+        let position =
+            state.scenario.migs.iter().enumerate().filter(|(_, m)| m.gpu == gpu).nth(index as usize);
+        match position {
+            // SAFETY: forwarded caller contract.
+            Some((position, _)) => unsafe { put(mig, mig_handle(position)) },
+            None => NVML_ERROR_NOT_FOUND,
+        }
+    })
+}
+
+/// # Safety
+/// `is_mig` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: Device, is_mig: *mut c_uint) -> u32 {
+    any_device_call(device, "nvmlDeviceIsMigDeviceHandle", |_, target| {
+        // SAFETY: forwarded caller contract.
+        unsafe { put(is_mig, c_uint::from(matches!(target, Target::Mig(_)))) }
+    })
+}
+
+/// # Safety
+/// `parent` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    mig: Device,
+    parent: *mut Device,
+) -> u32 {
+    any_device_call(mig, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", |state, target| match target {
+        // SAFETY: forwarded caller contract.
+        Target::Mig(position) => unsafe {
+            put(parent, handle_for(state.scenario.migs[position].gpu as usize))
+        },
+        Target::Gpu(_) => NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// `id` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: Device, id: *mut c_uint) -> u32 {
+    any_device_call(device, "nvmlDeviceGetGpuInstanceId", |state, target| match target {
+        // SAFETY: forwarded caller contract.
+        Target::Mig(position) => unsafe { put(id, state.scenario.migs[position].gpu_instance_id) },
+        Target::Gpu(_) => NVML_ERROR_NOT_SUPPORTED,
+    })
+}
+
+/// # Safety
+/// `id` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: Device, id: *mut c_uint) -> u32 {
+    any_device_call(device, "nvmlDeviceGetComputeInstanceId", |state, target| match target {
+        // SAFETY: forwarded caller contract.
+        Target::Mig(position) => unsafe { put(id, state.scenario.migs[position].compute_instance_id) },
+        Target::Gpu(_) => NVML_ERROR_NOT_SUPPORTED,
+    })
 }
 
 /// # Safety
@@ -444,8 +598,16 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: Device, index: *mut c_uint) 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: Device, name: *mut c_char, length: c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
-    device_call(device, "nvmlDeviceGetName", |state, gpu| unsafe {
-        write_string(&state.scenario.gpus[gpu as usize].name, name, length)
+    any_device_call(device, "nvmlDeviceGetName", |state, target| {
+        let text = match target {
+            Target::Gpu(gpu) => state.scenario.gpus[gpu as usize].name.clone(),
+            Target::Mig(position) => {
+                let mig = &state.scenario.migs[position];
+                format!("{} MIG {}", state.scenario.gpus[mig.gpu as usize].name, mig.profile)
+            }
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { write_string(&text, name, length) }
     })
 }
 
@@ -454,8 +616,13 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: Device, name: *mut c_char, le
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: Device, uuid: *mut c_char, length: c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
-    device_call(device, "nvmlDeviceGetUUID", |state, gpu| unsafe {
-        write_string(&state.scenario.gpus[gpu as usize].uuid, uuid, length)
+    any_device_call(device, "nvmlDeviceGetUUID", |state, target| {
+        let text = match target {
+            Target::Gpu(gpu) => &state.scenario.gpus[gpu as usize].uuid,
+            Target::Mig(position) => &state.scenario.migs[position].uuid,
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { write_string(text, uuid, length) }
     })
 }
 
@@ -500,8 +667,11 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Device, pci: *mut PciIn
 /// `memory` must be valid for a write of `nvmlMemory_t`.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Device, memory: *mut MemoryV1) -> u32 {
-    device_call(device, "nvmlDeviceGetMemoryInfo", |state, gpu| {
-        let m = state.memory(gpu);
+    any_device_call(device, "nvmlDeviceGetMemoryInfo", |state, target| {
+        let m = match target {
+            Target::Gpu(gpu) => state.memory(gpu),
+            Target::Mig(position) => state.mig_memory(position),
+        };
         // v1 predates the `reserved` field and counts it as used.
         let info = MemoryV1 { total: m.total, free: m.free, used: m.used + m.reserved };
         // SAFETY: forwarded caller contract.
@@ -520,8 +690,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Device, memory: *mut
     if unsafe { (*memory).version } != MEMORY_V2_VERSION {
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     }
-    device_call(device, "nvmlDeviceGetMemoryInfo", |state, gpu| {
-        let m = state.memory(gpu);
+    any_device_call(device, "nvmlDeviceGetMemoryInfo", |state, target| {
+        let m = match target {
+            Target::Gpu(gpu) => state.memory(gpu),
+            Target::Mig(position) => state.mig_memory(position),
+        };
         let info = MemoryV2 {
             version: MEMORY_V2_VERSION,
             total: m.total,
@@ -538,7 +711,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Device, memory: *mut
 /// `utilization` must be valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: Device, utilization: *mut Utilization) -> u32 {
-    device_call(device, "nvmlDeviceGetUtilizationRates", |state, gpu| {
+    any_device_call(device, "nvmlDeviceGetUtilizationRates", |state, target| {
+        // MIG devices have no utilization counters.
+        let Target::Gpu(gpu) = target else { return NVML_ERROR_NOT_SUPPORTED };
         let spec = &state.scenario.gpus[gpu as usize];
         match (spec.utilization_gpu, spec.utilization_memory) {
             // SAFETY: forwarded caller contract.
@@ -605,11 +780,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     pending: *mut c_uint,
 ) -> u32 {
     device_call(device, "nvmlDeviceGetMigMode", |state, gpu| {
-        match state.scenario.gpus[gpu as usize].mig_mode.as_deref().and_then(scenario::mig_mode_code) {
+        let spec = &state.scenario.gpus[gpu as usize];
+        match spec.mig_mode.as_deref().and_then(scenario::mig_mode_code) {
             // SAFETY: forwarded caller contract.
             Some(code) => unsafe {
+                let later = spec.mig_pending.as_deref().and_then(scenario::mig_mode_code).unwrap_or(code);
                 match put(current, code) {
-                    NVML_SUCCESS => put(pending, code),
+                    NVML_SUCCESS => put(pending, later),
                     error => error,
                 }
             },
@@ -696,13 +873,16 @@ unsafe fn running_processes<T>(
     device: Device,
     count: *mut c_uint,
     infos: *mut T,
-    make: impl Fn(u32, u64) -> T,
+    make: impl Fn(&ListedProcess, u64) -> T,
 ) -> u32 {
     if count.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    device_call(device, "nvmlDeviceGetComputeRunningProcesses", |state, gpu| {
-        let listed = state.processes(gpu);
+    any_device_call(device, "nvmlDeviceGetComputeRunningProcesses", |state, target| {
+        let listed = match target {
+            Target::Gpu(gpu) => state.processes(gpu),
+            Target::Mig(position) => state.mig_processes(position),
+        };
         // SAFETY: checked non-null; caller contract.
         let capacity = unsafe { *count } as usize;
         // SAFETY: as above.
@@ -722,15 +902,20 @@ unsafe fn running_processes<T>(
         for (slot, process) in listed.iter().enumerate().take(fits) {
             let used = process.used_bytes.unwrap_or(VALUE_NOT_AVAILABLE);
             // SAFETY: slot < listed.len() <= capacity, which the caller allocated.
-            unsafe { infos.add(slot).write(make(process.pid, used)) };
+            unsafe { infos.add(slot).write(make(process, used)) };
         }
         NVML_SUCCESS
     })
 }
 
-fn process_v2(pid: u32, used: u64) -> ProcessInfoV2 {
-    // 0xFFFFFFFF: no MIG instance.
-    ProcessInfoV2 { pid, used_gpu_memory: used, gpu_instance_id: u32::MAX, compute_instance_id: u32::MAX }
+/// The instance ids of a process: 0xFFFFFFFF outside MIG.
+fn instance_ids(process: &ListedProcess) -> (u32, u32) {
+    process.instance.unwrap_or((u32::MAX, u32::MAX))
+}
+
+fn process_v2(process: &ListedProcess, used: u64) -> ProcessInfoV2 {
+    let (gpu_instance_id, compute_instance_id) = instance_ids(process);
+    ProcessInfoV2 { pid: process.pid, used_gpu_memory: used, gpu_instance_id, compute_instance_id }
 }
 
 /// # Safety
@@ -748,12 +933,15 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
         // SAFETY: forwarded caller contract; running_processes bounds the writes by the
         // caller's buffer size.
         return unsafe {
-            running_processes(device, count, wide, |pid, used| ProcessInfo535 {
-                pid,
-                used_gpu_memory: used,
-                gpu_instance_id: u32::MAX,
-                compute_instance_id: u32::MAX,
-                used_gpu_cc_protected_memory: 0,
+            running_processes(device, count, wide, |process, used| {
+                let (gpu_instance_id, compute_instance_id) = instance_ids(process);
+                ProcessInfo535 {
+                    pid: process.pid,
+                    used_gpu_memory: used,
+                    gpu_instance_id,
+                    compute_instance_id,
+                    used_gpu_cc_protected_memory: 0,
+                }
             })
         };
     }
@@ -783,7 +971,10 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
 ) -> u32 {
     // SAFETY: forwarded caller contract.
     unsafe {
-        running_processes(device, count, infos, |pid, used| ProcessInfoV1 { pid, used_gpu_memory: used })
+        running_processes(device, count, infos, |process, used| ProcessInfoV1 {
+            pid: process.pid,
+            used_gpu_memory: used,
+        })
     }
 }
 

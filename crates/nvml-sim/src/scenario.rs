@@ -47,7 +47,33 @@ pub struct Scenario {
     pub crashes: Vec<CrashSpec>,
     #[serde(default, rename = "link")]
     pub links: Vec<LinkSpec>,
+    /// MIG instances (a GPU instance with one compute instance each), on GPUs with
+    /// `mig_mode = "enabled"`; a GPU's instances are its MIG devices 0, 1, ... in file order.
+    #[serde(default, rename = "mig")]
+    pub migs: Vec<MigSpec>,
 }
+
+/// One MIG device: what `nvmlDeviceGetMigDeviceHandleByIndex` hands out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigSpec {
+    /// The parent GPU's NVML index.
+    pub gpu: u32,
+    /// `MIG-` and a UUID.
+    pub uuid: String,
+    /// The profile, as `nvidia-smi mig -lgip` names it: `1g.10gb`, `3g.40gb`.
+    pub profile: String,
+    pub gpu_instance_id: u32,
+    #[serde(default)]
+    pub compute_instance_id: u32,
+    pub memory_total: Size,
+    /// In use beyond the listed processes.
+    #[serde(default)]
+    pub memory_used: Size,
+}
+
+/// The most MIG devices one GPU can hold (A100, H100, H200: seven 1g slices).
+pub const MAX_MIG_DEVICES: u32 = 7;
 
 fn default_driver_version() -> String {
     "550.54.15".to_owned()
@@ -101,6 +127,8 @@ pub struct GpuSpec {
     pub compute_mode: Option<String>,
     /// `enabled` or `disabled`; omitted: NOT_SUPPORTED (pre-Ampere).
     pub mig_mode: Option<String>,
+    /// The pending MIG mode, when it differs from `mig_mode` (a GPU reset is needed).
+    pub mig_pending: Option<String>,
     /// CPU list as in `/sys/devices/system/cpu/online`: `0-15,32-47`.
     pub cpu_affinity: Option<String>,
     /// NUMA node, for the default topology of pairs without a `[[link]]`.
@@ -124,6 +152,8 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct ProcessSpec {
     pub gpu: u32,
+    /// The MIG instance (its `MIG-` UUID) the process runs in, on a GPU in MIG mode.
+    pub mig: Option<String>,
     pub pid: u32,
     /// Omitted: NVML reports "not available" (as under WDDM or without permission).
     pub used: Option<Size>,
@@ -282,9 +312,41 @@ impl Scenario {
                 ));
             }
         }
+        for (at, mig) in self.migs.iter().enumerate() {
+            let parent = self
+                .gpus
+                .get(mig.gpu as usize)
+                .ok_or_else(|| format!("mig {}: gpu {} does not exist", mig.uuid, mig.gpu))?;
+            if parent.mig_mode.as_deref() != Some("enabled") {
+                return Err(format!(
+                    "mig {}: gpu {} is not in MIG mode (mig_mode = \"enabled\")",
+                    mig.uuid, mig.gpu
+                ));
+            }
+            if !mig.uuid.starts_with("MIG-") || self.migs[..at].iter().any(|other| other.uuid == mig.uuid) {
+                return Err(format!("mig {}: the uuid must start with MIG- and be unique", mig.uuid));
+            }
+            if self.migs_of(mig.gpu).count() as u32 > MAX_MIG_DEVICES {
+                return Err(format!("gpu {}: more than {MAX_MIG_DEVICES} MIG devices", mig.gpu));
+            }
+        }
+        for (index, gpu) in self.gpus.iter().enumerate() {
+            if let Some(mode) = &gpu.mig_pending {
+                mig_mode_code(mode)
+                    .ok_or_else(|| format!("gpu {index}: mig_pending {mode:?} is not enabled or disabled"))?;
+            }
+        }
         for process in &self.processes {
             if process.gpu >= count {
                 return Err(format!("process {}: gpu {} does not exist", process.pid, process.gpu));
+            }
+            if let Some(uuid) = &process.mig {
+                if !self.migs_of(process.gpu).any(|mig| &mig.uuid == uuid) {
+                    return Err(format!(
+                        "process {}: gpu {} has no MIG device {uuid}",
+                        process.pid, process.gpu
+                    ));
+                }
             }
         }
         for error in &self.errors {
@@ -306,6 +368,11 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// The MIG devices of GPU `gpu`, in slot order.
+    pub fn migs_of(&self, gpu: u32) -> impl Iterator<Item = &MigSpec> {
+        self.migs.iter().filter(move |mig| mig.gpu == gpu)
     }
 
     pub fn has_quirk(&self, quirk: &str) -> bool {

@@ -26,6 +26,8 @@ pub struct ListedProcess {
     pub pid: u32,
     /// `None`: NVML_VALUE_NOT_AVAILABLE.
     pub used_bytes: Option<u64>,
+    /// (GPU instance id, compute instance id) of the MIG device it runs in.
+    pub instance: Option<(u32, u32)>,
 }
 
 /// Memory as the driver reports it (NVML v2 view: `used` excludes `reserved`).
@@ -120,29 +122,65 @@ impl State {
         self.scenario.crashes.iter().any(|spec| spec.call == call && (spec.gpu.is_none() || spec.gpu == gpu))
     }
 
+    /// The processes on GPU `gpu`: in MIG mode, those of all its MIG devices, as the driver
+    /// lists them to a privileged caller.
     pub fn processes(&self, gpu: u32) -> Vec<ListedProcess> {
         let uuid = &self.scenario.gpus[gpu as usize].uuid;
+        let mut listed = self.listed(|p| p.gpu == gpu && p.mig.is_none(), |r| &r.uuid == uuid, None);
+        for position in self.scenario.migs.iter().enumerate().filter(|(_, m)| m.gpu == gpu).map(|(at, _)| at)
+        {
+            listed.extend(self.mig_processes(position));
+        }
+        listed
+    }
+
+    /// The processes in the MIG device at `position` of the scenario's `[[mig]]` list.
+    pub fn mig_processes(&self, position: usize) -> Vec<ListedProcess> {
+        let mig = &self.scenario.migs[position];
+        let instance = Some((mig.gpu_instance_id, mig.compute_instance_id));
+        self.listed(|p| p.mig.as_deref() == Some(mig.uuid.as_str()), |r| r.uuid == mig.uuid, instance)
+    }
+
+    fn listed(
+        &self,
+        from_scenario: impl Fn(&scenario::ProcessSpec) -> bool,
+        registered: impl Fn(&registry::Registration) -> bool,
+        instance: Option<(u32, u32)>,
+    ) -> Vec<ListedProcess> {
         let mut listed: Vec<ListedProcess> = self
             .scenario
             .processes
             .iter()
-            .filter(|p| p.gpu == gpu)
-            .map(|p| ListedProcess { pid: p.pid, used_bytes: p.used.map(|s| s.0) })
+            .filter(|p| from_scenario(p))
+            .map(|p| ListedProcess { pid: p.pid, used_bytes: p.used.map(|s| s.0), instance })
             .collect();
-        listed.extend(registry::live(&self.state_dir).into_iter().filter(|r| &r.uuid == uuid).map(|r| {
-            ListedProcess { pid: r.pid + self.scenario.pid_offset, used_bytes: Some(r.used_bytes) }
+        listed.extend(registry::live(&self.state_dir).into_iter().filter(|r| registered(r)).map(|r| {
+            ListedProcess { pid: r.pid + self.scenario.pid_offset, used_bytes: Some(r.used_bytes), instance }
         }));
         listed
     }
 
     pub fn memory(&self, gpu: u32) -> Memory {
         let spec = &self.scenario.gpus[gpu as usize];
+        let instances: u64 =
+            self.scenario.migs_of(gpu).map(|mig| mig.memory_used.0).fold(0, u64::saturating_add);
         let by_processes: u64 =
             self.processes(gpu).iter().filter_map(|p| p.used_bytes).fold(0u64, u64::saturating_add);
         let total = spec.memory_total.0;
         let reserved = spec.memory_reserved.0.min(total);
-        let used = spec.memory_used.0.saturating_add(by_processes).min(total - reserved);
+        let used =
+            spec.memory_used.0.saturating_add(instances).saturating_add(by_processes).min(total - reserved);
         Memory { total, reserved, used, free: total - reserved - used }
+    }
+
+    /// A MIG device's own memory (no driver reservation of its own).
+    pub fn mig_memory(&self, position: usize) -> Memory {
+        let mig = &self.scenario.migs[position];
+        let by_processes: u64 =
+            self.mig_processes(position).iter().filter_map(|p| p.used_bytes).fold(0u64, u64::saturating_add);
+        let total = mig.memory_total.0;
+        let used = mig.memory_used.0.saturating_add(by_processes).min(total);
+        Memory { total, reserved: 0, used, free: total - used }
     }
 }
 
