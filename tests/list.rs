@@ -26,13 +26,11 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
             json!({"pid": p.pid, "used_bytes": p.used.map(|s| s.0), "user": null, "command": null, "reservation": null})
         })
         .collect();
-    // Without filters the only reasons are the card's own: MIG instances are not selectable.
+    // Without filters the only reasons are the card's own: a GPU in MIG mode is no device (its
+    // MIG devices are; this machine has none).
     let mig_enabled = spec.mig_mode.as_deref() == Some("enabled");
-    let reasons: Vec<&str> = if mig_enabled {
-        vec!["MIG mode is enabled: gpurun does not select MIG instances yet"]
-    } else {
-        vec![]
-    };
+    let reasons: Vec<&str> =
+        if mig_enabled { vec!["in MIG mode: its MIG devices are the devices"] } else { vec![] };
     json!({
         "index": index,
         "uuid": spec.uuid,
@@ -49,6 +47,8 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         "power_watts": spec.power_mw.map(|mw| mw as f64 / 1000.0),
         "compute_mode": spec.compute_mode,
         "mig_enabled": spec.mig_mode.as_deref().map(|m| m == "enabled"),
+        "mig_pending": spec.mig_mode.as_deref().map(|m| m == "enabled"),
+        "mig_devices": [],
         "processes": processes,
         "error": null,
         "eligible": !mig_enabled,
@@ -127,7 +127,7 @@ fn table_shows_models_memory_processes_and_the_lost_gpu() {
         .stdout_has("4190101 ? ? (19.5 GiB)")
         .stdout_has("4190103 ? ? (?)")
         .stdout_has("not eligible: unreadable: handle: GPU is lost")
-        .stdout_has("not eligible: MIG mode is enabled");
+        .stdout_has("not eligible: in MIG mode: its MIG devices are the devices");
     // GPU 7 cannot report utilization, temperature or power: dashes, not zeros.
     let row7 = outcome.stdout.lines().find(|l| l.trim_start().starts_with("7 ")).unwrap();
     assert!(!row7.contains("0%") && !row7.contains("0C"), "{row7}");

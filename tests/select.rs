@@ -510,7 +510,7 @@ const INVALID: &[(&[&str], &str)] = &[
     (&["--devices", "1,,2", "--export"], "empty entry"),
     (&["--devices", "9", "--export"], "--devices 9: no such GPU; this machine has GPUs 0-7"),
     (&["--devices", "GPU-5a1c", "--export"], "--devices GPU-5a1c: matches GPUs 0, 1"),
-    (&["--exclude", "MIG-abc", "--export"], "does not select MIG instances"),
+    (&["--exclude", "MIG-abc", "--export"], "--exclude MIG-abc: no such GPU; this machine has GPUs 0-7"),
     (&["--exclude", "zz:00.0", "--export"], "not a PCI bus id"),
     (&["--policy", "fastest", "--export"], "invalid value 'fastest' for '--policy <POLICY>'"),
     (&["--fallback", "gpu", "--export"], "invalid value 'gpu' for '--fallback <MODE>'"),

@@ -11,7 +11,7 @@ use crate::options::count::{self, Count};
 use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, MinFree};
-use crate::options::{duration, Fallback, LogFormat, Policy, VerifyMode, VisibleAs};
+use crate::options::{duration, Fallback, LogFormat, MigUse, Policy, VerifyMode, VisibleAs};
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
 
@@ -62,7 +62,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             (
                 "filters",
                 "a GPU that NVML cannot read is never chosen; a value NVML cannot give fails every filter that \
-                 needs it; GPUs in MIG mode or the prohibited compute mode are never chosen",
+                 needs it; GPUs in the prohibited compute mode are never chosen",
             ),
             ("most-free", "free memory, most first; then utilization, lowest first; then index"),
             ("least-util", "utilization, lowest first; then free memory, most first"),
@@ -71,6 +71,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("index, random", "lowest index first; any qualifying GPU"),
             ("ties", "break by index: the same probe always gives the same choice (except random)"),
             ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
+            ("MIG", "a MIG device is a device of its own (its UUID, memory and processes), listed under its GPU as MIG P:S (slot S of GPU P); a GPU in MIG mode is not one; one process can use one MIG device, so only requests for one device consider MIG devices (--mig auto, the default), beside whole GPUs; --mig only: MIG devices only; --mig never: whole GPUs only; --model matches the GPU's model or the profile (3g.40gb); --max-util cannot be checked on MIG (said so); --devices/--exclude take MIG- UUIDs and prefixes; one lease per MIG device"),
             ("how many", "--gpus N takes N; --gpus MIN-MAX as many as qualify, at least MIN and at most MAX; --gpus all every GPU that qualifies, at least one; the JSON and the report say how many were taken"),
             ("too few", "exit 75 with every GPU and the reason it was turned away, unless --fallback"),
             (
@@ -82,7 +83,9 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             (
                 "inherited",
                 "CUDA_VISIBLE_DEVICES entries are read as CUDA reads them (indices in PCI order, GPU- UUIDs and \
-                 unique prefixes; the list ends at the first invalid entry; empty means no GPU). Indices without \
+                 unique prefixes, MIG- UUIDs; the list ends at the first invalid entry; empty means no GPU); \
+                 of several MIG- entries (Slurm MIG GRES, the Kubernetes device plugin) gpurun chooses one, \
+                 where CUDA would take the first. Indices without \
                  CUDA_DEVICE_ORDER=PCI_BUS_ID on a machine of mixed models are ambiguous: gpurun warns. \
                  SLURM_STEP_GPUS/SLURM_JOB_GPUS are used only when CUDA_VISIBLE_DEVICES is unset",
             ),
@@ -184,9 +187,9 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "Environment",
         &[
-            ("CUDA_VISIBLE_DEVICES", "read: the GPUs gpurun may choose from, never widened (see Selection); set for the command: the chosen GPUs, best first, as PCI-order indices or UUIDs (--visible-as); empty with --gpus 0"),
+            ("CUDA_VISIBLE_DEVICES", "read: the GPUs (or MIG- devices, as Slurm and Kubernetes hand them out) gpurun may choose from, never widened (see Selection); set for the command: the chosen GPUs, best first, as PCI-order indices or UUIDs (--visible-as); a MIG device always as its MIG- UUID (CUDA takes no other form); empty with --gpus 0"),
             ("CUDA_DEVICE_ORDER", "read: whether inherited indices are in PCI order; set for the command: PCI_BUS_ID, so that CUDA numbers GPUs as nvidia-smi does"),
-            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "set for the command: the chosen NVML indices and UUIDs; never read as settings (an inherited pair that matches CUDA_VISIBLE_DEVICES marks an earlier eval \"$(gpurun --export)\", and a refusal says how to undo it)"),
+            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "set for the command: the chosen NVML indices and UUIDs (for a MIG device: its GPU's index, and its MIG- UUID); never read as settings (an inherited pair that matches CUDA_VISIBLE_DEVICES marks an earlier eval \"$(gpurun --export)\", and a refusal says how to undo it)"),
             ("TF_FORCE_GPU_ALLOW_GROWTH, XLA_PYTHON_CLIENT_PREALLOCATE", "set for the command: true and false, unless already set (the user's value wins) or --no-framework-env"),
             ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
             ("everything else", "passed to the command unchanged, byte for byte"),
@@ -229,7 +232,13 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             (
                 "gpus[]",
                 "index, uuid, name, pci_bus_id, memory, utilization, temperature_c, power_watts, \
-                 compute_mode, mig_enabled, processes, eligible, reasons, error",
+                 compute_mode, mig_enabled, mig_pending (the mode after the next reset), mig_devices, processes, \
+                 eligible, reasons, error",
+            ),
+            (
+                "mig_devices[]",
+                "mig_index (slot), uuid (MIG-...), name, profile, gpu_instance_id, compute_instance_id, memory, \
+                 compute_mode, processes, eligible, reasons, error",
             ),
             ("memory", "total_bytes, reserved_bytes, used_bytes, free_bytes: NVML's own numbers, free = total - reserved - used"),
             ("utilization", "gpu_percent, memory_percent"),
@@ -313,7 +322,7 @@ pub struct Cli {
 
     /// Choose only among these GPUs.
     ///
-    /// NVML indices, UUIDs, unique UUID prefixes or PCI bus ids, comma-separated.
+    /// NVML indices, GPU- or MIG- UUIDs and unique prefixes, or PCI bus ids, comma-separated.
     #[arg(long, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
     pub devices: Option<DeviceList>,
 
@@ -331,6 +340,11 @@ pub struct Cli {
     /// How to rank the GPUs that qualify.
     #[arg(long, value_enum, default_value_t = Policy::MostFree, help_heading = "Selection")]
     pub policy: Policy,
+
+    /// Whether MIG devices may be chosen: `auto` (a request for one device considers whole GPUs
+    /// and MIG devices alike; one that may take more, whole GPUs only), `only`, `never`.
+    #[arg(long, hide_short_help = true, value_enum, value_name = "WHEN", default_value_t = MigUse::Auto, help_heading = "Selection")]
+    pub mig: MigUse,
 
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
     /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible.
@@ -354,9 +368,16 @@ pub struct Cli {
     #[arg(long, hide_short_help = true, help_heading = "Reservations")]
     pub no_lock: bool,
 
-    /// Write CUDA_VISIBLE_DEVICES as PCI-order indices (default) or as GPU UUIDs.
-    #[arg(long, hide_short_help = true, value_enum, value_name = "FORM", default_value_t = VisibleAs::Index, help_heading = "Command environment")]
-    pub visible_as: VisibleAs,
+    /// Write CUDA_VISIBLE_DEVICES as PCI-order indices (the default) or as GPU UUIDs; a MIG
+    /// device is always written as its MIG- UUID, so an explicit `index` rules MIG devices out.
+    #[arg(
+        long,
+        hide_short_help = true,
+        value_enum,
+        value_name = "FORM",
+        help_heading = "Command environment"
+    )]
+    pub visible_as: Option<VisibleAs>,
 
     /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
     #[arg(long, hide_short_help = true, help_heading = "Command environment")]

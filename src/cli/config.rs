@@ -45,7 +45,8 @@ pub enum Goal {
 pub struct Config {
     pub mode: Mode,
     pub request: Request,
-    pub visible_as: VisibleAs,
+    /// `None`: indices, and MIG devices by UUID.
+    pub visible_as: Option<VisibleAs>,
     pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
     pub nvml_timeout: Duration,
@@ -159,6 +160,8 @@ impl Config {
             model: cli.model.map(ModelPattern),
             policy: cli.policy,
             fallback: cli.fallback,
+            mig: cli.mig,
+            index_only: cli.visible_as == Some(VisibleAs::Index),
             seed: RandomState::new().hash_one(std::process::id()),
         };
         Ok(Config {

@@ -16,7 +16,8 @@ pub struct Plan {
 
 impl Plan {
     /// The plan for `selection` in this process's environment.
-    pub fn new(selection: Selection, visible_as: VisibleAs, framework_env: bool) -> Plan {
+    pub fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
+        let visible_as = visible_as.unwrap_or(VisibleAs::Index);
         let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
         Plan { selection, variables }
     }
@@ -44,14 +45,22 @@ pub fn child_variables(
     // the CUDA index, so the ordinal among reachable GPUs is written instead.
     let ordinals = join(selection.devices.iter().map(|d| d.cuda_ordinal.to_string()).collect());
     let uuids = join(selection.devices.iter().map(|d| d.uuid.clone().unwrap_or_default()).collect());
-    let visible = match visible_as {
-        VisibleAs::Index => ordinals.clone(),
-        VisibleAs::Uuid => uuids.clone(),
-    };
+    // CUDA takes a MIG device by its MIG- UUID only.
+    let visible = join(
+        selection
+            .devices
+            .iter()
+            .map(|d| match (d.mig, visible_as) {
+                (false, VisibleAs::Index) => d.cuda_ordinal.to_string(),
+                _ => d.uuid.clone().unwrap_or_default(),
+            })
+            .collect(),
+    );
     let mut variables = vec![
         ("CUDA_VISIBLE_DEVICES".to_owned(), visible),
         ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
-        ("GPURUN_GPUS".to_owned(), join(selection.indices().iter().map(u32::to_string).collect())),
+        // A MIG device's GPU: its parent's NVML index.
+        ("GPURUN_GPUS".to_owned(), join(selection.devices.iter().map(|d| d.gpu_index.to_string()).collect())),
         ("GPURUN_GPU_UUIDS".to_owned(), uuids),
     ];
     if inherited("GPU_DEVICE_ORDINAL").is_some() {
@@ -79,6 +88,15 @@ mod tests {
     use crate::options::count::Count;
     use crate::probe::gpu::{test_gpu, Gpu};
 
+    fn machine_of(gpus: &[Gpu]) -> crate::probe::gpu::Machine {
+        crate::probe::gpu::Machine {
+            driver_version: None,
+            cuda_driver_version: None,
+            gpus: gpus.to_vec(),
+            migs: Vec::new(),
+        }
+    }
+
     fn none(_: &str) -> Option<OsString> {
         None
     }
@@ -86,8 +104,12 @@ mod tests {
     #[test]
     fn indices_uuids_and_order() {
         let gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
-        let variables =
-            child_variables(&Selection::new(&gpus, &[3, 1], Count::exactly(2)), VisibleAs::Index, true, none);
+        let variables = child_variables(
+            &Selection::new(&machine_of(&gpus), &[3, 1], Count::exactly(2)),
+            VisibleAs::Index,
+            true,
+            none,
+        );
         let get = |name: &str| variables.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("3,1"));
         assert_eq!(get("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"));
@@ -100,8 +122,12 @@ mod tests {
         assert_eq!(get("XLA_PYTHON_CLIENT_PREALLOCATE"), Some("false"));
         assert_eq!(get("GPU_DEVICE_ORDINAL"), None);
 
-        let by_uuid =
-            child_variables(&Selection::new(&gpus, &[2], Count::exactly(1)), VisibleAs::Uuid, false, none);
+        let by_uuid = child_variables(
+            &Selection::new(&machine_of(&gpus), &[2], Count::exactly(1)),
+            VisibleAs::Uuid,
+            false,
+            none,
+        );
         assert_eq!(by_uuid[0].1, gpus[2].uuid.clone().unwrap());
         assert!(by_uuid.iter().all(|(n, _)| !n.starts_with("TF_") && !n.starts_with("XLA_")));
     }
@@ -115,7 +141,7 @@ mod tests {
             _ => None,
         };
         let variables = child_variables(
-            &Selection::new(&gpus, &[2], Count::exactly(1)),
+            &Selection::new(&machine_of(&gpus), &[2], Count::exactly(1)),
             VisibleAs::Index,
             true,
             inherited,
@@ -130,8 +156,12 @@ mod tests {
     fn cgroup_renumbering() {
         let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
         gpus[0].handle_refused = true;
-        let variables =
-            child_variables(&Selection::new(&gpus, &[2], Count::exactly(1)), VisibleAs::Index, false, none);
+        let variables = child_variables(
+            &Selection::new(&machine_of(&gpus), &[2], Count::exactly(1)),
+            VisibleAs::Index,
+            false,
+            none,
+        );
         assert_eq!(variables[0].1, "1");
         assert_eq!(variables[2].1, "2");
     }

@@ -152,9 +152,10 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let mut watch =
         nvml.filter(|_| supervision.verify != VerifyMode::Off && !plan.selection.is_empty()).map(|nvml| {
             let watched =
-                machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect();
+                // A GPU in MIG mode lists its MIG devices' processes again: its devices are watched.
+                machine.devices().filter(|gpu| gpu.error.is_none() && !gpu.in_mig_mode()).map(|gpu| gpu.index).collect();
             let before_launch =
-                machine.gpus.iter().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
+                machine.devices().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
             let monitor = Monitor::new(
                 supervision.verify,
                 &plan.selection.indices(),
@@ -196,7 +197,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         .devices
         .iter()
         .map(|device| {
-            let gpu = machine.gpus.iter().find(|gpu| gpu.index == device.index);
+            let gpu = machine.device(device.index);
             let total = gpu.and_then(|gpu| gpu.memory).map(|m| m.total_bytes);
             let reserved = match (request.exclusive, request.min_free, total) {
                 (true, _, Some(total)) => Some((total, "--exclusive")),
@@ -222,8 +223,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     for found in &diagnosis {
         tracing::warn!("{}: {}", found.kind, found.detail);
     }
-    let uuid_of =
-        |index: u32| machine.gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.uuid.clone());
+    let uuid_of = |index: u32| machine.device(index).and_then(|gpu| gpu.uuid.clone());
     let mut summary = Report::new(
         command,
         &plan.selection,

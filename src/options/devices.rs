@@ -59,16 +59,14 @@ pub fn parse_device_list(text: &str) -> Result<DeviceList, String> {
                 normalize_pci_bus_id(entry)
                     .map(DeviceRef::PciBusId)
                     .ok_or_else(|| format!("{entry:?} is not a PCI bus id (like 0000:07:00.0)"))
-            } else if entry.starts_with("MIG-") {
-                Err(format!("{entry:?}: gpurun does not select MIG instances yet; give the parent GPU"))
-            } else if entry.starts_with("GPU-") {
+            } else if entry.starts_with("MIG-") || entry.starts_with("GPU-") {
                 Ok(DeviceRef::Uuid(entry.to_owned()))
             } else if entry.starts_with(|c: char| c.is_ascii_hexdigit())
                 && entry.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
             {
                 Ok(DeviceRef::Uuid(format!("GPU-{entry}")))
             } else {
-                Err(format!("{entry:?} is not a GPU index, UUID, UUID prefix or PCI bus id"))
+                Err(format!("{entry:?} is not a GPU index, a GPU- or MIG- UUID or UUID prefix, or a PCI bus id"))
             }
         })
         .collect::<Result<_, _>>()

@@ -50,6 +50,18 @@ pub enum VerifyMode {
     Strict,
 }
 
+/// `--mig`: whether MIG devices are candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum MigUse {
+    /// Whole GPUs and, for a one-device request, MIG devices alike.
+    #[default]
+    Auto,
+    /// MIG devices only.
+    Only,
+    /// Whole GPUs only.
+    Never,
+}
+
 /// `--visible-as`: how `CUDA_VISIBLE_DEVICES` names the chosen GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum VisibleAs {

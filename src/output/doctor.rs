@@ -79,6 +79,7 @@ pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> 
                     }
                     Some(error) => out.problem(format!("GPU {}: {name}: {error}", gpu.index)),
                 }
+                mig_findings(&mut out, gpu, &probed);
             }
             if probed.gpus.is_empty() {
                 out.problem("NVML sees no GPU");
@@ -178,18 +179,59 @@ fn inherited(out: &mut Out, machine: Option<&Machine>) {
         out.info("none set: gpurun may choose among every GPU");
     }
     if let Some(machine) = machine {
-        let visibility = visibility::resolve(&machine.gpus, &Inherited::from_env());
+        let visibility = visibility::resolve(machine, &Inherited::from_env());
         if let Some(allowed) = &visibility.allowed {
-            let list: Vec<String> = allowed.iter().map(u32::to_string).collect();
             out.info(format!(
-                "gpurun will choose only among GPU {} ({})",
-                if list.is_empty() { "none".to_owned() } else { list.join(", ") },
+                "gpurun will choose only among {} ({})",
+                if allowed.is_empty() { "no device".to_owned() } else { crate::probe::gpu::labels(allowed) },
                 visibility.source.as_deref().unwrap_or("")
             ));
         }
         for warning in &visibility.warnings {
             out.problem(warning);
         }
+    }
+}
+
+/// A GPU's MIG state: a mode change waiting for a reset, MIG mode without a MIG device, and
+/// the MIG devices it has.
+fn mig_findings(out: &mut Out, gpu: &crate::probe::gpu::Gpu, machine: &crate::probe::gpu::Machine) {
+    let word = |enabled: bool| if enabled { "enabled" } else { "disabled" };
+    if let (Some(now), Some(later)) = (gpu.mig_enabled, gpu.mig_pending) {
+        if now != later {
+            out.problem(format!(
+                "GPU {}: MIG mode is {} but {} is pending: the change takes effect at the next GPU reset \
+                 (nvidia-smi -r -i {}), and until then the GPU stays as it is",
+                gpu.index,
+                word(now),
+                word(later),
+                gpu.index
+            ));
+        }
+    }
+    if !gpu.in_mig_mode() {
+        return;
+    }
+    let devices: Vec<&crate::probe::gpu::Gpu> = machine
+        .migs
+        .iter()
+        .filter(|mig| mig.mig.as_ref().is_some_and(|info| info.parent == gpu.index))
+        .collect();
+    if devices.is_empty() {
+        out.problem(format!(
+            "GPU {} is in MIG mode with no MIG device: nothing can run on it until an administrator creates \
+             instances (nvidia-smi mig -i {} -cgi PROFILES -C)",
+            gpu.index, gpu.index
+        ));
+    }
+    for device in devices {
+        let info = device.mig.as_ref().expect("a MIG device");
+        out.info(format!(
+            "{}: MIG {} ({})",
+            crate::probe::gpu::label(device.index),
+            info.profile.as_deref().unwrap_or("?"),
+            device.uuid.as_deref().unwrap_or("-")
+        ));
     }
 }
 

@@ -62,7 +62,7 @@ pub fn reservation_of(gpu: &Gpu, pid: u32, live: &[Lease]) -> Option<u32> {
         .map(|lease| lease.pid)
 }
 
-fn gpu_entry(gpu: &Gpu, live: &[Lease], eligibility: Eligibility) -> GpuEntry {
+fn gpu_fields(gpu: &Gpu, live: &[Lease]) -> serde_json::Map<String, serde_json::Value> {
     let serde_json::Value::Object(mut fields) = serde_json::to_value(gpu).expect("plain data") else {
         unreachable!("a struct serialises to an object")
     };
@@ -72,7 +72,43 @@ fn gpu_entry(gpu: &Gpu, live: &[Lease], eligibility: Eligibility) -> GpuEntry {
             process["reservation"] = serde_json::json!(reservation_of(gpu, pid, live));
         }
     }
-    GpuEntry { gpu: fields, eligibility }
+    fields
+}
+
+/// A GPU's entry: its fields, its eligibility and, in MIG mode, its MIG devices with theirs.
+fn gpu_entry(gpu: &Gpu, machine: &Machine, live: &[Lease], assessments: &[Assessment]) -> GpuEntry {
+    let mut fields = gpu_fields(gpu, live);
+    let children: Vec<serde_json::Value> = machine
+        .migs
+        .iter()
+        .filter(|mig| mig.mig.as_ref().is_some_and(|info| info.parent == gpu.index))
+        .map(|mig| {
+            let mut child = gpu_fields(mig, live);
+            for unused in [
+                "index",
+                "pci_bus_id",
+                "utilization",
+                "temperature_c",
+                "power_watts",
+                "mig_enabled",
+                "mig_pending",
+            ] {
+                child.remove(unused);
+            }
+            if let Some(info) = &mig.mig {
+                child.insert("mig_index".into(), info.slot.into());
+                child.insert("profile".into(), serde_json::json!(info.profile));
+                child.insert("gpu_instance_id".into(), serde_json::json!(info.gpu_instance_id));
+                child.insert("compute_instance_id".into(), serde_json::json!(info.compute_instance_id));
+            }
+            let eligibility = Eligibility::of(assessment_of(assessments, mig.index));
+            child.insert("eligible".into(), eligibility.eligible.into());
+            child.insert("reasons".into(), serde_json::json!(eligibility.reasons));
+            serde_json::Value::Object(child)
+        })
+        .collect();
+    fields.insert("mig_devices".into(), serde_json::Value::Array(children));
+    GpuEntry { gpu: fields, eligibility: Eligibility::of(assessment_of(assessments, gpu.index)) }
 }
 
 /// What `--list` shows beside the machine: the wait queue and the house rules.
@@ -111,7 +147,7 @@ struct ReservationEntry<'a> {
 fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<ReservationEntry<'a>> {
     live.iter()
         .map(|lease| {
-            let gpu = machine.gpus.iter().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()));
+            let gpu = machine.devices().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()));
             let processes = gpu
                 .map(|gpu| {
                     gpu.processes
@@ -191,11 +227,7 @@ pub fn json(
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
         nvml_library: library.display().to_string(),
-        gpus: machine
-            .gpus
-            .iter()
-            .map(|gpu| gpu_entry(gpu, live, Eligibility::of(assessment_of(assessments, gpu.index))))
-            .collect(),
+        gpus: machine.gpus.iter().map(|gpu| gpu_entry(gpu, machine, live, assessments)).collect(),
         reservations: reservation_entries(machine, live),
         waiters: waiter_entries(shared.queue),
         house_rules: &shared.rules,
@@ -239,6 +271,74 @@ fn clip(text: &str, width: usize) -> String {
     }
 }
 
+/// One row of the table (and its continuation lines) for a GPU or a MIG device.
+fn device_rows(
+    out: &mut String,
+    gpu: &Gpu,
+    first: &str,
+    name: &str,
+    live: &[Lease],
+    assessments: &[Assessment],
+) {
+    let memory = gpu.memory.map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
+    let free = gpu.memory.map(|m| human(m.free_bytes));
+    let util = gpu.utilization.map(|u| format!("{}%", u.gpu_percent));
+    let temperature = gpu.temperature_c.map(|t| format!("{t}C"));
+    let power = gpu.power_watts.map(|w| format!("{w:.0}W"));
+    let processes: Vec<String> = match &gpu.processes {
+        None => vec!["?".to_owned()],
+        Some(list) if list.is_empty() => vec!["-".to_owned()],
+        Some(list) => list
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {} {} ({}) {}",
+                    p.pid,
+                    p.user.as_deref().unwrap_or("?"),
+                    clip(p.command.as_deref().unwrap_or("?"), 40),
+                    p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
+                    match reservation_of(gpu, p.pid, live) {
+                        Some(pid) => format!("[gpurun PID {pid}]"),
+                        None => "[not via gpurun]".to_owned(),
+                    }
+                )
+            })
+            .collect(),
+    };
+    let _ = writeln!(
+        out,
+        "{:>3}  {:<24}  {:>21}  {:>9}  {:>4}  {:>4}  {:>5}  {}",
+        first,
+        clip(name, 24),
+        or_dash(memory),
+        or_dash(free),
+        or_dash(util),
+        or_dash(temperature),
+        or_dash(power),
+        processes[0],
+    );
+    for more in &processes[1..] {
+        let _ = writeln!(out, "{:>84}{more}", "");
+    }
+    for lease in live.iter().filter(|lease| gpu.uuid.as_deref() == Some(lease.uuid.as_str())) {
+        let _ = writeln!(
+            out,
+            "{:>5}reserved by {} PID {} for {} s ({}{}): {}",
+            "",
+            lease.user,
+            lease.pid,
+            lease::age_seconds(lease),
+            human(lease.reserved_bytes),
+            if lease.exclusive { ", exclusive" } else { "" },
+            clip(&lease.command, 40)
+        );
+    }
+    let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));
+    if !eligibility.eligible {
+        let _ = writeln!(out, "{:>5}not eligible: {}", "", eligibility.reasons.join("; "));
+    }
+}
+
 pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shared: &Shared) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -255,62 +355,24 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
         "GPU", "NAME", "MEMORY USED / TOTAL", "FREE", "UTIL", "TEMP", "POWER"
     );
     for gpu in &machine.gpus {
-        let memory = gpu.memory.map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
-        let free = gpu.memory.map(|m| human(m.free_bytes));
-        let util = gpu.utilization.map(|u| format!("{}%", u.gpu_percent));
-        let temperature = gpu.temperature_c.map(|t| format!("{t}C"));
-        let power = gpu.power_watts.map(|w| format!("{w:.0}W"));
-        let processes: Vec<String> = match &gpu.processes {
-            None => vec!["?".to_owned()],
-            Some(list) if list.is_empty() => vec!["-".to_owned()],
-            Some(list) => list
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{} {} {} ({}) {}",
-                        p.pid,
-                        p.user.as_deref().unwrap_or("?"),
-                        clip(p.command.as_deref().unwrap_or("?"), 40),
-                        p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
-                        match reservation_of(gpu, p.pid, live) {
-                            Some(pid) => format!("[gpurun PID {pid}]"),
-                            None => "[not via gpurun]".to_owned(),
-                        }
-                    )
-                })
-                .collect(),
-        };
-        let _ = writeln!(
-            out,
-            "{:>3}  {:<24}  {:>21}  {:>9}  {:>4}  {:>4}  {:>5}  {}",
-            gpu.index,
-            clip(gpu.name.as_deref().unwrap_or("-"), 24),
-            or_dash(memory),
-            or_dash(free),
-            or_dash(util),
-            or_dash(temperature),
-            or_dash(power),
-            processes[0],
+        device_rows(
+            &mut out,
+            gpu,
+            &gpu.index.to_string(),
+            gpu.name.as_deref().unwrap_or("-"),
+            live,
+            assessments,
         );
-        for more in &processes[1..] {
-            let _ = writeln!(out, "{:>84}{more}", "");
-        }
-        for lease in live.iter().filter(|lease| gpu.uuid.as_deref() == Some(lease.uuid.as_str())) {
-            let _ = writeln!(
-                out,
-                "{:>5}reserved by {} PID {} for {} s ({}{}): {}",
-                "",
-                lease.user,
-                lease.pid,
-                lease::age_seconds(lease),
-                human(lease.reserved_bytes),
-                if lease.exclusive { ", exclusive" } else { "" },
-                clip(&lease.command, 40)
+        for mig in
+            machine.migs.iter().filter(|mig| mig.mig.as_ref().is_some_and(|info| info.parent == gpu.index))
+        {
+            let Some(info) = &mig.mig else { continue };
+            let name = format!(
+                "MIG {} (GI {})",
+                info.profile.as_deref().unwrap_or("?"),
+                info.gpu_instance_id.map_or("?".to_owned(), |id| id.to_string())
             );
-        }
-        let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));
-        if !eligibility.eligible {
-            let _ = writeln!(out, "{:>5}not eligible: {}", "", eligibility.reasons.join("; "));
+            device_rows(&mut out, mig, &format!("{}:{}", info.parent, info.slot), &name, live, assessments);
         }
     }
     if !shared.queue.is_empty() {
@@ -350,8 +412,8 @@ pub fn dry_run(
         .iter()
         .map(|device| {
             format!(
-                "GPU {} ({}, {})",
-                device.index,
+                "{} ({}, {})",
+                crate::probe::gpu::label(device.index),
                 device.name.as_deref().unwrap_or("-"),
                 device.uuid.as_deref().unwrap_or("-")
             )

@@ -3,10 +3,55 @@
 
 use serde::Serialize;
 
-/// One GPU as probed. A GPU with `error` set is listed but never eligible.
+/// MIG devices share the key space of GPUs (`Gpu::index`), above every NVML index: the
+/// device in slot S of GPU P is `MIG_KEYS + 8 x P + S` (a GPU has at most 7 slots).
+pub const MIG_KEYS: u32 = 1 << 16;
+
+pub fn mig_key(parent: u32, slot: u32) -> u32 {
+    MIG_KEYS + parent * 8 + slot
+}
+
+/// (parent NVML index, slot) of a MIG device's key; `None` for a GPU.
+pub fn mig_parts(key: u32) -> Option<(u32, u32)> {
+    (key >= MIG_KEYS).then(|| ((key - MIG_KEYS) / 8, (key - MIG_KEYS) % 8))
+}
+
+/// How messages name a device: `GPU 3`, or `MIG 1:0` (slot 0 of GPU 1, as nvitop shows it).
+pub fn label(key: u32) -> String {
+    match mig_parts(key) {
+        Some((parent, slot)) => format!("MIG {parent}:{slot}"),
+        None => format!("GPU {key}"),
+    }
+}
+
+/// `GPU 3, 5` / `GPU 3` for lists of plain GPUs; each device by its label otherwise.
+pub fn labels(keys: &[u32]) -> String {
+    if keys.iter().all(|&key| mig_parts(key).is_none()) {
+        format!("GPU {}", keys.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+    } else {
+        keys.iter().map(|&key| label(key)).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// What makes a MIG device one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigInfo {
+    /// The parent GPU's NVML index.
+    pub parent: u32,
+    /// Its MIG device index on the parent (nvmlDeviceGetMigDeviceHandleByIndex).
+    pub slot: u32,
+    /// `3g.40gb`, from the name NVML gives it (`NVIDIA A100-SXM4-80GB MIG 3g.40gb`).
+    pub profile: Option<String>,
+    pub gpu_instance_id: Option<u32>,
+    pub compute_instance_id: Option<u32>,
+}
+
+/// One GPU, or one MIG device (`mig` set), as probed. One with `error` set is listed but never
+/// eligible.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Gpu {
-    /// NVML index: PCI bus order, the order `nvidia-smi` shows.
+    /// NVML index: PCI bus order, the order `nvidia-smi` shows; for a MIG device, its key
+    /// (`mig_key`).
     pub index: u32,
     pub uuid: Option<String>,
     pub name: Option<String>,
@@ -17,6 +62,12 @@ pub struct Gpu {
     pub power_watts: Option<f64>,
     pub compute_mode: Option<ComputeMode>,
     pub mig_enabled: Option<bool>,
+    /// The MIG mode after the next GPU reset, when NVML tells (differs from `mig_enabled`
+    /// until then).
+    pub mig_pending: Option<bool>,
+    /// Set for a MIG device.
+    #[serde(skip)]
+    pub mig: Option<MigInfo>,
     /// Compute processes on this GPU; `None` when NVML cannot list them.
     pub processes: Option<Vec<GpuProcess>>,
     /// The first query that failed, if any: the GPU is then not eligible.
@@ -41,10 +92,17 @@ impl Gpu {
             power_watts: None,
             compute_mode: None,
             mig_enabled: None,
+            mig_pending: None,
+            mig: None,
             processes: None,
             error: None,
             handle_refused: false,
         }
+    }
+
+    /// A GPU in MIG mode: not a device of its own (its MIG devices are).
+    pub fn in_mig_mode(&self) -> bool {
+        self.mig.is_none() && self.mig_enabled == Some(true)
     }
 }
 
@@ -90,7 +148,27 @@ pub struct Machine {
     pub driver_version: Option<String>,
     /// CUDA version the driver supports, as `12.4`.
     pub cuda_driver_version: Option<String>,
+    /// The physical GPUs, in NVML index order.
     pub gpus: Vec<Gpu>,
+    /// The MIG devices of the GPUs in MIG mode (each with `mig` set and a `mig_key` index).
+    pub migs: Vec<Gpu>,
+}
+
+impl Machine {
+    /// Every device a job could be given: the GPUs, then the MIG devices.
+    pub fn devices(&self) -> impl Iterator<Item = &Gpu> {
+        self.gpus.iter().chain(&self.migs)
+    }
+
+    /// The GPU or MIG device with this key.
+    pub fn device(&self, key: u32) -> Option<&Gpu> {
+        self.devices().find(|gpu| gpu.index == key)
+    }
+
+    /// The devices, as a slice selection works on.
+    pub fn all_devices(&self) -> Vec<Gpu> {
+        self.devices().cloned().collect()
+    }
 }
 
 /// A healthy, idle 80 GiB test GPU; tests change what they need.
@@ -112,8 +190,37 @@ pub fn test_gpu(index: u32) -> Gpu {
         power_watts: Some(60.0),
         compute_mode: Some(ComputeMode::Default),
         mig_enabled: Some(false),
+        mig_pending: Some(false),
+        mig: None,
         processes: Some(Vec::new()),
         error: None,
         handle_refused: false,
+    }
+}
+
+/// A test MIG device of `profile` with `total_gib`, in slot `slot` of GPU `parent`.
+#[cfg(test)]
+pub fn test_mig(parent: u32, slot: u32, profile: &str, total_gib: u64) -> Gpu {
+    Gpu {
+        index: mig_key(parent, slot),
+        uuid: Some(format!("MIG-0000{parent:02}{slot:02}-1111-4222-8333-444455556666")),
+        name: Some(format!("NVIDIA A100-SXM4-80GB MIG {profile}")),
+        utilization: None,
+        mig_enabled: None,
+        mig_pending: None,
+        mig: Some(MigInfo {
+            parent,
+            slot,
+            profile: Some(profile.to_owned()),
+            gpu_instance_id: Some(slot + 1),
+            compute_instance_id: Some(0),
+        }),
+        memory: Some(Memory {
+            total_bytes: total_gib << 30,
+            reserved_bytes: 0,
+            used_bytes: 0,
+            free_bytes: total_gib << 30,
+        }),
+        ..test_gpu(parent)
     }
 }

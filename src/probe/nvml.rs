@@ -12,7 +12,9 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use crate::probe::gpu::{ComputeMode, Gpu, GpuProcess, Machine, Memory, Utilization};
+use crate::probe::gpu::{
+    mig_key, mig_parts, ComputeMode, Gpu, GpuProcess, Machine, Memory, MigInfo, Utilization,
+};
 use crate::process::procfs;
 
 /// The library NVML is normally loaded as (what the driver package installs).
@@ -183,6 +185,11 @@ impl Session {
             .run("nvmlDeviceGetCount_v2", None, || self.nvml.device_count())
             .map_err(OpenError::DeviceCount)?;
         let gpus: Vec<Gpu> = (0..count).map(|index| self.probe_gpu(index)).collect();
+        let migs: Vec<Gpu> = gpus
+            .iter()
+            .filter(|gpu| gpu.in_mig_mode() && gpu.error.is_none())
+            .flat_map(|gpu| self.probe_migs(gpu))
+            .collect();
         let driver_version =
             self.calls.run("nvmlSystemGetDriverVersion", None, || self.nvml.sys_driver_version()).ok();
         let cuda_driver_version = self
@@ -190,7 +197,71 @@ impl Session {
             .run("nvmlSystemGetCudaDriverVersion_v2", None, || self.nvml.sys_cuda_driver_version())
             .ok()
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
-        Ok(Machine { driver_version, cuda_driver_version, gpus })
+        Ok(Machine { driver_version, cuda_driver_version, gpus, migs })
+    }
+
+    /// The MIG devices of a GPU in MIG mode, slot by slot (an empty slot is NOT_FOUND).
+    fn probe_migs(&mut self, parent: &Gpu) -> Vec<Gpu> {
+        let calls = self.calls.clone();
+        let index = parent.index;
+        let Ok(device) =
+            calls.run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index))
+        else {
+            return Vec::new();
+        };
+        let slots = calls
+            .run("nvmlDeviceGetMaxMigDeviceCount", Some(index), || device.mig_device_count())
+            .unwrap_or(0);
+        let mut found = Vec::new();
+        for slot in 0..slots.min(8) {
+            let mig = match calls
+                .run("nvmlDeviceGetMigDeviceHandleByIndex", Some(index), || device.mig_device_by_index(slot))
+            {
+                Ok(mig) => mig,
+                Err(NvmlError::NotFound) => continue,
+                Err(error) => {
+                    tracing::debug!("GPU {index}: MIG device {slot}: {error}");
+                    continue;
+                }
+            };
+            let mut queries = Queries { calls: &calls, gpu: index, first_error: None };
+            let uuid = queries.ask("uuid", "nvmlDeviceGetUUID", true, || mig.uuid());
+            let name = queries.ask("name", "nvmlDeviceGetName", false, || mig.name());
+            let memory =
+                queries.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || mig.memory_info()).map(|m| {
+                    Memory {
+                        total_bytes: m.total,
+                        reserved_bytes: m.reserved,
+                        used_bytes: m.used,
+                        free_bytes: m.free,
+                    }
+                });
+            let v3_misread = &mut self.v3_misread;
+            let processes = queries
+                .ask("processes", "nvmlDeviceGetComputeRunningProcesses_v3", true, || {
+                    match listed(&mig, v3_misread) {
+                        Err(NvmlError::NoPermission) => Err(NvmlError::NotSupported),
+                        other => other,
+                    }
+                })
+                .map(|listed| listed.into_iter().map(process_of).collect());
+            let (gpu_instance_id, compute_instance_id) =
+                calls.run("nvmlDeviceGetGpuInstanceId", Some(index), || instance_ids(&self.nvml, &mig));
+            let profile =
+                name.as_deref().and_then(|n| n.rsplit_once(" MIG ")).map(|(_, profile)| profile.to_owned());
+            found.push(Gpu {
+                index: mig_key(index, slot),
+                uuid,
+                name,
+                memory,
+                processes,
+                compute_mode: parent.compute_mode,
+                mig: Some(MigInfo { parent: index, slot, profile, gpu_instance_id, compute_instance_id }),
+                error: queries.first_error,
+                ..Gpu::unknown(mig_key(index, slot))
+            });
+        }
+        found
     }
 
     fn probe_gpu(&mut self, index: u32) -> Gpu {
@@ -239,9 +310,9 @@ impl Session {
                 NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
                 NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
             });
-        let mig_enabled = queries
-            .ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode())
-            .map(|m| m.current == 1);
+        let mig_mode = queries.ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode());
+        let mig_enabled = mig_mode.as_ref().map(|m| m.current == 1);
+        let mig_pending = mig_mode.as_ref().map(|m| m.pending == 1);
         // Process lists can be refused where everything else works (some containers, locked
         // down drivers): that makes them unknown, not the GPU unusable.
         let v3_misread = &mut self.v3_misread;
@@ -252,17 +323,7 @@ impl Session {
                     other => other,
                 }
             });
-        let processes = listed.map(|listed| {
-            listed
-                .into_iter()
-                .map(|p| GpuProcess {
-                    pid: p.pid,
-                    used_bytes: p.used_bytes,
-                    user: procfs::owner(p.pid),
-                    command: procfs::command_line(p.pid),
-                })
-                .collect()
-        });
+        let processes = listed.map(|listed| listed.into_iter().map(process_of).collect());
         Gpu {
             index,
             uuid,
@@ -274,20 +335,57 @@ impl Session {
             power_watts,
             compute_mode,
             mig_enabled,
+            mig_pending,
+            mig: None,
             processes,
             error: queries.first_error,
             handle_refused,
         }
     }
 
-    /// The compute processes on GPU `index`.
-    pub fn processes(&mut self, index: u32) -> Result<Vec<Listed>, NvmlError> {
+    /// The compute processes on GPU or MIG device `key`.
+    pub fn processes(&mut self, key: u32) -> Result<Vec<Listed>, NvmlError> {
         let calls = self.calls.clone();
-        let device =
+        let (index, slot) = mig_parts(key).map_or((key, None), |(parent, slot)| (parent, Some(slot)));
+        let mut device =
             calls.run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index))?;
+        if let Some(slot) = slot {
+            device = calls.run("nvmlDeviceGetMigDeviceHandleByIndex", Some(index), || {
+                device.mig_device_by_index(slot)
+            })?;
+        }
         let v3_misread = &mut self.v3_misread;
         calls.run("nvmlDeviceGetComputeRunningProcesses_v3", Some(index), || listed(&device, v3_misread))
     }
+}
+
+fn process_of(p: Listed) -> GpuProcess {
+    GpuProcess {
+        pid: p.pid,
+        used_bytes: p.used_bytes,
+        user: procfs::owner(p.pid),
+        command: procfs::command_line(p.pid),
+    }
+}
+
+/// A MIG device's (GPU instance id, compute instance id): nvmlDeviceGetGpuInstanceId and
+/// nvmlDeviceGetComputeInstanceId, which nvml-wrapper 0.13 does not wrap. `None` where the
+/// library lacks them or they fail.
+fn instance_ids(nvml: &Nvml, device: &Device) -> (Option<u32>, Option<u32>) {
+    let lib = nvml.lib();
+    let (Ok(gpu_instance), Ok(compute_instance)) =
+        (lib.nvmlDeviceGetGpuInstanceId.as_ref(), lib.nvmlDeviceGetComputeInstanceId.as_ref())
+    else {
+        return (None, None);
+    };
+    let (mut gi, mut ci): (std::ffi::c_uint, std::ffi::c_uint) = (0, 0);
+    // SAFETY: `device` is a live handle of this library (the borrow keeps the library open);
+    // each function writes one unsigned int through the pointer it is given, as nvml.h declares.
+    let (gi_result, ci_result) = unsafe {
+        let handle = device.handle();
+        (gpu_instance(handle, &mut gi), compute_instance(handle, &mut ci))
+    };
+    ((gi_result == 0).then_some(gi), (ci_result == 0).then_some(ci))
 }
 
 fn to_listed(infos: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>) -> Vec<Listed> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::options::count::Count;
 use crate::options::devices::DeviceRef;
 use crate::options::duration;
-use crate::probe::gpu::Machine;
+use crate::probe::gpu::{label, Machine};
 use crate::probe::nvml::OpenError;
 use crate::probe::worker::{Failure, NvmlThread};
 use crate::process::procfs;
@@ -86,7 +86,12 @@ impl Acquisition {
     /// `--gpus 0` (or `--fallback cpu` without NVML): nothing probed, chosen or reserved.
     pub fn no_gpu(requested: Count) -> Acquisition {
         Acquisition {
-            machine: Machine { driver_version: None, cuda_driver_version: None, gpus: Vec::new() },
+            machine: Machine {
+                driver_version: None,
+                cuda_driver_version: None,
+                gpus: Vec::new(),
+                migs: Vec::new(),
+            },
             decision: Decision {
                 assessments: Vec::new(),
                 outcome: Outcome::Selected(Vec::new()),
@@ -144,7 +149,7 @@ fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
         .iter()
         .filter(|lease| lease.pid != own_pid)
         .filter_map(|lease| {
-            let gpu = machine.gpus.iter().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))?;
+            let gpu = machine.devices().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))?;
             // Once the lease holder's processes show in NVML, NVML's numbers hold its memory.
             let visible = gpu.processes.iter().flatten().any(|p| procfs::descends_from(p.pid, lease.pid));
             Some(Reservation {
@@ -177,7 +182,7 @@ fn queue_ahead<'a>(
         let possible: Vec<u32> = waiter
             .gpus
             .iter()
-            .filter_map(|uuid| machine.gpus.iter().find(|gpu| gpu.uuid.as_deref() == Some(uuid)))
+            .filter_map(|uuid| machine.devices().find(|gpu| gpu.uuid.as_deref() == Some(uuid)))
             .map(|gpu| gpu.index)
             .collect();
         let request = Request {
@@ -190,7 +195,7 @@ fn queue_ahead<'a>(
             seed: u64::from(waiter.pid),
             ..Request::default()
         };
-        let decision = policy::decide(&machine.gpus, &unrestricted, &request, reservations, &held);
+        let decision = policy::decide(&machine.all_devices(), &unrestricted, &request, reservations, &held);
         let reason = match &decision {
             Ok(Decision { outcome: Outcome::Selected(_), .. }) => "can start now".to_owned(),
             Ok(decision) => decision.why_not(&request),
@@ -200,7 +205,7 @@ fn queue_ahead<'a>(
         match decision.map(|d| d.outcome) {
             Ok(Outcome::Selected(chosen)) => {
                 for index in chosen {
-                    let total = machine.gpus.iter().find(|gpu| gpu.index == index).and_then(|gpu| gpu.memory);
+                    let total = machine.device(index).and_then(|gpu| gpu.memory);
                     reservations.push(Reservation {
                         index,
                         pid: waiter.pid,
@@ -248,7 +253,11 @@ fn chosen_gpus(
             for index in chosen {
                 let assessment = decision.assessments.iter().find(|a| a.index == *index);
                 if let Some(a) = assessment.filter(|a| !a.eligible()) {
-                    tracing::warn!("taking GPU {index} anyway (--fallback best): {}", a.reasons().join("; "));
+                    tracing::warn!(
+                        "taking {} anyway (--fallback best): {}",
+                        label(*index),
+                        a.reasons().join("; ")
+                    );
                 }
             }
             Ok(chosen.clone())
@@ -259,7 +268,7 @@ fn chosen_gpus(
         }
         Outcome::Refused { qualified } => {
             let mut text = refusal(machine, decision, requested, *qualified);
-            if visibility.exported && machine.gpus.iter().any(|gpu| !visibility.allows(gpu.index)) {
+            if visibility.exported && machine.devices().any(|gpu| !visibility.allows(gpu.index)) {
                 text.push_str(&format!("\n  {}", visibility::UNDO_EXPORT));
             }
             Err(text)
@@ -274,7 +283,7 @@ pub fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualifi
         "not enough GPUs: {requested} requested, {qualified} {}",
         if qualified == 1 { "qualifies" } else { "qualify" }
     );
-    for gpu in &machine.gpus {
+    for gpu in machine.devices().filter(|gpu| !gpu.in_mig_mode()) {
         let verdict = match decision.assessments.iter().find(|a| a.index == gpu.index) {
             Some(a) if a.eligible() => "qualifies".to_owned(),
             Some(a) => a.reasons().join("; "),
@@ -282,8 +291,8 @@ pub fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualifi
         };
         // "GPU 3: free 6.1 GiB < 8 GiB" first (what people grep for), the model after.
         text.push_str(&format!(
-            "\n  GPU {}: {verdict} ({})",
-            gpu.index,
+            "\n  {}: {verdict} ({})",
+            label(gpu.index),
             gpu.name.as_deref().unwrap_or("unknown model")
         ));
     }
@@ -323,7 +332,7 @@ pub fn acquire(
         let machine = nvml.probe(receiver, options.nvml_timeout, waiting_until, &mut |why| {
             progress.show_text(&format!("waiting (--wait): {why}"))
         })?;
-        let visibility = visibility::resolve(&machine.gpus, inherited);
+        let visibility = visibility::resolve(&machine, inherited);
         if attempt == 0 {
             for gpu in machine.gpus.iter().filter(|gpu| gpu.error.is_some()) {
                 tracing::warn!(
@@ -364,7 +373,7 @@ pub fn acquire(
             }
             _ => options.request,
         };
-        let decision = policy::decide(&machine.gpus, &visibility, request, &reserved, &held)?;
+        let decision = policy::decide(&machine.all_devices(), &visibility, request, &reserved, &held)?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
         }
@@ -384,7 +393,7 @@ pub fn acquire(
         let waiting_helps = !timed_out && decision.never.is_none();
         if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
             let chosen = chosen_gpus(&machine, &decision, options.request.count, &visibility);
-            let chosen = chosen.map(|indices| Selection::new(&machine.gpus, &indices, options.request.count));
+            let chosen = chosen.map(|indices| Selection::new(&machine, &indices, options.request.count));
             let mut leases = Vec::new();
             if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
                 let reserve: Vec<(String, u64)> = selection
@@ -410,11 +419,8 @@ pub fn acquire(
             return Ok(Acquisition { machine, decision, chosen, leases, live, queue });
         }
         if let (None, Some(dir), true) = (&ticket, &lock_dir, options.hold) {
-            let possible = decision
-                .possible()
-                .iter()
-                .filter_map(|index| machine.gpus.iter().find(|gpu| gpu.index == *index)?.uuid.clone())
-                .collect();
+            let possible =
+                decision.possible().iter().filter_map(|index| machine.device(*index)?.uuid.clone()).collect();
             let needs = Needs {
                 count: options.request.count,
                 min_free: options.request.min_free,
@@ -506,8 +512,12 @@ mod tests {
 
     #[test]
     fn waiters_ahead_keep_what_they_would_take_or_all_they_could_use() {
-        let machine =
-            Machine { driver_version: None, cuda_driver_version: None, gpus: (0..4).map(test_gpu).collect() };
+        let machine = Machine {
+            driver_version: None,
+            cuda_driver_version: None,
+            gpus: (0..4).map(test_gpu).collect(),
+            migs: Vec::new(),
+        };
         // W1 can be served now and would take GPU 0; W2 needs three of {0, 1, 2}, which it cannot
         // have while W1 takes GPU 0, so it keeps all three; GPU 3 is nobody's.
         let ahead = [waiter(1, &[0, 1, 2, 3], 1, &machine), waiter(2, &[0, 1, 2], 3, &machine)];
@@ -526,8 +536,12 @@ mod tests {
             queue[1].reason
         );
         // Eight single-GPU waiters ahead on eight free cards each keep one: nothing is left.
-        let machine =
-            Machine { driver_version: None, cuda_driver_version: None, gpus: (0..8).map(test_gpu).collect() };
+        let machine = Machine {
+            driver_version: None,
+            cuda_driver_version: None,
+            gpus: (0..8).map(test_gpu).collect(),
+            migs: Vec::new(),
+        };
         let all: Vec<u32> = (0..8).collect();
         let ahead: Vec<Waiter> = (1..=8).map(|pid| waiter(pid, &all, 1, &machine)).collect();
         let mut reserved = Vec::new();

@@ -21,7 +21,7 @@ use crate::options::count::Count;
 use crate::options::devices::{normalize_pci_bus_id, DeviceRef};
 use crate::options::model::ModelPattern;
 use crate::options::size::{human, Threshold};
-use crate::options::{Fallback, Policy};
+use crate::options::{Fallback, MigUse, Policy};
 use crate::probe::gpu::{ComputeMode, Gpu};
 use crate::select::visibility::Visibility;
 
@@ -40,6 +40,17 @@ pub struct Request {
     pub fallback: Option<Fallback>,
     /// Seed for `--policy random`.
     pub seed: u64,
+    pub mig: MigUse,
+    /// `--visible-as index` was asked for: CUDA takes a MIG device by its UUID only.
+    pub index_only: bool,
+}
+
+impl Request {
+    /// Whether it may take more than one device: then MIG devices are out (one process can
+    /// use one MIG device).
+    pub fn wants_several(&self) -> bool {
+        self.count.max.is_none_or(|most| most > 1)
+    }
 }
 
 impl Default for Request {
@@ -56,6 +67,8 @@ impl Default for Request {
             policy: Policy::MostFree,
             fallback: None,
             seed: 0,
+            mig: MigUse::Auto,
+            index_only: false,
         }
     }
 }
@@ -148,7 +161,7 @@ impl Decision {
             .assessments
             .iter()
             .filter(|a| a.possible() && !a.eligible())
-            .map(|a| format!("GPU {} {}", a.index, a.reasons().join("; ")))
+            .map(|a| format!("{} {}", crate::probe::gpu::label(a.index), a.reasons().join("; ")))
             .collect();
         match blocked.is_empty() {
             true => needs,
@@ -201,7 +214,7 @@ fn resolve_refs(gpus: &[Gpu], refs: &[DeviceRef], flag: &'static str) -> Result<
                 [index] => Ok(index),
                 [] => Err(error(format!(
                     "no such GPU; this machine has {} (see gpurun --list)",
-                    match gpus.len() {
+                    match gpus.iter().filter(|gpu| gpu.mig.is_none()).count() {
                         0 => "no GPUs".to_owned(),
                         n => format!("GPUs 0-{}", n - 1),
                     }
@@ -228,6 +241,31 @@ impl Fixed<'_> {
     /// Permanent reasons, each tagged with the filter it comes from.
     fn reasons(&self, gpu: &Gpu) -> Vec<(Filter, String)> {
         let mut reasons = Vec::new();
+        let request = self.request;
+        match (&gpu.mig, request.mig) {
+            (None, _) if gpu.in_mig_mode() => {
+                reasons.push((Filter::Mig, "in MIG mode: its MIG devices are the devices".to_owned()))
+            }
+            (None, MigUse::Only) => reasons.push((Filter::Mig, "not a MIG device (--mig only)".to_owned())),
+            (Some(_), MigUse::Never) => reasons.push((Filter::Mig, "a MIG device (--mig never)".to_owned())),
+            (Some(_), _) if request.index_only => reasons.push((
+                Filter::Mig,
+                "--visible-as index cannot name a MIG device: CUDA takes one only by its MIG- UUID"
+                    .to_owned(),
+            )),
+            (Some(_), _) if request.wants_several() => reasons.push((
+                Filter::Mig,
+                format!(
+                    "one process can use only one MIG device, and --gpus {} may take more",
+                    request.count
+                ),
+            )),
+            (Some(_), _) if request.max_util.is_some() => reasons.push((
+                Filter::Mig,
+                "--max-util cannot be checked on a MIG device (it has no utilization counters)".to_owned(),
+            )),
+            _ => {}
+        }
         if !self.visibility.allows(gpu.index) {
             let source = self.visibility.source.as_deref().unwrap_or("the inherited visibility");
             reasons.push((Filter::Visibility, format!("not in {source}")));
@@ -239,7 +277,11 @@ impl Fixed<'_> {
             reasons.push((Filter::Devices, "excluded by --exclude".to_owned()));
         }
         if let (Some(pattern), Some(name)) = (&self.request.model, &gpu.name) {
-            if !pattern.matches(name) {
+            // A MIG device matches by its parent's model or by its profile too.
+            let parts = name.rsplit_once(" MIG ").map(|(model, profile)| [model, profile]);
+            if !pattern.matches(name)
+                && !parts.is_some_and(|parts| parts.iter().any(|part| pattern.matches(part)))
+            {
                 // The row or table line beside it already names the model.
                 reasons.push((Filter::Model, format!("model does not match --model {}", pattern.0)));
             }
@@ -276,6 +318,7 @@ impl Fixed<'_> {
 enum Filter {
     Visibility,
     Devices,
+    Mig,
     Model,
     MinTotal,
     MinFree,
@@ -305,9 +348,6 @@ fn assess(
     }
     if request.model.is_some() && gpu.name.is_none() {
         hard.push("model unknown".to_owned());
-    }
-    if gpu.mig_enabled == Some(true) {
-        hard.push("MIG mode is enabled: gpurun does not select MIG instances yet".to_owned());
     }
     if gpu.compute_mode == Some(ComputeMode::Prohibited) {
         hard.push("compute mode is prohibited: no CUDA context allowed".to_owned());
@@ -384,8 +424,9 @@ fn only(count: usize) -> String {
 fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
     let request = fixed.request;
     let (count, wanted) = (request.count, request.count.min as usize);
-    if gpus.len() < wanted {
-        return Some(format!("--gpus {count}: this machine has {}", gpus_word(gpus.len())));
+    let physical = gpus.iter().filter(|gpu| gpu.mig.is_none()).count();
+    if physical < wanted && (request.wants_several() || request.mig == MigUse::Never) {
+        return Some(format!("--gpus {count}: this machine has {}", gpus_word(physical)));
     }
     let tagged: Vec<Vec<Filter>> =
         gpus.iter().map(|gpu| fixed.reasons(gpu).into_iter().map(|(filter, _)| filter).collect()).collect();
@@ -397,7 +438,8 @@ fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
             .map(human)
             .unwrap_or_else(|| "-".to_owned())
     };
-    let order = [Filter::Visibility, Filter::Devices, Filter::Model, Filter::MinTotal, Filter::MinFree];
+    let order =
+        [Filter::Visibility, Filter::Devices, Filter::Mig, Filter::Model, Filter::MinTotal, Filter::MinFree];
     let culprit = order.into_iter().find(|filter| left_after(*filter) < wanted)?;
     let left = left_after(culprit);
     let message = match culprit {
@@ -407,6 +449,23 @@ fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
             only(left)
         ),
         Filter::Devices => format!("--gpus {count}: --devices/--exclude leave {}", only(left)),
+        Filter::Mig if request.mig == MigUse::Only && request.index_only => {
+            "--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID".to_owned()
+        }
+        Filter::Mig if request.mig == MigUse::Only && request.wants_several() => format!(
+            "--gpus {count} --mig only: one process can use only one MIG device, so a request that may take \
+             more than one is for whole GPUs"
+        ),
+        Filter::Mig => format!(
+            "--gpus {count}: {} can be given (--mig {}; a GPU in MIG mode is no device of its own, and a MIG \
+             device goes only to a request for one device)",
+            only(left),
+            match request.mig {
+                MigUse::Auto => "auto",
+                MigUse::Only => "only",
+                MigUse::Never => "never",
+            }
+        ),
         Filter::Model => {
             let mut models: Vec<&str> = gpus.iter().filter_map(|gpu| gpu.name.as_deref()).collect();
             models.sort_unstable();
@@ -760,7 +819,8 @@ mod tests {
             missing.to_string(),
             "--exclude 9: no such GPU; this machine has GPUs 0-2 (see gpurun --list)"
         );
-        for bad in ["", "1,,2", "x y", "MIG-abc", "0000:zz:00.0", "1:2:3:4.0", "-2", "-abc"] {
+        assert_eq!(parse_device_list("MIG-abc").unwrap().0, [DeviceRef::Uuid("MIG-abc".to_owned())]);
+        for bad in ["", "1,,2", "x y", "0000:zz:00.0", "1:2:3:4.0", "-2", "-abc"] {
             assert!(parse_device_list(bad).is_err(), "{bad}");
         }
     }
@@ -791,6 +851,59 @@ mod tests {
         let decision = decide(&gpus, &unrestricted(), &Request::default(), &[held], &[]).unwrap();
         assert_eq!(decision.assessments[0].hard, vec!["reserved exclusively by gpurun PID 9 (alice)"]);
         assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
+    }
+
+    /// GPU 0 whole (80 GiB free); GPU 1 in MIG mode with a 3g.40gb (10 GiB free) and a 2g.20gb
+    /// (20 GiB free).
+    fn mig_machine() -> Vec<Gpu> {
+        let mut gpus: Vec<Gpu> = (0..2).map(test_gpu).collect();
+        gpus[1].mig_enabled = Some(true);
+        let mut busy = crate::probe::gpu::test_mig(1, 0, "3g.40gb", 40);
+        busy.memory = Some(Memory {
+            total_bytes: 40 << 30,
+            reserved_bytes: 0,
+            used_bytes: 30 << 30,
+            free_bytes: 10 << 30,
+        });
+        gpus.push(busy);
+        gpus.push(crate::probe::gpu::test_mig(1, 1, "2g.20gb", 20));
+        gpus
+    }
+
+    #[test]
+    fn mig_devices_are_devices_for_one_device_requests() {
+        let gpus = mig_machine();
+        let (mig_a, mig_b) = (gpus[2].index, gpus[3].index);
+        let pick = |request: Request| decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap();
+        let one = Request { min_free: Some(Threshold::Bytes(8 << 30)), ..Request::default() };
+        assert_eq!(pick(one.clone()).outcome, Outcome::Selected(vec![0]));
+        let only = Request { mig: MigUse::Only, ..one.clone() };
+        assert_eq!(pick(only.clone()).outcome, Outcome::Selected(vec![mig_b]));
+        assert_eq!(
+            pick(Request { policy: Policy::Pack, ..only.clone() }).outcome,
+            Outcome::Selected(vec![mig_a])
+        );
+        let model = Request { model: Some(ModelPattern("3g.40gb".into())), ..Request::default() };
+        assert_eq!(pick(model).outcome, Outcome::Selected(vec![mig_a]));
+        // The parent is never a device of its own.
+        let decision = pick(one.clone());
+        assert_eq!(decision.assessments[1].permanent, ["in MIG mode: its MIG devices are the devices"]);
+        // Two devices: whole GPUs only, so never with --mig only.
+        let two = pick(Request { count: Count::exactly(2), mig: MigUse::Only, ..Request::default() });
+        let Outcome::Impossible(why) = two.outcome else { panic!("{:?}", two.outcome) };
+        assert!(why.starts_with("--gpus 2 --mig only: one process can use only one MIG device"), "{why}");
+        let never = pick(Request {
+            mig: MigUse::Never,
+            model: Some(ModelPattern("2g.20gb".into())),
+            ..Request::default()
+        });
+        assert!(matches!(never.outcome, Outcome::Impossible(_)), "{:?}", never.outcome);
+        let util = pick(Request { max_util: Some(50), mig: MigUse::Only, ..Request::default() });
+        assert!(util.assessments[3].permanent[0].contains("--max-util cannot be checked on a MIG device"));
+        let index_only = pick(Request { index_only: true, mig: MigUse::Only, ..Request::default() });
+        assert!(
+            matches!(index_only.outcome, Outcome::Impossible(ref why) if why.contains("--visible-as index"))
+        );
     }
 
     #[test]

@@ -4,14 +4,20 @@
 use serde::Serialize;
 
 use crate::options::count::Count;
-use crate::probe::gpu::Gpu;
+use crate::probe::gpu::{label, Machine};
 use crate::select::visibility::cuda_pci_ordinal;
 
-/// One chosen GPU.
+/// One chosen GPU or MIG device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Device {
-    /// NVML index (PCI order, nvidia-smi's).
+    /// NVML index (PCI order, nvidia-smi's); a MIG device's key (`probe::gpu::mig_key`).
     pub index: u32,
+    /// The GPU's NVML index: the parent's for a MIG device (what GPURUN_GPUS says).
+    #[serde(skip)]
+    pub gpu_index: u32,
+    /// A MIG device: CUDA takes it by its `MIG-` UUID only.
+    #[serde(skip)]
+    pub mig: bool,
     pub uuid: Option<String>,
     pub name: Option<String>,
     /// The index CUDA gives it under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in the command: the NVML
@@ -36,16 +42,18 @@ impl Selection {
         Selection { devices: Vec::new(), requested }
     }
 
-    /// `chosen`: NVML indices, best first, each one of `gpus`.
-    pub fn new(gpus: &[Gpu], chosen: &[u32], requested: Count) -> Selection {
+    /// `chosen`: device keys, best first, each one of the machine's.
+    pub fn new(machine: &Machine, chosen: &[u32], requested: Count) -> Selection {
         let devices = chosen
             .iter()
-            .filter_map(|&index| gpus.iter().find(|gpu| gpu.index == index))
+            .filter_map(|&index| machine.device(index))
             .map(|gpu| Device {
                 index: gpu.index,
+                gpu_index: gpu.mig.as_ref().map_or(gpu.index, |mig| mig.parent),
+                mig: gpu.mig.is_some(),
                 uuid: gpu.uuid.clone(),
                 name: gpu.name.clone(),
-                cuda_ordinal: cuda_pci_ordinal(gpus, gpu.index).unwrap_or(gpu.index),
+                cuda_ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
                 total_bytes: gpu.memory.map(|m| m.total_bytes),
             })
             .collect();
@@ -67,7 +75,7 @@ impl Selection {
         }
         self.devices
             .iter()
-            .map(|d| format!("GPU {} ({})", d.index, d.name.as_deref().unwrap_or("unknown model")))
+            .map(|d| format!("{} ({})", label(d.index), d.name.as_deref().unwrap_or("unknown model")))
             .collect::<Vec<_>>()
             .join(", ")
     }

@@ -11,7 +11,7 @@
 //! the others but refuses their handles (NO_PERMISSION); those are skipped when counting, so an
 //! inherited `0,1` means the first two GPUs this process can reach, as it does for CUDA.
 
-use crate::probe::gpu::Gpu;
+use crate::probe::gpu::{Gpu, Machine};
 
 /// What the caller's environment says about GPU visibility.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,7 +73,8 @@ pub fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
     enumerable(gpus).position(|gpu| gpu.index == index).map(|p| p as u32)
 }
 
-pub fn resolve(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
+pub fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
+    let gpus = &machine.gpus[..];
     let mut warnings = Vec::new();
     let Some(list) = &inherited.cuda_visible_devices else {
         return slurm_hint(gpus, inherited);
@@ -95,17 +96,30 @@ pub fn resolve(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
                     (Some(only), None) => Some(only.index),
                     _ => None,
                 }
+            } else if entry.starts_with("MIG-") {
+                // Slurm MIG GRES and the Kubernetes device plugin hand out MIG UUIDs; gpurun
+                // chooses among them (CUDA would use only the first).
+                let reachable_parent = |mig: &&Gpu| {
+                    mig.mig
+                        .as_ref()
+                        .is_some_and(|info| gpus.get(info.parent as usize).is_some_and(|p| !p.handle_refused))
+                };
+                let mut matches = machine
+                    .migs
+                    .iter()
+                    .filter(reachable_parent)
+                    .filter(|mig| mig.uuid.as_deref().is_some_and(|uuid| uuid.starts_with(entry)));
+                match (matches.next(), matches.next()) {
+                    (Some(only), None) => Some(only.index),
+                    _ => None,
+                }
             } else {
                 None
             };
             match found {
                 Some(index) if !allowed.contains(&index) => allowed.push(index),
                 _ => {
-                    let why = if entry.starts_with("MIG-") {
-                        "MIG instances are not supported by gpurun yet"
-                    } else {
-                        "it is not a device CUDA would accept (or a repeat)"
-                    };
+                    let why = "it is not a device CUDA would accept (or a repeat)";
                     warnings.push(format!(
                         "{source}: entry {entry:?} ends the list ({why}); CUDA ignores it and every entry after it"
                     ));
@@ -160,7 +174,25 @@ fn slurm_hint(gpus: &[Gpu], inherited: &Inherited) -> Visibility {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::gpu::test_gpu;
+    use crate::probe::gpu::{test_gpu, test_mig};
+
+    fn on(gpus: &[Gpu]) -> Machine {
+        Machine { driver_version: None, cuda_driver_version: None, gpus: gpus.to_vec(), migs: Vec::new() }
+    }
+
+    #[test]
+    fn mig_entries_are_chosen_among() {
+        let mut machine = on(&(0..2).map(test_gpu).collect::<Vec<_>>());
+        machine.gpus[1].mig_enabled = Some(true);
+        machine.migs = vec![test_mig(1, 0, "3g.40gb", 40), test_mig(1, 1, "3g.40gb", 40)];
+        let (a, b) = (machine.migs[0].uuid.clone().unwrap(), machine.migs[1].uuid.clone().unwrap());
+        let both = resolve(&machine, &inherited(Some(&format!("{a},{b}")), None));
+        assert_eq!(both.allowed, Some(vec![machine.migs[0].index, machine.migs[1].index]));
+        assert!(both.warnings.is_empty(), "{:?}", both.warnings);
+        // A prefix that names both MIG devices is ambiguous: the list ends there, as in CUDA.
+        let ambiguous = resolve(&machine, &inherited(Some("MIG-0000"), None));
+        assert_eq!(ambiguous.allowed, Some(vec![]));
+    }
 
     fn machine() -> Vec<Gpu> {
         let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
@@ -178,14 +210,14 @@ mod tests {
 
     #[test]
     fn unset_is_unrestricted() {
-        let visibility = resolve(&machine(), &inherited(None, None));
+        let visibility = resolve(&on(&machine()), &inherited(None, None));
         assert_eq!(visibility.allowed, None);
         assert!(visibility.allows(3));
     }
 
     #[test]
     fn empty_means_no_gpu() {
-        let visibility = resolve(&machine(), &inherited(Some(""), None));
+        let visibility = resolve(&on(&machine()), &inherited(Some(""), None));
         assert_eq!(visibility.allowed, Some(vec![]));
         assert!(visibility.warnings.is_empty());
     }
@@ -193,32 +225,32 @@ mod tests {
     #[test]
     fn integers_in_pci_order_and_stop_at_invalid() {
         let pci = Some("PCI_BUS_ID");
-        assert_eq!(resolve(&machine(), &inherited(Some("3,1"), pci)).allowed, Some(vec![3, 1]));
-        let stopped = resolve(&machine(), &inherited(Some("1,7,2"), pci));
+        assert_eq!(resolve(&on(&machine()), &inherited(Some("3,1"), pci)).allowed, Some(vec![3, 1]));
+        let stopped = resolve(&on(&machine()), &inherited(Some("1,7,2"), pci));
         assert_eq!(stopped.allowed, Some(vec![1]));
         assert!(stopped.warnings[0].contains("\"7\""), "{:?}", stopped.warnings);
-        assert_eq!(resolve(&machine(), &inherited(Some("1,1,2"), pci)).allowed, Some(vec![1]));
-        assert_eq!(resolve(&machine(), &inherited(Some("-1"), pci)).allowed, Some(vec![]));
+        assert_eq!(resolve(&on(&machine()), &inherited(Some("1,1,2"), pci)).allowed, Some(vec![1]));
+        assert_eq!(resolve(&on(&machine()), &inherited(Some("-1"), pci)).allowed, Some(vec![]));
     }
 
     #[test]
     fn uuids_and_unique_prefixes() {
         let gpus = machine();
         let full = gpus[2].uuid.clone().unwrap();
-        assert_eq!(resolve(&gpus, &inherited(Some(&full), None)).allowed, Some(vec![2]));
+        assert_eq!(resolve(&on(&gpus), &inherited(Some(&full), None)).allowed, Some(vec![2]));
         // Every test GPU's UUID starts with GPU-0000: ambiguous.
-        assert_eq!(resolve(&gpus, &inherited(Some("GPU-0000"), None)).allowed, Some(vec![]));
+        assert_eq!(resolve(&on(&gpus), &inherited(Some("GPU-0000"), None)).allowed, Some(vec![]));
         let prefix = &full[..full.len() - 2];
-        assert_eq!(resolve(&gpus, &inherited(Some(prefix), None)).allowed, Some(vec![2]));
+        assert_eq!(resolve(&on(&gpus), &inherited(Some(prefix), None)).allowed, Some(vec![2]));
     }
 
     #[test]
     fn ambiguous_indices_warn_only_on_mixed_models_without_pci_order() {
-        let warned = resolve(&machine(), &inherited(Some("0"), None));
+        let warned = resolve(&on(&machine()), &inherited(Some("0"), None));
         assert!(warned.warnings.iter().any(|w| w.contains("ambiguous") || w.contains("CUDA_DEVICE_ORDER")));
-        assert!(resolve(&machine(), &inherited(Some("0"), Some("PCI_BUS_ID"))).warnings.is_empty());
+        assert!(resolve(&on(&machine()), &inherited(Some("0"), Some("PCI_BUS_ID"))).warnings.is_empty());
         let uniform: Vec<Gpu> = (0..4).map(test_gpu).collect();
-        assert!(resolve(&uniform, &inherited(Some("0"), None)).warnings.is_empty());
+        assert!(resolve(&on(&uniform), &inherited(Some("0"), None)).warnings.is_empty());
     }
 
     #[test]
@@ -227,7 +259,7 @@ mod tests {
         gpus[0].handle_refused = true;
         gpus[1].handle_refused = true;
         // CUDA sees GPUs 2 and 3 as devices 0 and 1.
-        let visibility = resolve(&gpus, &inherited(Some("0,1"), Some("PCI_BUS_ID")));
+        let visibility = resolve(&on(&gpus), &inherited(Some("0,1"), Some("PCI_BUS_ID")));
         assert_eq!(visibility.allowed, Some(vec![2, 3]));
         assert_eq!(cuda_pci_ordinal(&gpus, 3), Some(1));
         assert_eq!(cuda_pci_ordinal(&gpus, 0), None);
@@ -237,11 +269,11 @@ mod tests {
     fn slurm_ids_are_a_hint_only() {
         let gpus = machine();
         let step = Inherited { slurm_step_gpus: Some("2,3".to_owned()), ..Inherited::default() };
-        assert_eq!(resolve(&gpus, &step).allowed, Some(vec![2, 3]));
+        assert_eq!(resolve(&on(&gpus), &step).allowed, Some(vec![2, 3]));
         let with_cvd = Inherited { cuda_visible_devices: Some("1".to_owned()), ..step.clone() };
-        assert_eq!(resolve(&gpus, &with_cvd).allowed, Some(vec![1]));
+        assert_eq!(resolve(&on(&gpus), &with_cvd).allowed, Some(vec![1]));
         let bogus = Inherited { slurm_step_gpus: Some("9".to_owned()), ..Inherited::default() };
-        let visibility = resolve(&gpus, &bogus);
+        let visibility = resolve(&on(&gpus), &bogus);
         assert_eq!(visibility.allowed, None);
         assert_eq!(visibility.warnings.len(), 1);
     }

@@ -11,6 +11,7 @@
 use serde::Serialize;
 
 use crate::options::size::human;
+use crate::probe::gpu::label;
 
 /// Within this share of the available memory a job is near an out-of-memory error.
 const NEAR_OOM_PERCENT: u64 = 95;
@@ -58,11 +59,11 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
                     kind: "near-oom",
                     gpu: Some(card.index),
                     detail: format!(
-                        "peak {} of the {} free at launch on GPU {}{}: ask for a card with more room \
+                        "peak {} of the {} free at launch on {}{}: ask for a card with more room \
                          (--min-free {}) or use a smaller batch",
                         human(card.peak),
                         human(available),
-                        card.index,
+                        label(card.index),
                         if failed { ", and the command failed" } else { "" },
                         next_time(available)
                     ),
@@ -75,10 +76,10 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
                     kind: "over-reserved",
                     gpu: Some(card.index),
                     detail: format!(
-                        "{how} kept {} of GPU {} from others, and the command's peak there was {}: \
+                        "{how} kept {} of {} from others, and the command's peak there was {}: \
                          next time ask for --min-free {}",
                         human(reserved),
-                        card.index,
+                        label(card.index),
                         human(card.peak),
                         next_time(card.peak)
                     ),
@@ -92,9 +93,9 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
                 kind: "idle-gpu",
                 gpu: Some(card.index),
                 detail: format!(
-                    "GPU {} was selected but no process of the command used it: the program probably uses \
+                    "{} was selected but no process of the command used it: the program probably uses \
                      only cuda:0 (DataParallel or DistributedDataParallel not set up); ask for fewer GPUs",
-                    card.index
+                    label(card.index)
                 ),
             });
         }

@@ -199,7 +199,9 @@ impl Monitor {
                     }
                 }
                 Err(error) if selected => poll.unlistable.push((gpu, error)),
-                Err(error) => tracing::debug!("GPU {gpu}: cannot list processes: {error}"),
+                Err(error) => {
+                    tracing::debug!("{}: cannot list processes: {error}", crate::probe::gpu::label(gpu))
+                }
             }
         }
         poll

@@ -12,6 +12,7 @@ use std::ffi::OsString;
 
 use crate::exit_code::{End, Exit};
 use crate::options::size::human;
+use crate::probe::gpu::label;
 use crate::select::selection::{Device, Selection};
 use crate::verify::diagnosis::Diagnosis;
 use crate::verify::verdict::Verdict;
@@ -76,7 +77,7 @@ impl Report {
             verification,
             peak_memory_bytes: peaks
                 .iter()
-                .map(|(index, bytes)| (uuid_of(*index).unwrap_or_else(|| format!("GPU {index}")), *bytes))
+                .map(|(index, bytes)| (uuid_of(*index).unwrap_or_else(|| label(*index)), *bytes))
                 .collect(),
             peak_by_index: peaks.clone(),
             wall_seconds,
@@ -108,7 +109,7 @@ impl Report {
         let gpus: Vec<String> = self
             .selected
             .iter()
-            .map(|s| format!("GPU {} ({})", s.index, s.name.as_deref().unwrap_or("unknown model")))
+            .map(|s| format!("{} ({})", label(s.index), s.name.as_deref().unwrap_or("unknown model")))
             .collect();
         let listed = if gpus.is_empty() { "none".to_owned() } else { gpus.join(", ") };
         match self.requested == self.count.to_string() {
@@ -124,7 +125,7 @@ impl Report {
         let peaks: Vec<String> = self
             .peak_by_index
             .iter()
-            .map(|(index, bytes)| format!("{} on GPU {index}", human(*bytes)))
+            .map(|(index, bytes)| format!("{} on {}", human(*bytes), label(*index)))
             .collect();
         if !peaks.is_empty() {
             let _ = write!(text, "\n  peak memory:  {}", peaks.join(", "));

@@ -6,6 +6,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::probe::gpu::{label, labels, mig_parts};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
@@ -118,10 +120,10 @@ impl Tracker {
             return (
                 Verdict::WrongGpu,
                 format!(
-                    "PID {} ({}) is on GPU {}, which was not selected (selected: {}); likely cause: {cause}",
+                    "PID {} ({}) is on {}, which was not selected (selected: {}); likely cause: {cause}",
                     sighting.pid,
                     sighting.command,
-                    sighting.gpu,
+                    label(sighting.gpu),
                     gpu_list(&self.selected)
                 ),
             );
@@ -144,14 +146,18 @@ impl Tracker {
             );
         }
         if let Some((gpu, why)) = &self.unlistable {
-            return (Verdict::Unverifiable, format!("NVML cannot list the processes on GPU {gpu}: {why}"));
+            return (
+                Verdict::Unverifiable,
+                format!("NVML cannot list the processes on {}: {why}", label(*gpu)),
+            );
         }
         if let Some((pid, gpu)) = &self.foreign_namespace {
             return (
                 Verdict::Unverifiable,
                 format!(
-                    "NVML shows PID {pid} on GPU {gpu}, which does not exist here: its PIDs belong to another \
-                     PID namespace (gpurun runs in a container?), so the command's processes cannot be matched"
+                    "NVML shows PID {pid} on {}, which does not exist here: its PIDs belong to another \
+                     PID namespace (gpurun runs in a container?), so the command's processes cannot be matched",
+                    label(*gpu)
                 ),
             );
         }
@@ -172,17 +178,20 @@ fn sightings_text(seen: &[Sighting]) -> String {
         .into_iter()
         .map(|(pid, command, mut gpus)| {
             gpus.sort_unstable();
-            let indices: Vec<String> = gpus.iter().map(u32::to_string).collect();
-            let word = if gpus.len() == 1 { "GPU" } else { "GPUs" };
-            format!("PID {pid} ({command}) on {word} {}", indices.join(", "))
+            format!("PID {pid} ({command}) on {}", gpu_list(&gpus))
         })
         .collect();
     parts.join("; ")
 }
 
+/// `GPU 3`, `GPUs 3, 5`, `MIG 1:0`.
 fn gpu_list(gpus: &[u32]) -> String {
-    let names: Vec<String> = gpus.iter().map(|g| format!("GPU {g}")).collect();
-    names.join(", ")
+    match gpus {
+        [_, _, ..] if gpus.iter().all(|&g| mig_parts(g).is_none()) => {
+            format!("GPUs {}", gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+        }
+        _ => labels(gpus),
+    }
 }
 
 #[cfg(test)]
