@@ -102,6 +102,13 @@ fn a_one_device_request_lands_on_a_mig_device_and_is_verified() {
     let seen: Value = serde_json::from_str(outcome.stdout.lines().next().unwrap()).unwrap();
     assert_eq!(seen["env"]["CUDA_VISIBLE_DEVICES"], MIG_2_0);
     assert_eq!(seen["devices"][0]["uuid"], MIG_2_0, "the simulated CUDA program used the MIG device");
+    let plan = sim
+        .gpurun()
+        .args(["--dry-run", "--json", "--mig", "only", "--min-free", "8G"])
+        .run()
+        .status(0)
+        .json();
+    assert_eq!(plan["selected"], json!([{"index": 2, "mig_index": 0, "uuid": MIG_2_0}]));
     let env = exports(&sim, &[], &["--mig", "only", "--min-free", "8G"]);
     assert_eq!((env["CUDA_VISIBLE_DEVICES"].as_str(), env["GPURUN_GPUS"].as_str()), (MIG_2_0, "2"));
     assert_eq!(env["GPURUN_GPU_UUIDS"], MIG_2_0);

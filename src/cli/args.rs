@@ -105,7 +105,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("lock directory", "--lock-dir, else $GPURUN_LOCK_DIR, else /run/lock/gpurun; created mode 1777 when missing, an existing one is never changed; must be a directory owned by root or you, sticky if others may write: else exit 125"),
             ("directory lock", "launches select and reserve under an flock on the directory itself; --list, --dry-run, --export and --doctor read without it; a launch that waits for it says who holds it"),
-            ("leases", "one file per chosen GPU, flock-ed for the command's life: a dead gpurun frees its GPUs at once; --min-free memory counts until the holder's processes show in NVML; a held lease that cannot be read counts as an exclusive reservation of its GPU"),
+            ("leases", "one file per chosen GPU, flock-ed for the command's life: a dead gpurun frees its GPUs at once; --min-free memory counts as far as the holder's processes do not yet use it in NVML; a held lease that cannot be read counts as an exclusive reservation of its GPU"),
             ("--exclusive", "also avoids GPUs another launch reserved; an exclusive reservation keeps everyone off"),
             ("--wait", "first come, first served: a waiter holds a ticket naming the GPUs it could use, and holds back only those; a new launch queues behind waiters for the same GPUs; 75 when --wait=DURATION is up"),
             ("--exec", "the command inherits the locked lease: the reservation lasts as long as it runs"),
@@ -246,7 +246,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
             ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}], and min_free (why) with --min-free auto"),
-            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), selected: [{index, uuid}] and env: {NAME: value}; count, selected and env are null on exit 75"),
+            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), selected: [{index, uuid}] (a MIG device: its GPU's index, mig_index and its MIG- UUID) and env: {NAME: value}; count, selected and env are null on exit 75"),
             ("--history --json", "an array of history records: the --report-json object plus started, user, directory, request"),
             ("null", "a value NVML cannot give is null, never 0"),
         ],

@@ -40,7 +40,10 @@ fn assessment_of(assessments: &[Assessment], index: u32) -> Option<&Assessment> 
 
 #[derive(Serialize)]
 struct Selected<'a> {
+    /// The GPU's NVML index, and the slot of a MIG device.
     index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mig_index: Option<u32>,
     uuid: &'a Option<String>,
 }
 
@@ -240,7 +243,11 @@ pub fn json(
                 plan.selection
                     .devices
                     .iter()
-                    .map(|device| Selected { index: device.index, uuid: &device.uuid })
+                    .map(|device| Selected {
+                        index: device.gpu_index,
+                        mig_index: device.mig_index,
+                        uuid: &device.uuid,
+                    })
                     .collect()
             }),
             env: dry_run.plan.map(|plan| {

@@ -150,13 +150,20 @@ fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
         .filter(|lease| lease.pid != own_pid)
         .filter_map(|lease| {
             let gpu = machine.devices().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))?;
-            // Once the lease holder's processes show in NVML, NVML's numbers hold its memory.
-            let visible = gpu.processes.iter().flatten().any(|p| procfs::descends_from(p.pid, lease.pid));
+            // What the lease holder's processes already use shows in NVML's numbers; the rest of
+            // what it reserved does not yet.
+            let shown: u64 = gpu
+                .processes
+                .iter()
+                .flatten()
+                .filter(|p| procfs::descends_from(p.pid, lease.pid))
+                .filter_map(|p| p.used_bytes)
+                .sum();
             Some(Reservation {
                 index: gpu.index,
                 pid: lease.pid,
                 user: lease.user.clone(),
-                pending_bytes: if visible { 0 } else { lease.reserved_bytes },
+                pending_bytes: lease.reserved_bytes.saturating_sub(shown),
                 exclusive: lease.exclusive,
                 queued: false,
             })

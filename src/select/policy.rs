@@ -561,15 +561,20 @@ fn shuffle(items: &mut [u32], seed: u64) {
 }
 
 /// The probe as other gpurun launches leave it: memory they reserved and that NVML does not
-/// show yet is not free.
+/// show yet is not free. NVML's free memory is read before its process list, so a process
+/// that appeared in between is in the list and not yet in the free figure: free is also at
+/// most what the listed processes leave.
 fn after_reservations(gpus: &[Gpu], reservations: &[Reservation]) -> Vec<Gpu> {
     gpus.iter()
         .map(|gpu| {
             let pending: u64 =
                 reservations.iter().filter(|r| r.index == gpu.index).map(|r| r.pending_bytes).sum();
+            let listed: u64 = gpu.processes.iter().flatten().filter_map(|p| p.used_bytes).sum();
             let mut adjusted = gpu.clone();
             if let Some(memory) = adjusted.memory.as_mut() {
-                memory.free_bytes = memory.free_bytes.saturating_sub(pending);
+                let left_by_processes =
+                    memory.total_bytes.saturating_sub(memory.reserved_bytes).saturating_sub(listed);
+                memory.free_bytes = memory.free_bytes.min(left_by_processes).saturating_sub(pending);
             }
             adjusted
         })
@@ -851,6 +856,18 @@ mod tests {
         let decision = decide(&gpus, &unrestricted(), &Request::default(), &[held], &[]).unwrap();
         assert_eq!(decision.assessments[0].hard, vec!["reserved exclusively by gpurun PID 9 (alice)"]);
         assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
+    }
+
+    #[test]
+    fn a_process_listed_after_the_memory_was_read_still_counts() {
+        // NVML's free memory was read just before a 50 GiB process appeared in the list.
+        let mut gpus = vec![with_load(0, 79, 0), with_load(1, 70, 0)];
+        gpus[0].processes =
+            Some(vec![GpuProcess { pid: 42, used_bytes: Some(50 << 30), user: None, command: None }]);
+        let request = Request { min_free: Some(Threshold::Bytes(40 << 30)), ..Request::default() };
+        let decision = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap();
+        assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
+        assert_eq!(decision.assessments[0].reasons(), vec!["free 30 GiB < 40 GiB"]);
     }
 
     /// GPU 0 whole (80 GiB free); GPU 1 in MIG mode with a 3g.40gb (10 GiB free) and a 2g.20gb

@@ -11,10 +11,14 @@ use crate::select::visibility::cuda_pci_ordinal;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Device {
     /// NVML index (PCI order, nvidia-smi's); a MIG device's key (`probe::gpu::mig_key`).
-    pub index: u32,
-    /// The GPU's NVML index: the parent's for a MIG device (what GPURUN_GPUS says).
     #[serde(skip)]
+    pub index: u32,
+    /// The GPU's NVML index: the parent's for a MIG device (what GPURUN_GPUS says). The JSON
+    /// calls it `index`, with `mig_index` (the slot) for a MIG device.
+    #[serde(rename = "index")]
     pub gpu_index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig_index: Option<u32>,
     /// A MIG device: CUDA takes it by its `MIG-` UUID only.
     #[serde(skip)]
     pub mig: bool,
@@ -50,6 +54,7 @@ impl Selection {
             .map(|gpu| Device {
                 index: gpu.index,
                 gpu_index: gpu.mig.as_ref().map_or(gpu.index, |mig| mig.parent),
+                mig_index: gpu.mig.as_ref().map(|mig| mig.slot),
                 mig: gpu.mig.is_some(),
                 uuid: gpu.uuid.clone(),
                 name: gpu.name.clone(),
