@@ -24,7 +24,7 @@ use crate::cli::config::{Config, Goal, Mode};
 use crate::error::Error;
 use crate::exit_code::Exit;
 use crate::launch::env::{self, Plan};
-use crate::options::Fallback;
+use crate::options::{CpuBind, Fallback};
 use crate::output::{doctor, listing};
 use crate::probe::worker::NvmlThread;
 use crate::process::logging;
@@ -52,7 +52,13 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     let Acquisition { machine, decision, chosen, leases, live, queue } = acquired;
     let shared = listing::Shared { queue: &queue, rules: config.limits.describe() };
     // What the command gets, or exit 75's explanation.
-    let plan = chosen.map(|selection| Plan::new(selection, config.visible_as, config.framework_env));
+    let plan = chosen.map(|selection| {
+        let mut plan = Plan::new(selection, config.visible_as, config.framework_env);
+        if config.cpu_bind == CpuBind::Numa {
+            plan.cpus = launch::affinity::numa_cpus(&plan.selection, &machine, &launch::affinity::own_cpus());
+        }
+        plan
+    });
     let json =
         |dry_run| listing::json(&machine, &config.library(), &decision.assessments, &live, &shared, dry_run);
     let show = |text: String| print(&text).map(|()| Exit::Code(0)).map_err(Error::Output);

@@ -539,3 +539,36 @@ fn gpus_0_needs_no_nvml() {
         .run()
         .status(125);
 }
+
+#[test]
+fn cpu_bind_numa_runs_the_command_on_its_gpus_cpus_within_its_own() {
+    // GPU 3's local CPU is 1, GPU 5's are 16-31: none of them on this two-CPU test machine.
+    let scenario = common::default_scenario().replacen("cpu_affinity = \"16-31\"", "cpu_affinity = \"1\"", 2);
+    let sim = Sim::new(&scenario);
+    let allowed = |args: &[&str]| -> (String, String) {
+        let outcome = sim
+            .gpurun_command("taskset", &["-c", "0-1", &common::gpurun_binary()])
+            .args(args)
+            .args(["--", "grep", "Cpus_allowed_list", "/proc/self/status"])
+            .run();
+        let line = outcome.status(0).stdout.trim().rsplit('\t').next().unwrap_or_default().to_owned();
+        (line, outcome.stderr.clone())
+    };
+    if common::available_cpus() < 2 {
+        common::skip("cpu_bind_numa", "fewer than two CPUs here");
+        return;
+    }
+    assert_eq!(allowed(&["--devices", "3"]).0, "0-1", "without --cpu-bind the inherited CPUs");
+    let (bound, said) = allowed(&["--devices", "3", "--cpu-bind", "numa", "--report"]);
+    assert_eq!(bound, "1", "{said}");
+    assert!(said.contains("  cpus:         1"), "{said}");
+    // No overlap with gpurun's own CPUs: a warning, and the inherited ones.
+    let (kept, said) = allowed(&["--devices", "4", "--cpu-bind", "numa"]);
+    assert_eq!(kept, "0-1");
+    assert!(
+        said.contains("--cpu-bind numa: the GPUs' local CPUs (32-47) are all outside gpurun's own (0-1)"),
+        "{said}"
+    );
+    let plan = sim.gpurun().args(["--dry-run", "--json", "--devices", "3", "--cpu-bind", "numa"]).run();
+    assert!(plan.json()["cpus"].is_string(), "{}", plan.stdout);
+}

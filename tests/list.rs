@@ -49,6 +49,8 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         "mig_enabled": spec.mig_mode.as_deref().map(|m| m == "enabled"),
         "mig_pending": spec.mig_mode.as_deref().map(|m| m == "enabled"),
         "mig_devices": [],
+        "numa_node": spec.numa_node,
+        "cpus": spec.cpu_affinity,
         "processes": processes,
         "error": null,
         "eligible": !mig_enabled,

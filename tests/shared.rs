@@ -186,13 +186,23 @@ fn max_wait_caps_wait_and_default_min_free_is_a_floor() {
 fn hooks_get_the_report_and_the_status_and_never_change_it() {
     let sim = Sim::new(&default_scenario());
     let dir = sim.dir.path().to_str().unwrap().to_owned();
-    let on_start = format!("cat > {dir}/start.json; echo \"$GPURUN_GPUS\" > {dir}/start.env");
+    let on_start =
+        format!("cat > {dir}/start.json; echo \"$GPURUN_GPUS\" > {dir}/start.env; echo from-the-hook");
     let on_exit = format!("cat > {dir}/end.json; echo \"$GPURUN_EXIT_STATUS $GPURUN_VERDICT $GPURUN_GPUS\" > {dir}/end.env; exit 9");
     let outcome = sim
         .gpurun()
         .args(["--on-start", &on_start, "--on-exit", &on_exit, "--", "sh", "-c", "sleep 0.3; exit 3"])
         .run();
-    outcome.status(3).stderr_has("gpurun: warning: --on-exit hook exited with status 9");
+    outcome
+        .status(3)
+        .stderr_has("gpurun: warning: --on-exit hook exited with status 9")
+        .stderr_has("from-the-hook");
+    assert!(!outcome.stdout.contains("from-the-hook"), "stdout stays the command's");
+    sim.gpurun()
+        .args(["--exec", "--on-exit", "true", "--gpus", "0", "--", "true"])
+        .run()
+        .status(0)
+        .stderr_has("--on-start and --on-exit do not run with --exec");
     let start: Value =
         serde_json::from_str(&std::fs::read_to_string(sim.dir.path().join("start.json")).unwrap()).unwrap();
     assert_eq!(start["command"], serde_json::json!(["sh", "-c", "sleep 0.3; exit 3"]));

@@ -11,7 +11,7 @@ use crate::options::count::{self, Count};
 use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, MinFree};
-use crate::options::{duration, Fallback, LogFormat, MigUse, Policy, VerifyMode, VisibleAs};
+use crate::options::{duration, CpuBind, Fallback, LogFormat, MigUse, Policy, VerifyMode, VisibleAs};
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
 
@@ -149,7 +149,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("[limits]", "house rules, only in the system file ($GPURUN_SYSTEM_CONFIG, else /etc/gpurun/config.toml): max-gpus-per-user (live reservations of one user), max-wait (a cap on --wait), default-min-free (a floor under --min-free); user files, variables, the command line and --no-config cannot loosen them; --list and --doctor show them"),
             ("over a rule", "a launch over max-gpus-per-user waits with --wait, else exits 75 naming the rule and its file; a request alone over it exits 125 at once; a range takes what the rule leaves"),
             ("GPURUN_SYSTEM_CONFIG", "another system file (tests, unusual installs); its [limits] hold only if root owns it or root runs gpurun, else /etc/gpurun/config.toml's do, so a user cannot swap the rules out"),
-            ("hooks", "--on-start CMD and --on-exit CMD run through /bin/sh -c, in gpurun's process group, with JSON on stdin and GPURUN_GPUS, GPURUN_GPU_UUIDS (and, at exit, GPURUN_EXIT_STATUS, GPURUN_VERDICT) in the environment; killed with what they started after 30 s (a warning); a failing hook is a warning and never changes gpurun's exit status; not with --exec"),
+            ("hooks", "--on-start CMD and --on-exit CMD run through /bin/sh -c, in gpurun's process group, with JSON on stdin, their stdout on stderr, and GPURUN_GPUS, GPURUN_GPU_UUIDS (and, at exit, GPURUN_EXIT_STATUS, GPURUN_VERDICT) in the environment; killed with what they started after 30 s (a warning); a failing hook is a warning and never changes gpurun's exit status; not with --exec (a warning)"),
         ],
     ),
     (
@@ -192,6 +192,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "set for the command: the chosen NVML indices and UUIDs (for a MIG device: its GPU's index, and its MIG- UUID); never read as settings (an inherited pair that matches CUDA_VISIBLE_DEVICES marks an earlier eval \"$(gpurun --export)\", and a refusal says how to undo it)"),
             ("TF_FORCE_GPU_ALLOW_GROWTH, XLA_PYTHON_CLIENT_PREALLOCATE", "set for the command: true and false, unless already set (the user's value wins) or --no-framework-env"),
             ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
+            ("CPU affinity", "with --cpu-bind numa, the command runs on the CPUs NVML reports as local to its GPUs (their union), within gpurun's own affinity; --dry-run and the report show them (cpus)"),
             ("everything else", "passed to the command unchanged, byte for byte"),
             ("GPURUN_<OPTION>", "a setting: GPURUN_ and a long option name in capitals (GPURUN_MIN_FREE=8G); any other GPURUN_ variable is an error"),
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
@@ -232,8 +233,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             (
                 "gpus[]",
                 "index, uuid, name, pci_bus_id, memory, utilization, temperature_c, power_watts, \
-                 compute_mode, mig_enabled, mig_pending (the mode after the next reset), mig_devices, processes, \
-                 eligible, reasons, error",
+                 compute_mode, mig_enabled, mig_pending (the mode after the next reset), mig_devices, numa_node, \
+                 cpus (its local CPUs, as 0-15,32-47), processes, eligible, reasons, error",
             ),
             (
                 "mig_devices[]",
@@ -245,8 +246,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable), reservation (the gpurun PID of the reservation it belongs to, or null)"),
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
-            ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}], and min_free (why) with --min-free auto"),
-            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), selected: [{index, uuid}] (a MIG device: its GPU's index, mig_index and its MIG- UUID) and env: {NAME: value}; count, selected and env are null on exit 75"),
+            ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}], cpus (--cpu-bind numa, else null), and min_free (why) with --min-free auto"),
+            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), cpus (with --cpu-bind numa), selected: [{index, uuid}] (a MIG device: its GPU's index, mig_index and its MIG- UUID) and env: {NAME: value}; count, selected and env are null on exit 75"),
             ("--history --json", "an array of history records: the --report-json object plus started, user, directory, request"),
             ("null", "a value NVML cannot give is null, never 0"),
         ],
@@ -378,6 +379,12 @@ pub struct Cli {
         help_heading = "Command environment"
     )]
     pub visible_as: Option<VisibleAs>,
+
+    /// Which CPUs the command may run on: `none` (gpurun's own, as inherited) or `numa` (the
+    /// CPUs NVML reports as local to the chosen GPUs, within gpurun's own affinity, so a Slurm
+    /// or cgroup cpuset is never widened; if none of them is left, a warning and gpurun's own).
+    #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = CpuBind::None, help_heading = "Command environment")]
+    pub cpu_bind: CpuBind,
 
     /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
     #[arg(long, hide_short_help = true, help_heading = "Command environment")]

@@ -13,7 +13,7 @@ use crate::launch::Supervision;
 use crate::options::model::ModelPattern;
 use crate::options::size::{MinFree, Threshold};
 use crate::options::{duration, shell};
-use crate::options::{LogFormat, Verbosity, VisibleAs};
+use crate::options::{CpuBind, LogFormat, Verbosity, VisibleAs};
 use crate::probe::nvml::DEFAULT_LIBRARY;
 use crate::reserve::acquire;
 use crate::select::policy::Request;
@@ -47,6 +47,7 @@ pub struct Config {
     pub request: Request,
     /// `None`: indices, and MIG devices by UUID.
     pub visible_as: Option<VisibleAs>,
+    pub cpu_bind: CpuBind,
     pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
     pub nvml_timeout: Duration,
@@ -168,6 +169,7 @@ impl Config {
             mode,
             request,
             visible_as: cli.visible_as,
+            cpu_bind: cli.cpu_bind,
             framework_env: !cli.no_framework_env,
             nvml_lib: cli.nvml_lib,
             nvml_timeout: cli.nvml_timeout,

@@ -12,6 +12,8 @@ use crate::select::selection::Selection;
 pub struct Plan {
     pub selection: Selection,
     pub variables: Vec<(String, String)>,
+    /// `--cpu-bind numa`: the command's CPUs (None: gpurun's own).
+    pub cpus: Option<Vec<u32>>,
 }
 
 impl Plan {
@@ -19,7 +21,7 @@ impl Plan {
     pub fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
         let visible_as = visible_as.unwrap_or(VisibleAs::Index);
         let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
-        Plan { selection, variables }
+        Plan { selection, variables, cpus: None }
     }
 
     pub fn variable(&self, name: &str) -> Option<&str> {

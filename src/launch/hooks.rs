@@ -6,6 +6,7 @@
 //! exec, never a wait; a hook's failure or its end never changes gpurun's exit status.
 
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,11 +35,15 @@ impl Hook {
         input: &str,
         variables: &[(String, String)],
     ) -> Option<Hook> {
+        // stdout belongs to the command: what a hook prints goes to stderr, beside gpurun's lines.
+        let to_stderr =
+            std::io::stderr().as_fd().try_clone_to_owned().map(Stdio::from).unwrap_or_else(|_| Stdio::null());
         let spawned = Command::new("/bin/sh")
             .arg("-c")
             .arg(line)
             .envs(variables.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::piped())
+            .stdout(to_stderr)
             .spawn();
         let mut child = match spawned {
             Ok(child) => child,

@@ -2,6 +2,7 @@
 //! signal state, supervise it (signals, reaping, job control, verification beside it), end its
 //! leftovers, report, and give back how it ended.
 
+pub mod affinity;
 pub mod death;
 pub mod env;
 pub mod hooks;
@@ -104,6 +105,11 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
             crate::options::shell::quote(command),
             plan.selection.describe()
         );
+        if supervision.on_start.is_some() || supervision.on_exit.is_some() {
+            tracing::warn!(
+                "--on-start and --on-exit do not run with --exec: gpurun is replaced by the command"
+            );
+        }
         leases.into_iter().for_each(HeldLease::hand_over_to_exec);
         return Err(spawn::exec(&launch, receiver.caller()));
     }
@@ -125,6 +131,15 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
         if let Some(watcher) = &watcher {
             watcher.track(child);
+        }
+        // Before the go: the command starts (and execs) on these CPUs.
+        if let Some(cpus) = &plan.cpus {
+            if let Err(error) = affinity::bind(child, cpus) {
+                tracing::warn!(
+                    "--cpu-bind numa: cannot bind the command to CPUs {}: {error}",
+                    crate::options::cpus::list(cpus)
+                );
+            }
         }
         stops = pass_on_pending(receiver, child);
     });
@@ -236,6 +251,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     );
     summary.diagnosis = diagnosis;
     summary.min_free = sizing.map(str::to_owned);
+    summary.cpus = plan.cpus.as_deref().map(crate::options::cpus::list);
     if supervision.report {
         summary.log();
     }

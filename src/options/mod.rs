@@ -3,6 +3,7 @@
 //! Nothing here depends on the rest of gpurun, so any stage may use it without a cycle.
 
 pub mod count;
+pub mod cpus;
 pub mod devices;
 pub mod duration;
 pub mod model;
@@ -60,6 +61,16 @@ pub enum MigUse {
     Only,
     /// Whole GPUs only.
     Never,
+}
+
+/// `--cpu-bind`: which CPUs the command may run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum CpuBind {
+    /// gpurun's own CPUs (the inherited affinity).
+    #[default]
+    None,
+    /// The CPUs local to the chosen GPUs, within gpurun's own.
+    Numa,
 }
 
 /// `--visible-as`: how `CUDA_VISIBLE_DEVICES` names the chosen GPUs.

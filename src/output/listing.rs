@@ -201,6 +201,8 @@ struct PlanEntry<'a> {
     command: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     min_free: Option<&'a str>,
+    /// `--cpu-bind numa`: the command's CPUs (null: gpurun's own).
+    cpus: Option<String>,
     selected: Option<Vec<Selected<'a>>>,
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -239,6 +241,7 @@ pub fn json(
             count: dry_run.plan.map(|plan| plan.selection.devices.len()),
             command: dry_run.command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
             min_free: dry_run.sizing,
+            cpus: dry_run.plan.and_then(|plan| plan.cpus.as_deref()).map(crate::options::cpus::list),
             selected: dry_run.plan.map(|plan| {
                 plan.selection
                     .devices
@@ -440,6 +443,9 @@ pub fn dry_run(
     }
     if let Some(why) = asked.sizing {
         let _ = writeln!(out, "min-free: {why}");
+    }
+    if let Some(cpus) = &plan.cpus {
+        let _ = writeln!(out, "cpus: {} (--cpu-bind numa)", crate::options::cpus::list(cpus));
     }
     let _ = writeln!(out, "(dry run: nothing was started and no reservation is held)");
     out

@@ -68,6 +68,10 @@ pub struct Gpu {
     /// Set for a MIG device.
     #[serde(skip)]
     pub mig: Option<MigInfo>,
+    /// The NUMA node the GPU hangs off, and the CPUs NVML says are local to it.
+    pub numa_node: Option<u32>,
+    #[serde(serialize_with = "crate::options::cpus::serialize")]
+    pub cpus: Option<Vec<u32>>,
     /// Compute processes on this GPU; `None` when NVML cannot list them.
     pub processes: Option<Vec<GpuProcess>>,
     /// The first query that failed, if any: the GPU is then not eligible.
@@ -94,6 +98,8 @@ impl Gpu {
             mig_enabled: None,
             mig_pending: None,
             mig: None,
+            numa_node: None,
+            cpus: None,
             processes: None,
             error: None,
             handle_refused: false,
@@ -192,6 +198,8 @@ pub fn test_gpu(index: u32) -> Gpu {
         mig_enabled: Some(false),
         mig_pending: Some(false),
         mig: None,
+        numa_node: None,
+        cpus: None,
         processes: Some(Vec::new()),
         error: None,
         handle_refused: false,

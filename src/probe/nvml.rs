@@ -12,6 +12,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
+use crate::options::cpus;
 use crate::probe::gpu::{
     mig_key, mig_parts, ComputeMode, Gpu, GpuProcess, Machine, Memory, MigInfo, Utilization,
 };
@@ -256,6 +257,8 @@ impl Session {
                 memory,
                 processes,
                 compute_mode: parent.compute_mode,
+                numa_node: parent.numa_node,
+                cpus: parent.cpus.clone(),
                 mig: Some(MigInfo { parent: index, slot, profile, gpu_instance_id, compute_instance_id }),
                 error: queries.first_error,
                 ..Gpu::unknown(mig_key(index, slot))
@@ -310,6 +313,11 @@ impl Session {
                 NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
                 NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
             });
+        let numa_node = queries.ask("NUMA node", "nvmlDeviceGetNumaNodeId", false, || device.numa_node_id());
+        // 16 words: 1024 CPUs.
+        let cpus = queries
+            .ask("CPU affinity", "nvmlDeviceGetCpuAffinity", false, || device.cpu_affinity(16))
+            .map(|words| cpus::from_mask(&words));
         let mig_mode = queries.ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode());
         let mig_enabled = mig_mode.as_ref().map(|m| m.current == 1);
         let mig_pending = mig_mode.as_ref().map(|m| m.pending == 1);
@@ -337,6 +345,8 @@ impl Session {
             mig_enabled,
             mig_pending,
             mig: None,
+            numa_node,
+            cpus,
             processes,
             error: queries.first_error,
             handle_refused,

@@ -51,6 +51,8 @@ pub struct Report {
     pub gpurun_exit_status: i32,
     /// What went wrong or nearly (near-oom, idle-gpu, cpu-fallback, over-reserved).
     pub diagnosis: Vec<Diagnosis>,
+    /// `--cpu-bind numa`: the CPUs the command ran on (null: gpurun's own).
+    pub cpus: Option<String>,
     /// What `--min-free auto` asked for, and why (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_free: Option<String>,
@@ -91,6 +93,7 @@ impl Report {
             },
             gpurun_exit_status: exit.status(),
             diagnosis: Vec::new(),
+            cpus: None,
             min_free: None,
         }
     }
@@ -137,6 +140,9 @@ impl Report {
             (None, None) => "unknown".to_owned(),
         };
         let _ = write!(text, "\n  command:      {exit}");
+        if let Some(cpus) = &self.cpus {
+            let _ = write!(text, "\n  cpus:         {cpus}");
+        }
         if let Some(why) = &self.min_free {
             let _ = write!(text, "\n  min-free:     {why}");
         }

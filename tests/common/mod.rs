@@ -287,3 +287,8 @@ pub fn start_recorder(run: Run) -> Child {
     assert!(line.starts_with("ready "), "the recorder did not start: {line:?}");
     child
 }
+
+/// How many CPUs this test process may run on.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

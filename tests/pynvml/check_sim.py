@@ -231,6 +231,8 @@ class Checker:
           unsupported="cpu_affinity" not in gpu)
         c("minor number", "nvmlDeviceGetMinorNumber", lambda: pynvml.nvmlDeviceGetMinorNumber(handle),
           lambda: index)
+        c("NUMA node", "nvmlDeviceGetNumaNodeId", lambda: pynvml.nvmlDeviceGetNumaNodeId(handle),
+          lambda: gpu["numa_node"], unsupported="numa_node" not in gpu)
         # Queries the simulator has no data for answer NOT_SUPPORTED, like a board without them.
         c("fan speed", "nvmlDeviceGetFanSpeed", lambda: pynvml.nvmlDeviceGetFanSpeed(handle),
           lambda: None, unsupported=True)

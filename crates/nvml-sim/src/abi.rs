@@ -824,6 +824,19 @@ pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
 }
 
 /// # Safety
+/// `node` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(device: Device, node: *mut c_uint) -> u32 {
+    device_call(device, "nvmlDeviceGetNumaNodeId", |state, gpu| {
+        match state.scenario.gpus[gpu as usize].numa_node {
+            // SAFETY: forwarded caller contract.
+            Some(numa) => unsafe { put(node, numa) },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// # Safety
 /// `minor` must be valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: Device, minor: *mut c_uint) -> u32 {
