@@ -63,8 +63,14 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         |dry_run| listing::json(&machine, &config.library(), &decision.assessments, &live, &shared, dry_run);
     let show = |text: String| print(&text).map(|()| Exit::Code(0)).map_err(Error::Output);
     match goal {
-        Goal::List { json: false } => show(listing::table(&machine, &decision.assessments, &live, &shared)),
-        Goal::List { json: true } => show(json(None)),
+        Goal::List { json: false, links } => {
+            let mut text = listing::table(&machine, &decision.assessments, &live, &shared);
+            if *links {
+                text.push_str(&listing::link_matrix(&machine));
+            }
+            show(text)
+        }
+        Goal::List { json: true, .. } => show(json(None)),
         // Printed on exit 75 too, with a null selection and environment.
         Goal::DryRun { json: true, command } => {
             let sizing = config.sizing.as_deref();

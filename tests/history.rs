@@ -48,7 +48,7 @@ fn each_run_is_recorded_and_listed() {
     assert_eq!(lines.len(), 3, "{}", listed.stdout);
     assert!(lines[0].starts_with("STARTED (UTC)"));
     assert!(
-        lines[1].contains(" 3,5 ") && lines[1].contains("verified") && lines[1].contains("3:3GiB,5:3GiB"),
+        lines[1].contains(" 3,2 ") && lines[1].contains("verified") && lines[1].contains("2:3GiB,3:3GiB"),
         "{}",
         lines[1]
     );
@@ -182,7 +182,7 @@ fn each_diagnosis_fires_on_its_case_and_none_on_a_clean_run() {
 
     let (idle, _) = report_of(&["--gpus", "2"], &[&cuda, "--use", "1", "--sleep", "0.5"]);
     assert_eq!(diagnosis_kinds(&idle), ["idle-gpu"]);
-    assert_eq!(idle["diagnosis"][0]["gpu"], 5);
+    assert_eq!(idle["diagnosis"][0]["gpu"], 2);
 
     let (cpu, stderr) = report_of(&["--verify-timeout", "200ms"], &["sleep", "0.6"]);
     assert_eq!(diagnosis_kinds(&cpu), ["cpu-fallback"]);

@@ -109,7 +109,7 @@ fn stdout_belongs_to_the_child_and_the_environment_passes_byte_for_byte() {
         .unwrap();
     assert!(output.status.success(), "{output:?}");
     let mut expected = non_utf8.as_bytes().to_vec();
-    expected.extend_from_slice(b"|3,5|PCI_BUS_ID|3,5|false|false");
+    expected.extend_from_slice(b"|3,2|PCI_BUS_ID|3,2|false|false");
     assert_eq!(output.stdout, expected);
 }
 
@@ -121,10 +121,10 @@ fn a_cuda_program_lands_on_the_chosen_gpus() {
     let report: serde_json::Value = serde_json::from_str(outcome.status(0).stdout.trim()).unwrap();
     let landed: Vec<u64> =
         report["devices"].as_array().unwrap().iter().map(|d| d["nvml_index"].as_u64().unwrap()).collect();
-    assert_eq!(landed, vec![3, 5]);
+    assert_eq!(landed, vec![3, 2]);
     outcome
         .stderr_has("running ")
-        .stderr_has("on GPU 3 (NVIDIA A100-SXM4-80GB), GPU 5 (NVIDIA H100 80GB HBM3)");
+        .stderr_has("on GPU 3 (NVIDIA A100-SXM4-80GB), GPU 2 (NVIDIA A100-SXM4-80GB)");
 }
 
 /// gpurun running recorder.py, with the recorder's "ready" line read.
@@ -465,7 +465,7 @@ fn shebang_direct_and_env_s_forms() {
         std::env::var("PATH").unwrap_or_default()
     );
     for (script, expected) in
-        [(&direct, "cvd=3,5 args=a b"), (&quoted, "cvd=5 args=a b"), (&env_s, "cvd=6 args=a b")]
+        [(&direct, "cvd=3,2 args=a b"), (&quoted, "cvd=5 args=a b"), (&env_s, "cvd=6 args=a b")]
     {
         let outcome = sim.gpurun_command(script.to_str().unwrap(), &["a", "b"]).env("PATH", &path).run();
         assert_eq!(outcome.status(0).stdout.trim(), expected, "{}", script.display());

@@ -36,7 +36,8 @@ fn each_selection_flag_changes_the_choice() {
     let sim = Sim::new(&default_scenario());
     let cases: &[(&[&str], &str)] = &[
         (&[], "3"),
-        (&["--gpus", "2"], "3,5"),
+        // Two of one model (the A100 80GB pair, one PCIe switch), not the two with most free memory.
+        (&["--gpus", "2"], "3,2"),
         (&["--gpus", "0"], ""),
         (&["--gpus", "3"], "3,5,2"),
         (&["--min-free", "75G", "--gpus", "2"], "3,5"),
@@ -46,7 +47,7 @@ fn each_selection_flag_changes_the_choice() {
         (&["--max-util", "10", "--policy", "pack", "--min-free", "35G"], "7"),
         (&["--max-util", "0", "--policy", "index", "--gpus", "2"], "0,3"),
         (&["--exclusive", "--policy", "least-util", "--gpus", "3"], "3,5,7"),
-        (&["--exclusive", "--policy", "index", "--gpus", "2"], "0,3"),
+        (&["--exclusive", "--policy", "index", "--gpus", "2"], "6,7"),
         (&["--devices", "6,7"], "7"),
         (&["--devices", "GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a66"], "6"),
         (&["--devices", "0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a67"], "7"),
@@ -58,7 +59,7 @@ fn each_selection_flag_changes_the_choice() {
         (&["--model", "*40gb", "--gpus", "2"], "7,6"),
         (&["--model", "h100", "--min-free", "8G"], "5"),
         (&["--policy", "balanced"], "3"),
-        (&["--policy", "balanced", "--exclude", "3,5", "--gpus", "2"], "2,7"),
+        (&["--policy", "balanced", "--exclude", "3,5", "--gpus", "2"], "7,6"),
         (&["--policy", "pack", "--min-free", "30G"], "0"),
         (&["--policy", "pack"], "1"),
         (&["--policy", "least-util", "--exclude", "3"], "5"),
@@ -87,12 +88,12 @@ fn the_child_environment() {
     let sim = Sim::new(&default_scenario());
     let outcome = sim.gpurun().args(["--export", "--gpus", "2"]).run();
     let variables = exports(outcome.status(0));
-    assert_eq!(variables["CUDA_VISIBLE_DEVICES"], "3,5");
+    assert_eq!(variables["CUDA_VISIBLE_DEVICES"], "3,2");
     assert_eq!(variables["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
-    assert_eq!(variables["GPURUN_GPUS"], "3,5");
+    assert_eq!(variables["GPURUN_GPUS"], "3,2");
     assert_eq!(
         variables["GPURUN_GPU_UUIDS"],
-        "GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53,GPU-c0ffee00-1234-4abc-9def-0123456789a5"
+        "GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53,GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e52"
     );
     assert_eq!(variables["TF_FORCE_GPU_ALLOW_GROWTH"], "true");
     assert_eq!(variables["XLA_PYTHON_CLIENT_PREALLOCATE"], "false");
@@ -115,7 +116,7 @@ fn the_child_environment() {
         .run();
     let users = exports(users.status(0));
     assert!(!users.contains_key("TF_FORCE_GPU_ALLOW_GROWTH"), "the user's value wins");
-    assert_eq!(users["GPU_DEVICE_ORDINAL"], "3,5");
+    assert_eq!(users["GPU_DEVICE_ORDINAL"], "3,2");
 }
 
 #[test]
@@ -126,7 +127,7 @@ fn export_is_safe_to_eval() {
         common::GPURUN
     );
     let outcome = sim.gpurun_command("sh", &["-c", &script]).run();
-    assert_eq!(outcome.status(0).stdout, "3,5|PCI_BUS_ID");
+    assert_eq!(outcome.status(0).stdout, "3,2|PCI_BUS_ID");
 }
 
 /// What gpurun exports makes a CUDA program land on exactly the GPUs gpurun reports, though
@@ -405,7 +406,7 @@ fn gpu_ranges_take_as_many_as_qualify() {
         )
     };
     assert_eq!(plan("2-4"), ("2-4".to_owned(), 3, "3,5,2".to_owned()));
-    assert_eq!(plan("1-2"), ("1-2".to_owned(), 2, "3,5".to_owned()));
+    assert_eq!(plan("1-2"), ("1-2".to_owned(), 2, "3,2".to_owned()), "two of one model");
     assert_eq!(plan("all"), ("all".to_owned(), 3, "3,5,2".to_owned()));
     assert_eq!(plan("0-8"), ("0-8".to_owned(), 3, "3,5,2".to_owned()));
     // Fewer than the least: try later (75) when the machine could, refuse (125) when it never can.

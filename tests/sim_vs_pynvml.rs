@@ -52,6 +52,11 @@ fn mixed_machine_with_a_lost_gpu() {
 }
 
 #[test]
+fn nvlink_pairs_and_pcie_switches() {
+    check(&scenario_file("topo8.toml"));
+}
+
+#[test]
 fn mig_devices_on_two_partitioned_gpus() {
     check(&scenario_file("mig.toml"));
 }

@@ -44,7 +44,7 @@ fn worker_processes_count_as_the_commands() {
     let lines = verdict_lines(outcome.status(0));
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("verified:") && lines[0].contains("--worker"), "{lines:?}");
-    assert_eq!(lines[0].matches(") on GPUs 3, 5").count(), 2, "{lines:?}");
+    assert_eq!(lines[0].matches(") on GPUs 2, 3").count(), 2, "{lines:?}");
 }
 
 #[test]
@@ -54,7 +54,7 @@ fn one_process_on_two_gpus_is_named_once() {
     let lines = verdict_lines(outcome.status(0));
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0].matches("PID ").count(), 1, "{lines:?}");
-    assert!(lines[0].contains("sim-cuda --sleep 0.5) on GPUs 3, 5"), "{lines:?}");
+    assert!(lines[0].contains("sim-cuda --sleep 0.5) on GPUs 2, 3"), "{lines:?}");
 }
 
 /// The default machine's FASTEST_FIRST order differs from PCI order: a process that loses
@@ -135,7 +135,7 @@ fn partial_when_a_multi_gpu_job_uses_one_card() {
     let lines = verdict_lines(outcome.status(0));
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        lines[0].contains("partial: 2 GPUs selected, 1 used:") && lines[0].ends_with("unused: GPU 5"),
+        lines[0].contains("partial: 2 GPUs selected, 1 used:") && lines[0].ends_with("unused: GPU 2"),
         "{lines:?}"
     );
 }
@@ -272,14 +272,14 @@ fn report_json_has_the_documented_schema() {
         report["selected"],
         serde_json::json!([
             {"index": 3, "uuid": "GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53", "name": "NVIDIA A100-SXM4-80GB"},
-            {"index": 5, "uuid": "GPU-c0ffee00-1234-4abc-9def-0123456789a5", "name": "NVIDIA H100 80GB HBM3"},
+            {"index": 2, "uuid": "GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e52", "name": "NVIDIA A100-SXM4-80GB"},
         ])
     );
     assert_eq!(report["verification"]["verdict"], "verified");
-    assert!(report["verification"]["detail"].as_str().unwrap().contains("on GPUs 3, 5"));
+    assert!(report["verification"]["detail"].as_str().unwrap().contains("on GPUs 2, 3"));
     assert_eq!((&report["requested"], &report["count"]), (&serde_json::json!("2"), &serde_json::json!(2)));
     assert_eq!(report["peak_memory_bytes"]["GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53"], 3u64 << 30);
-    assert_eq!(report["peak_memory_bytes"]["GPU-c0ffee00-1234-4abc-9def-0123456789a5"], 3u64 << 30);
+    assert_eq!(report["peak_memory_bytes"]["GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e52"], 3u64 << 30);
     let wall = report["wall_seconds"].as_f64().unwrap();
     assert!((0.4..30.0).contains(&wall), "{wall}");
     assert_eq!(report["exit"], serde_json::json!({"code": 4, "signal": null, "signal_name": null}));

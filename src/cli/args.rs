@@ -11,7 +11,9 @@ use crate::options::count::{self, Count};
 use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, MinFree};
-use crate::options::{duration, CpuBind, Fallback, LogFormat, MigUse, Policy, VerifyMode, VisibleAs};
+use crate::options::{
+    duration, CpuBind, Fallback, LogFormat, MigUse, Policy, TopologyUse, VerifyMode, VisibleAs,
+};
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
 
@@ -72,6 +74,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("ties", "break by index: the same probe always gives the same choice (except random)"),
             ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
             ("MIG", "a MIG device is a device of its own (its UUID, memory and processes), listed under its GPU as MIG P:S (slot S of GPU P); a GPU in MIG mode is not one; one process can use one MIG device, so only requests for one device consider MIG devices (--mig auto, the default), beside whole GPUs; --mig only: MIG devices only; --mig never: whole GPUs only; --model matches the GPU's model or the profile (3g.40gb); --max-util cannot be checked on MIG (said so); --devices/--exclude take MIG- UUIDs and prefixes; one lease per MIG device"),
+            ("several GPUs", "a request that may take more than one GPU takes, in this order: GPUs of one model (same name and memory size; --same-model requires it), the best worst link between any two (NVLink, one board, one PCIe switch, several switches, the host bridge, one NUMA node, across sockets; --topology nvlink|switch|node requires at least that level, --topology ignore leaves links out), then the policy's order; --list --topology shows the links"),
             ("how many", "--gpus N takes N; --gpus MIN-MAX as many as qualify, at least MIN and at most MAX; --gpus all every GPU that qualifies, at least one; the JSON and the report say how many were taken"),
             ("too few", "exit 75 with every GPU and the reason it was turned away, unless --fallback"),
             (
@@ -228,7 +231,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "JSON output",
         &[
-            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules"),
+            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules, topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, board, switch, switches, hostbridge, node, system)"),
             ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds, processes (PIDs)"),
             (
                 "gpus[]",
@@ -247,7 +250,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
             ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}], cpus (--cpu-bind numa, else null), and min_free (why) with --min-free auto"),
-            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), cpus (with --cpu-bind numa), selected: [{index, uuid}] (a MIG device: its GPU's index, mig_index and its MIG- UUID) and env: {NAME: value}; count, selected and env are null on exit 75"),
+            ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), cpus (with --cpu-bind numa), links (between the chosen GPUs: [\"6-7 nvlink\"]), selected: [{index, uuid}] (a MIG device: its GPU's index, mig_index and its MIG- UUID) and env: {NAME: value}; count, selected and env are null on exit 75"),
             ("--history --json", "an array of history records: the --report-json object plus started, user, directory, request"),
             ("null", "a value NVML cannot give is null, never 0"),
         ],
@@ -346,6 +349,20 @@ pub struct Cli {
     /// and MIG devices alike; one that may take more, whole GPUs only), `only`, `never`.
     #[arg(long, hide_short_help = true, value_enum, value_name = "WHEN", default_value_t = MigUse::Auto, help_heading = "Selection")]
     pub mig: MigUse,
+
+    /// For more than one GPU, take only GPUs of one model (same name and memory size).
+    ///
+    /// Without it, sets of one model are preferred; with it, a request no model can meet is
+    /// refused with that reason.
+    #[arg(long, hide_short_help = true, help_heading = "Selection")]
+    pub same_model: bool,
+
+    /// How the links between the chosen GPUs count: `prefer` (the default: the best worst link
+    /// among the sets that qualify), `ignore`, or a level every pair must have: `nvlink`,
+    /// `switch` (one PCIe switch or better), `node` (one NUMA node or better). With --list, shows
+    /// the link matrix.
+    #[arg(long, hide_short_help = true, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "prefer", help_heading = "Selection")]
+    pub topology: Option<TopologyUse>,
 
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
     /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible.

@@ -31,8 +31,9 @@ pub enum Mode {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Goal {
-    /// `--list`: show the machine (and, with filters, what qualifies) and exit.
-    List { json: bool },
+    /// `--list`: show the machine (and, with filters, what qualifies) and exit; `links`: the
+    /// link matrix too (`--list --topology`).
+    List { json: bool, links: bool },
     /// `--dry-run [COMMAND]`: show the choice, the child's environment and the command, and exit.
     DryRun { json: bool, command: Vec<OsString> },
     /// `--export`: print `export` lines for `eval`, and exit.
@@ -115,7 +116,7 @@ impl Config {
             return Err(ConfigError::JsonWithoutMode);
         }
         let mode = match mode_flag {
-            Some("--list") => Mode::Select(Goal::List { json: cli.json }),
+            Some("--list") => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
             Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json, command: cli.command }),
             Some("--doctor") => Mode::Doctor,
             Some("--history") => match &cli.command[..] {
@@ -163,6 +164,8 @@ impl Config {
             fallback: cli.fallback,
             mig: cli.mig,
             index_only: cli.visible_as == Some(VisibleAs::Index),
+            same_model: cli.same_model,
+            topology: cli.topology.unwrap_or_default(),
             seed: RandomState::new().hash_one(std::process::id()),
         };
         Ok(Config {
@@ -286,6 +289,11 @@ impl Config {
                 .limits
                 .max_gpus_per_user
                 .map(|max| (max, self.limits.rule("max-gpus-per-user", &max.to_string()))),
+            // Pairwise NVML calls: only where links are chosen by or shown.
+            topology: match &self.mode {
+                Mode::Select(Goal::List { json, links }) => *json || *links,
+                _ => self.request.wants_several() && !self.request.count.is_none(),
+            },
         }
     }
 }

@@ -96,6 +96,7 @@ mod tests {
             cuda_driver_version: None,
             gpus: gpus.to_vec(),
             migs: Vec::new(),
+            topology: None,
         }
     }
 

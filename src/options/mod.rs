@@ -63,6 +63,22 @@ pub enum MigUse {
     Never,
 }
 
+/// `--topology`: how the links between the chosen GPUs count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum TopologyUse {
+    /// Among the sets that qualify, the one with the best worst link (then the policy's order).
+    #[default]
+    Prefer,
+    /// Links do not count.
+    Ignore,
+    /// Every pair joined by NVLink.
+    Nvlink,
+    /// Every pair within one PCIe switch (or better).
+    Switch,
+    /// Every pair within one NUMA node (or better).
+    Node,
+}
+
 /// `--cpu-bind`: which CPUs the command may run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum CpuBind {

@@ -133,6 +133,8 @@ struct Listing<'a> {
     waiters: Vec<WaiterEntry<'a>>,
     /// The administrator's [limits] in force.
     house_rules: &'a [String],
+    /// The link between every pair of GPUs, `"0-1": "nvlink"` (null when not probed).
+    topology: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     plan: Option<PlanEntry<'a>>,
 }
@@ -203,6 +205,8 @@ struct PlanEntry<'a> {
     min_free: Option<&'a str>,
     /// `--cpu-bind numa`: the command's CPUs (null: gpurun's own).
     cpus: Option<String>,
+    /// The links between the chosen GPUs (`0-1 nvlink`), when more than one was chosen.
+    links: Option<Vec<String>>,
     selected: Option<Vec<Selected<'a>>>,
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -236,12 +240,26 @@ pub fn json(
         reservations: reservation_entries(machine, live),
         waiters: waiter_entries(shared.queue),
         house_rules: &shared.rules,
+        topology: machine.topology.as_ref().map(|topology| {
+            topology
+                .pairs()
+                .map(|(a, b, link)| (format!("{a}-{b}"), serde_json::Value::from(link.name())))
+                .collect()
+        }),
         plan: dry_run.map(|dry_run| PlanEntry {
             requested: dry_run.requested.to_string(),
             count: dry_run.plan.map(|plan| plan.selection.devices.len()),
             command: dry_run.command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
             min_free: dry_run.sizing,
             cpus: dry_run.plan.and_then(|plan| plan.cpus.as_deref()).map(crate::options::cpus::list),
+            links: dry_run.plan.and_then(|plan| {
+                let chosen: Vec<u32> = plan.selection.devices.iter().map(|d| d.index).collect();
+                machine
+                    .topology
+                    .as_ref()
+                    .filter(|_| chosen.len() > 1)
+                    .map(|topology| links_between(topology, &chosen))
+            }),
             selected: dry_run.plan.map(|plan| {
                 plan.selection
                     .devices
@@ -266,6 +284,17 @@ pub fn json(
     text
 }
 
+/// `0-1 nvlink` for every pair of `gpus`.
+fn links_between(topology: &crate::probe::gpu::Topology, gpus: &[u32]) -> Vec<String> {
+    let mut links = Vec::new();
+    for (at, &a) in gpus.iter().enumerate() {
+        for &b in &gpus[at + 1..] {
+            links.push(format!("{}-{} {}", a.min(b), a.max(b), topology.link(a, b).name()));
+        }
+    }
+    links
+}
+
 fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map(|v| v.to_string()).unwrap_or_else(|| "-".to_owned())
 }
@@ -279,6 +308,33 @@ fn clip(text: &str, width: usize) -> String {
         clipped.push('…');
         clipped
     }
+}
+
+/// `--list --topology`: the link between every pair, as `nvidia-smi topo -m` shows it.
+pub fn link_matrix(machine: &Machine) -> String {
+    let Some(topology) = &machine.topology else { return String::new() };
+    let gpus: Vec<u32> = machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect();
+    let mut out = String::from("\nlinks      ");
+    for gpu in &gpus {
+        let _ = write!(out, "{:>6}", format!("GPU{gpu}"));
+    }
+    let _ = writeln!(out, "  CPUs       NUMA");
+    for &a in &gpus {
+        let _ = write!(out, "{:<11}", format!("GPU{a}"));
+        for &b in &gpus {
+            let _ = write!(out, "{:>6}", if a == b { "X" } else { topology.link(a, b).short() });
+        }
+        let gpu = machine.device(a);
+        let cpus = gpu.and_then(|g| g.cpus.as_deref()).map(crate::options::cpus::list);
+        let numa = gpu.and_then(|g| g.numa_node).map(|n| n.to_string());
+        let _ = writeln!(out, "  {:<10} {}", or_dash(cpus), or_dash(numa));
+    }
+    let _ = writeln!(
+        out,
+        "\nNV: NVLink; BRD: one board; PIX: one PCIe switch; PXB: several switches; PHB: the host bridge; \
+         NODE: one NUMA node; SYS: across sockets"
+    );
+    out
 }
 
 /// One row of the table (and its continuation lines) for a GPU or a MIG device.
@@ -446,6 +502,10 @@ pub fn dry_run(
     }
     if let Some(cpus) = &plan.cpus {
         let _ = writeln!(out, "cpus: {} (--cpu-bind numa)", crate::options::cpus::list(cpus));
+    }
+    if let (Some(topology), [_, _, ..]) = (&machine.topology, &plan.selection.devices[..]) {
+        let chosen: Vec<u32> = plan.selection.devices.iter().map(|d| d.index).collect();
+        let _ = writeln!(out, "links: {}", links_between(topology, &chosen).join(", "));
     }
     let _ = writeln!(out, "(dry run: nothing was started and no reservation is held)");
     out

@@ -148,6 +148,81 @@ pub struct GpuProcess {
     pub command: Option<String>,
 }
 
+/// How two GPUs are connected, best first: NVLink, then the closest common PCIe ancestor
+/// (`nvmlDeviceGetTopologyCommonAncestor`): the same board, one PCIe switch, several switches,
+/// the host bridge, the NUMA node, across sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Link {
+    Nvlink,
+    Board,
+    Switch,
+    Switches,
+    Hostbridge,
+    Node,
+    System,
+}
+
+impl Link {
+    /// As `nvidia-smi topo -m` writes it.
+    pub fn short(self) -> &'static str {
+        match self {
+            Link::Nvlink => "NV",
+            Link::Board => "BRD",
+            Link::Switch => "PIX",
+            Link::Switches => "PXB",
+            Link::Hostbridge => "PHB",
+            Link::Node => "NODE",
+            Link::System => "SYS",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Link::Nvlink => "nvlink",
+            Link::Board => "board",
+            Link::Switch => "switch",
+            Link::Switches => "switches",
+            Link::Hostbridge => "hostbridge",
+            Link::Node => "node",
+            Link::System => "system",
+        }
+    }
+}
+
+/// The links between pairs of GPUs, by NVML index. A pair NVML did not answer for is across
+/// sockets (the worst: nothing is assumed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Topology {
+    links: std::collections::BTreeMap<(u32, u32), Link>,
+}
+
+impl Topology {
+    pub fn insert(&mut self, a: u32, b: u32, link: Link) {
+        self.links.insert((a.min(b), a.max(b)), link);
+    }
+
+    pub fn link(&self, a: u32, b: u32) -> Link {
+        self.links.get(&(a.min(b), a.max(b))).copied().unwrap_or(Link::System)
+    }
+
+    /// Every pair known, lower index first.
+    pub fn pairs(&self) -> impl Iterator<Item = (u32, u32, Link)> + '_ {
+        self.links.iter().map(|(&(a, b), &link)| (a, b, link))
+    }
+
+    /// The worst link among `gpus` (`Nvlink` for fewer than two).
+    pub fn worst(&self, gpus: &[u32]) -> Link {
+        let mut worst = Link::Nvlink;
+        for (at, &a) in gpus.iter().enumerate() {
+            for &b in &gpus[at + 1..] {
+                worst = worst.max(self.link(a, b));
+            }
+        }
+        worst
+    }
+}
+
 /// What the machine looks like, once, at the start of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Machine {
@@ -158,6 +233,10 @@ pub struct Machine {
     pub gpus: Vec<Gpu>,
     /// The MIG devices of the GPUs in MIG mode (each with `mig` set and a `mig_key` index).
     pub migs: Vec<Gpu>,
+    /// The links between the GPUs, when the probe was asked for them (multi-GPU requests,
+    /// `--list --topology`, `--list --json`).
+    #[serde(skip)]
+    pub topology: Option<Topology>,
 }
 
 impl Machine {

@@ -7,14 +7,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use nvml_wrapper::enum_wrappers::device::{ComputeMode as NvmlComputeMode, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{
+    ComputeMode as NvmlComputeMode, P2pCapabilitiesIndex, P2pStatus, TemperatureSensor, TopologyLevel,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
 use crate::options::cpus;
 use crate::probe::gpu::{
-    mig_key, mig_parts, ComputeMode, Gpu, GpuProcess, Machine, Memory, MigInfo, Utilization,
+    mig_key, mig_parts, ComputeMode, Gpu, GpuProcess, Link, Machine, Memory, MigInfo, Topology, Utilization,
 };
 use crate::process::procfs;
 
@@ -179,8 +181,9 @@ fn describe(error: &NvmlError) -> String {
 }
 
 impl Session {
-    /// Everything gpurun needs to know about the machine, in one pass.
-    pub fn probe(&mut self) -> Result<Machine, OpenError> {
+    /// Everything gpurun needs to know about the machine, in one pass; with `topology`, also
+    /// the link between every pair of readable GPUs (two NVML calls a pair).
+    pub fn probe(&mut self, topology: bool) -> Result<Machine, OpenError> {
         let count = self
             .calls
             .run("nvmlDeviceGetCount_v2", None, || self.nvml.device_count())
@@ -198,7 +201,57 @@ impl Session {
             .run("nvmlSystemGetCudaDriverVersion_v2", None, || self.nvml.sys_cuda_driver_version())
             .ok()
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
-        Ok(Machine { driver_version, cuda_driver_version, gpus, migs })
+        let topology = topology.then(|| self.probe_topology(&gpus));
+        Ok(Machine { driver_version, cuda_driver_version, gpus, migs, topology })
+    }
+
+    fn probe_topology(&mut self, gpus: &[Gpu]) -> Topology {
+        let calls = self.calls.clone();
+        let mut topology = Topology::default();
+        let readable: Vec<(u32, Device)> = gpus
+            .iter()
+            .filter(|gpu| gpu.error.is_none())
+            .filter_map(|gpu| {
+                let index = gpu.index;
+                calls
+                    .run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index))
+                    .ok()
+                    .map(|d| (index, d))
+            })
+            .collect();
+        for (at, (a, first)) in readable.iter().enumerate() {
+            for (b, second) in &readable[at + 1..] {
+                let nvlink = calls
+                    .run("nvmlDeviceGetP2PStatus", Some(*a), || {
+                        first.p2p_status(second, P2pCapabilitiesIndex::NvLink)
+                    })
+                    .is_ok_and(|status| status == P2pStatus::Ok);
+                let link = if nvlink {
+                    Some(Link::Nvlink)
+                } else {
+                    // The wrapper takes the second handle by value: a fresh one (handles are plain).
+                    calls
+                        .run("nvmlDeviceGetTopologyCommonAncestor", Some(*a), || {
+                            self.nvml
+                                .device_by_index(*b)
+                                .and_then(|other| first.topology_common_ancestor(other))
+                        })
+                        .ok()
+                        .map(|level| match level {
+                            TopologyLevel::Internal => Link::Board,
+                            TopologyLevel::Single => Link::Switch,
+                            TopologyLevel::Multiple => Link::Switches,
+                            TopologyLevel::HostBridge => Link::Hostbridge,
+                            TopologyLevel::Node => Link::Node,
+                            TopologyLevel::System => Link::System,
+                        })
+                };
+                if let Some(link) = link {
+                    topology.insert(*a, *b, link);
+                }
+            }
+        }
+        topology
     }
 
     /// The MIG devices of a GPU in MIG mode, slot by slot (an empty slot is NOT_FOUND).

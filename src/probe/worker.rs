@@ -21,7 +21,8 @@ const STACK_SIZE: usize = 512 * 1024;
 
 pub enum Job {
     Open(Option<PathBuf>),
-    Probe,
+    /// With the topology between the GPUs, or not.
+    Probe(bool),
     /// The compute processes of these GPUs.
     Processes(Vec<u32>),
 }
@@ -60,8 +61,8 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
                     session = Some(opened);
                 }))
             }
-            Job::Probe => match session.as_mut() {
-                Some(session) => Answer::Probed(session.probe()),
+            Job::Probe(topology) => match session.as_mut() {
+                Some(session) => Answer::Probed(session.probe(topology)),
                 None => Answer::Probed(Err(OpenError::NotOpen)),
             },
             Job::Processes(gpus) => Answer::Processes(
@@ -172,8 +173,9 @@ impl NvmlThread {
         timeout: Duration,
         waiting_until: Option<Option<Instant>>,
         waiting: &mut dyn FnMut(&str),
+        topology: bool,
     ) -> Result<Machine, Failure> {
-        self.send(Job::Probe);
+        self.send(Job::Probe(topology));
         let mut deadline = Instant::now() + timeout;
         loop {
             match self.await_answer(receiver, deadline) {

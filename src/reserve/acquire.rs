@@ -48,6 +48,8 @@ pub struct Options<'a> {
     pub listing: bool,
     /// The house rule max-gpus-per-user, and how to name it.
     pub max_gpus_per_user: Option<(u32, String)>,
+    /// Probe the links between the GPUs (a multi-GPU request, or a listing that shows them).
+    pub topology: bool,
 }
 
 /// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
@@ -91,11 +93,13 @@ impl Acquisition {
                 cuda_driver_version: None,
                 gpus: Vec::new(),
                 migs: Vec::new(),
+                topology: None,
             },
             decision: Decision {
                 assessments: Vec::new(),
                 outcome: Outcome::Selected(Vec::new()),
                 never: None,
+                set_reason: None,
             },
             chosen: Ok(Selection::none(requested)),
             leases: Vec::new(),
@@ -290,6 +294,9 @@ pub fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualifi
         "not enough GPUs: {requested} requested, {qualified} {}",
         if qualified == 1 { "qualifies" } else { "qualify" }
     );
+    if let Some(why) = &decision.set_reason {
+        text.push_str(&format!(", but {why}"));
+    }
     for gpu in machine.devices().filter(|gpu| !gpu.in_mig_mode()) {
         let verdict = match decision.assessments.iter().find(|a| a.index == gpu.index) {
             Some(a) if a.eligible() => "qualifies".to_owned(),
@@ -336,9 +343,13 @@ pub fn acquire(
     let mut ticket: Option<Ticket> = None;
     let mut progress = Progress::new(options.json_logs);
     for attempt in 0u64.. {
-        let machine = nvml.probe(receiver, options.nvml_timeout, waiting_until, &mut |why| {
-            progress.show_text(&format!("waiting (--wait): {why}"))
-        })?;
+        let machine = nvml.probe(
+            receiver,
+            options.nvml_timeout,
+            waiting_until,
+            &mut |why| progress.show_text(&format!("waiting (--wait): {why}")),
+            options.topology,
+        )?;
         let visibility = visibility::resolve(&machine, inherited);
         if attempt == 0 {
             for gpu in machine.gpus.iter().filter(|gpu| gpu.error.is_some()) {
@@ -380,7 +391,14 @@ pub fn acquire(
             }
             _ => options.request,
         };
-        let decision = policy::decide(&machine.all_devices(), &visibility, request, &reserved, &held)?;
+        let decision = policy::decide_with_links(
+            &machine.all_devices(),
+            &visibility,
+            request,
+            &reserved,
+            &held,
+            machine.topology.as_ref(),
+        )?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
         }
@@ -524,6 +542,7 @@ mod tests {
             cuda_driver_version: None,
             gpus: (0..4).map(test_gpu).collect(),
             migs: Vec::new(),
+            topology: None,
         };
         // W1 can be served now and would take GPU 0; W2 needs three of {0, 1, 2}, which it cannot
         // have while W1 takes GPU 0, so it keeps all three; GPU 3 is nobody's.
@@ -548,6 +567,7 @@ mod tests {
             cuda_driver_version: None,
             gpus: (0..8).map(test_gpu).collect(),
             migs: Vec::new(),
+            topology: None,
         };
         let all: Vec<u32> = (0..8).collect();
         let ahead: Vec<Waiter> = (1..=8).map(|pid| waiter(pid, &all, 1, &machine)).collect();

@@ -21,8 +21,8 @@ use crate::options::count::Count;
 use crate::options::devices::{normalize_pci_bus_id, DeviceRef};
 use crate::options::model::ModelPattern;
 use crate::options::size::{human, Threshold};
-use crate::options::{Fallback, MigUse, Policy};
-use crate::probe::gpu::{ComputeMode, Gpu};
+use crate::options::{Fallback, MigUse, Policy, TopologyUse};
+use crate::probe::gpu::{ComputeMode, Gpu, Link, Topology};
 use crate::select::visibility::Visibility;
 
 /// What the user asked for.
@@ -43,6 +43,8 @@ pub struct Request {
     pub mig: MigUse,
     /// `--visible-as index` was asked for: CUDA takes a MIG device by its UUID only.
     pub index_only: bool,
+    pub same_model: bool,
+    pub topology: TopologyUse,
 }
 
 impl Request {
@@ -69,6 +71,8 @@ impl Default for Request {
             seed: 0,
             mig: MigUse::Auto,
             index_only: false,
+            same_model: false,
+            topology: TopologyUse::Prefer,
         }
     }
 }
@@ -138,6 +142,8 @@ pub struct Decision {
     pub outcome: Outcome,
     /// Why no state of the machine can meet the request, also when `--fallback cpu` answers it.
     pub never: Option<String>,
+    /// Enough GPUs qualify one by one, but no set of them is of one model or linked as asked.
+    pub set_reason: Option<String>,
 }
 
 impl Decision {
@@ -581,12 +587,155 @@ fn after_reservations(gpus: &[Gpu], reservations: &[Reservation]) -> Vec<Gpu> {
         .collect()
 }
 
+/// The model a GPU counts as for `--same-model`: its name and total memory.
+fn model_of(gpu: &Gpu) -> (Option<&str>, Option<u64>) {
+    (gpu.name.as_deref(), gpu.memory.map(|m| m.total_bytes))
+}
+
+/// The level `--topology` requires of every pair, if any.
+fn required_link(request: &Request) -> Option<Link> {
+    match request.topology {
+        TopologyUse::Nvlink => Some(Link::Nvlink),
+        TopologyUse::Switch => Some(Link::Switch),
+        TopologyUse::Node => Some(Link::Node),
+        TopologyUse::Prefer | TopologyUse::Ignore => None,
+    }
+}
+
+/// The best `k` of `pool` (in the policy's order) by links: for each level from NVLink down,
+/// grow a set from each GPU in turn, adding GPUs in the policy's order that reach every member
+/// at that level or better; the first set of `k` wins. Never more than levels x n x n steps.
+fn best_connected(
+    pool: &[u32],
+    k: usize,
+    topology: &Topology,
+    required: Option<Link>,
+) -> Option<(Link, Vec<u32>)> {
+    let levels =
+        [Link::Nvlink, Link::Board, Link::Switch, Link::Switches, Link::Hostbridge, Link::Node, Link::System];
+    for level in levels.into_iter().filter(|level| required.is_none_or(|r| *level <= r)) {
+        for &seed in pool {
+            let mut set = vec![seed];
+            for &gpu in pool.iter().filter(|&&gpu| gpu != seed) {
+                if set.len() == k {
+                    break;
+                }
+                if set.iter().all(|&member| topology.link(gpu, member) <= level) {
+                    set.push(gpu);
+                }
+            }
+            if set.len() == k {
+                // Best first, as the policy ranks them (CUDA's device 0 is the best).
+                set.sort_by_key(|gpu| pool.iter().position(|p| p == gpu));
+                return Some((level, set));
+            }
+        }
+    }
+    None
+}
+
+/// `k` of the GPUs `ranked` (the policy's order) for a multi-GPU request: GPUs of one model
+/// first (required with `--same-model`), then the best worst link (unless `--topology ignore`;
+/// at least the required level), then the policy's order. `None` when no set meets what is
+/// required.
+fn choose_set(
+    ranked: &[u32],
+    k: usize,
+    request: &Request,
+    gpus: &[Gpu],
+    topology: Option<&Topology>,
+) -> Option<Vec<u32>> {
+    if k < 2 {
+        return Some(ranked.iter().copied().take(k).collect());
+    }
+    let model = |index: u32| gpus.iter().find(|gpu| gpu.index == index).map(model_of);
+    let mut groups: Vec<Vec<u32>> = Vec::new();
+    for &gpu in ranked {
+        match groups.iter_mut().find(|group| model(group[0]) == model(gpu)) {
+            Some(group) => group.push(gpu),
+            None => groups.push(vec![gpu]),
+        }
+    }
+    groups.retain(|group| group.len() >= k);
+    let pools: Vec<&[u32]> = match (groups.is_empty(), request.same_model) {
+        (_, true) | (false, false) => groups.iter().map(Vec::as_slice).collect(),
+        (true, false) => vec![ranked],
+    };
+    let required = required_link(request);
+    let none = Topology::default();
+    let links = match request.topology {
+        TopologyUse::Ignore => None,
+        _ => Some(topology.unwrap_or(&none)),
+    };
+    // Sets compare by their worst link, then by the policy's ranks of their members.
+    let ranks = |set: &[u32]| -> Vec<usize> {
+        let mut ranks: Vec<usize> =
+            set.iter().filter_map(|gpu| ranked.iter().position(|r| r == gpu)).collect();
+        ranks.sort_unstable();
+        ranks
+    };
+    let mut best: Option<(Link, Vec<usize>, Vec<u32>)> = None;
+    for pool in pools {
+        let found = match links {
+            None => Some((Link::System, pool[..k].to_vec())),
+            Some(links) => best_connected(pool, k, links, required),
+        };
+        if let Some((level, set)) = found {
+            let key = ranks(&set);
+            if best.as_ref().is_none_or(|(best_level, best_key, _)| (level, &key) < (*best_level, best_key)) {
+                best = Some((level, key, set));
+            }
+        }
+    }
+    best.map(|(_, _, set)| set)
+}
+
+/// Why no set of `k` can be had from `pool` (`of`: how to call them), in one line.
+fn set_refusal(request: &Request, k: usize, gpus: &[Gpu], pool: &[u32], of: &str) -> String {
+    let count = request.count;
+    match (request.same_model, required_link(request)) {
+        (true, None) => {
+            let mut models: Vec<String> = Vec::new();
+            for &index in pool {
+                if let Some(name) = gpus.iter().find(|g| g.index == index).and_then(|g| g.name.clone()) {
+                    if !models.contains(&name) {
+                        models.push(name);
+                    }
+                }
+            }
+            format!("--same-model --gpus {count}: no {k} of {of} are of one model (models: {})", models.join(", "))
+        }
+        (same_model, required) => format!(
+            "--topology {} --gpus {count}: no {k} of {of}{} are joined pairwise by {} or better (see gpurun --list --topology)",
+            required.map_or("prefer", Link::name),
+            if same_model { ", of one model," } else { "" },
+            match required {
+                Some(Link::Nvlink) => "NVLink",
+                Some(Link::Switch) => "one PCIe switch",
+                _ => "one NUMA node",
+            }
+        ),
+    }
+}
+
 pub fn decide(
     gpus: &[Gpu],
     visibility: &Visibility,
     request: &Request,
     reservations: &[Reservation],
     held_back: &[HeldBack],
+) -> Result<Decision, DeviceError> {
+    decide_with_links(gpus, visibility, request, reservations, held_back, None)
+}
+
+/// `decide`, with the links between the GPUs (`None`: not probed; links then do not count).
+pub fn decide_with_links(
+    gpus: &[Gpu],
+    visibility: &Visibility,
+    request: &Request,
+    reservations: &[Reservation],
+    held_back: &[HeldBack],
+    topology: Option<&Topology>,
 ) -> Result<Decision, DeviceError> {
     let devices = request.devices.as_deref().map(|refs| resolve_refs(gpus, refs, "--devices")).transpose()?;
     let excluded = resolve_refs(gpus, &request.exclude, "--exclude")?;
@@ -603,10 +752,29 @@ pub fn decide(
     let by_index = |a: &Assessment| gpus.iter().find(|g| g.index == a.index).expect("assessed GPU exists");
     let wanted = request.count.min as usize;
     let eligible: Vec<&Gpu> = assessments.iter().filter(|a| a.eligible()).map(by_index).collect();
-    let never = (wanted > eligible.len()).then(|| impossible(gpus, &fixed)).flatten();
-    let outcome = if let Some(taken) = request.count.take(eligible.len()) {
-        Outcome::Selected(rank(&eligible, request.policy, request.seed).into_iter().take(taken).collect())
-    } else if let (Some(why), false) = (impossible(gpus, &fixed), request.fallback == Some(Fallback::Cpu)) {
+    let ranked = rank(&eligible, request.policy, request.seed);
+    // A set needs more than GPUs that qualify one by one: one model, or links, if asked.
+    let constrained = request.same_model || required_link(request).is_some();
+    let set = request.count.take(eligible.len()).and_then(|taken| {
+        (wanted.max(1)..=taken)
+            .rev()
+            .find_map(|k| choose_set(&ranked, k, request, gpus, topology))
+            .or_else(|| (taken == 0).then(Vec::new))
+    });
+    let possible: Vec<&Gpu> = assessments.iter().filter(|a| a.possible()).map(by_index).collect();
+    let possible_ranked = rank(&possible, request.policy, request.seed);
+    let set_never = (constrained && wanted >= 2 && possible.len() >= wanted)
+        .then(|| choose_set(&possible_ranked, wanted, request, gpus, topology))
+        .filter(Option::is_none)
+        .map(|_| set_refusal(request, wanted, gpus, &possible_ranked, "the GPUs gpurun may use"));
+    let never = (wanted > eligible.len()).then(|| impossible(gpus, &fixed)).flatten().or(set_never.clone());
+    let set_reason = (set.is_none() && constrained && wanted <= eligible.len())
+        .then(|| set_refusal(request, wanted, gpus, &ranked, "those"));
+    let outcome = if let Some(set) = set {
+        Outcome::Selected(set)
+    } else if let (Some(why), false) =
+        (impossible(gpus, &fixed).or(set_never), request.fallback == Some(Fallback::Cpu))
+    {
         Outcome::Impossible(why)
     } else {
         match request.fallback {
@@ -630,7 +798,7 @@ pub fn decide(
             None => Outcome::Refused { qualified: eligible.len() as u32 },
         }
     };
-    Ok(Decision { assessments, outcome, never })
+    Ok(Decision { assessments, outcome, never, set_reason })
 }
 
 #[cfg(test)]
@@ -1073,7 +1241,13 @@ mod tests {
 
         #[test]
         fn most_free_takes_the_gpus_with_most_free_memory(gpus in arbitrary_machine(), count in 1u32..4) {
-            let request = Request { count: Count::exactly(count), ..Request::default() };
+            // One model (a mixed machine prefers sets of one model), links ignored.
+            prop_assume!(gpus.iter().all(|gpu| gpu.memory.is_some()));
+            let gpus: Vec<Gpu> = gpus
+                .into_iter()
+                .map(|gpu| Gpu { name: Some("NVIDIA A100".to_owned()), memory: gpu.memory.map(|m| Memory { total_bytes: 80 << 30, ..m }), ..gpu })
+                .collect();
+            let request = Request { count: Count::exactly(count), topology: TopologyUse::Ignore, ..Request::default() };
             if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap().outcome {
                 let free = |i: u32| gpus[i as usize].memory.map(|m| m.free_bytes);
                 let worst_chosen = chosen.iter().map(|&i| free(i)).min().unwrap();

@@ -177,7 +177,13 @@ mod tests {
     use crate::probe::gpu::{test_gpu, test_mig};
 
     fn on(gpus: &[Gpu]) -> Machine {
-        Machine { driver_version: None, cuda_driver_version: None, gpus: gpus.to_vec(), migs: Vec::new() }
+        Machine {
+            driver_version: None,
+            cuda_driver_version: None,
+            gpus: gpus.to_vec(),
+            migs: Vec::new(),
+            topology: None,
+        }
     }
 
     #[test]

@@ -386,9 +386,12 @@ class Checker:
                 if level is None:
                     node_a, node_b = self.gpus[a].get("numa_node"), self.gpus[b].get("numa_node")
                     level = 40 if node_a is not None and node_a == node_b else 50
-                got = pynvml.nvmlDeviceGetTopologyCommonAncestor(
-                    pynvml.nvmlDeviceGetHandleByIndex(a), pynvml.nvmlDeviceGetHandleByIndex(b))
+                first, second = pynvml.nvmlDeviceGetHandleByIndex(a), pynvml.nvmlDeviceGetHandleByIndex(b)
+                got = pynvml.nvmlDeviceGetTopologyCommonAncestor(first, second)
                 self.check(f"topology {a}-{b}", got, level)
+                nvlink = any(sorted(link["gpus"]) == [a, b] and link.get("nvlink") for link in self.scenario.get("link", []))
+                self.check(f"NVLink {a}-{b}", pynvml.nvmlDeviceGetP2PStatus(first, second, pynvml.NVML_P2P_CAPS_INDEX_NVLINK),
+                           pynvml.NVML_P2P_STATUS_OK if nvlink else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED)
 
     # -- live processes ----------------------------------------------------------------------
 

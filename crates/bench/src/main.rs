@@ -37,10 +37,19 @@ fn scenario(gpus: usize, init_delay_ms: u64) -> String {
             "[[gpu]]\nname = \"NVIDIA A100-SXM4-80GB\"\nuuid = \"GPU-bench000-0000-4000-8000-{index:012}\"\n\
              pci_bus_id = \"00000000:{bus:02X}:00.0\"\nmemory_total = \"80GiB\"\nmemory_reserved = \"512MiB\"\n\
              memory_used = \"{used}MiB\"\nutilization_gpu = {util}\nutilization_memory = 0\ntemperature_c = 40\n\
-             power_mw = 60000\ncompute_mode = \"default\"\nmig_mode = \"disabled\"\n",
+             power_mw = 60000\ncompute_mode = \"default\"\nmig_mode = \"disabled\"\nnuma_node = {node}\n",
             bus = index + 1,
             used = (index * 997) % 20000,
             util = (index * 37) % 100,
+            node = index / 8,
+        ));
+    }
+    // A topology to choose in: NVLink pairs, one PCIe switch per four GPUs.
+    for index in (0..gpus.saturating_sub(1)).step_by(2) {
+        let level = if index % 4 == 0 { "single" } else { "multiple" };
+        text.push_str(&format!(
+            "[[link]]\ngpus = [{index}, {}]\nlevel = \"{level}\"\nnvlink = true\n",
+            index + 1
         ));
     }
     text
@@ -104,7 +113,10 @@ impl Bench {
 
     fn launch_overhead(&self) -> Value {
         let mut rows = Vec::new();
-        for (gpus, delay) in [(1usize, 0u64), (8, 0), (64, 0), (8, 200)] {
+        // One GPU, and two chosen by their links (the pairwise topology probe, then the set).
+        for (gpus, delay, want) in
+            [(1usize, 0u64, 1u32), (8, 0, 1), (64, 0, 1), (8, 200, 1), (8, 0, 2), (64, 0, 2)]
+        {
             let scenario =
                 self.write_scenario(&format!("overhead-{gpus}-{delay}.toml"), &scenario(gpus, delay));
             let runs = self.runs(if delay > 0 { 10 } else { 40 });
@@ -121,13 +133,14 @@ impl Bench {
             });
             let gpurun = self.time(runs, || {
                 let mut command = self.command(&self.gpurun, &scenario);
-                command.args(["-q", "--gpus", "1", "--", "true"]);
+                command.args(["-q", "--gpus", &want.to_string(), "--", "true"]);
                 command
             });
             let nvml_init = init.saturating_sub(noop);
             let overhead = gpurun.saturating_sub(true_time);
             rows.push(json!({
                 "gpus": gpus,
+                "requested": want,
                 "nvml_init_delay_ms": delay,
                 "runs": runs,
                 "true_ms": ms(true_time),
@@ -414,15 +427,16 @@ fn machine() -> Value {
 
 fn print_table(results: &Value) {
     println!("gpurun benchmark on {} ({} cores)\n", results["machine"]["cpu"], results["machine"]["cores"]);
-    println!("Launch overhead: gpurun --gpus 1 -- true vs true (medians, ms)");
+    println!("Launch overhead: gpurun --gpus N -- true vs true (medians, ms; --gpus 2 probes the links)");
     println!(
-        "{:>5} {:>9} {:>8} {:>10} {:>10} {:>10} {:>16}",
-        "GPUs", "init(ms)", "true", "gpurun", "overhead", "NVML init", "beyond NVML init"
+        "{:>5} {:>7} {:>9} {:>8} {:>10} {:>10} {:>10} {:>16}",
+        "GPUs", "--gpus", "init(ms)", "true", "gpurun", "overhead", "NVML init", "beyond NVML init"
     );
     for row in results["launch_overhead"].as_array().into_iter().flatten() {
         println!(
-            "{:>5} {:>9} {:>8.2} {:>10.2} {:>10.2} {:>10.2} {:>16.2}",
+            "{:>5} {:>7} {:>9} {:>8.2} {:>10.2} {:>10.2} {:>10.2} {:>16.2}",
             row["gpus"].as_u64().unwrap_or(0),
+            row["requested"].as_u64().unwrap_or(1),
             row["nvml_init_delay_ms"].as_u64().unwrap_or(0),
             row["true_ms"].as_f64().unwrap_or(0.0),
             row["gpurun_ms"].as_f64().unwrap_or(0.0),

@@ -877,6 +877,43 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
     })
 }
 
+/// `nvmlDeviceGetP2PStatus`: NVLink (index 2) where the scenario's `[[link]]` says so; reads,
+/// writes and the rest over PCIe for any pair; `NOT_SUPPORTED` (status 5) otherwise.
+///
+/// # Safety
+/// `status` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(
+    first: Device,
+    second: Device,
+    index: c_uint,
+    status: *mut c_uint,
+) -> u32 {
+    const NVLINK: c_uint = 2;
+    const OK: c_uint = 0;
+    const NOT_SUPPORTED: c_uint = 5;
+    device_call(first, "nvmlDeviceGetP2PStatus", |state, a| {
+        let b = (second as usize).wrapping_sub(1);
+        if second.is_null() || b >= state.scenario.gpus.len() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let b = b as u32;
+        let nvlink = state
+            .scenario
+            .links
+            .iter()
+            .any(|link| link.nvlink && (link.gpus == [a, b] || link.gpus == [b, a]));
+        let answer = match index {
+            NVLINK if nvlink => OK,
+            NVLINK => NOT_SUPPORTED,
+            _ if a != b => OK,
+            _ => NOT_SUPPORTED,
+        };
+        // SAFETY: forwarded caller contract.
+        unsafe { put(status, answer) }
+    })
+}
+
 /// The count/size protocol of `nvmlDeviceGetComputeRunningProcesses*`: a caller asking with too
 /// small a count gets INSUFFICIENT_SIZE and the needed count; zero processes answer SUCCESS.
 ///

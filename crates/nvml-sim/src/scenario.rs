@@ -206,6 +206,9 @@ pub struct LinkSpec {
     pub gpus: [u32; 2],
     /// `internal`, `single`, `multiple`, `hostbridge`, `node`, `system`.
     pub level: String,
+    /// The pair is also joined by NVLink (`nvmlDeviceGetP2PStatus` with the NVLINK index).
+    #[serde(default)]
+    pub nvlink: bool,
 }
 
 /// Bytes, as a number or as a string with a binary unit (`80GiB`, `512MiB`, `1.5GiB`).
