@@ -131,13 +131,7 @@ fn min_free_auto_sizes_from_the_same_commands_peaks() {
     sized.stderr_has("--min-free auto: 39.6 GiB = peak 36 GiB of 1 earlier run + 10%");
     let listing =
         sim.gpurun().args(["--dry-run", "--json", "--min-free", "auto", "--"]).args(&job).run().json();
-    let eligible: Vec<u64> = listing["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["eligible"] == true)
-        .map(|g| g["index"].as_u64().unwrap())
-        .collect();
+    let eligible = common::eligible(&listing);
     assert_eq!(eligible, [2, 3, 5]);
     // Another command in the same directory has no history.
     let other = sim.gpurun().args(["--dry-run", "--min-free", "auto", "--", "python3", "other.py"]).run();

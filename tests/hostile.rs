@@ -8,10 +8,10 @@ mod common;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gpurun_binary, scenario_file, wait_until, Sim};
+use common::{background, gpurun_binary, scenario_file, wait_until, Sim};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -34,21 +34,6 @@ fn entries(dir: &std::path::Path) -> Vec<String> {
 
 fn leases(sim: &Sim) -> Vec<String> {
     entries(&sim.lock_dir()).into_iter().filter(|n| n.ends_with(".lease")).collect()
-}
-
-/// A gpurun started in the background; killed when the test ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn background(run: common::Run) -> Running {
-    let mut command = run.command;
-    Running(command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
 }
 
 #[test]

@@ -473,13 +473,7 @@ fn list_with_filters_says_what_qualifies() {
         .run()
         .status(0)
         .json();
-    let eligible: Vec<u64> = listing["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["eligible"] == true)
-        .map(|g| g["index"].as_u64().unwrap())
-        .collect();
+    let eligible = common::eligible(&listing);
     assert_eq!(eligible, vec![2, 3, 5]);
     assert_eq!(
         listing["gpus"][4]["reasons"],

@@ -4,28 +4,12 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{default_scenario, gpurun_binary, scenario_file, sim_cuda, wait_until, Sim};
+use common::{background, default_scenario, gpurun_binary, scenario_file, sim_cuda, wait_until, Sim};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(20);
-
-/// A process started in the background; killed when the test ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn background(run: common::Run) -> Running {
-    let mut command = run.command;
-    Running(command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
-}
 
 fn leases(sim: &Sim) -> usize {
     std::fs::read_dir(sim.lock_dir())
@@ -167,13 +151,7 @@ fn max_wait_caps_wait_and_default_min_free_is_a_floor() {
     // --min-free 8G cannot loosen the 75 GiB floor.
     let plan = sim.gpurun().args(["--dry-run", "--json", "--min-free", "8G", "--no-lock"]).run();
     plan.stderr_has("--min-free is 75 GiB by the house rule default-min-free = 75 GiB");
-    let eligible: Vec<u64> = plan.json()["gpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["eligible"] == true)
-        .map(|g| g["index"].as_u64().unwrap())
-        .collect();
+    let eligible = common::eligible(&plan.json());
     assert_eq!(eligible, [3, 5]);
     // --no-config does not drop them.
     sim.gpurun()

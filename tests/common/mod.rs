@@ -292,3 +292,29 @@ pub fn start_recorder(run: Run) -> Child {
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
+
+/// A process started in the background (`background`); killed when the test ends.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `run` with no stdin, stdout or stderr.
+pub fn background(run: Run) -> Running {
+    let mut command = run.command;
+    Running(command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start"))
+}
+
+/// The indices of the GPUs a `--list --json` or `--dry-run --json` object marks eligible.
+pub fn eligible(listing: &serde_json::Value) -> Vec<u64> {
+    listing["gpus"]
+        .as_array()
+        .map(|gpus| {
+            gpus.iter().filter(|g| g["eligible"] == true).filter_map(|g| g["index"].as_u64()).collect()
+        })
+        .unwrap_or_default()
+}
