@@ -55,10 +55,10 @@ pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> 
     let mut usable = false;
     let mut machine = None;
     // (the failure, and whether the library had opened)
-    let probed =
-        nvml.open(config.nvml_lib.clone(), receiver, timeout).map_err(|failure| (failure, false)).and_then(
-            |()| nvml.probe(receiver, timeout, None, &mut |_| {}, false).map_err(|failure| (failure, true)),
-        );
+    let probed = nvml
+        .open(config.nvml_lib.clone(), receiver, timeout)
+        .map_err(|failure| (failure, false))
+        .and_then(|()| nvml.probe(receiver, timeout, None, &mut |_| {}).map_err(|failure| (failure, true)));
     match probed {
         Err((Failure::Interrupted(signal), _)) => return Err(signal),
         Err((failure, false)) => out.problem(format!("NVML from {library}: {failure}")),

@@ -181,9 +181,9 @@ fn describe(error: &NvmlError) -> String {
 }
 
 impl Session {
-    /// Everything gpurun needs to know about the machine, in one pass; with `topology`, also
-    /// the link between every pair of readable GPUs (two NVML calls a pair).
-    pub fn probe(&mut self, topology: bool) -> Result<Machine, OpenError> {
+    /// Everything gpurun needs to know about the machine, in one pass (the links between GPUs
+    /// are asked for apart: `links`).
+    pub fn probe(&mut self) -> Result<Machine, OpenError> {
         let count = self
             .calls
             .run("nvmlDeviceGetCount_v2", None, || self.nvml.device_count())
@@ -201,18 +201,17 @@ impl Session {
             .run("nvmlSystemGetCudaDriverVersion_v2", None, || self.nvml.sys_cuda_driver_version())
             .ok()
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
-        let topology = topology.then(|| self.probe_topology(&gpus));
-        Ok(Machine { driver_version, cuda_driver_version, gpus, migs, topology })
+        Ok(Machine { driver_version, cuda_driver_version, gpus, migs, topology: None })
     }
 
-    fn probe_topology(&mut self, gpus: &[Gpu]) -> Topology {
+    /// The link between every pair of `gpus` (two NVML calls a pair: NVLink by P2P status, else
+    /// the common PCIe ancestor).
+    pub fn links(&mut self, gpus: &[u32]) -> Topology {
         let calls = self.calls.clone();
         let mut topology = Topology::default();
         let readable: Vec<(u32, Device)> = gpus
             .iter()
-            .filter(|gpu| gpu.error.is_none())
-            .filter_map(|gpu| {
-                let index = gpu.index;
+            .filter_map(|&index| {
                 calls
                     .run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index))
                     .ok()

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::probe::gpu::Machine;
+use crate::probe::gpu::{Machine, Topology};
 use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Session};
 use crate::process::signals::Receiver;
 
@@ -21,8 +21,9 @@ const STACK_SIZE: usize = 512 * 1024;
 
 pub enum Job {
     Open(Option<PathBuf>),
-    /// With the topology between the GPUs, or not.
-    Probe(bool),
+    Probe,
+    /// The links between every pair of these GPUs.
+    Links(Vec<u32>),
     /// The compute processes of these GPUs.
     Processes(Vec<u32>),
 }
@@ -30,6 +31,7 @@ pub enum Job {
 pub enum Answer {
     Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
+    Links(Topology),
     Processes(Vec<(u32, Result<Vec<Listed>, String>)>),
 }
 
@@ -61,8 +63,9 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
                     session = Some(opened);
                 }))
             }
-            Job::Probe(topology) => match session.as_mut() {
-                Some(session) => Answer::Probed(session.probe(topology)),
+            Job::Links(gpus) => Answer::Links(session.as_mut().map(|s| s.links(&gpus)).unwrap_or_default()),
+            Job::Probe => match session.as_mut() {
+                Some(session) => Answer::Probed(session.probe()),
                 None => Answer::Probed(Err(OpenError::NotOpen)),
             },
             Job::Processes(gpus) => Answer::Processes(
@@ -164,6 +167,21 @@ impl NvmlThread {
         }
     }
 
+    /// The links between every pair of `gpus`, within `timeout`.
+    pub fn links(
+        &mut self,
+        receiver: &Receiver,
+        timeout: Duration,
+        gpus: Vec<u32>,
+    ) -> Result<Topology, Failure> {
+        self.send(Job::Links(gpus));
+        match self.await_answer(receiver, Instant::now() + timeout) {
+            Ok(Answer::Links(topology)) => Ok(topology),
+            Ok(_) => Ok(Topology::default()),
+            Err(no_answer) => Err(Failure::from_no_answer(no_answer, timeout)),
+        }
+    }
+
     /// Probes the machine within `timeout`. While `waiting_until` allows (`--wait`; `Some(None)`:
     /// forever), a probe that has not answered is waited for further, and `waiting` is told why
     /// every few seconds: it counts as a failed attempt, not as the end.
@@ -173,9 +191,8 @@ impl NvmlThread {
         timeout: Duration,
         waiting_until: Option<Option<Instant>>,
         waiting: &mut dyn FnMut(&str),
-        topology: bool,
     ) -> Result<Machine, Failure> {
-        self.send(Job::Probe(topology));
+        self.send(Job::Probe);
         let mut deadline = Instant::now() + timeout;
         loop {
             match self.await_answer(receiver, deadline) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::options::count::Count;
 use crate::options::devices::DeviceRef;
 use crate::options::duration;
-use crate::probe::gpu::{label, Machine};
+use crate::probe::gpu::{label, Machine, Topology};
 use crate::probe::nvml::OpenError;
 use crate::probe::worker::{Failure, NvmlThread};
 use crate::process::procfs;
@@ -22,6 +22,10 @@ use crate::reserve::ticket::{self, Needs, Ticket, Waiter};
 use crate::select::policy::{self, Decision, DeviceError, HeldBack, Outcome, Request, Reservation};
 use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited, Visibility};
+
+/// A multi-GPU request reads the links among at most this many of the best-ranked GPUs (or four
+/// times the GPUs it asks for): links are read per pair.
+const LINK_POOL: usize = 16;
 
 /// Between two tries while waiting: the head of the queue looks often, the others less the
 /// further back they are (many waiters must not keep the machine busy).
@@ -342,15 +346,29 @@ pub fn acquire(
     let waiting_until = options.wait.map(|limit| limit.map(|limit| started + limit));
     let mut ticket: Option<Ticket> = None;
     let mut progress = Progress::new(options.json_logs);
+    // Links do not change: read once for a pool of GPUs, again only if the pool changes.
+    let mut links: Option<(Vec<u32>, Topology)> = None;
     for attempt in 0u64.. {
-        let machine = nvml.probe(
-            receiver,
-            options.nvml_timeout,
-            waiting_until,
-            &mut |why| progress.show_text(&format!("waiting (--wait): {why}")),
-            options.topology,
-        )?;
+        let mut machine = nvml.probe(receiver, options.nvml_timeout, waiting_until, &mut |why| {
+            progress.show_text(&format!("waiting (--wait): {why}"))
+        })?;
         let visibility = visibility::resolve(&machine, inherited);
+        if options.topology {
+            let pool = match options.listing {
+                true => machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect(),
+                false => {
+                    let most = LINK_POOL
+                        .max(4 * options.request.count.max.unwrap_or(options.request.count.min) as usize);
+                    policy::link_candidates(&machine.all_devices(), &visibility, options.request, most)
+                }
+            };
+            if links.as_ref().is_none_or(|(known, _)| *known != pool) {
+                let read =
+                    nvml.links(receiver, options.nvml_timeout, pool.clone()).map_err(AcquireError::from)?;
+                links = Some((pool, read));
+            }
+            machine.topology = links.as_ref().map(|(_, topology)| topology.clone());
+        }
         if attempt == 0 {
             for gpu in machine.gpus.iter().filter(|gpu| gpu.error.is_some()) {
                 tracing::warn!(

@@ -587,6 +587,23 @@ fn after_reservations(gpus: &[Gpu], reservations: &[Reservation]) -> Vec<Gpu> {
         .collect()
 }
 
+/// The GPUs whose links a multi-GPU request reads: the whole GPUs no state of the machine
+/// rules out, best first by the policy, at most `most`. Links are asked per pair, so a cap
+/// keeps a 64-GPU machine about as quick as an 8-GPU one; the sets worth having are among the
+/// best-ranked GPUs.
+pub fn link_candidates(gpus: &[Gpu], visibility: &Visibility, request: &Request, most: usize) -> Vec<u32> {
+    let Ok(decision) = decide(gpus, visibility, request, &[], &[]) else { return Vec::new() };
+    let possible: Vec<&Gpu> = decision
+        .assessments
+        .iter()
+        .filter(|a| a.possible())
+        .filter_map(|a| gpus.iter().find(|gpu| gpu.index == a.index && gpu.mig.is_none()))
+        .collect();
+    let mut ranked = rank(&possible, request.policy, request.seed);
+    ranked.truncate(most);
+    ranked
+}
+
 /// The model a GPU counts as for `--same-model`: its name and total memory.
 fn model_of(gpu: &Gpu) -> (Option<&str>, Option<u64>) {
     (gpu.name.as_deref(), gpu.memory.map(|m| m.total_bytes))
@@ -1024,6 +1041,14 @@ mod tests {
         let decision = decide(&gpus, &unrestricted(), &Request::default(), &[held], &[]).unwrap();
         assert_eq!(decision.assessments[0].hard, vec!["reserved exclusively by gpurun PID 9 (alice)"]);
         assert_eq!(decision.outcome, Outcome::Selected(vec![1]));
+    }
+
+    #[test]
+    fn links_are_read_among_the_best_ranked_possible_gpus() {
+        let gpus: Vec<Gpu> = (0..20).map(|i| with_load(i, u64::from(i), 0)).collect();
+        let request = Request { count: Count::exactly(2), exclude: vec![DeviceRef::Index(19)], ..Request::default() };
+        let pool = link_candidates(&gpus, &unrestricted(), &request, 4);
+        assert_eq!(pool, [18, 17, 16, 15], "most free first, the excluded one out");
     }
 
     #[test]
