@@ -1046,7 +1046,8 @@ mod tests {
     #[test]
     fn links_are_read_among_the_best_ranked_possible_gpus() {
         let gpus: Vec<Gpu> = (0..20).map(|i| with_load(i, u64::from(i), 0)).collect();
-        let request = Request { count: Count::exactly(2), exclude: vec![DeviceRef::Index(19)], ..Request::default() };
+        let request =
+            Request { count: Count::exactly(2), exclude: vec![DeviceRef::Index(19)], ..Request::default() };
         let pool = link_candidates(&gpus, &unrestricted(), &request, 4);
         assert_eq!(pool, [18, 17, 16, 15], "most free first, the excluded one out");
     }
