@@ -13,7 +13,9 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
@@ -80,19 +82,35 @@ pub fn append(path: &Path, record: &Record) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The longest a run's end waits for another run's hold on the history (a stuck or stopped
+/// gpurun must not keep this one from exiting).
+const LOCK_PATIENCE: Duration = Duration::from_secs(2);
+
 /// The file at `path`, opened for appending and locked; opened again if a trim replaced it
-/// while this process waited for the lock.
+/// while this process waited for the lock. A regular file only (a FIFO would block the trim).
 fn locked(path: &Path) -> std::io::Result<Flock<File>> {
+    let give_up = Instant::now() + LOCK_PATIENCE;
+    let mut pause = Duration::from_millis(1);
     loop {
         let file = OpenOptions::new()
             .append(true)
             .read(true)
             .create(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)?;
-        let file =
-            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| std::io::Error::from(errno))?;
+        if !file.metadata()?.file_type().is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(file) => file,
+            Err((_, Errno::EWOULDBLOCK)) if Instant::now() < give_up => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+                continue;
+            }
+            Err((_, errno)) => return Err(std::io::Error::from(errno)),
+        };
         let current = std::fs::symlink_metadata(path)?;
         let held = file.metadata()?;
         if current.ino() == held.ino() && current.dev() == held.dev() {
@@ -144,6 +162,23 @@ mod tests {
         assert_eq!(read[1].peaks(), [("GPU-a".to_owned(), 2)]);
         let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn a_held_lock_or_a_fifo_costs_at_most_the_patience() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        append(&path, &record(1)).unwrap();
+        let holder = Flock::lock(std::fs::File::open(&path).unwrap(), FlockArg::LockExclusive).unwrap();
+        let started = Instant::now();
+        assert!(append(&path, &record(2)).is_err());
+        assert!(started.elapsed() < LOCK_PATIENCE + Duration::from_secs(1));
+        drop(holder);
+        append(&path, &record(3)).unwrap();
+        assert_eq!(read(&path).len(), 2);
+        let fifo = dir.path().join("fifo.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(append(&fifo, &record(4)).is_err());
     }
 
     #[test]
