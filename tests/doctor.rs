@@ -14,7 +14,7 @@ fn a_healthy_machine_and_inherited_variables() {
         .stdout_has("info     driver 550.54.15, supports CUDA 12.4")
         .stdout_has("ok       GPU 7: NVIDIA A100-SXM4-40GB (GPU-0b1d2f3a-4c5e-4d6f-8a9b-1c2d3e4f5a67)")
         .stdout_has("info     CUDA_VISIBLE_DEVICES=0,1")
-        .stdout_has("gpurun will choose only among GPU 0, 1 (CUDA_VISIBLE_DEVICES=0,1)")
+        .stdout_has("gpurun will choose only among GPUs 0, 1 (CUDA_VISIBLE_DEVICES=0,1)")
         .stdout_has("PROBLEM  CUDA_VISIBLE_DEVICES=0,1 uses indices but CUDA_DEVICE_ORDER is not PCI_BUS_ID")
         .stdout_has("does not exist yet; the first gpurun that runs a command creates it");
     sim.gpurun().args(["--", "true"]).run().status(0);

@@ -122,6 +122,13 @@ fn a_one_device_request_lands_on_a_mig_device_and_is_verified() {
     );
     // Without --mig only, the whole idle GPU has the most free memory.
     assert_eq!(exports(&sim, &[], &[])["CUDA_VISIBLE_DEVICES"], "0");
+    // --mig never: a profile only MIG devices have matches nothing that may be given.
+    assert_eq!(exports(&sim, &[], &["--mig", "never", "--exclude", "0"])["CUDA_VISIBLE_DEVICES"], "3");
+    sim.gpurun()
+        .args(["--export", "--mig", "never", "--model", "2g.20gb"])
+        .run()
+        .status(125)
+        .stderr_has("--model 2g.20gb: 0 of the GPUs gpurun may use match");
 }
 
 #[test]

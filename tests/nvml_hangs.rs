@@ -188,3 +188,21 @@ fn a_real_fault_in_the_driver_still_kills_gpurun() {
     let status = sim.gpurun().args(["--list"]).command.stderr(Stdio::null()).status().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}");
 }
+
+#[test]
+fn a_hanging_link_query_ends_a_multi_gpu_launch_in_one_line() {
+    let sim = with_hang("nvmlDeviceGetP2PStatus", "ms = 60000");
+    let started = Instant::now();
+    sim.gpurun()
+        .args(["--nvml-timeout", "1s", "--gpus", "2", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("nvmlDeviceGetP2PStatus");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // A one-GPU launch asks for no link at all; --fallback cpu runs the command without a GPU.
+    sim.gpurun().args(["--nvml-timeout", "1s", "--", "true"]).run().status(0);
+    sim.gpurun()
+        .args(["--nvml-timeout", "1s", "--gpus", "2", "--fallback", "cpu", "--", "true"])
+        .run()
+        .status(0);
+}

@@ -24,12 +24,13 @@ pub fn label(key: u32) -> String {
     }
 }
 
-/// `GPU 3, 5` / `GPU 3` for lists of plain GPUs; each device by its label otherwise.
+/// `GPU 3`, `GPUs 3, 5` for plain GPUs; each device by its label otherwise (`MIG 1:0`).
 pub fn labels(keys: &[u32]) -> String {
-    if keys.iter().all(|&key| mig_parts(key).is_none()) {
-        format!("GPU {}", keys.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
-    } else {
-        keys.iter().map(|&key| label(key)).collect::<Vec<_>>().join(", ")
+    match keys {
+        [_, _, ..] if keys.iter().all(|&key| mig_parts(key).is_none()) => {
+            format!("GPUs {}", keys.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+        }
+        _ => keys.iter().map(|&key| label(key)).collect::<Vec<_>>().join(", "),
     }
 }
 

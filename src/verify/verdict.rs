@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::probe::gpu::{label, labels, mig_parts};
+use crate::probe::gpu::{label, labels};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -124,7 +124,7 @@ impl Tracker {
                     sighting.pid,
                     sighting.command,
                     label(sighting.gpu),
-                    gpu_list(&self.selected)
+                    labels(&self.selected)
                 ),
             );
         }
@@ -141,7 +141,7 @@ impl Tracker {
                     self.selected.len(),
                     self.used.len(),
                     on_selected,
-                    gpu_list(&unused)
+                    labels(&unused)
                 ),
             );
         }
@@ -178,20 +178,10 @@ fn sightings_text(seen: &[Sighting]) -> String {
         .into_iter()
         .map(|(pid, command, mut gpus)| {
             gpus.sort_unstable();
-            format!("PID {pid} ({command}) on {}", gpu_list(&gpus))
+            format!("PID {pid} ({command}) on {}", labels(&gpus))
         })
         .collect();
     parts.join("; ")
-}
-
-/// `GPU 3`, `GPUs 3, 5`, `MIG 1:0`.
-fn gpu_list(gpus: &[u32]) -> String {
-    match gpus {
-        [_, _, ..] if gpus.iter().all(|&g| mig_parts(g).is_none()) => {
-            format!("GPUs {}", gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
-        }
-        _ => labels(gpus),
-    }
 }
 
 #[cfg(test)]
