@@ -4,11 +4,22 @@
 //! A hook is gpurun's child like the command's orphans: the supervisor's reaping loop sees it
 //! end, and kills it once `LIMIT` has passed (with a warning). Starting one costs a fork and an
 //! exec, never a wait; a hook's failure or its end never changes gpurun's exit status.
+//!
+//! Its input never blocks gpurun: stdin is one end of a socket pair, written with
+//! `MSG_DONTWAIT | MSG_NOSIGNAL` as far as it takes (a command line of megabytes does not fit),
+//! the rest each time the supervisor looks again, and given up at the deadline. A socket
+//! rather than a pipe: a hook that exits without reading would make a pipe raise SIGPIPE on
+//! gpurun's own thread, where the signalfd would read it as a signal to forward.
 
-use std::io::Write;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, SigmaskHow};
+use nix::sys::socket::{socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 
 use crate::process::procfs;
 use crate::process::signals::send;
@@ -24,46 +35,112 @@ pub struct Hook {
     deadline: Instant,
     /// Reaped, or killed and reaped.
     done: bool,
+    /// The input not yet taken, and gpurun's end of the hook's stdin (closed once all of it
+    /// went, to give the hook its end of file).
+    input: Vec<u8>,
+    written: usize,
+    stdin: Option<OwnedFd>,
 }
 
+/// How often the supervisor offers the rest of a hook's input.
+const FEED_EVERY: Duration = Duration::from_millis(10);
+
 impl Hook {
-    /// Starts `sh -c line`, writes `input` to its stdin and closes it. `None` (with a warning)
-    /// when it cannot start.
+    /// Starts `sh -c line` with `input` offered on its stdin. `None` (with a warning) when it
+    /// cannot start.
+    /// `mask`: the caller's signal mask, which the hook starts with like the command (gpurun's
+    /// own has every forwarded signal blocked; a hook with those blocked could not be ended).
     pub fn start(
         name: &'static str,
         line: &str,
         input: &str,
         variables: &[(String, String)],
+        mask: SigSet,
     ) -> Option<Hook> {
         // stdout belongs to the command: what a hook prints goes to stderr, beside gpurun's lines.
         let to_stderr =
             std::io::stderr().as_fd().try_clone_to_owned().map(Stdio::from).unwrap_or_else(|_| Stdio::null());
-        let spawned = Command::new("/bin/sh")
+        let pair = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC);
+        let (ours, theirs) = match pair {
+            Ok(pair) => pair,
+            Err(error) => {
+                tracing::warn!("{name} hook could not start: {error}");
+                return None;
+            }
+        };
+        // The hook reads only: half-closing its write side is no business of gpurun's.
+        let mut command = Command::new("/bin/sh");
+        command
             .arg("-c")
             .arg(line)
             .envs(variables.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::piped())
-            .stdout(to_stderr)
-            .spawn();
-        let mut child = match spawned {
+            .stdin(Stdio::from(theirs))
+            .stdout(to_stderr);
+        // SAFETY: the closure runs in the forked child before exec and makes one system call
+        // (sigprocmask, async-signal-safe) on a mask copied in by value; it allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&mask), None).map_err(Into::into)
+            })
+        };
+        let spawned = command.spawn();
+        let child = match spawned {
             Ok(child) => child,
             Err(error) => {
                 tracing::warn!("{name} hook could not start: {error}");
                 return None;
             }
         };
-        // A hook that does not read its input must not hold gpurun: the JSON is small (it fits
-        // a pipe's buffer), and a broken pipe is the hook's choice.
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(input.as_bytes());
-        }
         tracing::debug!("{name} hook started: PID {}", child.id());
-        Some(Hook { pid: child.id(), name, deadline: Instant::now() + LIMIT, done: false })
+        let mut hook = Hook {
+            pid: child.id(),
+            name,
+            deadline: Instant::now() + LIMIT,
+            done: false,
+            input: input.as_bytes().to_vec(),
+            written: 0,
+            stdin: Some(ours),
+        };
+        hook.feed();
+        Some(hook)
     }
 
-    /// When the supervisor must look at the hook again (its deadline), while it runs.
+    /// Writes what the hook's stdin takes now, never waiting; closes it when all went, when the
+    /// hook stopped reading for good, or at the deadline.
+    pub fn feed(&mut self) {
+        let Some(stdin) = &self.stdin else { return };
+        while self.written < self.input.len() {
+            let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+            match nix::sys::socket::send(stdin.as_raw_fd(), &self.input[self.written..], flags) {
+                Ok(sent) => self.written += sent,
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) if Instant::now() < self.deadline && !self.done => return,
+                Err(Errno::EAGAIN) => {
+                    tracing::warn!(
+                        "{} hook did not read its input ({} of {} bytes taken); giving up on it",
+                        self.name,
+                        self.written,
+                        self.input.len()
+                    );
+                    break;
+                }
+                // It closed its stdin or ended: the rest is not wanted.
+                Err(_) => break,
+            }
+        }
+        self.stdin = None;
+    }
+
+    /// When the supervisor must look at the hook again (its deadline, or soon while input is
+    /// left to give), while it runs.
     pub fn wake(&self) -> Option<Instant> {
-        (!self.done).then_some(self.deadline)
+        let feed = self.stdin.as_ref().map(|_| (Instant::now() + FEED_EVERY).min(self.deadline));
+        (!self.done).then_some(feed.unwrap_or(self.deadline))
+    }
+
+    /// Whether this hook is still running.
+    pub fn is_running(&self) -> bool {
+        !self.done
     }
 
     /// The reaping loop found `pid` ended: whether it was this hook.
@@ -80,12 +157,14 @@ impl Hook {
             }
         }
         self.done = true;
+        self.stdin = None;
         true
     }
 
     /// Past the deadline: SIGKILL to the hook and what it started (`sh -c 'sleep 300'` forks
     /// the sleep); the hook's PID is still ours until it is reaped.
     pub fn enforce(&mut self, now: Instant) {
+        self.feed();
         if !self.done && now >= self.deadline {
             tracing::warn!("{} hook still running after {} s: killing it", self.name, LIMIT.as_secs());
             for pid in procfs::descendants(self.pid) {

@@ -115,15 +115,16 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     }
     // Created first: an unwritable path fails before the command starts.
     let report_file = match &supervision.report_json {
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .map_err(|e| LaunchError::ReportFile(path.display().to_string(), e))?,
-        ),
+        Some(path) => {
+            Some(open_report(path).map_err(|e| LaunchError::ReportFile(path.display().to_string(), e))?)
+        }
         None => None,
     };
     if !supervision.keep_orphans {
         orphans::become_subreaper();
     }
+    // Before the command exists: every child gpurun has now came with it from an exec.
+    let inherited = orphans::Inherited::capture();
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
     let watcher = supervision.parent_death_signal.and_then(Watcher::start);
@@ -153,6 +154,11 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     for signal in stops {
         send(child, signal);
     }
+    let mut leftovers = orphans::Leftovers {
+        inherited,
+        command_started: procfs::stat(child).map_or(0, |stat| stat.start_ticks),
+        announced: Vec::new(),
+    };
     tracing::info!("running {} on {}", crate::options::shell::quote(command), plan.selection.describe());
     let mut on_start = supervision.on_start.as_deref().and_then(|line| {
         let input = serde_json::json!({
@@ -162,7 +168,13 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
             "count": plan.selection.devices.len(),
             "selected": plan.selection.devices,
         });
-        Hook::start("--on-start", line, &format!("{input}\n"), &hook_variables(plan, None))
+        Hook::start(
+            "--on-start",
+            line,
+            &format!("{input}\n"),
+            &hook_variables(plan, None),
+            receiver.caller().mask,
+        )
     });
     let mut watch =
         nvml.filter(|_| supervision.verify != VerifyMode::Off && !plan.selection.is_empty()).map(|nvml| {
@@ -185,10 +197,19 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         supervise::Options { no_forward: &supervision.no_forward, kill_after: supervision.kill_after };
     let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
     watcher.into_iter().for_each(Watcher::stop);
-    // Before the leftovers are ended: a hook still running is not one of them.
-    on_start.into_iter().for_each(Hook::finish);
+    // An --on-start hook still running ends with the command's leftovers: it is never waited
+    // for, since the GPUs stay reserved until gpurun exits.
+    if let Some(hook) = on_start.as_ref().filter(|hook| hook.is_running()) {
+        tracing::info!("the --on-start hook (PID {}) is still running: ending it with the command", hook.pid);
+        leftovers.announced = procfs::descendants(hook.pid).into_iter().chain([hook.pid]).collect();
+        if supervision.keep_orphans {
+            for pid in &leftovers.announced {
+                send(*pid, libc::SIGTERM);
+            }
+        }
+    }
     if !supervision.keep_orphans {
-        orphans::end_all();
+        orphans::end_all(&leftovers);
     }
     // The GPUs are free once the command and its leftovers are gone.
     drop(leases);
@@ -264,9 +285,32 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     if let Some(line) = &supervision.on_exit {
         let verdict = summary.verification.verdict.map(|v| v.to_string()).unwrap_or_default();
         let variables = hook_variables(plan, Some((exit.status(), verdict)));
-        Hook::start("--on-exit", line, &summary.json(), &variables).into_iter().for_each(Hook::finish);
+        Hook::start("--on-exit", line, &summary.json(), &variables, receiver.caller().mask)
+            .into_iter()
+            .for_each(Hook::finish);
     }
     Ok(exit)
+}
+
+/// The `--report-json` file, created or truncated. Opened without blocking (signals are
+/// blocked: a FIFO nobody reads must not hold gpurun before the command starts), then made
+/// blocking again for the write at the end (a pipe to `jq` that reads).
+fn open_report(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|error| match error.raw_os_error() {
+            Some(libc::ENXIO) => std::io::Error::other("a FIFO that no process reads"),
+            _ => error,
+        })?;
+    let flags = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_GETFL)?;
+    let blocking = nix::fcntl::OFlag::from_bits_truncate(flags) & !nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(blocking))?;
+    Ok(file)
 }
 
 /// What a hook finds in its environment besides gpurun's own: the chosen GPUs and, at the
@@ -295,7 +339,12 @@ fn keep_history(path: &std::path::Path, report: &Report, started: std::time::Sys
         request: request.to_owned(),
         report: fields,
     };
-    if let Err(error) = history::append(path, &record) {
-        tracing::debug!("cannot keep the run in the history {}: {error}", path.display());
+    match history::append(path, &record) {
+        Ok(()) => {}
+        // A history someone else could have planted (a kept HOME under sudo): said, not used.
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!("the run is not kept in the history: {error}")
+        }
+        Err(error) => tracing::debug!("cannot keep the run in the history {}: {error}", path.display()),
     }
 }

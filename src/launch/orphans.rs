@@ -7,6 +7,11 @@
 //!
 //! The leftovers are found from gpurun down (`/proc/self/task/*/children`), so the cost does
 //! not depend on how many processes the host runs.
+//!
+//! Only the command's descendants are leftovers. gpurun may have inherited children from the
+//! process it replaced (`(sleep 3 & exec gpurun -- job)`): the command never started those, and
+//! like `timeout` gpurun leaves them (and what they started) alone. They are told apart by
+//! being gpurun's children before the command existed, and by having started before it.
 
 use std::time::{Duration, Instant};
 
@@ -39,21 +44,84 @@ fn listed(pids: &[u32]) -> String {
     pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// TERM, grace, KILL for everything still running below gpurun; returns once every child has
-/// been reaped (or, for one the kernel will not let die, after a bounded wait).
-pub fn end_all() {
-    let own_pid = std::process::id();
-    if !reap_ended() {
+/// The children gpurun had before it started the command, each by PID and start time (a PID
+/// alone could be reused).
+#[derive(Debug, Clone, Default)]
+pub struct Inherited {
+    children: Vec<(u32, u64)>,
+}
+
+impl Inherited {
+    /// Call before the command is started.
+    pub fn capture() -> Inherited {
+        let children = procfs::children(std::process::id())
+            .into_iter()
+            .filter_map(|pid| Some((pid, procfs::stat(pid)?.start_ticks)))
+            .collect();
+        Inherited { children }
+    }
+
+    fn contains(&self, pid: u32, start_ticks: u64) -> bool {
+        self.children.contains(&(pid, start_ticks))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+}
+
+/// Who the leftovers are: below gpurun, not inherited (nor below an inherited child), started
+/// no earlier than the command.
+pub struct Leftovers {
+    pub inherited: Inherited,
+    /// The command's start time, in clock ticks after boot.
+    pub command_started: u64,
+    /// Processes already said to be ended (an --on-start hook): ended like the rest, not named
+    /// as the command's.
+    pub announced: Vec<u32>,
+}
+
+impl Leftovers {
+    /// The live leftovers now, from gpurun down.
+    fn live(&self) -> Vec<u32> {
+        let own_pid = std::process::id();
+        let mut found = Vec::new();
+        let mut queue = vec![own_pid];
+        while let Some(pid) = queue.pop() {
+            for child in procfs::children(pid) {
+                if child == own_pid || found.contains(&child) {
+                    continue;
+                }
+                let Some(stat) = procfs::stat(child) else { continue };
+                if pid == own_pid && self.inherited.contains(child, stat.start_ticks) {
+                    continue;
+                }
+                queue.push(child);
+                if stat.start_ticks >= self.command_started && !stat.is_zombie() {
+                    found.push(child);
+                }
+            }
+        }
+        found
+    }
+}
+
+/// TERM, grace, KILL for the command's processes still running below gpurun; returns once they
+/// are gone and reaped (or, for one the kernel will not let die, after a bounded wait).
+pub fn end_all(leftovers: &Leftovers) {
+    reap_ended();
+    let mut signalled = leftovers.live();
+    if signalled.is_empty() {
         return;
     }
-    let live = |pids: Vec<u32>| pids.into_iter().filter(|pid| procfs::is_alive(*pid)).collect::<Vec<_>>();
-    let mut signalled = live(procfs::descendants(own_pid));
-    if !signalled.is_empty() {
+    let named: Vec<u32> =
+        signalled.iter().copied().filter(|pid| !leftovers.announced.contains(pid)).collect();
+    if !named.is_empty() {
         tracing::warn!(
             "the command left {} process{} running (PID {}); sending SIGTERM",
-            signalled.len(),
-            if signalled.len() == 1 { "" } else { "es" },
-            listed(&signalled)
+            named.len(),
+            if named.len() == 1 { "" } else { "es" },
+            listed(&named)
         );
     }
     for pid in &signalled {
@@ -61,12 +129,17 @@ pub fn end_all() {
         send(*pid, libc::SIGCONT);
     }
     let deadline = Instant::now() + GRACE;
-    while reap_ended() {
+    loop {
+        reap_ended();
+        let live = leftovers.live();
+        if live.is_empty() {
+            return;
+        }
         if Instant::now() >= deadline {
             break;
         }
         // Processes that appear meanwhile (started by a leftover) get the same.
-        for pid in live(procfs::descendants(own_pid)) {
+        for pid in live {
             if !signalled.contains(&pid) {
                 send(pid, libc::SIGTERM);
                 send(pid, libc::SIGCONT);
@@ -75,14 +148,19 @@ pub fn end_all() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    if !reap_ended() {
-        return;
-    }
-    let left = live(procfs::descendants(own_pid));
-    tracing::warn!("still running after {}s: sending SIGKILL to PID {}", GRACE.as_secs(), listed(&left));
+    tracing::warn!(
+        "still running after {}s: sending SIGKILL to PID {}",
+        GRACE.as_secs(),
+        listed(&leftovers.live())
+    );
     let killed_at = Instant::now();
-    while reap_ended() && killed_at.elapsed() < AFTER_KILL {
-        for pid in procfs::descendants(own_pid) {
+    while killed_at.elapsed() < AFTER_KILL {
+        reap_ended();
+        let live = leftovers.live();
+        if live.is_empty() {
+            return;
+        }
+        for pid in live {
             send(pid, libc::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -13,6 +13,8 @@ pub struct Stat {
     /// `R`, `S`, `D`, `T`, `t`, `Z`, `X`...
     pub state: char,
     pub parent: u32,
+    /// When it started, in clock ticks after boot: with the PID, names one process for good.
+    pub start_ticks: u64,
 }
 
 impl Stat {
@@ -32,7 +34,9 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     let mut fields = line[line.rfind(')')? + 1..].split_whitespace();
     let state = fields.next()?.chars().next()?;
     let parent = fields.next()?.parse().ok()?;
-    Some(Stat { state, parent })
+    // Field 22; `state` was field 3.
+    let start_ticks = fields.nth(22 - 5)?.parse().ok()?;
+    Some(Stat { state, parent, start_ticks })
 }
 
 pub fn stat(pid: u32) -> Option<Stat> {
@@ -235,7 +239,7 @@ mod tests {
     #[test]
     fn stat_lines_with_odd_names() {
         let line = "42 (a (b) c) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(parse_stat(line), Some(Stat { state: 'S', parent: 7 }));
+        assert_eq!(parse_stat(line), Some(Stat { state: 'S', parent: 7, start_ticks: 987654 }));
         assert_eq!(parse_stat("garbage"), None);
     }
 
