@@ -47,9 +47,14 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     }
     config.size_min_free();
     config.apply_limits();
-    let Mode::Select(goal) = &config.mode else { unreachable!("the other modes returned above") };
     let (mut nvml, acquired) = acquire(&config, receiver)?;
     let Acquisition { machine, decision, chosen, leases, live, queue } = acquired;
+    if let Some((bytes, note)) = &decision.min_free_note {
+        tracing::info!("--min-free {note}");
+        config.request.min_free = Some(options::size::Threshold::Bytes(*bytes));
+        config.sizing = config.sizing.take().map(|why| format!("{why}; {note}"));
+    }
+    let Mode::Select(goal) = &config.mode else { unreachable!("the other modes returned above") };
     let shared = listing::Shared { queue: &queue, rules: config.limits.describe() };
     // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| {

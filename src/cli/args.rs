@@ -112,6 +112,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("--exclusive", "also avoids GPUs another launch reserved; an exclusive reservation keeps everyone off"),
             ("--wait", "first come, first served: a waiter holds a ticket naming the GPUs it could use, and holds back only those; a new launch queues behind waiters for the same GPUs; 75 when --wait=DURATION is up"),
             ("--exec", "the command inherits the locked lease: the reservation lasts as long as it runs"),
+            ("what others see", "a lease file is world-readable and names the command by its program alone (python); its owner and root see the whole command line in --list, read from /proc, so arguments such as --api-key=... are never published"),
         ],
     ),
     (
@@ -124,7 +125,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("terminal keys", "Ctrl-C, Ctrl-\\, Ctrl-Z, hangup and resize reach the whole foreground group from the kernel, so gpurun does not forward them again"),
             ("ignored signals", "a signal ignored when gpurun starts (nohup, background jobs) stays ignored, in gpurun and in the command; the command starts with the caller's signal mask"),
             ("job control", "when the command stops (Ctrl-Z, SIGSTOP), gpurun stops too; when gpurun is continued, so is the command"),
-            ("orphans", "processes the command leaves running get SIGTERM (and SIGCONT) when it exits, SIGKILL 3 seconds later, and gpurun reaps every one before it exits (--keep-orphans: left alone)"),
+            ("orphans", "processes the command leaves running get SIGTERM (and SIGCONT) when it exits, SIGKILL 3 seconds later, and gpurun reaps every one before it exits (--keep-orphans: left alone); only the command's descendants: children gpurun inherited from the process it replaced by exec are left alone, as timeout leaves them"),
             ("parent death", "if gpurun is killed, a small watcher process (gpurun-watcher) sends the command --parent-death-signal, once"),
             ("NVML", "NVML is called on a thread of its own: signals, reaping and exit never wait for it; a call that hangs makes verification unverifiable"),
             ("descriptors", "a closed stdin, stdout or stderr is filled with /dev/null for gpurun itself (close-on-exec): the command gets the caller's descriptors as they were"),
@@ -149,18 +150,22 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("who holds what", "--list marks each GPU process [gpurun PID N] (it belongs to that live reservation: the gpurun or one of its descendants) or [not via gpurun] (started by hand or by another tool); JSON: processes[].reservation, and each reservation's processes"),
             ("who waits", "--list shows the --wait queue in order: user, PID, how long, the request as typed, and why it cannot start now, in the words of the exit-75 table; JSON: waiters[] (position, pid, uid, user, request, needs, waited_seconds, reason); a waiter's own progress line says the same"),
-            ("[limits]", "house rules, only in the system file ($GPURUN_SYSTEM_CONFIG, else /etc/gpurun/config.toml): max-gpus-per-user (live reservations of one user), max-wait (a cap on --wait), default-min-free (a floor under --min-free); user files, variables, the command line and --no-config cannot loosen them; --list and --doctor show them"),
+            ("[limits]", "house rules, only in the system file /etc/gpurun/config.toml: max-gpus-per-user (live reservations of one user), max-wait (a cap on --wait), default-min-free (a floor under --min-free, --fallback best included); user files, variables, the command line and --no-config cannot loosen them; --list and --doctor show them"),
+            ("lock rules", "while max-gpus-per-user is set, --no-lock and a --lock-dir other than the system's (the system file's lock-dir, else /run/lock/gpurun) are refused for users other than root (125, naming the rule): leases elsewhere cannot be counted"),
             ("over a rule", "a launch over max-gpus-per-user waits with --wait, else exits 75 naming the rule and its file; a request alone over it exits 125 at once; a range takes what the rule leaves"),
-            ("GPURUN_SYSTEM_CONFIG", "another system file (tests, unusual installs); its [limits] hold only if root owns it or root runs gpurun, else /etc/gpurun/config.toml's do, so a user cannot swap the rules out"),
-            ("hooks", "--on-start CMD and --on-exit CMD run through /bin/sh -c, in gpurun's process group, with JSON on stdin, their stdout on stderr, and GPURUN_GPUS, GPURUN_GPU_UUIDS (and, at exit, GPURUN_EXIT_STATUS, GPURUN_VERDICT) in the environment; killed with what they started after 30 s (a warning); a failing hook is a warning and never changes gpurun's exit status; not with --exec (a warning)"),
+            ("GPURUN_SYSTEM_CONFIG", "another system file (tests, unusual installs), honoured only when root runs gpurun; for anyone else it is ignored (-v says so) and /etc/gpurun/config.toml is read, so a user cannot swap the rules out"),
+            ("hooks", "--on-start CMD and --on-exit CMD run through /bin/sh -c, in gpurun's process group, with the caller's signal mask, JSON on stdin (a socket, written without blocking: a hook that does not read never holds gpurun, and its input is given up at its deadline), their stdout on stderr, and GPURUN_GPUS, GPURUN_GPU_UUIDS (and, at exit, GPURUN_EXIT_STATUS, GPURUN_VERDICT) in the environment; killed with what they started after 30 s (a warning); an --on-start hook still running when the command ends is ended with the command's leftovers, never waited for; a failing hook is a warning and never changes gpurun's exit status; not with --exec (a warning)"),
         ],
     ),
     (
         "History",
         &[
-            ("the file", "every supervised run (not --exec, not --no-history or history = false) appends one line to $XDG_STATE_HOME/gpurun/history.jsonl (~/.local/state/gpurun/history.jsonl, mode 600): the --report-json object plus started (Unix time), user, directory and request (gpurun's own options); one write under an flock, so concurrent runs never interleave; past 8 MiB the newest half is kept; a history that cannot be written never fails the job (-v says why)"),
+            ("the file", "every supervised run (not --exec, not --no-history or history = false) appends one line to $XDG_STATE_HOME/gpurun/history.jsonl (~/.local/state/gpurun/history.jsonl, mode 600; a relative XDG_STATE_HOME is ignored): the --report-json object plus started (Unix time), user, directory and request (gpurun's own options); one write under an flock, so concurrent runs never interleave; past 8 MiB the newest half is kept, always with this run's record; a history that cannot be written never fails the job (-v says why)"),
+            ("untrusted", "the gpurun folder and the file must be yours, neither a symlink nor writable by others, the file a regular one with one name; else the run is not recorded (a warning) and nothing is read: a planted history (sudo -E keeps a HOME) cannot make gpurun write elsewhere; the trim writes a new file created exclusively and renames it"),
+            ("reading", "only the newest 8 MiB are read, line by line as bytes: a bad or torn line costs that line, a FIFO or device is never opened for reading, a torn last line is closed before the next record"),
             ("--history [PATTERN]", "the last 20 runs (start in UTC, wall time, GPUs, verdict, peak per GPU, exit, command), only those whose command contains PATTERN; --json: every run kept, as one array"),
-            ("--min-free auto", "the largest per-GPU peak of the last 5 runs of the same words in the same directory (failing that, of the same program and script there), plus 10%; with no such run, no memory filter (auto:SIZE: SIZE); --dry-run -- COMMAND sizes for COMMAND; the log, --dry-run and the report say where the figure came from"),
+            ("--min-free auto", "the largest per-GPU peak of the last 5 runs of the same words in the same directory (failing that, of the same program and script there), plus 10%, but never more than the largest GPU the request allows can have free when idle (its total less the driver's reservation and 0.5%; said); with no such run, no memory filter (auto:SIZE: SIZE); --dry-run -- COMMAND sizes for COMMAND; the log, --dry-run and the report say where the figure came from"),
+            ("the same program", "the script or module, looked for through env VAR=.. and its options, nice, ionice, taskset, numactl, uv run, poetry run, pipenv run, accelerate launch, torchrun, deepspeed and python -m: nice python train.py is python train.py, env A=1 python eval.py is not"),
             ("near-oom", "diagnosis: the command's peak on a GPU came within 5% of the memory free there at launch (and whether it failed)"),
             ("idle-gpu", "diagnosis: of several selected GPUs, one the command never used while it used another"),
             ("cpu-fallback", "diagnosis: the command ran past --verify-timeout and never used a GPU"),
@@ -172,7 +177,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         "Shebang",
         &[
             ("#!/usr/bin/env -S gpurun --gpus 1 -- python3", "works as is: env splits the line"),
-            ("#!/usr/local/bin/gpurun --gpus 1 -- python3", "Linux passes '--gpus 1 -- python3' as one argument; gpurun splits a first argument that starts with - and holds blanks like env -S: 'single' and \"double\" quotes, \\_ for a space"),
+            ("#!/usr/local/bin/gpurun --gpus 1 -- python3", "Linux passes '--gpus 1 -- python3' as one argument; gpurun splits a first argument that starts with - and holds blanks exactly as GNU env -S does: blanks and \\_ separate words, 'single' quotes keep all but \\\\ and \\', \"double\" quotes decode the escapes and \\_ as a space, ${NAME} is expanded, # at a word's start and \\c end the line; what env refuses is refused (125, env's reason); only when the next argument is a script whose #! line names gpurun"),
         ],
     ),
     (
@@ -180,7 +185,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("precedence", "command line > GPURUN_* variables > user file > system file > built-in"),
             ("user file", "$GPURUN_CONFIG, else $XDG_CONFIG_HOME/gpurun/config.toml (~/.config/gpurun/config.toml)"),
-            ("system file", "/etc/gpurun/config.toml (or $GPURUN_SYSTEM_CONFIG); it alone may hold [limits], the house rules"),
+            ("system file", "/etc/gpurun/config.toml (or $GPURUN_SYSTEM_CONFIG when root runs gpurun); it alone may hold [limits], the house rules"),
             ("keys", "the long option names: policy = \"pack\", min-free = \"8G\", exclusive = true, wait = \"2h\""),
             ("variables", "GPURUN_ and the key in capitals: GPURUN_MIN_FREE=8G, GPURUN_EXCLUSIVE=1; not for --gpus (GPURUN_GPUS is what gpurun tells the command)"),
             ("errors", "an unknown key or a bad value is an error naming the file, line and key (or the variable), exit 125; a file must be a regular file of at most 1 MiB"),
@@ -201,10 +206,10 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
             ("GPURUN_LOCK_DIR", "the lock directory, when --lock-dir is not given"),
             ("GPURUN_CONFIG", "the user configuration file to read instead of ~/.config/gpurun/config.toml"),
-            ("GPURUN_SYSTEM_CONFIG", "the system configuration file to read instead of /etc/gpurun/config.toml (see Shared servers)"),
+            ("GPURUN_SYSTEM_CONFIG", "the system configuration file to read instead of /etc/gpurun/config.toml, for root only (see Shared servers)"),
             ("GPURUN_LOG", "log filter: a level (error, warn, info, debug, trace) or target=level directives, e.g. gpurun=debug; overrides -v and -q"),
             ("XDG_CONFIG_HOME", "where the user configuration file is (default ~/.config)"),
-            ("XDG_STATE_HOME", "where the history is kept (default ~/.local/state)"),
+            ("XDG_STATE_HOME", "where the history is kept (default ~/.local/state; ignored unless absolute)"),
             ("SLURM_STEP_GPUS, SLURM_JOB_GPUS", "a hint when CUDA_VISIBLE_DEVICES is unset"),
         ],
     ),
@@ -308,7 +313,8 @@ pub struct Cli {
     ///
     /// A SIZE (8G, 8GiB, 8192M, 0.5T, 16GB) or P% of the card's total memory; `auto`: the
     /// largest peak of the same command's last 5 runs in this directory (from the history) plus
-    /// 10%, no filter when there is none; `auto:SIZE`: SIZE when there is none.
+    /// 10%, at most what the largest allowed card can have free, no filter when there is none;
+    /// `auto:SIZE`: SIZE when there is none.
     #[arg(long, value_name = "SIZE|P%|auto", value_parser = size::parse_min_free, allow_negative_numbers = true, help_heading = "Selection")]
     pub min_free: Option<MinFree>,
 
@@ -378,11 +384,13 @@ pub struct Cli {
     pub wait: Option<WaitLimit>,
 
     /// Directory of the reservations shared by all gpurun launches on this machine
-    /// (default: $GPURUN_LOCK_DIR, else /run/lock/gpurun; created with mode 1777).
+    /// (default: $GPURUN_LOCK_DIR, else /run/lock/gpurun; created with mode 1777). While the
+    /// house rule max-gpus-per-user is set, only root may name another than the system's.
     #[arg(long, hide_short_help = true, value_name = "DIR", help_heading = "Reservations")]
     pub lock_dir: Option<PathBuf>,
 
-    /// Take no reservation and ignore other launches' reservations.
+    /// Take no reservation and ignore other launches' reservations (refused for users other
+    /// than root while the house rule max-gpus-per-user is set).
     #[arg(long, hide_short_help = true, help_heading = "Reservations")]
     pub no_lock: bool,
 
@@ -435,7 +443,8 @@ pub struct Cli {
     ///
     /// Its stdin holds {command, pid, requested, count, selected} as JSON, its environment
     /// GPURUN_GPUS and GPURUN_GPU_UUIDS. gpurun does not wait for it to start the command; it is
-    /// killed after 30 s (with a warning). Not with --exec. Example: --on-start 'echo started |
+    /// killed after 30 s (with a warning), and ended with the command's leftovers if still
+    /// running when the command ends. Not with --exec. Example: --on-start 'echo started |
     /// mail -s "job started" me'.
     #[arg(long, hide_short_help = true, value_name = "CMD", help_heading = "Supervision")]
     pub on_start: Option<String>,

@@ -90,6 +90,9 @@ pub enum ConfigError {
     HistoryPatterns(String),
     #[error("{origin}--model is empty; give part of a model name, like A100")]
     EmptyModel { origin: String },
+    /// A house rule forbids what was asked.
+    #[error("{0}")]
+    HouseRule(String),
 }
 
 impl Config {
@@ -140,6 +143,12 @@ impl Config {
             let origin = origins.get("model").map(|o| format!("{o}: ")).unwrap_or_default();
             return Err(ConfigError::EmptyModel { origin });
         }
+        let reserves = matches!(mode, Mode::Select(Goal::Run { .. })) && !cli.gpus.is_none();
+        let root = nix::unistd::geteuid().is_root();
+        if let Some(why) = limits.lock_escape(cli.no_lock, cli.lock_dir.as_deref(), root).filter(|_| reserves)
+        {
+            return Err(ConfigError::HouseRule(why));
+        }
         let verbosity = match (cli.quiet, cli.verbose) {
             (true, _) => Verbosity::Quiet,
             (false, 0) => Verbosity::Normal,
@@ -167,6 +176,8 @@ impl Config {
             same_model: cli.same_model,
             topology: cli.topology.unwrap_or_default(),
             seed: RandomState::new().hash_one(std::process::id()),
+            min_free_floor: limits.default_min_free,
+            min_free_auto: false,
         };
         Ok(Config {
             mode,
@@ -218,6 +229,7 @@ impl Config {
             sizing::Sizing {
                 threshold: fallback,
                 why: format!("auto: no command to size for (give one: --dry-run -- COMMAND){then}"),
+                from_history: false,
             }
         } else {
             let directory = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
@@ -226,6 +238,7 @@ impl Config {
             sizing::size_for(&records, &command, &directory, fallback)
         };
         tracing::info!("--min-free {}", sizing.why);
+        self.request.min_free_auto = sizing.from_history;
         self.request.min_free = sizing.threshold;
         self.sizing = Some(sizing.why);
     }
@@ -264,14 +277,18 @@ impl Config {
 
     /// `-v`: which settings came from which file or variable.
     pub fn log_origins(&self) {
+        if let Some(notice) = &self.limits.notice {
+            tracing::debug!("{notice}");
+        }
         for (long, origin) in &self.origins {
             tracing::debug!("--{long} from {origin}");
         }
     }
 
     pub fn acquire_options(&self) -> acquire::Options<'_> {
+        // Leases are world-readable: the program's name, never the arguments.
         let command = match &self.mode {
-            Mode::Select(Goal::Run { command }) => shell::quote(command),
+            Mode::Select(Goal::Run { command }) => crate::reserve::lease::program_name(command),
             _ => String::new(),
         };
         let listing = matches!(self.mode, Mode::Select(Goal::List { .. }));

@@ -21,6 +21,10 @@ pub struct Limits {
     pub default_min_free: Option<Threshold>,
     /// The file they came from, for messages.
     pub file: Option<PathBuf>,
+    /// The system file's own `lock-dir`: reservations there are the ones the rules count.
+    pub lock_dir: Option<PathBuf>,
+    /// A line for `-v`: a user's GPURUN_SYSTEM_CONFIG that was set aside.
+    pub notice: Option<String>,
 }
 
 impl Limits {
@@ -50,6 +54,33 @@ impl Limits {
         rules
     }
 
+    /// Why a user other than root may not run outside the system lock directory while
+    /// max-gpus-per-user is set (leases elsewhere cannot be counted): `no_lock`, or the lock
+    /// directory asked for.
+    pub fn lock_escape(&self, no_lock: bool, lock_dir: Option<&Path>, root: bool) -> Option<String> {
+        let max = self.max_gpus_per_user?;
+        if root {
+            return None;
+        }
+        let rule = self.rule("max-gpus-per-user", &max.to_string());
+        let system = self.system_lock_dir();
+        let why = format!(
+            "the house rule {rule} counts every user's reservations in the system lock directory {}, \
+             so only root may reserve elsewhere",
+            system.display()
+        );
+        if no_lock {
+            return Some(format!("--no-lock: {why}"));
+        }
+        let asked = lock_dir?;
+        (!same_directory(asked, &system)).then(|| format!("--lock-dir {}: {why}", asked.display()))
+    }
+
+    /// The lock directory the rules count in: the system file's `lock-dir`, else the default.
+    pub fn system_lock_dir(&self) -> PathBuf {
+        self.lock_dir.clone().unwrap_or_else(|| PathBuf::from(crate::reserve::lockdir::DEFAULT_DIR))
+    }
+
     /// `--wait` within max-wait: forever becomes max-wait, a longer wait is shortened.
     pub fn cap_wait(&self, wait: Option<Option<Duration>>) -> Option<Option<Duration>> {
         match (wait, self.max_wait) {
@@ -57,6 +88,15 @@ impl Limits {
             (Some(Some(asked)), Some(max)) => Some(Some(asked.min(max))),
             (wait, _) => wait,
         }
+    }
+}
+
+/// The same directory, however it was spelled (`/run/lock/gpurun/`, a symlink to it).
+fn same_directory(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => a.components().eq(b.components()),
     }
 }
 

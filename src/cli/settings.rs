@@ -14,8 +14,9 @@
 //! Any other `GPURUN_*` variable must name a setting: a typo is an error, not silently nothing.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -309,9 +310,10 @@ fn user_file() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("GPURUN_CONFIG").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
+    // A relative XDG_CONFIG_HOME is ignored, as the XDG specification says.
     let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|p| !p.is_empty())
         .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
     Some(base.join("gpurun/config.toml"))
 }
@@ -338,23 +340,30 @@ fn read_text(path: &Path, must_exist: bool) -> Result<Option<String>, SettingsEr
     String::from_utf8(bytes).map(Some).map_err(|_| fail("not UTF-8 text".to_owned()))
 }
 
-/// The system file: `$GPURUN_SYSTEM_CONFIG` (tests, unusual installs), else /etc/gpurun/config.toml.
-fn system_file() -> PathBuf {
-    std::env::var_os("GPURUN_SYSTEM_CONFIG")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| PathBuf::from(SYSTEM_FILE), PathBuf::from)
+/// The system file: /etc/gpurun/config.toml, or `$GPURUN_SYSTEM_CONFIG` when root runs gpurun
+/// (tests, unusual installs). A user cannot name another: its `[limits]` are the house rules,
+/// and any file without them (an empty one, the example config) would drop every rule.
+/// Returns the file and, when a user's GPURUN_SYSTEM_CONFIG was set aside, a line saying so.
+fn system_file() -> (PathBuf, Option<String>) {
+    let named = std::env::var_os("GPURUN_SYSTEM_CONFIG").filter(|p| !p.is_empty()).map(PathBuf::from);
+    match named {
+        Some(path) if nix::unistd::geteuid().is_root() => (path, None),
+        Some(path) => (
+            PathBuf::from(SYSTEM_FILE),
+            Some(format!(
+                "GPURUN_SYSTEM_CONFIG={} is ignored: only root may name another system file; reading {SYSTEM_FILE}",
+                path.display()
+            )),
+        ),
+        None => (PathBuf::from(SYSTEM_FILE), None),
+    }
 }
 
-/// Where the house rules come from: the system file, unless a user who is not root named one
-/// that root does not own (a user cannot swap the administrator's rules for their own).
-fn limits_file(system: &Path) -> PathBuf {
-    let trusted = nix::unistd::geteuid().is_root()
-        || std::fs::metadata(system).is_ok_and(|meta| std::os::unix::fs::MetadataExt::uid(&meta) == 0);
-    if trusted {
-        system.to_owned()
-    } else {
-        PathBuf::from(SYSTEM_FILE)
-    }
+/// The system file's own `lock-dir`, if it sets one: the lock directory house rules count in.
+fn system_lock_dir(settings: &[Setting]) -> Option<PathBuf> {
+    let setting = settings.iter().rev().find(|s| s.key == "lock-dir")?;
+    let word = setting.words.first()?.as_bytes();
+    Some(PathBuf::from(OsStr::from_bytes(word.strip_prefix(b"--lock-dir=")?)))
 }
 
 /// argv with the lower layers' option words placed before the user's own, and where each
@@ -381,23 +390,23 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
     let mut settings = Vec::new();
-    let system = system_file();
+    let (system, ignored) = system_file();
     let named_system = system.as_os_str() != SYSTEM_FILE;
     let system_text = read_text(&system, named_system)?;
     // The house rules hold with --no-config too.
-    let rules_from = limits_file(&system);
-    let limits = match (&system_text, rules_from == system) {
-        (Some(text), true) => file_limits(&system, text)?,
-        (None, true) => Limits::default(),
-        (_, false) => read_text(&rules_from, false)?
-            .map(|text| file_limits(&rules_from, &text))
-            .transpose()?
-            .unwrap_or_default(),
+    let mut limits = match &system_text {
+        Some(text) => file_limits(&system, text)?,
+        None => Limits::default(),
     };
-    if !skip_files {
-        if let Some(text) = &system_text {
-            settings.extend(file_settings(command, &system, text, true)?);
+    limits.notice = ignored;
+    if let Some(text) = &system_text {
+        let system_settings = file_settings(command, &system, text, true)?;
+        limits.lock_dir = system_lock_dir(&system_settings);
+        if !skip_files {
+            settings.extend(system_settings);
         }
+    }
+    if !skip_files {
         if let Some(path) = user_file() {
             let named = std::env::var_os("GPURUN_CONFIG").is_some_and(|p| !p.is_empty());
             if let Some(text) = read_text(&path, named)? {

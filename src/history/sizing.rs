@@ -2,10 +2,9 @@
 //! the records, the command and the directory come in, the size and the reason go out.
 //!
 //! Rule: the runs of the same words in the same directory, failing that of the same program and
-//! script (the first word after the program that is not an option) in the same directory; of the
-//! last `RUNS` of them that used a GPU, the largest peak on one GPU, plus `MARGIN_PERCENT`.
-
-use std::path::Path;
+//! script (see `program_and_script`) in the same directory; of the last `RUNS` of them that used
+//! a GPU, the largest peak on one GPU, plus `MARGIN_PERCENT`. Selection then never asks for more
+//! than the largest card of the request could ever have free (`policy`).
 
 use crate::history::Record;
 use crate::options::size::{human, Threshold};
@@ -20,16 +19,119 @@ pub const MARGIN_PERCENT: u64 = 10;
 pub struct Sizing {
     pub threshold: Option<Threshold>,
     pub why: String,
+    /// Sized from recorded peaks (then selection may lower it to what a card can have free).
+    pub from_history: bool,
 }
 
-/// `train.py` in `python train.py --lr 3`; the program's own name when there is none.
-fn program_and_script(command: &[&str]) -> (String, Option<String>) {
-    let base = |word: &str| {
-        Path::new(word).file_name().map_or(word.to_owned(), |n| n.to_string_lossy().into_owned())
+fn base(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+fn is_python(program: &str) -> bool {
+    program.strip_prefix("python").is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+/// The options of a wrapper that take a value in the next word (`nice -n 5`).
+fn takes_value(wrapper: &str, option: &str) -> bool {
+    let options: &[&str] = match wrapper {
+        "env" => &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
+        "nice" => &["-n", "--adjustment"],
+        "ionice" => &["-c", "--class", "-n", "--classdata"],
+        "taskset" => &[],
+        "numactl" => &[
+            "-N",
+            "--cpunodebind",
+            "-m",
+            "--membind",
+            "-C",
+            "--physcpubind",
+            "-p",
+            "--preferred",
+            "-i",
+            "--interleave",
+        ],
+        "uv" => &["--with", "--python", "-p", "--project", "--directory", "--package", "--group", "--extra"],
+        "poetry" | "pipenv" => &["-C", "--directory", "-P", "--project"],
+        "python" => &["-X", "-W", "-Q"],
+        _ => &[],
     };
-    let program = command.first().map(|w| base(w)).unwrap_or_default();
-    let script = command.iter().skip(1).find(|w| !w.starts_with('-')).map(|w| base(w));
-    (program, script)
+    !option.contains('=') && options.contains(&option)
+}
+
+/// The words after a wrapper's own options: `nice -n 5 python x.py` -> `python x.py`.
+fn after_options<'a>(wrapper: &str, mut words: &'a [&'a str]) -> &'a [&'a str] {
+    while let Some((first, rest)) = words.split_first() {
+        if *first == "--" {
+            return rest;
+        }
+        if wrapper == "env" && first.contains('=') && !first.starts_with('-') {
+            words = rest;
+            continue;
+        }
+        // Python's -m and -c end its options: what follows is the module or the code.
+        if !first.starts_with('-') || (wrapper == "python" && matches!(*first, "-m" | "-c")) {
+            break;
+        }
+        words = if takes_value(wrapper, first) { rest.get(1..).unwrap_or_default() } else { rest };
+    }
+    words
+}
+
+/// A launcher that runs a Python script given later among its options (`torchrun
+/// --nproc_per_node 4 train.py`): the script is its first `.py` word, or the module of `-m`.
+fn launched_script(words: &[&str]) -> Option<String> {
+    if let Some(at) = words.iter().position(|w| *w == "-m" || *w == "--module") {
+        return words.get(at + 1).map(|module| format!("-m {module}"));
+    }
+    words.iter().find(|w| w.ends_with(".py")).map(|w| base(w).to_owned())
+}
+
+/// What "the same command" means for `--min-free auto`: the program and the script (or module)
+/// it runs, looked for through wrappers (`env A=1`, `nice`, `ionice`, `taskset`, `numactl`,
+/// `uv run`, `poetry run`, `pipenv run`) and launchers (`torchrun`, `accelerate launch`,
+/// `deepspeed`, `python -m torch.distributed.run`). A `.py` script is run by "python" whatever
+/// started it. `python train.py --lr 3` -> ("python", "train.py").
+pub fn program_and_script(command: &[&str]) -> (String, Option<String>) {
+    let mut words = command;
+    loop {
+        let Some((first, rest)) = words.split_first() else { return (String::new(), None) };
+        let program = base(first);
+        words = match program {
+            "env" | "nice" | "ionice" | "numactl" => after_options(program, rest),
+            // The mask or CPU list comes first.
+            "taskset" => after_options(program, rest).get(1..).unwrap_or_default(),
+            "uv" | "poetry" | "pipenv" if rest.first() == Some(&"run") => after_options(program, &rest[1..]),
+            "torchrun" | "deepspeed" => return ("python".to_owned(), launched_script(rest)),
+            "accelerate" if rest.first() == Some(&"launch") => {
+                return ("python".to_owned(), launched_script(&rest[1..]))
+            }
+            _ if is_python(program) => {
+                let rest = after_options("python", rest);
+                return match rest {
+                    ["-m", "torch.distributed.run" | "torch.distributed.launch", launched @ ..] => {
+                        ("python".to_owned(), launched_script(launched))
+                    }
+                    ["-m", module, ..] => ("python".to_owned(), Some(format!("-m {module}"))),
+                    ["-c", ..] => ("python".to_owned(), Some("-c".to_owned())),
+                    [script, ..] => ("python".to_owned(), Some(base(script).to_owned())),
+                    [] => ("python".to_owned(), None),
+                };
+            }
+            _ if program.ends_with(".py") => return ("python".to_owned(), Some(program.to_owned())),
+            _ => {
+                let script = rest.iter().find(|w| !w.starts_with('-')).map(|w| base(w).to_owned());
+                let program =
+                    if script.as_deref().is_some_and(|s| s.ends_with(".py")) { "python" } else { program };
+                return (program.to_owned(), script);
+            }
+        };
+    }
+}
+
+/// `peak` plus `MARGIN_PERCENT`, rounded up, without overflow.
+fn with_margin(peak: u64) -> u64 {
+    let grown = (u128::from(peak) * u128::from(100 + MARGIN_PERCENT)).div_ceil(100);
+    u64::try_from(grown).unwrap_or(u64::MAX)
 }
 
 pub fn size_for(
@@ -54,7 +156,7 @@ pub fn size_for(
     let peak = latest.iter().flat_map(|r| r.peaks()).map(|(_, bytes)| bytes).max();
     match (peak, fallback) {
         (Some(peak), _) => {
-            let bytes = peak + (peak * MARGIN_PERCENT).div_ceil(100);
+            let bytes = with_margin(peak);
             let runs = latest.len();
             Sizing {
                 threshold: Some(Threshold::Bytes(bytes)),
@@ -64,17 +166,20 @@ pub fn size_for(
                     human(peak),
                     if runs == 1 { "" } else { "s" }
                 ),
+                from_history: true,
             }
         }
         (None, Some(fallback)) => Sizing {
             threshold: Some(fallback),
             why: format!("auto: no earlier run of this command in {directory}; using the given size"),
+            from_history: false,
         },
         (None, None) => Sizing {
             threshold: None,
             why: format!(
                 "auto: no earlier run of this command in {directory}, and no auto:SIZE: no memory filter"
             ),
+            from_history: false,
         },
     }
 }
@@ -116,6 +221,56 @@ mod tests {
         records.push(run(&["job"], "/w", 0));
         let sized = size_for(&records, &["job"], "/w", None);
         assert_eq!(sized.threshold, Some(Threshold::Bytes(11 << 30)), "{}", sized.why);
+    }
+
+    #[test]
+    fn wrappers_and_launchers_are_looked_through_to_the_script() {
+        type Case<'a> = (&'a [&'a str], (&'a str, Option<&'a str>));
+        let cases: &[Case] = &[
+            (&["python", "train.py", "--lr", "3"], ("python", Some("train.py"))),
+            (&["env", "A=1", "B=2", "python3", "eval.py"], ("python", Some("eval.py"))),
+            (&["env", "-u", "X", "-i", "python", "-u", "eval.py"], ("python", Some("eval.py"))),
+            (&["nice", "-n", "5", "python", "x.py"], ("python", Some("x.py"))),
+            (&["nice", "python", "x.py"], ("python", Some("x.py"))),
+            (&["ionice", "-c", "3", "taskset", "-c", "0-3", "python3.11", "x.py"], ("python", Some("x.py"))),
+            (&["numactl", "--cpunodebind=0", "-m", "0", "python", "x.py"], ("python", Some("x.py"))),
+            (&["uv", "run", "--with", "torch", "python", "x.py"], ("python", Some("x.py"))),
+            (&["uv", "run", "x.py"], ("python", Some("x.py"))),
+            (&["poetry", "run", "python", "x.py"], ("python", Some("x.py"))),
+            (&["pipenv", "run", "python", "-m", "pkg.train"], ("python", Some("-m pkg.train"))),
+            (
+                &["accelerate", "launch", "--num_processes", "2", "train.py", "--lr", "1"],
+                ("python", Some("train.py")),
+            ),
+            (&["torchrun", "--nproc_per_node", "4", "/w/train.py"], ("python", Some("train.py"))),
+            (
+                &["python", "-m", "torch.distributed.run", "--nproc_per_node=2", "t.py"],
+                ("python", Some("t.py")),
+            ),
+            (&["python", "-X", "dev", "-m", "eval"], ("python", Some("-m eval"))),
+            (&["./job.sh", "--fast", "input"], ("job.sh", Some("input"))),
+        ];
+        for (command, (program, script)) in cases {
+            let (found, found_script) = program_and_script(command);
+            assert_eq!((found.as_str(), found_script.as_deref()), (*program, *script), "{command:?}");
+        }
+        // A tiny eval run through env no longer inherits a training run's peak.
+        let records = vec![run(&["python", "train.py"], "/w", 70)];
+        let sized = size_for(&records, &["env", "A=1", "python", "eval.py"], "/w", None);
+        assert_eq!(sized.threshold, None, "{}", sized.why);
+        let same = size_for(&records, &["nice", "python", "train.py"], "/w", None);
+        assert_eq!(same.threshold, Some(Threshold::Bytes(with_margin(70 << 30))));
+    }
+
+    #[test]
+    fn huge_recorded_peaks_do_not_wrap() {
+        let mut report = serde_json::Map::new();
+        report.insert("command".into(), serde_json::json!(["job"]));
+        report.insert("peak_memory_bytes".into(), serde_json::json!({"GPU-a": u64::MAX - 1}));
+        let record =
+            Record { started: 0.0, user: "u".into(), directory: "/w".into(), request: String::new(), report };
+        let sized = size_for(&[record], &["job"], "/w", None);
+        assert_eq!(sized.threshold, Some(Threshold::Bytes(u64::MAX)));
     }
 
     #[test]

@@ -128,7 +128,7 @@ struct Listing<'a> {
     nvml_library: String,
     gpus: Vec<GpuEntry>,
     /// Live gpurun reservations.
-    reservations: Vec<ReservationEntry<'a>>,
+    reservations: Vec<ReservationEntry>,
     /// Launches waiting with --wait, in queue order, and why each cannot start now.
     waiters: Vec<WaiterEntry<'a>>,
     /// The administrator's [limits] in force.
@@ -140,16 +140,18 @@ struct Listing<'a> {
 }
 
 #[derive(Serialize)]
-struct ReservationEntry<'a> {
+struct ReservationEntry {
     index: Option<u32>,
+    /// `command` as the viewer may see it (`lease::shown_command`).
     #[serde(flatten)]
-    lease: &'a Lease,
+    lease: Lease,
     age_seconds: u64,
     /// PIDs of the processes NVML shows on its GPU that belong to it.
     processes: Vec<u32>,
 }
 
-fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<ReservationEntry<'a>> {
+fn reservation_entries(machine: &Machine, live: &[Lease]) -> Vec<ReservationEntry> {
+    let viewer = crate::reserve::lockdir::current_uid();
     live.iter()
         .map(|lease| {
             let gpu = machine.devices().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()));
@@ -165,7 +167,7 @@ fn reservation_entries<'a>(machine: &Machine, live: &'a [Lease]) -> Vec<Reservat
                 .unwrap_or_default();
             ReservationEntry {
                 index: gpu.map(|gpu| gpu.index),
-                lease,
+                lease: Lease { command: lease::shown_command(lease, viewer), ..lease.clone() },
                 age_seconds: lease::age_seconds(lease),
                 processes,
             }
@@ -396,7 +398,7 @@ fn device_rows(
             lease::age_seconds(lease),
             human(lease.reserved_bytes),
             if lease.exclusive { ", exclusive" } else { "" },
-            clip(&lease.command, 40)
+            clip(&lease::shown_command(lease, crate::reserve::lockdir::current_uid()), 40)
         );
     }
     let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));

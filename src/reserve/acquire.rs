@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::options::count::Count;
 use crate::options::devices::DeviceRef;
 use crate::options::duration;
+use crate::options::size::Threshold;
 use crate::probe::gpu::{label, Machine, Topology};
 use crate::probe::nvml::OpenError;
 use crate::probe::worker::{Failure, NvmlThread};
@@ -104,6 +105,7 @@ impl Acquisition {
                 outcome: Outcome::Selected(Vec::new()),
                 never: None,
                 set_reason: None,
+                min_free_note: None,
             },
             chosen: Ok(Selection::none(requested)),
             leases: Vec::new(),
@@ -443,9 +445,10 @@ pub fn acquire(
                     .devices
                     .iter()
                     .filter_map(|device| {
-                        let bytes = options
-                            .request
-                            .min_free
+                        let lowered =
+                            decision.min_free_note.as_ref().map(|(bytes, _)| Threshold::Bytes(*bytes));
+                        let bytes = lowered
+                            .or(options.request.min_free)
                             .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
                             .unwrap_or(0);
                         Some((device.uuid.clone()?, bytes))

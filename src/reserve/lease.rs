@@ -3,6 +3,11 @@
 //! exactly while it is locked: a crashed or SIGKILLed gpurun frees it at once, and a reused PID
 //! cannot fake one.
 //!
+//! A lease is world-readable (every gpurun must count it), so it names the command by its
+//! program alone (`python`): arguments can hold secrets (`--api-key=...`) that `/proc` with
+//! `hidepid` hides from other users. Its owner and root see the whole command line, read from
+//! `/proc` where the kernel lets them (`shown_command`).
+//!
 //! Fail closed: a lease whose lock is held counts even when its content cannot be trusted
 //! (unreadable, half written, or claiming a user other than the file's owner). It is then a
 //! reservation of its whole GPU (the UUID in its name) by the file's owner.
@@ -28,6 +33,7 @@ pub struct Lease {
     /// Memory promised to the command; counted against the GPU until its processes show in NVML.
     pub reserved_bytes: u64,
     pub exclusive: bool,
+    /// The command's program name only (never its arguments).
     pub command: String,
     /// Unix time the lease was taken.
     pub started: u64,
@@ -58,6 +64,39 @@ fn now() -> u64 {
 /// For messages: how long ago a lease was taken.
 pub fn age_seconds(lease: &Lease) -> u64 {
     now().saturating_sub(lease.started)
+}
+
+/// The program's name of a command, as a lease shows it to everyone: `python` for
+/// `/usr/bin/python train.py --api-key=...`.
+pub fn program_name(command: &[std::ffi::OsString]) -> String {
+    command
+        .first()
+        .map(|program| {
+            let path = std::path::Path::new(program);
+            path.file_name().unwrap_or(program.as_os_str()).to_string_lossy().into_owned()
+        })
+        .unwrap_or_default()
+}
+
+/// The command of a lease as `viewer` may see it: its whole command line (from `/proc`: the
+/// command is the holding gpurun's first child, or the holder itself after `--exec`) for the
+/// lease's owner and root, the program's name for anyone else.
+pub fn shown_command(lease: &Lease, viewer: u32) -> String {
+    if viewer != 0 && viewer != lease.uid {
+        return lease.command.clone();
+    }
+    let Some(holder) = procfs::command_line(lease.pid) else { return lease.command.clone() };
+    let program = holder.split(' ').next().unwrap_or_default();
+    if std::path::Path::new(program).file_name().is_none_or(|name| name != "gpurun") {
+        return holder;
+    }
+    // gpurun's own forks (its parent-death watcher) show gpurun's command line: not those.
+    procfs::children(lease.pid)
+        .into_iter()
+        .filter_map(|pid| Some((procfs::stat(pid)?.start_ticks, procfs::command_line(pid)?)))
+        .filter(|(_, line)| *line != holder)
+        .min()
+        .map_or_else(|| lease.command.clone(), |(_, line)| line)
 }
 
 /// `GPU-...` and the PID from a lease file's name.

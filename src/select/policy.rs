@@ -45,6 +45,11 @@ pub struct Request {
     pub index_only: bool,
     pub same_model: bool,
     pub topology: TopologyUse,
+    /// The house rule default-min-free: below it a GPU is never taken, `--fallback best` or not.
+    pub min_free_floor: Option<Threshold>,
+    /// `min_free` was sized by `--min-free auto` from recorded peaks: it is lowered to what the
+    /// largest card of the request could ever have free rather than refusing for good.
+    pub min_free_auto: bool,
 }
 
 impl Request {
@@ -73,6 +78,8 @@ impl Default for Request {
             index_only: false,
             same_model: false,
             topology: TopologyUse::Prefer,
+            min_free_floor: None,
+            min_free_auto: false,
         }
     }
 }
@@ -144,6 +151,8 @@ pub struct Decision {
     pub never: Option<String>,
     /// Enough GPUs qualify one by one, but no set of them is of one model or linked as asked.
     pub set_reason: Option<String>,
+    /// `--min-free auto` was lowered to what a card can have free: the bytes, and why.
+    pub min_free_note: Option<(u64, String)>,
 }
 
 impl Decision {
@@ -379,7 +388,16 @@ fn assess(
                     } else {
                         String::new()
                     };
-                    soft.push(format!("free {}{note} < {wanted}", human(m.free_bytes)));
+                    let floor = request.min_free_floor.map(|floor| floor.bytes_on(m.total_bytes));
+                    // Below the house rule nothing, --fallback best included, takes the card.
+                    match floor.filter(|floor| m.free_bytes < *floor) {
+                        Some(floor) => hard.push(format!(
+                            "free {}{note} < {wanted}, under the house rule default-min-free ({})",
+                            human(m.free_bytes),
+                            human(floor)
+                        )),
+                        None => soft.push(format!("free {}{note} < {wanted}", human(m.free_bytes))),
+                    }
                 }
             }
             None => soft.push("free memory unknown".to_owned()),
@@ -757,6 +775,16 @@ pub fn decide_with_links(
     let devices = request.devices.as_deref().map(|refs| resolve_refs(gpus, refs, "--devices")).transpose()?;
     let excluded = resolve_refs(gpus, &request.exclude, "--exclude")?;
     let fixed = Fixed { visibility, devices: &devices, excluded: &excluded, request };
+    let auto_cap = auto_cap(gpus, &fixed);
+    let capped;
+    let fixed = match &auto_cap {
+        Some((bytes, _)) => {
+            capped = Request { min_free: Some(Threshold::Bytes(*bytes)), ..request.clone() };
+            Fixed { request: &capped, ..fixed }
+        }
+        None => fixed,
+    };
+    let request = fixed.request;
     let adjusted = after_reservations(gpus, reservations);
     let gpus = &adjusted[..];
     let assessments: Vec<Assessment> = gpus
@@ -815,7 +843,43 @@ pub fn decide_with_links(
             None => Outcome::Refused { qualified: eligible.len() as u32 },
         }
     };
-    Ok(Decision { assessments, outcome, never, set_reason })
+    Ok(Decision { assessments, outcome, never, set_reason, min_free_note: auto_cap })
+}
+
+/// What an idle card keeps as used for the driver's own context, as a fraction of its total
+/// (1/200 = 0.5%: 200 MiB of 40 GiB; real idle cards show a few MiB).
+const IDLE_CONTEXT_DIVISOR: u64 = 200;
+
+/// `--min-free auto` asks at most what the largest device this request allows could ever have
+/// free (its total less the driver's reservation), and never less than the house rule: a run
+/// that peaked near a card's size must not be refused for good, since refused runs add nothing
+/// to the history that could change the answer. The lowered size and a line saying why.
+fn auto_cap(gpus: &[Gpu], fixed: &Fixed) -> Option<(u64, String)> {
+    let request = fixed.request;
+    let Some(Threshold::Bytes(asked)) = request.min_free.filter(|_| request.min_free_auto) else {
+        return None;
+    };
+    // An idle card still shows the driver's own context as used: allow for it.
+    let idle_free = |m: crate::probe::gpu::Memory| {
+        m.total_bytes.saturating_sub(m.reserved_bytes).saturating_sub(m.total_bytes / IDLE_CONTEXT_DIVISOR)
+    };
+    let (largest, total) = gpus
+        .iter()
+        .filter(|gpu| fixed.reasons(gpu).iter().all(|(filter, _)| *filter == Filter::MinFree))
+        .filter_map(|gpu| gpu.memory.map(|m| (idle_free(m), m.total_bytes)))
+        .max()?;
+    let floor = request.min_free_floor.map_or(0, |floor| floor.bytes_on(total));
+    let cap = largest.max(floor);
+    (asked > cap).then(|| {
+        (
+            cap,
+            format!(
+                "auto: lowered to {}: the largest GPU this request allows can have at most {} free when idle",
+                human(cap),
+                human(largest)
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
