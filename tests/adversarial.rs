@@ -96,7 +96,10 @@ fn a_planted_history_cannot_make_gpurun_overwrite_a_file() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root:x:0:0:root:/root:/bin/bash\n");
     // A folder that belongs to another user (a kept HOME under sudo).
     std::fs::remove_file(&path).unwrap();
-    std::os::unix::fs::chown(history_folder(&sim), Some(4242), Some(4242)).unwrap();
+    if let Err(error) = std::os::unix::fs::chown(history_folder(&sim), Some(4242), Some(4242)) {
+        common::skip("a history folder of another user", &error.to_string());
+        return;
+    }
     sim.gpurun()
         .args(["--gpus", "0", "--", "true"])
         .run()
