@@ -420,8 +420,14 @@ fn gpu_ranges_take_as_many_as_qualify() {
         .run()
         .status(125)
         .stderr_has(
-            "only 4 GPUs can ever have that much free (the largest has 79.4 GiB in total); 5-8 requested",
+            "only 4 GPUs can ever have that much free (the largest GPU this request allows can have at most 79.4 GiB free); 5-8 requested",
         );
+    // The largest of the cards the request allows, not of the machine.
+    sim.gpurun()
+        .args(["--export", "--min-free", "60G", "--devices", "0,1"])
+        .run()
+        .status(125)
+        .stderr_has("--min-free: no GPU can ever have that much free (the largest GPU this request allows can have at most 31.7 GiB free)");
     sim.gpurun()
         .args(["--export", "--gpus", "9-12"])
         .run()

@@ -509,11 +509,21 @@ fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
             if left <= 1 { "s" } else { "ve" },
             largest(|m| m.total_bytes)
         ),
-        Filter::MinFree => format!(
-            "--min-free: {} can ever have that much free (the largest has {} in total)",
-            only(left),
-            largest(|m| m.total_bytes.saturating_sub(m.reserved_bytes))
-        ),
+        Filter::MinFree => {
+            // Among the devices the request allows (every filter before this one passed).
+            let allowed = gpus
+                .iter()
+                .zip(&tagged)
+                .filter(|(_, tags)| tags.iter().all(|t| *t >= Filter::MinFree))
+                .filter_map(|(gpu, _)| gpu.memory.map(|m| m.total_bytes.saturating_sub(m.reserved_bytes)))
+                .max()
+                .map_or_else(|| "-".to_owned(), human);
+            format!(
+                "--min-free: {} can ever have that much free (the largest GPU this request allows can have at \
+                 most {allowed} free)",
+                only(left)
+            )
+        }
     };
     Some(if culprit == Filter::Visibility && fixed.visibility.exported {
         format!("{message}; {}", crate::select::visibility::UNDO_EXPORT)
@@ -990,7 +1000,7 @@ mod tests {
         );
         assert_eq!(
             why(Request { min_free: Some(Threshold::Bytes(500 << 30)), ..Request::default() }),
-            "--min-free: no GPU can ever have that much free (the largest has 80 GiB in total)"
+            "--min-free: no GPU can ever have that much free (the largest GPU this request allows can have at most 80 GiB free)"
         );
         assert_eq!(
             why(Request { min_total: Some(100 << 30), ..Request::default() }),
