@@ -64,10 +64,6 @@ impl Inherited {
     fn contains(&self, pid: u32, start_ticks: u64) -> bool {
         self.children.contains(&(pid, start_ticks))
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.children.is_empty()
-    }
 }
 
 /// Who the leftovers are: below gpurun, not inherited (nor below an inherited child), started
@@ -82,8 +78,10 @@ pub struct Leftovers {
 }
 
 impl Leftovers {
-    /// The live leftovers now, from gpurun down.
-    fn live(&self) -> Vec<u32> {
+    /// The leftovers now, from gpurun down, zombies included: gpurun is done only when it has
+    /// reaped every one (a zombie seen here is reaped by the next `reap_ended`, or by its own
+    /// parent before that parent ends and hands it to gpurun).
+    fn remaining(&self) -> Vec<u32> {
         let own_pid = std::process::id();
         let mut found = Vec::new();
         let mut queue = vec![own_pid];
@@ -97,7 +95,7 @@ impl Leftovers {
                     continue;
                 }
                 queue.push(child);
-                if stat.start_ticks >= self.command_started && !stat.is_zombie() {
+                if stat.start_ticks >= self.command_started {
                     found.push(child);
                 }
             }
@@ -110,7 +108,7 @@ impl Leftovers {
 /// are gone and reaped (or, for one the kernel will not let die, after a bounded wait).
 pub fn end_all(leftovers: &Leftovers) {
     reap_ended();
-    let mut signalled = leftovers.live();
+    let mut signalled = leftovers.remaining();
     if signalled.is_empty() {
         return;
     }
@@ -131,7 +129,7 @@ pub fn end_all(leftovers: &Leftovers) {
     let deadline = Instant::now() + GRACE;
     loop {
         reap_ended();
-        let live = leftovers.live();
+        let live = leftovers.remaining();
         if live.is_empty() {
             return;
         }
@@ -151,12 +149,12 @@ pub fn end_all(leftovers: &Leftovers) {
     tracing::warn!(
         "still running after {}s: sending SIGKILL to PID {}",
         GRACE.as_secs(),
-        listed(&leftovers.live())
+        listed(&leftovers.remaining())
     );
     let killed_at = Instant::now();
     while killed_at.elapsed() < AFTER_KILL {
         reap_ended();
-        let live = leftovers.live();
+        let live = leftovers.remaining();
         if live.is_empty() {
             return;
         }
