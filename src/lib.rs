@@ -49,9 +49,9 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     config.apply_limits();
     let (mut nvml, acquired) = acquire(&config, receiver)?;
     let Acquisition { machine, decision, chosen, leases, live, queue } = acquired;
-    if let Some((bytes, note)) = &decision.min_free_note {
+    if let Some((_, note)) = &decision.min_free_note {
         tracing::info!("--min-free {note}");
-        config.request.min_free = Some(options::size::Threshold::Bytes(*bytes));
+        config.request.min_free = decision.min_free(config.request.min_free);
         config.sizing = config.sizing.take().map(|why| format!("{why}; {note}"));
     }
     let Mode::Select(goal) = &config.mode else { unreachable!("the other modes returned above") };

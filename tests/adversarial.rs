@@ -196,6 +196,37 @@ fn min_free_auto_never_asks_more_than_a_card_can_have() {
     assert_eq!(common::eligible(&json), [3, 5], "the idle 80 GiB cards qualify, nothing smaller");
 }
 
+// 7, for the queue: a waiter's ticket records the lowered size, so that others replay the
+// request it really makes (not one no card could meet).
+#[test]
+fn a_waiter_sized_by_auto_is_queued_with_the_lowered_size() {
+    let sim = Sim::new(&default_scenario());
+    let job = ["python", "big.py"];
+    write_history(&sim, record(&job, 79u64 << 30).as_bytes());
+    // The two idle 80 GB cards, the only ones that can have 79 GiB free, are taken.
+    let _holder = background(sim.gpurun().args([
+        "--devices",
+        "3,5",
+        "--gpus",
+        "2",
+        "--exclusive",
+        "--",
+        "sleep",
+        "10",
+    ]));
+    let tickets = || {
+        std::fs::read_dir(sim.lock_dir())
+            .map(|e| e.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("ticket.")).count())
+            .unwrap_or(0)
+    };
+    assert!(wait_until(LONG, || std::fs::read_dir(sim.lock_dir()).is_ok_and(|mut e| e.next().is_some())));
+    let _waiter = background(sim.gpurun().args(["--wait=20s", "--min-free", "auto", "--"]).args(job));
+    assert!(wait_until(LONG, || tickets() == 1));
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    let reason = listing["waiters"][0]["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.starts_with("needs 1 GPU with 79.0 GiB free"), "{listing}");
+}
+
 // 8. Wrappers are looked through: a small eval started by env does not inherit a training peak.
 #[test]
 fn min_free_auto_looks_through_wrappers() {
@@ -241,8 +272,9 @@ fn fallback_best_stays_above_the_house_floor() {
         .status(0);
 }
 
-/// Runs gpurun as uid 4242 in a mount namespace whose /etc/gpurun is `etc` (the machine's
-/// own stays untouched), or None where that cannot be done here.
+/// Runs gpurun as uid 4242 in a mount namespace whose /etc/gpurun/config.toml is `system_file`
+/// (the machine's own stays untouched), without GPURUN_LOCK_DIR, or None where that cannot be
+/// done here.
 fn as_user_with_system_file(sim: &Sim, system_file: &str, args: &[&str]) -> Option<Outcome> {
     let etc = sim.dir.path().join("etc-gpurun");
     std::fs::create_dir_all(&etc).unwrap();
@@ -259,9 +291,11 @@ fn as_user_with_system_file(sim: &Sim, system_file: &str, args: &[&str]) -> Opti
     }
     let script =
         "mount --bind \"$0\" /etc/gpurun && exec setpriv --reuid=4242 --regid=4242 --clear-groups \"$@\"";
-    let mut words = vec!["--mount", "--", "sh", "-c", script, etc.to_str().unwrap(), gpurun_binary_str()];
+    let binary = gpurun_binary();
+    let mut words = vec!["--mount", "--", "sh", "-c", script, etc.to_str().unwrap(), &binary];
     words.extend_from_slice(args);
-    let outcome = sim.gpurun_command("unshare", &words).run();
+    // The lock directory comes from the system file's lock-dir, as on a real server.
+    let outcome = sim.gpurun_command("unshare", &words).env_remove("GPURUN_LOCK_DIR").run();
     if outcome.stderr.contains("unshare:")
         || outcome.stderr.contains("mount:")
         || outcome.stderr.contains("setpriv:")
@@ -270,10 +304,6 @@ fn as_user_with_system_file(sim: &Sim, system_file: &str, args: &[&str]) -> Opti
         return None;
     }
     Some(outcome)
-}
-
-fn gpurun_binary_str() -> &'static str {
-    Box::leak(gpurun_binary().into_boxed_str())
 }
 
 // 2. A user cannot swap the rules out, nor reserve where they are not counted.
@@ -297,8 +327,14 @@ fn house_rules_hold_against_a_user() {
     let elsewhere =
         as_user_with_system_file(&sim, &rules, &["--lock-dir", private.to_str().unwrap(), "--", "true"])
             .unwrap();
-    elsewhere.status(125).stderr_has(&format!("gpurun: --lock-dir {}: the house rule", private.display()));
+    elsewhere
+        .status(125)
+        .stderr_has(&format!("gpurun: the lock directory {}: the house rule", private.display()));
     assert!(!private.exists(), "nothing was reserved there");
+    // --no-config drops the system file's lock-dir from the settings, not from the rule: the
+    // default directory is not the system's here.
+    let unconfigured = as_user_with_system_file(&sim, &rules, &["--no-config", "--", "true"]).unwrap();
+    unconfigured.status(125).stderr_has("gpurun: the lock directory /run/lock/gpurun: the house rule");
     // In the system's lock directory the job runs.
     as_user_with_system_file(&sim, &rules, &["--", "true"]).unwrap().status(0);
 }
@@ -378,8 +414,9 @@ fn leases_keep_the_arguments_private() {
     // The owner (root here) sees it whole, from /proc.
     assert!(wait_until(LONG, || sim.gpurun().args(["--list"]).run().stdout.contains("--api-key=SECRET123")));
     std::fs::set_permissions(sim.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = gpurun_binary();
     for json in [false, true] {
-        let mut words = vec!["--reuid=4242", "--regid=4242", "--clear-groups", gpurun_binary_str(), "--list"];
+        let mut words = vec!["--reuid=4242", "--regid=4242", "--clear-groups", &binary, "--list"];
         if json {
             words.push("--json");
         }
@@ -404,7 +441,7 @@ fn children_gpurun_inherited_are_left_alone() {
     let sim = Sim::new(&default_scenario());
     let script = "sleep 4 >/dev/null 2>&1 & echo $!; exec \"$0\" --gpus 0 -- sh -c 'sleep 5 >/dev/null 2>&1 & echo $!'";
     let started = Instant::now();
-    let out = sim.gpurun_command("sh", &["-c", script, gpurun_binary_str()]).run();
+    let out = sim.gpurun_command("sh", &["-c", script, &gpurun_binary()]).run();
     out.status(0);
     let took = started.elapsed();
     let pids: Vec<u32> = out.stdout.lines().map(|l| l.trim().parse().unwrap()).collect();

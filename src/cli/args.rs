@@ -151,7 +151,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("who holds what", "--list marks each GPU process [gpurun PID N] (it belongs to that live reservation: the gpurun or one of its descendants) or [not via gpurun] (started by hand or by another tool); JSON: processes[].reservation, and each reservation's processes"),
             ("who waits", "--list shows the --wait queue in order: user, PID, how long, the request as typed, and why it cannot start now, in the words of the exit-75 table; JSON: waiters[] (position, pid, uid, user, request, needs, waited_seconds, reason); a waiter's own progress line says the same"),
             ("[limits]", "house rules, only in the system file /etc/gpurun/config.toml: max-gpus-per-user (live reservations of one user), max-wait (a cap on --wait), default-min-free (a floor under --min-free, --fallback best included); user files, variables, the command line and --no-config cannot loosen them; --list and --doctor show them"),
-            ("lock rules", "while max-gpus-per-user is set, --no-lock and a --lock-dir other than the system's (the system file's lock-dir, else /run/lock/gpurun) are refused for users other than root (125, naming the rule): leases elsewhere cannot be counted"),
+            ("lock rules", "while max-gpus-per-user is set, --no-lock and a --lock-dir other than the system's (the system file's lock-dir, else /run/lock/gpurun) are refused for users other than root (125, naming the rule), --no-config included: leases elsewhere cannot be counted"),
             ("over a rule", "a launch over max-gpus-per-user waits with --wait, else exits 75 naming the rule and its file; a request alone over it exits 125 at once; a range takes what the rule leaves"),
             ("GPURUN_SYSTEM_CONFIG", "another system file (tests, unusual installs), honoured only when root runs gpurun; for anyone else it is ignored (-v says so) and /etc/gpurun/config.toml is read, so a user cannot swap the rules out"),
             ("hooks", "--on-start CMD and --on-exit CMD run through /bin/sh -c, in gpurun's process group, with the caller's signal mask, JSON on stdin (a socket, written without blocking: a hook that does not read never holds gpurun, and its input is given up at its deadline), their stdout on stderr, and GPURUN_GPUS, GPURUN_GPU_UUIDS (and, at exit, GPURUN_EXIT_STATUS, GPURUN_VERDICT) in the environment; killed with what they started after 30 s (a warning); an --on-start hook still running when the command ends is ended with the command's leftovers, never waited for; a failing hook is a warning and never changes gpurun's exit status; not with --exec (a warning)"),
@@ -484,7 +484,8 @@ pub struct Cli {
     #[arg(long, hide_short_help = true, help_heading = "Verification")]
     pub no_history: bool,
 
-    /// Write the summary as JSON to FILE (schema below); FILE is created before the command starts.
+    /// Write the summary as JSON to FILE (schema below); FILE is created before the command starts
+    /// (a FIFO that no process reads is an error then, not a hang).
     #[arg(
         long,
         hide_short_help = true,

@@ -143,10 +143,10 @@ impl Config {
             let origin = origins.get("model").map(|o| format!("{o}: ")).unwrap_or_default();
             return Err(ConfigError::EmptyModel { origin });
         }
+        let lock_dir = crate::reserve::lockdir::resolve_dir(cli.lock_dir.as_deref());
         let reserves = matches!(mode, Mode::Select(Goal::Run { .. })) && !cli.gpus.is_none();
         let root = nix::unistd::geteuid().is_root();
-        if let Some(why) = limits.lock_escape(cli.no_lock, cli.lock_dir.as_deref(), root).filter(|_| reserves)
-        {
+        if let Some(why) = limits.lock_escape(cli.no_lock, &lock_dir, root).filter(|_| reserves) {
             return Err(ConfigError::HouseRule(why));
         }
         let verbosity = match (cli.quiet, cli.verbose) {
@@ -189,7 +189,7 @@ impl Config {
             nvml_timeout: cli.nvml_timeout,
             verbosity,
             log_format: cli.log_format,
-            lock_dir: (!cli.no_lock).then(|| crate::reserve::lockdir::resolve_dir(cli.lock_dir.as_deref())),
+            lock_dir: (!cli.no_lock).then_some(lock_dir),
             wait: cli.wait.map(|limit| limit.0),
             supervision: Supervision {
                 no_forward: cli.no_forward.map(|list| list.0).unwrap_or_default(),

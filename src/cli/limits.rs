@@ -56,8 +56,9 @@ impl Limits {
 
     /// Why a user other than root may not run outside the system lock directory while
     /// max-gpus-per-user is set (leases elsewhere cannot be counted): `no_lock`, or the lock
-    /// directory asked for.
-    pub fn lock_escape(&self, no_lock: bool, lock_dir: Option<&Path>, root: bool) -> Option<String> {
+    /// directory the launch would use (`--lock-dir`, its variable, or the default: `--no-config`
+    /// drops the system file's `lock-dir` from the settings, not from the rule).
+    pub fn lock_escape(&self, no_lock: bool, lock_dir: &Path, root: bool) -> Option<String> {
         let max = self.max_gpus_per_user?;
         if root {
             return None;
@@ -72,8 +73,8 @@ impl Limits {
         if no_lock {
             return Some(format!("--no-lock: {why}"));
         }
-        let asked = lock_dir?;
-        (!same_directory(asked, &system)).then(|| format!("--lock-dir {}: {why}", asked.display()))
+        (!same_directory(lock_dir, &system))
+            .then(|| format!("the lock directory {}: {why}", lock_dir.display()))
     }
 
     /// The lock directory the rules count in: the system file's `lock-dir`, else the default.

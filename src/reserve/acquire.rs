@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use crate::options::count::Count;
 use crate::options::devices::DeviceRef;
 use crate::options::duration;
-use crate::options::size::Threshold;
 use crate::probe::gpu::{label, Machine, Topology};
 use crate::probe::nvml::OpenError;
 use crate::probe::worker::{Failure, NvmlThread};
@@ -445,10 +444,8 @@ pub fn acquire(
                     .devices
                     .iter()
                     .filter_map(|device| {
-                        let lowered =
-                            decision.min_free_note.as_ref().map(|(bytes, _)| Threshold::Bytes(*bytes));
-                        let bytes = lowered
-                            .or(options.request.min_free)
+                        let bytes = decision
+                            .min_free(options.request.min_free)
                             .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
                             .unwrap_or(0);
                         Some((device.uuid.clone()?, bytes))
@@ -469,7 +466,7 @@ pub fn acquire(
                 decision.possible().iter().filter_map(|index| machine.device(*index)?.uuid.clone()).collect();
             let needs = Needs {
                 count: options.request.count,
-                min_free: options.request.min_free,
+                min_free: decision.min_free(options.request.min_free),
                 max_util: options.request.max_util,
                 exclusive: options.request.exclusive,
                 policy: options.request.policy,

@@ -156,6 +156,12 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The `--min-free` this decision applied: `asked`, or what `--min-free auto` was lowered to.
+    /// Leases and tickets record this one, so that other launches replay the same request.
+    pub fn min_free(&self, asked: Option<Threshold>) -> Option<Threshold> {
+        self.min_free_note.as_ref().map(|(bytes, _)| Threshold::Bytes(*bytes)).or(asked)
+    }
+
     /// The GPUs that could ever qualify for this request (a waiter holds back only these).
     pub fn possible(&self) -> Vec<u32> {
         self.assessments.iter().filter(|a| a.possible()).map(|a| a.index).collect()
