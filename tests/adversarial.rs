@@ -380,6 +380,15 @@ fn an_on_start_hook_never_holds_the_exit() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(4), "the exit waited for the hook: {took:?}");
     assert_eq!(std::fs::read_to_string(&marker).unwrap_or_default(), "term\n", "the hook was ended");
+    // With --keep-orphans nothing is waited for either: the hook gets its TERM all the same.
+    std::fs::remove_file(&marker).unwrap();
+    let started = Instant::now();
+    sim.gpurun()
+        .args(["--gpus", "0", "--keep-orphans", "--on-start", &hook, "--", "sleep", "0.5"])
+        .run()
+        .status(0);
+    assert!(started.elapsed() < Duration::from_secs(4), "the exit waited for the hook");
+    assert!(wait_until(LONG, || marker.exists()), "the hook got no TERM with --keep-orphans");
 }
 
 // 10. Other users see a reservation's program, never its arguments.
