@@ -1,0 +1,546 @@
+//! Which GPUs may be chosen and why the others may not: the request, the filters, and the
+//! refusal a request no state of the machine can meet gets.
+//!
+//!
+//! Rules (DESIGN 4). Every reason a GPU is turned away is one of three kinds:
+//! - permanent: no state of the machine changes it for this request (outside the inherited
+//!   visibility, not in `--devices`, in `--exclude`, another `--model`, a total below
+//!   `--min-total`, or below `--min-free`). When fewer GPUs than requested could ever
+//!   qualify, the request is refused at once (exit 125, `--wait` or not) with one line saying
+//!   why, instead of "try later".
+//! - hard: not relaxed by `--fallback best`, but may change (queries failing right now, MIG
+//!   mode, the prohibited compute mode, another launch's exclusive reservation, a GPU held for
+//!   an earlier waiter).
+//! - soft: the load (`--min-free`, `--max-util`, `--exclusive`); only these are relaxed by
+//!   `--fallback best`.
+//! - A value NVML could not give fails every filter that needs it.
+//! - Ranking is deterministic for a given probe (ties break by index), except `random`.
+
+use crate::options::count::Count;
+use crate::options::devices::{normalize_pci_bus_id, DeviceRef};
+use crate::options::model::ModelPattern;
+use crate::options::size::{human, Threshold};
+use crate::options::{Fallback, MigUse, Policy, TopologyUse};
+use crate::probe::gpu::{ComputeMode, Gpu};
+use crate::select::visibility::Visibility;
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub count: Count,
+    pub min_free: Option<Threshold>,
+    pub min_total: Option<u64>,
+    pub max_util: Option<u32>,
+    pub exclusive: bool,
+    pub devices: Option<Vec<DeviceRef>>,
+    pub exclude: Vec<DeviceRef>,
+    pub model: Option<ModelPattern>,
+    pub policy: Policy,
+    pub fallback: Option<Fallback>,
+    /// Seed for `--policy random`.
+    pub seed: u64,
+    pub mig: MigUse,
+    /// `--visible-as index` was asked for: CUDA takes a MIG device by its UUID only.
+    pub index_only: bool,
+    pub same_model: bool,
+    pub topology: TopologyUse,
+    /// The house rule default-min-free: below it a GPU is never taken, `--fallback best` or not.
+    pub min_free_floor: Option<Threshold>,
+    /// `min_free` was sized by `--min-free auto` from recorded peaks: it is lowered to what the
+    /// largest card of the request could ever have free rather than refusing for good.
+    pub min_free_auto: bool,
+}
+
+impl Request {
+    /// Whether it may take more than one device: then MIG devices are out (one process can
+    /// use one MIG device).
+    pub fn wants_several(&self) -> bool {
+        self.count.max.is_none_or(|most| most > 1)
+    }
+}
+
+impl Default for Request {
+    fn default() -> Request {
+        Request {
+            count: Count::default(),
+            min_free: None,
+            min_total: None,
+            max_util: None,
+            exclusive: false,
+            devices: None,
+            exclude: Vec::new(),
+            model: None,
+            policy: Policy::MostFree,
+            fallback: None,
+            seed: 0,
+            mig: MigUse::Auto,
+            index_only: false,
+            same_model: false,
+            topology: TopologyUse::Prefer,
+            min_free_floor: None,
+            min_free_auto: false,
+        }
+    }
+}
+
+/// Another gpurun's live reservation of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub index: u32,
+    pub pid: u32,
+    pub user: String,
+    /// Reserved memory not yet visible in NVML (its processes have not shown up yet).
+    pub pending_bytes: u64,
+    pub exclusive: bool,
+    /// Not a lease yet: what an earlier waiter that can be served now is about to take.
+    pub queued: bool,
+}
+
+impl Reservation {
+    fn holder(&self) -> String {
+        if self.queued {
+            format!("held for gpurun PID {} ({}), which came first", self.pid, self.user)
+        } else {
+            format!("gpurun PID {} ({})", self.pid, self.user)
+        }
+    }
+}
+
+/// A GPU kept for a launch that has waited longer (first come, first served).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    pub index: u32,
+    pub pid: u32,
+    pub user: String,
+}
+
+/// Why one GPU may or may not be chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assessment {
+    pub index: u32,
+    /// Reasons no state of the machine changes.
+    pub permanent: Vec<String>,
+    /// Reasons no fallback relaxes, that may change.
+    pub hard: Vec<String>,
+    /// Reasons that depend on the load.
+    pub soft: Vec<String>,
+}
+
+impl Assessment {
+    pub fn eligible(&self) -> bool {
+        self.permanent.is_empty() && self.hard.is_empty() && self.soft.is_empty()
+    }
+
+    /// Whether some state of the machine would let this GPU qualify.
+    pub fn possible(&self) -> bool {
+        self.permanent.is_empty()
+    }
+
+    pub fn reasons(&self) -> Vec<String> {
+        self.permanent.iter().chain(&self.hard).chain(&self.soft).cloned().collect()
+    }
+}
+
+/// A `--devices`/`--exclude` entry that names no GPU, or more than one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {entry}: {problem}")]
+pub struct DeviceError {
+    pub flag: &'static str,
+    pub entry: String,
+    pub problem: String,
+}
+
+pub(crate) fn resolve_refs(
+    gpus: &[Gpu],
+    refs: &[DeviceRef],
+    flag: &'static str,
+) -> Result<Vec<u32>, DeviceError> {
+    refs.iter()
+        .map(|reference| {
+            let matching: Vec<u32> = gpus
+                .iter()
+                .filter(|gpu| match reference {
+                    DeviceRef::Index(index) => gpu.index == *index,
+                    DeviceRef::Uuid(prefix) => {
+                        gpu.uuid.as_deref().is_some_and(|u| u.starts_with(prefix.as_str()))
+                    }
+                    DeviceRef::PciBusId(bus_id) => {
+                        gpu.pci_bus_id.as_deref().and_then(normalize_pci_bus_id).as_deref() == Some(bus_id)
+                    }
+                })
+                .map(|gpu| gpu.index)
+                .collect();
+            let error = |problem: String| DeviceError { flag, entry: reference.to_string(), problem };
+            match matching[..] {
+                [index] => Ok(index),
+                [] => Err(error(format!(
+                    "no such GPU; this machine has {} (see gpurun --list)",
+                    match gpus.iter().filter(|gpu| gpu.mig.is_none()).count() {
+                        0 => "no GPUs".to_owned(),
+                        n => format!("GPUs 0-{}", n - 1),
+                    }
+                ))),
+                _ => Err(error(format!(
+                    "matches GPUs {}; give more of the UUID",
+                    matching.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// The filters that depend only on the request and the machine, in the order the impossible
+/// message names them.
+pub(crate) struct Fixed<'a> {
+    pub visibility: &'a Visibility,
+    pub devices: &'a Option<Vec<u32>>,
+    pub excluded: &'a [u32],
+    pub request: &'a Request,
+}
+
+impl Fixed<'_> {
+    /// Permanent reasons, each tagged with the filter it comes from.
+    fn reasons(&self, gpu: &Gpu) -> Vec<(Filter, String)> {
+        let mut reasons = Vec::new();
+        let request = self.request;
+        match (&gpu.mig, request.mig) {
+            (None, _) if gpu.in_mig_mode() => {
+                reasons.push((Filter::Mig, "in MIG mode: its MIG devices are the devices".to_owned()))
+            }
+            (None, MigUse::Only) => reasons.push((Filter::Mig, "not a MIG device (--mig only)".to_owned())),
+            (Some(_), MigUse::Never) => reasons.push((Filter::Mig, "a MIG device (--mig never)".to_owned())),
+            (Some(_), _) if request.index_only => reasons.push((
+                Filter::Mig,
+                "--visible-as index cannot name a MIG device: CUDA takes one only by its MIG- UUID"
+                    .to_owned(),
+            )),
+            (Some(_), _) if request.wants_several() => reasons.push((
+                Filter::Mig,
+                format!(
+                    "one process can use only one MIG device, and --gpus {} may take more",
+                    request.count
+                ),
+            )),
+            (Some(_), _) if request.max_util.is_some() => reasons.push((
+                Filter::Mig,
+                "--max-util cannot be checked on a MIG device (it has no utilization counters)".to_owned(),
+            )),
+            _ => {}
+        }
+        if !self.visibility.allows(gpu.index) {
+            let source = self.visibility.source.as_deref().unwrap_or("the inherited visibility");
+            reasons.push((Filter::Visibility, format!("not in {source}")));
+        }
+        if self.devices.as_ref().is_some_and(|d| !d.contains(&gpu.index)) {
+            reasons.push((Filter::Devices, "not in --devices".to_owned()));
+        }
+        if self.excluded.contains(&gpu.index) {
+            reasons.push((Filter::Devices, "excluded by --exclude".to_owned()));
+        }
+        if let (Some(pattern), Some(name)) = (&self.request.model, &gpu.name) {
+            // A MIG device matches by its parent's model or by its profile too.
+            let parts = name.rsplit_once(" MIG ").map(|(model, profile)| [model, profile]);
+            if !pattern.matches(name)
+                && !parts.is_some_and(|parts| parts.iter().any(|part| pattern.matches(part)))
+            {
+                // The row or table line beside it already names the model.
+                reasons.push((Filter::Model, format!("model does not match --model {}", pattern.0)));
+            }
+        }
+        if let (Some(min_total), Some(memory)) = (self.request.min_total, gpu.memory) {
+            if memory.total_bytes < min_total {
+                reasons.push((
+                    Filter::MinTotal,
+                    format!("total {} < {}", human(memory.total_bytes), human(min_total)),
+                ));
+            }
+        }
+        if let (Some(threshold), Some(memory)) = (self.request.min_free, gpu.memory) {
+            let needed = threshold.bytes_on(memory.total_bytes);
+            let usable = memory.total_bytes.saturating_sub(memory.reserved_bytes);
+            if needed > usable {
+                reasons.push((
+                    Filter::MinFree,
+                    format!(
+                        "free {} < {} (never: {} in total)",
+                        human(memory.free_bytes),
+                        human(needed),
+                        human(usable)
+                    ),
+                ));
+            }
+        }
+        reasons
+    }
+}
+
+/// The request's filters that no state of the machine changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Filter {
+    Visibility,
+    Devices,
+    Mig,
+    Model,
+    MinTotal,
+    MinFree,
+}
+
+pub(crate) fn assess(
+    gpu: &Gpu,
+    fixed: &Fixed,
+    reservations: &[&Reservation],
+    held_back: Option<&HeldBack>,
+) -> Assessment {
+    let request = fixed.request;
+    let permanent: Vec<String> = fixed.reasons(gpu).into_iter().map(|(_, reason)| reason).collect();
+    let mut hard = Vec::new();
+    let mut soft = Vec::new();
+    if let Some(holder) = reservations.iter().find(|r| r.exclusive) {
+        match holder.queued {
+            false => hard.push(format!("reserved exclusively by {}", holder.holder())),
+            true => hard.push(holder.holder()),
+        }
+    }
+    if let Some(waiter) = held_back {
+        hard.push(format!("held for an earlier waiter (gpurun PID {}, {})", waiter.pid, waiter.user));
+    }
+    if let Some(error) = &gpu.error {
+        hard.push(format!("unreadable: {error}"));
+    }
+    if request.model.is_some() && gpu.name.is_none() {
+        hard.push("model unknown".to_owned());
+    }
+    if gpu.compute_mode == Some(ComputeMode::Prohibited) {
+        hard.push("compute mode is prohibited: no CUDA context allowed".to_owned());
+    }
+    if request.min_total.is_some() && gpu.memory.is_none() {
+        hard.push("total memory unknown".to_owned());
+    }
+    if let Some(threshold) = request.min_free {
+        match gpu.memory {
+            Some(m) => {
+                let needed = threshold.bytes_on(m.total_bytes);
+                let usable = m.total_bytes.saturating_sub(m.reserved_bytes);
+                if m.free_bytes < needed && needed <= usable {
+                    let wanted = match threshold {
+                        Threshold::Bytes(_) | Threshold::Larger { .. } => human(needed),
+                        Threshold::PercentOfTotal(p) => {
+                            format!("{p}% of {} ({})", human(m.total_bytes), human(needed))
+                        }
+                    };
+                    let pending: u64 = reservations.iter().map(|r| r.pending_bytes).sum();
+                    let note = if pending > 0 {
+                        format!(" (after {} reserved by other gpurun launches)", human(pending))
+                    } else {
+                        String::new()
+                    };
+                    let floor = request.min_free_floor.map(|floor| floor.bytes_on(m.total_bytes));
+                    // Below the house rule nothing, --fallback best included, takes the card.
+                    match floor.filter(|floor| m.free_bytes < *floor) {
+                        Some(floor) => hard.push(format!(
+                            "free {}{note} < {wanted}, under the house rule default-min-free ({})",
+                            human(m.free_bytes),
+                            human(floor)
+                        )),
+                        None => soft.push(format!("free {}{note} < {wanted}", human(m.free_bytes))),
+                    }
+                }
+            }
+            None => soft.push("free memory unknown".to_owned()),
+        }
+    }
+    if let Some(max_util) = request.max_util {
+        match gpu.utilization {
+            Some(u) if u.gpu_percent <= max_util => {}
+            Some(u) => soft.push(format!("utilization {}% > {max_util}%", u.gpu_percent)),
+            None => soft.push("utilization unknown".to_owned()),
+        }
+    }
+    let busy = gpu.processes.as_ref().map(|p| !p.is_empty());
+    if request.exclusive {
+        match &gpu.processes {
+            Some(list) if list.is_empty() => {}
+            Some(list) => soft.push(format!("in use by {}", describe_pids(list.iter().map(|p| p.pid)))),
+            None => soft.push("processes unknown".to_owned()),
+        }
+        if let Some(holder) = reservations.iter().find(|r| !r.exclusive) {
+            match holder.queued {
+                false => soft.push(format!("reserved by {}", holder.holder())),
+                true => soft.push(holder.holder()),
+            }
+        }
+    } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
+        // Only one context fits on such a card: a second one fails at cudaSetDevice.
+        soft.push("compute mode is exclusive-process and the card is (or may be) in use".to_owned());
+    }
+    Assessment { index: gpu.index, permanent, hard, soft }
+}
+
+fn gpus_word(count: usize) -> String {
+    format!("{count} GPU{}", if count == 1 { "" } else { "s" })
+}
+
+/// `only 2 GPUs`, `only 1 GPU`, `no GPU`.
+fn only(count: usize) -> String {
+    if count == 0 {
+        "no GPU".to_owned()
+    } else {
+        format!("only {}", gpus_word(count))
+    }
+}
+
+/// Why no state of the machine can meet the request: the first filter, in a fixed order, after
+/// which fewer GPUs than requested are left.
+pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
+    let request = fixed.request;
+    let (count, wanted) = (request.count, request.count.min as usize);
+    let physical = gpus.iter().filter(|gpu| gpu.mig.is_none()).count();
+    if physical < wanted && (request.wants_several() || request.mig == MigUse::Never) {
+        return Some(format!("--gpus {count}: this machine has {}", gpus_word(physical)));
+    }
+    let tagged: Vec<Vec<Filter>> =
+        gpus.iter().map(|gpu| fixed.reasons(gpu).into_iter().map(|(filter, _)| filter).collect()).collect();
+    let left_after = |last: Filter| tagged.iter().filter(|tags| tags.iter().all(|t| *t > last)).count();
+    let largest = |of: fn(&crate::probe::gpu::Memory) -> u64| {
+        gpus.iter()
+            .filter_map(|gpu| gpu.memory.as_ref().map(of))
+            .max()
+            .map(human)
+            .unwrap_or_else(|| "-".to_owned())
+    };
+    let order =
+        [Filter::Visibility, Filter::Devices, Filter::Mig, Filter::Model, Filter::MinTotal, Filter::MinFree];
+    let culprit = order.into_iter().find(|filter| left_after(*filter) < wanted)?;
+    let left = left_after(culprit);
+    let message = match culprit {
+        Filter::Visibility => format!(
+            "--gpus {count}: {} allows {}",
+            fixed.visibility.source.as_deref().unwrap_or("the inherited visibility"),
+            only(left)
+        ),
+        Filter::Devices => format!("--gpus {count}: --devices/--exclude leave {}", only(left)),
+        Filter::Mig if request.mig == MigUse::Only && request.index_only => {
+            "--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID".to_owned()
+        }
+        Filter::Mig if request.mig == MigUse::Only && request.wants_several() => format!(
+            "--gpus {count} --mig only: one process can use only one MIG device, so a request that may take \
+             more than one is for whole GPUs"
+        ),
+        Filter::Mig => format!(
+            "--gpus {count}: {} can be given (--mig {}; a GPU in MIG mode is no device of its own, and a MIG \
+             device goes only to a request for one device)",
+            only(left),
+            match request.mig {
+                MigUse::Auto => "auto",
+                MigUse::Only => "only",
+                MigUse::Never => "never",
+            }
+        ),
+        Filter::Model => {
+            let mut models: Vec<&str> = gpus.iter().filter_map(|gpu| gpu.name.as_deref()).collect();
+            models.sort_unstable();
+            models.dedup();
+            let pattern = request.model.as_ref().map(|m| m.0.as_str()).unwrap_or_default();
+            format!(
+                "--model {pattern}: {} of the GPUs gpurun may use match{}, {count} requested (models here: {})",
+                left,
+                if left == 1 { "es" } else { "" },
+                models.join(", ")
+            )
+        }
+        Filter::MinTotal => format!(
+            "--min-total {}: {} ha{} that much in total (the largest has {})",
+            human(request.min_total.unwrap_or(0)),
+            only(left),
+            if left <= 1 { "s" } else { "ve" },
+            largest(|m| m.total_bytes)
+        ),
+        Filter::MinFree => {
+            // Among the devices the request allows (every filter before this one passed).
+            let allowed = gpus
+                .iter()
+                .zip(&tagged)
+                .filter(|(_, tags)| tags.iter().all(|t| *t >= Filter::MinFree))
+                .filter_map(|(gpu, _)| gpu.memory.map(|m| m.total_bytes.saturating_sub(m.reserved_bytes)))
+                .max()
+                .map_or_else(|| "-".to_owned(), human);
+            format!(
+                "--min-free: {} can ever have that much free (the largest GPU this request allows can have at \
+                 most {allowed} free)",
+                only(left)
+            )
+        }
+    };
+    Some(if culprit == Filter::Visibility && fixed.visibility.exported {
+        format!("{message}; {}", crate::select::visibility::UNDO_EXPORT)
+    } else if left == 0 || culprit == Filter::Visibility || culprit == Filter::Devices {
+        message
+    } else {
+        format!("{message}; {count} requested")
+    })
+}
+
+pub(crate) fn describe_pids(pids: impl Iterator<Item = u32>) -> String {
+    let pids: Vec<String> = pids.map(|p| p.to_string()).collect();
+    match pids.len() {
+        1 => format!("PID {}", pids[0]),
+        n => format!("{n} processes (PIDs {})", pids.join(", ")),
+    }
+}
+
+/// The probe as other gpurun launches leave it: memory they reserved and that NVML does not
+/// show yet is not free. NVML's free memory is read before its process list, so a process
+/// that appeared in between is in the list and not yet in the free figure: free is also at
+/// most what the listed processes leave.
+pub(crate) fn after_reservations(gpus: &[Gpu], reservations: &[Reservation]) -> Vec<Gpu> {
+    gpus.iter()
+        .map(|gpu| {
+            let pending: u64 =
+                reservations.iter().filter(|r| r.index == gpu.index).map(|r| r.pending_bytes).sum();
+            let listed: u64 = gpu.processes.iter().flatten().filter_map(|p| p.used_bytes).sum();
+            let mut adjusted = gpu.clone();
+            if let Some(memory) = adjusted.memory.as_mut() {
+                let left_by_processes =
+                    memory.total_bytes.saturating_sub(memory.reserved_bytes).saturating_sub(listed);
+                memory.free_bytes = memory.free_bytes.min(left_by_processes).saturating_sub(pending);
+            }
+            adjusted
+        })
+        .collect()
+}
+
+/// What an idle card keeps as used for the driver's own context, as a fraction of its total
+/// (1/200 = 0.5%: 200 MiB of 40 GiB; real idle cards show a few MiB).
+const IDLE_CONTEXT_DIVISOR: u64 = 200;
+
+/// `--min-free auto` asks at most what the largest device this request allows could ever have
+/// free (its total less the driver's reservation), and never less than the house rule: a run
+/// that peaked near a card's size must not be refused for good, since refused runs add nothing
+/// to the history that could change the answer. The lowered size and a line saying why.
+pub(crate) fn auto_cap(gpus: &[Gpu], fixed: &Fixed) -> Option<(u64, String)> {
+    let request = fixed.request;
+    let Some(Threshold::Bytes(asked)) = request.min_free.filter(|_| request.min_free_auto) else {
+        return None;
+    };
+    // An idle card still shows the driver's own context as used: allow for it.
+    let idle_free = |m: crate::probe::gpu::Memory| {
+        m.total_bytes.saturating_sub(m.reserved_bytes).saturating_sub(m.total_bytes / IDLE_CONTEXT_DIVISOR)
+    };
+    let (largest, total) = gpus
+        .iter()
+        .filter(|gpu| fixed.reasons(gpu).iter().all(|(filter, _)| *filter == Filter::MinFree))
+        .filter_map(|gpu| gpu.memory.map(|m| (idle_free(m), m.total_bytes)))
+        .max()?;
+    let floor = request.min_free_floor.map_or(0, |floor| floor.bytes_on(total));
+    let cap = largest.max(floor);
+    (asked > cap).then(|| {
+        (
+            cap,
+            format!(
+                "auto: lowered to {}: the largest GPU this request allows can have at most {} free when idle",
+                human(cap),
+                human(largest)
+            ),
+        )
+    })
+}

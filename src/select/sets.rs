@@ -1,0 +1,136 @@
+//! Multi-GPU set choice: one model, then the best links, then the policy's order.
+
+use crate::options::TopologyUse;
+use crate::probe::gpu::{Gpu, Link, Topology};
+use crate::select::filters::Request;
+
+/// The model a GPU counts as for `--same-model`: its name and total memory.
+pub(crate) fn model_of(gpu: &Gpu) -> (Option<&str>, Option<u64>) {
+    (gpu.name.as_deref(), gpu.memory.map(|m| m.total_bytes))
+}
+
+/// The level `--topology` requires of every pair, if any.
+pub(crate) fn required_link(request: &Request) -> Option<Link> {
+    match request.topology {
+        TopologyUse::Nvlink => Some(Link::Nvlink),
+        TopologyUse::Switch => Some(Link::Switch),
+        TopologyUse::Node => Some(Link::Node),
+        TopologyUse::Prefer | TopologyUse::Ignore => None,
+    }
+}
+
+/// The best `k` of `pool` (in the policy's order) by links: for each level from NVLink down,
+/// grow a set from each GPU in turn, adding GPUs in the policy's order that reach every member
+/// at that level or better; the first set of `k` wins. Never more than levels x n x n steps.
+pub(crate) fn best_connected(
+    pool: &[u32],
+    k: usize,
+    topology: &Topology,
+    required: Option<Link>,
+) -> Option<(Link, Vec<u32>)> {
+    let levels =
+        [Link::Nvlink, Link::Board, Link::Switch, Link::Switches, Link::Hostbridge, Link::Node, Link::System];
+    for level in levels.into_iter().filter(|level| required.is_none_or(|r| *level <= r)) {
+        for &seed in pool {
+            let mut set = vec![seed];
+            for &gpu in pool.iter().filter(|&&gpu| gpu != seed) {
+                if set.len() == k {
+                    break;
+                }
+                if set.iter().all(|&member| topology.link(gpu, member) <= level) {
+                    set.push(gpu);
+                }
+            }
+            if set.len() == k {
+                // Best first, as the policy ranks them (CUDA's device 0 is the best).
+                set.sort_by_key(|gpu| pool.iter().position(|p| p == gpu));
+                return Some((level, set));
+            }
+        }
+    }
+    None
+}
+
+/// `k` of the GPUs `ranked` (the policy's order) for a multi-GPU request: GPUs of one model
+/// first (required with `--same-model`), then the best worst link (unless `--topology ignore`;
+/// at least the required level), then the policy's order. `None` when no set meets what is
+/// required.
+pub(crate) fn choose_set(
+    ranked: &[u32],
+    k: usize,
+    request: &Request,
+    gpus: &[Gpu],
+    topology: Option<&Topology>,
+) -> Option<Vec<u32>> {
+    if k < 2 {
+        return Some(ranked.iter().copied().take(k).collect());
+    }
+    let model = |index: u32| gpus.iter().find(|gpu| gpu.index == index).map(model_of);
+    let mut groups: Vec<Vec<u32>> = Vec::new();
+    for &gpu in ranked {
+        match groups.iter_mut().find(|group| model(group[0]) == model(gpu)) {
+            Some(group) => group.push(gpu),
+            None => groups.push(vec![gpu]),
+        }
+    }
+    groups.retain(|group| group.len() >= k);
+    let pools: Vec<&[u32]> = match (groups.is_empty(), request.same_model) {
+        (_, true) | (false, false) => groups.iter().map(Vec::as_slice).collect(),
+        (true, false) => vec![ranked],
+    };
+    let required = required_link(request);
+    let none = Topology::default();
+    let links = match request.topology {
+        TopologyUse::Ignore => None,
+        _ => Some(topology.unwrap_or(&none)),
+    };
+    // Sets compare by their worst link, then by the policy's ranks of their members.
+    let ranks = |set: &[u32]| -> Vec<usize> {
+        let mut ranks: Vec<usize> =
+            set.iter().filter_map(|gpu| ranked.iter().position(|r| r == gpu)).collect();
+        ranks.sort_unstable();
+        ranks
+    };
+    let mut best: Option<(Link, Vec<usize>, Vec<u32>)> = None;
+    for pool in pools {
+        let found = match links {
+            None => Some((Link::System, pool[..k].to_vec())),
+            Some(links) => best_connected(pool, k, links, required),
+        };
+        if let Some((level, set)) = found {
+            let key = ranks(&set);
+            if best.as_ref().is_none_or(|(best_level, best_key, _)| (level, &key) < (*best_level, best_key)) {
+                best = Some((level, key, set));
+            }
+        }
+    }
+    best.map(|(_, _, set)| set)
+}
+
+/// Why no set of `k` can be had from `pool` (`of`: how to call them), in one line.
+pub(crate) fn set_refusal(request: &Request, k: usize, gpus: &[Gpu], pool: &[u32], of: &str) -> String {
+    let count = request.count;
+    match (request.same_model, required_link(request)) {
+        (true, None) => {
+            let mut models: Vec<String> = Vec::new();
+            for &index in pool {
+                if let Some(name) = gpus.iter().find(|g| g.index == index).and_then(|g| g.name.clone()) {
+                    if !models.contains(&name) {
+                        models.push(name);
+                    }
+                }
+            }
+            format!("--same-model --gpus {count}: no {k} of {of} are of one model (models: {})", models.join(", "))
+        }
+        (same_model, required) => format!(
+            "--topology {} --gpus {count}: no {k} of {of}{} are joined pairwise by {} or better (see gpurun --list --topology)",
+            required.map_or("prefer", Link::name),
+            if same_model { ", of one model," } else { "" },
+            match required {
+                Some(Link::Nvlink) => "NVLink",
+                Some(Link::Switch) => "one PCIe switch",
+                _ => "one NUMA node",
+            }
+        ),
+    }
+}
