@@ -55,6 +55,11 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         config.sizing = config.sizing.take().map(|why| format!("{why}; {note}"));
     }
     let Mode::Select(goal) = &config.mode else { unreachable!("the other modes returned above") };
+    if !matches!(goal, Goal::List { .. }) {
+        for (index, why) in &decision.passed_over {
+            tracing::debug!("passed over {}: {why}", crate::probe::gpu::label(*index));
+        }
+    }
     let shared = listing::Shared { queue: &queue, rules: config.limits.describe() };
     // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| {
@@ -84,14 +89,20 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
                 command,
                 plan: plan.as_ref().ok(),
                 sizing,
+                passed_over: &decision.passed_over,
             };
             show(json(Some(&asked))).and_then(|exit| plan.map(|_| exit).map_err(Error::NotEnoughGpus))
         }
         Goal::DryRun { json: false, command } => {
             let chosen = plan.map_err(Error::NotEnoughGpus)?;
             let sizing = config.sizing.as_deref();
-            let asked =
-                listing::DryRun { requested: config.request.count, command, plan: Some(&chosen), sizing };
+            let asked = listing::DryRun {
+                requested: config.request.count,
+                command,
+                plan: Some(&chosen),
+                sizing,
+                passed_over: &decision.passed_over,
+            };
             show(listing::dry_run(&machine, &decision.assessments, &live, &chosen, &asked))
         }
         Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.variables)),

@@ -50,6 +50,7 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         "mig_pending": spec.mig_mode.as_deref().map(|m| m == "enabled"),
         "mig_devices": [],
         "numa_node": spec.numa_node,
+        "gpu_numa_id": spec.gpu_numa_id,
         "cpus": spec.cpu_affinity,
         "processes": processes,
         "error": null,

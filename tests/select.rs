@@ -61,7 +61,9 @@ fn each_selection_flag_changes_the_choice() {
         (&["--policy", "balanced"], "3"),
         (&["--policy", "balanced", "--exclude", "3,5", "--gpus", "2"], "7,6"),
         (&["--policy", "pack", "--min-free", "30G"], "0"),
-        (&["--policy", "pack"], "1"),
+        // Pack takes the tightest card that fits, busy ones (1 and 4) after every other.
+        (&["--policy", "pack"], "0"),
+        (&["--policy", "pack", "--devices", "1,4"], "1"),
         (&["--policy", "least-util", "--exclude", "3"], "5"),
         (&["--policy", "index"], "0"),
         (&["--policy", "random", "--devices", "6"], "6"),

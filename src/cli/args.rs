@@ -71,10 +71,12 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("balanced", "0.7 x free GiB + 0.3 x (100 - utilization %), highest first"),
             ("pack", "free memory, least first among the GPUs that qualify: keeps big cards whole"),
             ("index, random", "lowest index first; any qualifying GPU"),
+            ("busy", "a GPU at 50% utilization or more (or whose utilization NVML cannot give) is busy: it comes after every GPU that is not, whatever the policy, and one model or a better link never brings a busy GPU into a set while a qualifying GPU that is not busy is left out (a colleague's job costs a data-parallel job far more than a PCIe hop, and slows the colleague); a lightly used NVLink pair still beats an idle PCIe pair; --max-util 49 leaves busy GPUs out altogether"),
+            ("passed over", "--dry-run says, for each GPU that qualified and was not chosen, why: busy: 60% utilization, 2 processes of bob; the pair 0-4 is one model; an NVLink pair 6-7 links better; ranked after 0 and 4 by most-free (-v on a launch logs the same)"),
             ("ties", "break by index: the same probe always gives the same choice (except random)"),
             ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
             ("MIG", "a MIG device is a device of its own (its UUID, memory and processes), listed under its GPU as MIG P:S (slot S of GPU P); a GPU in MIG mode is not one; one process can use one MIG device, so only requests for one device consider MIG devices (--mig auto, the default), beside whole GPUs; --mig only: MIG devices only; --mig never: whole GPUs only; --model matches the GPU's model or the profile (3g.40gb); --max-util cannot be checked on MIG (said so); --devices/--exclude take MIG- UUIDs and prefixes; one lease per MIG device"),
-            ("several GPUs", "a request that may take more than one GPU takes, in this order: GPUs of one model (same name and memory size; --same-model requires it), the best worst link between any two (NVLink, one board, one PCIe switch, several switches, the host bridge, one NUMA node, across sockets; --topology nvlink|switch|node requires at least that level, --topology ignore leaves links out), then the policy's order; --list --topology shows the links"),
+            ("several GPUs", "a request that may take more than one GPU takes, in this order: as few busy GPUs as the qualifying ones allow, then GPUs of one model (same name and memory size; --same-model requires it), the best worst link between any two (NVLink, one board, one PCIe switch, several switches, the host bridge, one NUMA node, across sockets; --topology nvlink|switch|node requires at least that level, --topology ignore leaves links out), then the policy's order; --list --topology shows the links"),
             ("how many", "--gpus N takes N; --gpus MIN-MAX as many as qualify, at least MIN and at most MAX; --gpus all every GPU that qualifies, at least one; the JSON and the report say how many were taken"),
             ("too few", "exit 75 with every GPU and the reason it was turned away, unless --fallback"),
             (
@@ -241,8 +243,12 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             (
                 "gpus[]",
                 "index, uuid, name, pci_bus_id, memory, utilization, temperature_c, power_watts, \
-                 compute_mode, mig_enabled, mig_pending (the mode after the next reset), mig_devices, numa_node, \
-                 cpus (its local CPUs, as 0-15,32-47), processes, eligible, reasons, error",
+                 compute_mode, mig_enabled, mig_pending (the mode after the next reset), mig_devices, numa_node (the host NUMA node \
+                 nvidia-smi topo -m shows: NVML's memory affinity, else the PCI device's numa_node in sysfs), \
+                 gpu_numa_id (the node that is the GPU's own memory on coherent platforms such as Grace Hopper; \
+                 null on PCIe hosts), cpus (its local CPUs, as 0-15,32-47: NVML's CPU affinity, else the \
+                 node's), processes, eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
+                 qualified was not chosen, else null)",
             ),
             (
                 "mig_devices[]",

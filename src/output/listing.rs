@@ -79,7 +79,15 @@ fn gpu_fields(gpu: &Gpu, live: &[Lease]) -> serde_json::Map<String, serde_json::
 }
 
 /// A GPU's entry: its fields, its eligibility and, in MIG mode, its MIG devices with theirs.
-fn gpu_entry(gpu: &Gpu, machine: &Machine, live: &[Lease], assessments: &[Assessment]) -> GpuEntry {
+/// `passed_over`: a dry run's reasons (each entry then has `passed_over`, null where it was not
+/// passed over); `None` for a listing.
+fn gpu_entry(
+    gpu: &Gpu,
+    machine: &Machine,
+    live: &[Lease],
+    assessments: &[Assessment],
+    passed_over: Option<&[(u32, String)]>,
+) -> GpuEntry {
     let mut fields = gpu_fields(gpu, live);
     let children: Vec<serde_json::Value> = machine
         .migs
@@ -107,10 +115,16 @@ fn gpu_entry(gpu: &Gpu, machine: &Machine, live: &[Lease], assessments: &[Assess
             let eligibility = Eligibility::of(assessment_of(assessments, mig.index));
             child.insert("eligible".into(), eligibility.eligible.into());
             child.insert("reasons".into(), serde_json::json!(eligibility.reasons));
+            if let Some(passed_over) = passed_over {
+                child.insert("passed_over".into(), serde_json::json!(passed_over_of(passed_over, mig.index)));
+            }
             serde_json::Value::Object(child)
         })
         .collect();
     fields.insert("mig_devices".into(), serde_json::Value::Array(children));
+    if let Some(passed_over) = passed_over {
+        fields.insert("passed_over".into(), serde_json::json!(passed_over_of(passed_over, gpu.index)));
+    }
     GpuEntry { gpu: fields, eligibility: Eligibility::of(assessment_of(assessments, gpu.index)) }
 }
 
@@ -222,6 +236,13 @@ pub struct DryRun<'a> {
     pub plan: Option<&'a Plan>,
     /// What `--min-free auto` decided, and why.
     pub sizing: Option<&'a str>,
+    /// Each GPU (or MIG device) that qualified and was not chosen, and why.
+    pub passed_over: &'a [(u32, String)],
+}
+
+/// Why a GPU that qualified was not chosen, if it was passed over.
+fn passed_over_of(passed_over: &[(u32, String)], index: u32) -> Option<&str> {
+    passed_over.iter().find(|(at, _)| *at == index).map(|(_, why)| why.as_str())
 }
 
 /// The `--list --json` object; a dry run adds `requested`, `count`, `command`, `selected` and
@@ -238,7 +259,11 @@ pub fn json(
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
         nvml_library: library.display().to_string(),
-        gpus: machine.gpus.iter().map(|gpu| gpu_entry(gpu, machine, live, assessments)).collect(),
+        gpus: machine
+            .gpus
+            .iter()
+            .map(|gpu| gpu_entry(gpu, machine, live, assessments, dry_run.map(|d| d.passed_over)))
+            .collect(),
         reservations: reservation_entries(machine, live),
         waiters: waiter_entries(shared.queue),
         house_rules: &shared.rules,
@@ -492,6 +517,12 @@ pub fn dry_run(
         "\nselected: {}",
         if chosen.is_empty() { "no GPU".to_owned() } else { chosen.join(", ") }
     );
+    if !asked.passed_over.is_empty() {
+        let _ = writeln!(out, "passed over:");
+        for (index, why) in asked.passed_over {
+            let _ = writeln!(out, "  {}: {why}", crate::probe::gpu::label(*index));
+        }
+    }
     let _ = writeln!(out, "environment:");
     for (name, value) in &plan.variables {
         let _ = writeln!(out, "  {name}={value}");

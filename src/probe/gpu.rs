@@ -69,8 +69,12 @@ pub struct Gpu {
     /// Set for a MIG device.
     #[serde(skip)]
     pub mig: Option<MigInfo>,
-    /// The NUMA node the GPU hangs off, and the CPUs NVML says are local to it.
+    /// The host NUMA node the GPU hangs off (nvidia-smi's "NUMA Affinity": NVML's memory
+    /// affinity, else sysfs), and the CPUs local to it (NVML's CPU affinity, else the node's).
     pub numa_node: Option<u32>,
+    /// The NUMA node that is the GPU's own memory, on coherent systems where GPU memory is one
+    /// (nvidia-smi's "GPU NUMA ID"); `None` on PCIe hosts.
+    pub gpu_numa_id: Option<u32>,
     #[serde(serialize_with = "crate::options::cpus::serialize")]
     pub cpus: Option<Vec<u32>>,
     /// Compute processes on this GPU; `None` when NVML cannot list them.
@@ -100,6 +104,7 @@ impl Gpu {
             mig_pending: None,
             mig: None,
             numa_node: None,
+            gpu_numa_id: None,
             cpus: None,
             processes: None,
             error: None,
@@ -279,6 +284,7 @@ pub fn test_gpu(index: u32) -> Gpu {
         mig_pending: Some(false),
         mig: None,
         numa_node: None,
+        gpu_numa_id: None,
         cpus: None,
         processes: Some(Vec::new()),
         error: None,

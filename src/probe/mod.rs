@@ -2,5 +2,6 @@
 //! and /proc, as plain data.
 
 pub mod gpu;
+pub mod numa;
 pub mod nvml;
 pub mod worker;

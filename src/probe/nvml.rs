@@ -18,6 +18,7 @@ use crate::options::cpus;
 use crate::probe::gpu::{
     mig_key, mig_parts, ComputeMode, Gpu, GpuProcess, Link, Machine, Memory, MigInfo, Topology, Utilization,
 };
+use crate::probe::numa;
 use crate::process::procfs;
 
 /// The library NVML is normally loaded as (what the driver package installs).
@@ -310,6 +311,7 @@ impl Session {
                 processes,
                 compute_mode: parent.compute_mode,
                 numa_node: parent.numa_node,
+                gpu_numa_id: parent.gpu_numa_id,
                 cpus: parent.cpus.clone(),
                 mig: Some(MigInfo { parent: index, slot, profile, gpu_instance_id, compute_instance_id }),
                 error: queries.first_error,
@@ -365,11 +367,19 @@ impl Session {
                 NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
                 NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
             });
-        let numa_node = queries.ask("NUMA node", "nvmlDeviceGetNumaNodeId", false, || device.numa_node_id());
-        // 16 words: 1024 CPUs.
+        let numa_node = queries
+            .ask("NUMA node", "nvmlDeviceGetMemoryAffinity", false, || {
+                device.memory_affinity(numa::NODE_WORDS, numa::AFFINITY_SCOPE_NODE)
+            })
+            .and_then(|mask| numa::first_node(&mask))
+            .or_else(|| pci_bus_id.as_deref().and_then(numa::sysfs_node));
+        let gpu_numa_id =
+            queries.ask("GPU NUMA ID", "nvmlDeviceGetNumaNodeId", false, || device.numa_node_id());
+        // 16 words: 1024 CPUs. Where NVML does not say, the CPUs of the GPU's node.
         let cpus = queries
             .ask("CPU affinity", "nvmlDeviceGetCpuAffinity", false, || device.cpu_affinity(16))
-            .map(|words| cpus::from_mask(&words));
+            .map(|words| cpus::from_mask(&words))
+            .or_else(|| numa_node.and_then(numa::node_cpus));
         let mig_mode = queries.ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode());
         let mig_enabled = mig_mode.as_ref().map(|m| m.current == 1);
         let mig_pending = mig_mode.as_ref().map(|m| m.pending == 1);
@@ -398,6 +408,7 @@ impl Session {
             mig_pending,
             mig: None,
             numa_node,
+            gpu_numa_id,
             cpus,
             processes,
             error: queries.first_error,

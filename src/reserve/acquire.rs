@@ -105,6 +105,7 @@ impl Acquisition {
                 never: None,
                 set_reason: None,
                 min_free_note: None,
+                passed_over: Vec::new(),
             },
             chosen: Ok(Selection::none(requested)),
             leases: Vec::new(),

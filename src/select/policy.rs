@@ -6,9 +6,10 @@ use crate::options::count::Count;
 use crate::options::size::Threshold;
 use crate::options::Fallback;
 use crate::probe::gpu::{Gpu, Topology};
+use crate::select::explain;
 use crate::select::filters::{after_reservations, assess, auto_cap, impossible, resolve_refs, Fixed};
 pub use crate::select::filters::{Assessment, DeviceError, HeldBack, Request, Reservation};
-use crate::select::ranking::rank;
+use crate::select::ranking::{rank, tiered};
 use crate::select::sets::{choose_set, required_link, set_refusal};
 use crate::select::visibility::Visibility;
 
@@ -23,6 +24,8 @@ pub struct Decision {
     pub set_reason: Option<String>,
     /// `--min-free auto` was lowered to what a card can have free: the bytes, and why.
     pub min_free_note: Option<(u64, String)>,
+    /// Each GPU that qualified and was not chosen, and why in words (a selection only).
+    pub passed_over: Vec<(u32, String)>,
 }
 
 impl Decision {
@@ -87,7 +90,7 @@ pub fn link_candidates(gpus: &[Gpu], visibility: &Visibility, request: &Request,
         .filter(|a| a.possible())
         .filter_map(|a| gpus.iter().find(|gpu| gpu.index == a.index && gpu.mig.is_none()))
         .collect();
-    let mut ranked = rank(&possible, request.policy, request.seed);
+    let mut ranked = tiered(&possible, request.policy, request.seed);
     ranked.truncate(most);
     ranked
 }
@@ -136,7 +139,7 @@ pub fn decide_with_links(
     let by_index = |a: &Assessment| gpus.iter().find(|g| g.index == a.index).expect("assessed GPU exists");
     let wanted = request.count.min as usize;
     let eligible: Vec<&Gpu> = assessments.iter().filter(|a| a.eligible()).map(by_index).collect();
-    let ranked = rank(&eligible, request.policy, request.seed);
+    let ranked = tiered(&eligible, request.policy, request.seed);
     // A set needs more than GPUs that qualify one by one: one model, or links, if asked.
     let constrained = request.same_model || required_link(request).is_some();
     let set = request.count.take(eligible.len()).and_then(|taken| {
@@ -154,6 +157,10 @@ pub fn decide_with_links(
     let never = (wanted > eligible.len()).then(|| impossible(gpus, &fixed)).flatten().or(set_never.clone());
     let set_reason = (set.is_none() && constrained && wanted <= eligible.len())
         .then(|| set_refusal(request, wanted, gpus, &ranked, "those"));
+    let passed_over = match &set {
+        Some(chosen) if !chosen.is_empty() => explain::passed_over(chosen, &ranked, request, gpus, topology),
+        _ => Vec::new(),
+    };
     let outcome = if let Some(set) = set {
         Outcome::Selected(set)
     } else if let (Some(why), false) =
@@ -170,8 +177,8 @@ pub fn decide_with_links(
                     .filter(|a| a.permanent.is_empty() && a.hard.is_empty() && !a.eligible())
                     .map(by_index)
                     .collect();
-                let mut chosen = rank(&eligible, request.policy, request.seed);
-                chosen.extend(rank(&relaxed, request.policy, request.seed));
+                let mut chosen = ranked.clone();
+                chosen.extend(tiered(&relaxed, request.policy, request.seed));
                 if chosen.len() >= wanted {
                     chosen.truncate(wanted);
                     Outcome::FallbackBest(chosen)
@@ -182,7 +189,7 @@ pub fn decide_with_links(
             None => Outcome::Refused { qualified: eligible.len() as u32 },
         }
     };
-    Ok(Decision { assessments, outcome, never, set_reason, min_free_note: auto_cap })
+    Ok(Decision { assessments, outcome, never, set_reason, min_free_note: auto_cap, passed_over })
 }
 
 #[cfg(test)]
@@ -217,21 +224,27 @@ mod tests {
 
     #[test]
     fn policies_rank_as_documented() {
-        // (free GiB, util %): 0 (10, 0), 1 (70, 90), 2 (40, 10), 3 (70, 20)
-        let gpus =
-            vec![with_load(0, 10, 0), with_load(1, 70, 90), with_load(2, 40, 10), with_load(3, 70, 20)];
-        let order =
-            |policy| match chosen(&gpus, &Request { count: Count::exactly(4), policy, ..Request::default() })
-            {
-                Outcome::Selected(order) => order,
-                other => panic!("{other:?}"),
-            };
-        assert_eq!(order(Policy::MostFree), vec![3, 1, 2, 0]);
-        assert_eq!(order(Policy::LeastUtil), vec![0, 2, 3, 1]);
-        // 0.7 x free + 0.3 x (100 - util): 0 -> 37, 1 -> 52, 2 -> 55, 3 -> 73
-        assert_eq!(order(Policy::Balanced), vec![3, 2, 1, 0]);
-        assert_eq!(order(Policy::Pack), vec![0, 2, 3, 1]);
-        assert_eq!(order(Policy::Index), vec![0, 1, 2, 3]);
+        // (free GiB, util %): 0 (10, 0), 1 (70, 45), 2 (40, 10), 3 (70, 20): none busy.
+        let mut gpus =
+            vec![with_load(0, 10, 0), with_load(1, 70, 45), with_load(2, 40, 10), with_load(3, 70, 20)];
+        let order = |gpus: &[Gpu], policy| match chosen(
+            gpus,
+            &Request { count: Count::exactly(4), policy, ..Request::default() },
+        ) {
+            Outcome::Selected(order) => order,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(order(&gpus, Policy::MostFree), vec![3, 1, 2, 0]);
+        assert_eq!(order(&gpus, Policy::LeastUtil), vec![0, 2, 3, 1]);
+        // 0.7 x free + 0.3 x (100 - util): 0 -> 37, 1 -> 65.5, 2 -> 55, 3 -> 73
+        assert_eq!(order(&gpus, Policy::Balanced), vec![3, 1, 2, 0]);
+        assert_eq!(order(&gpus, Policy::Pack), vec![0, 2, 3, 1]);
+        assert_eq!(order(&gpus, Policy::Index), vec![0, 1, 2, 3]);
+        // At 90% GPU 1 is busy: after every GPU that is not, whatever the policy.
+        gpus[1] = with_load(1, 70, 90);
+        for policy in [Policy::MostFree, Policy::Balanced, Policy::Index, Policy::Random] {
+            assert_eq!(order(&gpus, policy).last(), Some(&1), "{policy:?}");
+        }
     }
 
     #[test]
@@ -613,6 +626,23 @@ mod tests {
                         prop_assert!(passes_every_filter(gpu, &request, &visibility), "GPU {} chosen: {:?}", index, gpu);
                         prop_assert!(allowed.as_ref().is_none_or(|a| a.contains(index)));
                     }
+                    // The busy rule: no busy GPU chosen while a qualifying one that is not busy
+                    // is left out; and every eligible GPU left out is said to be passed over.
+                    let left_out: Vec<&Gpu> = gpus
+                        .iter()
+                        .filter(|g| passes_every_filter(g, &request, &visibility) && !chosen.contains(&g.index))
+                        .collect();
+                    if left_out.iter().any(|g| !crate::select::busy::is_busy(g)) {
+                        prop_assert!(chosen.iter().all(|&i| !crate::select::busy::is_busy(&gpus[i as usize])));
+                    }
+                    let mut left: Vec<u32> = match chosen.is_empty() {
+                        true => Vec::new(),
+                        false => left_out.iter().map(|g| g.index).collect(),
+                    };
+                    let mut said: Vec<u32> = decision.passed_over.iter().map(|(i, _)| *i).collect();
+                    left.sort_unstable();
+                    said.sort_unstable();
+                    prop_assert_eq!(left, said);
                 }
                 Outcome::Refused { qualified } => {
                     prop_assert!(request.count.min as usize > qualifying);
@@ -645,10 +675,16 @@ mod tests {
                 .collect();
             let request = Request { count: Count::exactly(count), topology: TopologyUse::Ignore, ..Request::default() };
             if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap().outcome {
+                // Within the busy rule's tiers: not busy first, then busy.
                 let free = |i: u32| gpus[i as usize].memory.map(|m| m.free_bytes);
-                let worst_chosen = chosen.iter().map(|&i| free(i)).min().unwrap();
+                let busy = |i: u32| crate::select::busy::is_busy(&gpus[i as usize]);
                 for gpu in gpus.iter().filter(|g| g.error.is_none() && !chosen.contains(&g.index)) {
-                    prop_assert!(free(gpu.index) <= worst_chosen, "GPU {} left out", gpu.index);
+                    for &taken in chosen.iter().filter(|&&c| busy(c) == busy(gpu.index)) {
+                        prop_assert!(free(gpu.index) <= free(taken), "GPU {} left out for {}", gpu.index, taken);
+                    }
+                    if !busy(gpu.index) {
+                        prop_assert!(chosen.iter().all(|&c| !busy(c)), "idle GPU {} left out", gpu.index);
+                    }
                 }
             }
         }

@@ -4,6 +4,16 @@ use std::cmp::Ordering;
 
 use crate::options::Policy;
 use crate::probe::gpu::Gpu;
+use crate::select::busy::is_busy;
+
+/// The policy's order with the busy rule on top: every GPU that is not busy first, then the
+/// busy ones, each part in the policy's order. Set choice keeps this order for its ties.
+pub(crate) fn tiered(gpus: &[&Gpu], policy: Policy, seed: u64) -> Vec<u32> {
+    let (busy, idle): (Vec<&Gpu>, Vec<&Gpu>) = gpus.iter().partition(|gpu| is_busy(gpu));
+    let mut order = rank(&idle, policy, seed);
+    order.extend(rank(&busy, policy, seed));
+    order
+}
 
 /// Ranking keys: a known value beats an unknown one.
 pub(crate) fn rank(gpus: &[&Gpu], policy: Policy, seed: u64) -> Vec<u32> {

@@ -2,6 +2,7 @@
 
 use crate::options::TopologyUse;
 use crate::probe::gpu::{Gpu, Link, Topology};
+use crate::select::busy::is_busy;
 use crate::select::filters::Request;
 
 /// The model a GPU counts as for `--same-model`: its name and total memory.
@@ -19,17 +20,23 @@ pub(crate) fn required_link(request: &Request) -> Option<Link> {
     }
 }
 
-/// The best `k` of `pool` (in the policy's order) by links: for each level from NVLink down,
-/// grow a set from each GPU in turn, adding GPUs in the policy's order that reach every member
-/// at that level or better; the first set of `k` wins. Never more than levels x n x n steps.
+/// The best `k` of `pool` (in the policy's order, the busy GPUs last) by links: for each level
+/// from NVLink down, grow a set from each GPU in turn, adding GPUs in that order that reach every
+/// member at that level or better. Fewest busy GPUs first, then the best level, then the first
+/// set found; a set with as few busy GPUs as `pool` allows ends the search (every worse level
+/// could only match it). Never more than levels x n x n steps.
 pub(crate) fn best_connected(
     pool: &[u32],
     k: usize,
     topology: &Topology,
     required: Option<Link>,
-) -> Option<(Link, Vec<u32>)> {
+    busy: &[u32],
+) -> Option<(usize, Link, Vec<u32>)> {
     let levels =
         [Link::Nvlink, Link::Board, Link::Switch, Link::Switches, Link::Hostbridge, Link::Node, Link::System];
+    let busy_in = |set: &[u32]| set.iter().filter(|gpu| busy.contains(gpu)).count();
+    let fewest = k.saturating_sub(pool.len() - busy_in(pool));
+    let mut best: Option<(usize, Link, Vec<u32>)> = None;
     for level in levels.into_iter().filter(|level| required.is_none_or(|r| *level <= r)) {
         for &seed in pool {
             let mut set = vec![seed];
@@ -41,20 +48,28 @@ pub(crate) fn best_connected(
                     set.push(gpu);
                 }
             }
-            if set.len() == k {
+            if set.len() < k {
+                continue;
+            }
+            let load = busy_in(&set);
+            if best.as_ref().is_none_or(|(fewest_so_far, _, _)| load < *fewest_so_far) {
                 // Best first, as the policy ranks them (CUDA's device 0 is the best).
                 set.sort_by_key(|gpu| pool.iter().position(|p| p == gpu));
-                return Some((level, set));
+                best = Some((load, level, set));
+            }
+            if load == fewest {
+                return best;
             }
         }
     }
-    None
+    best
 }
 
-/// `k` of the GPUs `ranked` (the policy's order) for a multi-GPU request: GPUs of one model
-/// first (required with `--same-model`), then the best worst link (unless `--topology ignore`;
-/// at least the required level), then the policy's order. `None` when no set meets what is
-/// required.
+/// `k` of the GPUs `ranked` (the policy's order, busy GPUs last) for a multi-GPU request: as
+/// few busy GPUs as the qualifying ones allow (never a busy card for a better link or a matched
+/// model), then GPUs of one model (required with `--same-model`), then the best worst link
+/// (unless `--topology ignore`; at least the required level), then the policy's order. `None`
+/// when no set meets what is required.
 pub(crate) fn choose_set(
     ranked: &[u32],
     k: usize,
@@ -65,7 +80,9 @@ pub(crate) fn choose_set(
     if k < 2 {
         return Some(ranked.iter().copied().take(k).collect());
     }
-    let model = |index: u32| gpus.iter().find(|gpu| gpu.index == index).map(model_of);
+    let gpu = |index: u32| gpus.iter().find(|gpu| gpu.index == index);
+    let busy: Vec<u32> = ranked.iter().copied().filter(|&index| gpu(index).is_some_and(is_busy)).collect();
+    let model = |index: u32| gpu(index).map(model_of);
     let mut groups: Vec<Vec<u32>> = Vec::new();
     for &gpu in ranked {
         match groups.iter_mut().find(|group| model(group[0]) == model(gpu)) {
@@ -74,37 +91,45 @@ pub(crate) fn choose_set(
         }
     }
     groups.retain(|group| group.len() >= k);
-    let pools: Vec<&[u32]> = match (groups.is_empty(), request.same_model) {
-        (_, true) | (false, false) => groups.iter().map(Vec::as_slice).collect(),
-        (true, false) => vec![ranked],
-    };
+    // Without --same-model, a mixed set is a candidate too: one model never outweighs a
+    // busy card.
+    let mut pools: Vec<(bool, &[u32])> = groups.iter().map(|group| (true, group.as_slice())).collect();
+    if !request.same_model {
+        pools.push((false, ranked));
+    }
     let required = required_link(request);
     let none = Topology::default();
     let links = match request.topology {
         TopologyUse::Ignore => None,
         _ => Some(topology.unwrap_or(&none)),
     };
-    // Sets compare by their worst link, then by the policy's ranks of their members.
     let ranks = |set: &[u32]| -> Vec<usize> {
         let mut ranks: Vec<usize> =
             set.iter().filter_map(|gpu| ranked.iter().position(|r| r == gpu)).collect();
         ranks.sort_unstable();
         ranks
     };
-    let mut best: Option<(Link, Vec<usize>, Vec<u32>)> = None;
-    for pool in pools {
+    // Sets compare by their busy GPUs, whether they are one model, their worst link, then the
+    // policy's ranks of their members.
+    type Key = (usize, bool, Link, Vec<usize>);
+    let mut best: Option<(Key, Vec<u32>)> = None;
+    for (one_model, pool) in pools {
         let found = match links {
-            None => Some((Link::System, pool[..k].to_vec())),
-            Some(links) => best_connected(pool, k, links, required),
+            None => {
+                let set = pool[..k].to_vec();
+                Some((set.iter().filter(|gpu| busy.contains(gpu)).count(), Link::System, set))
+            }
+            Some(links) => best_connected(pool, k, links, required, &busy),
         };
-        if let Some((level, set)) = found {
-            let key = ranks(&set);
-            if best.as_ref().is_none_or(|(best_level, best_key, _)| (level, &key) < (*best_level, best_key)) {
-                best = Some((level, key, set));
+        if let Some((load, level, set)) = found {
+            let one_model = one_model || set.iter().all(|&gpu| model(gpu) == model(set[0]));
+            let key = (load, !one_model, level, ranks(&set));
+            if best.as_ref().is_none_or(|(best_key, _)| key < *best_key) {
+                best = Some((key, set));
             }
         }
     }
-    best.map(|(_, _, set)| set)
+    best.map(|(_, set)| set)
 }
 
 /// Why no set of `k` can be had from `pool` (`of`: how to call them), in one line.

@@ -231,8 +231,16 @@ class Checker:
           unsupported="cpu_affinity" not in gpu)
         c("minor number", "nvmlDeviceGetMinorNumber", lambda: pynvml.nvmlDeviceGetMinorNumber(handle),
           lambda: index)
-        c("NUMA node", "nvmlDeviceGetNumaNodeId", lambda: pynvml.nvmlDeviceGetNumaNodeId(handle),
-          lambda: gpu["numa_node"], unsupported="numa_node" not in gpu)
+        # nvml.h: "This only applies to platforms where the GPUs are NUMA nodes": NOT_SUPPORTED
+        # on a PCIe host (no gpu_numa_id). The host node is the memory affinity's.
+        c("GPU NUMA ID", "nvmlDeviceGetNumaNodeId", lambda: pynvml.nvmlDeviceGetNumaNodeId(handle),
+          lambda: gpu["gpu_numa_id"], unsupported="gpu_numa_id" not in gpu)
+        for scope in (pynvml.NVML_AFFINITY_SCOPE_NODE, pynvml.NVML_AFFINITY_SCOPE_SOCKET):
+            c("NUMA affinity", "nvmlDeviceGetMemoryAffinity",
+              lambda: list(pynvml.nvmlDeviceGetMemoryAffinity(handle, 2, scope)),
+              lambda: [1 << gpu["numa_node"] if gpu["numa_node"] < 64 else 0,
+                       1 << (gpu["numa_node"] - 64) if 64 <= gpu["numa_node"] < 128 else 0],
+              unsupported="numa_node" not in gpu)
         # Queries the simulator has no data for answer NOT_SUPPORTED, like a board without them.
         c("fan speed", "nvmlDeviceGetFanSpeed", lambda: pynvml.nvmlDeviceGetFanSpeed(handle),
           lambda: None, unsupported=True)

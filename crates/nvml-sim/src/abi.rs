@@ -823,16 +823,59 @@ pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
     })
 }
 
+/// nvml.h: "Get the NUMA node of the given GPU device. This only applies to platforms where the
+/// GPUs are NUMA nodes." On a PCIe host (no `gpu_numa_id`) real drivers answer NOT_SUPPORTED.
+///
 /// # Safety
 /// `node` must be valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(device: Device, node: *mut c_uint) -> u32 {
     device_call(device, "nvmlDeviceGetNumaNodeId", |state, gpu| {
-        match state.scenario.gpus[gpu as usize].numa_node {
+        match state.scenario.gpus[gpu as usize].gpu_numa_id {
             // SAFETY: forwarded caller contract.
             Some(numa) => unsafe { put(node, numa) },
             None => NVML_ERROR_NOT_SUPPORTED,
         }
+    })
+}
+
+/// `NVML_AFFINITY_SCOPE_NODE` and `NVML_AFFINITY_SCOPE_SOCKET` (nvml.h).
+const AFFINITY_SCOPE_NODE: c_uint = 0;
+const AFFINITY_SCOPE_SOCKET: c_uint = 1;
+
+/// nvml.h: "Retrieves an array of unsigned ints (sized to nodeSetSize) of bitmasks with the
+/// ideal memory affinity within node or socket for the device. For example, if NUMA node 0, 1
+/// are ideal within the socket for the device and nodeSetSize == 1, result[0] = 0x3". The
+/// scenario's `numa_node` is the node; the simulated machine has one node per socket, so both
+/// scopes answer the same. A scope nvml.h does not define is INVALID_ARGUMENT.
+///
+/// # Safety
+/// `node_set` must be valid for `node_set_size` writes of `unsigned long`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryAffinity(
+    device: Device,
+    node_set_size: c_uint,
+    node_set: *mut c_ulong,
+    scope: c_uint,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetMemoryAffinity", |state, gpu| {
+        if node_set.is_null()
+            || node_set_size == 0
+            || ![AFFINITY_SCOPE_NODE, AFFINITY_SCOPE_SOCKET].contains(&scope)
+        {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let Some(numa) = state.scenario.gpus[gpu as usize].numa_node else {
+            return NVML_ERROR_NOT_SUPPORTED;
+        };
+        let bits = c_ulong::BITS;
+        let mut words = vec![0 as c_ulong; node_set_size as usize];
+        if let Some(word) = words.get_mut((numa / bits) as usize) {
+            *word |= 1 << (numa % bits);
+        }
+        // SAFETY: the caller gave `node_set_size` writable words.
+        unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), node_set, words.len()) };
+        NVML_SUCCESS
     })
 }
 

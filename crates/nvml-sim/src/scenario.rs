@@ -131,8 +131,12 @@ pub struct GpuSpec {
     pub mig_pending: Option<String>,
     /// CPU list as in `/sys/devices/system/cpu/online`: `0-15,32-47`.
     pub cpu_affinity: Option<String>,
-    /// NUMA node, for the default topology of pairs without a `[[link]]`.
+    /// The host NUMA node the GPU is attached to: `nvmlDeviceGetMemoryAffinity` at node scope
+    /// (nvidia-smi's "NUMA Affinity"), and the default topology of pairs without a `[[link]]`.
     pub numa_node: Option<u32>,
+    /// The NUMA node that is the GPU's own memory, on a coherent platform (Grace Hopper):
+    /// `nvmlDeviceGetNumaNodeId`. Omitted, as on every PCIe host: NOT_SUPPORTED.
+    pub gpu_numa_id: Option<u32>,
     /// False when the device node is not accessible (Slurm device cgroup): NVML refuses the
     /// handle with NO_PERMISSION and CUDA does not enumerate the GPU.
     #[serde(default = "yes")]
