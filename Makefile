@@ -6,8 +6,11 @@ DESTDIR ?=
 PYTHON ?= python3
 # systemd-tmpfiles reads /usr/lib/tmpfiles.d whatever PREFIX is.
 TMPFILESDIR ?= /usr/lib/tmpfiles.d
-# The simulator is checked against NVIDIA's own Python binding, pinned here.
+# The simulator is checked against NVIDIA's own Python binding, NVIDIA's nvml.h (shipped in
+# nvidia-nvml-dev) and two real clients, all pinned here.
 NVIDIA_ML_PY_VERSION ?= 13.615.71
+NVIDIA_NVML_DEV_VERSION ?= 13.5.37
+GPUSTAT_VERSION ?= 1.1.1
 
 VENV := .venv
 BENCH_VENV := .venv-bench
@@ -34,9 +37,12 @@ demo: sim
 	@echo
 	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --gpus 2 --min-free 8G --report -- target/debug/sim-cuda --mem 4GiB --sleep 1
 
-$(VENV)/.installed:
+# Rebuilt when the pins above change.
+$(VENV)/.installed: Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check nvidia-ml-py==$(NVIDIA_ML_PY_VERSION)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		nvidia-ml-py==$(NVIDIA_ML_PY_VERSION) nvidia-nvml-dev==$(NVIDIA_NVML_DEV_VERSION) \
+		gpustat==$(GPUSTAT_VERSION) nvitop==$(NVITOP_VERSION)
 	touch $@
 
 venv: $(VENV)/.installed

@@ -16,8 +16,11 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         + extra_processes.iter().map(|(_, bytes)| bytes).sum::<u64>();
     let used = spec.memory_used.0 + process_bytes;
     let free = spec.memory_total.0 - spec.memory_reserved.0 - used;
-    let utilization = match (spec.utilization_gpu, spec.utilization_memory) {
-        (Some(gpu), Some(memory)) => json!({"gpu_percent": gpu, "memory_percent": memory}),
+    // nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently supported."
+    let utilization = match (spec.utilization_gpu, spec.utilization_memory, spec.mig_mode.as_deref()) {
+        (Some(gpu), Some(memory), mig) if mig != Some("enabled") => {
+            json!({"gpu_percent": gpu, "memory_percent": memory})
+        }
         _ => Value::Null,
     };
     let processes: Vec<Value> = foreign

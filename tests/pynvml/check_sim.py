@@ -198,7 +198,8 @@ class Checker:
             u = pynvml.nvmlDeviceGetUtilizationRates(handle)
             return (u.gpu, u.memory)
 
-        has_util = "utilization_gpu" in gpu and "utilization_memory" in gpu
+        # nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently supported."
+        has_util = "utilization_gpu" in gpu and "utilization_memory" in gpu and gpu.get("mig_mode") != "enabled"
         c("utilization", "nvmlDeviceGetUtilizationRates", utilization,
           lambda: (gpu["utilization_gpu"], gpu["utilization_memory"]), unsupported=not has_util)
         c("temperature", "nvmlDeviceGetTemperature",
@@ -241,11 +242,36 @@ class Checker:
               lambda: [1 << gpu["numa_node"] if gpu["numa_node"] < 64 else 0,
                        1 << (gpu["numa_node"] - 64) if 64 <= gpu["numa_node"] < 128 else 0],
               unsupported="numa_node" not in gpu)
-        # Queries the simulator has no data for answer NOT_SUPPORTED, like a board without them.
+        # As nvml.h documents each call for a data-center board on Linux.
         c("fan speed", "nvmlDeviceGetFanSpeed", lambda: pynvml.nvmlDeviceGetFanSpeed(handle),
-          lambda: None, unsupported=True)
+          lambda: None, unsupported=True)  # "For all discrete products with dedicated fans"
         c("performance state", "nvmlDeviceGetPerformanceState",
-          lambda: pynvml.nvmlDeviceGetPerformanceState(handle), lambda: None, unsupported=True)
+          lambda: pynvml.nvmlDeviceGetPerformanceState(handle), lambda: gpu.get("pstate", 0))
+        c("persistence mode", "nvmlDeviceGetPersistenceMode",
+          lambda: pynvml.nvmlDeviceGetPersistenceMode(handle),
+          lambda: 0 if gpu.get("persistence_mode") == "disabled" else 1)
+        c("display mode", "nvmlDeviceGetDisplayMode", lambda: pynvml.nvmlDeviceGetDisplayMode(handle),
+          lambda: pynvml.NVML_FEATURE_DISABLED)
+        c("display active", "nvmlDeviceGetDisplayActive",
+          lambda: pynvml.nvmlDeviceGetDisplayActive(handle), lambda: pynvml.NVML_FEATURE_DISABLED)
+        c("power limit", "nvmlDeviceGetPowerManagementLimit",
+          lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle), lambda: gpu["power_limit_mw"],
+          unsupported="power_limit_mw" not in gpu)
+        capability = gpu.get("compute_capability") or next(
+            (cc for model, cc in (("V100", "7.0"), ("A100", "8.0"), ("H100", "9.0"), ("H200", "9.0"))
+             if model in gpu["name"].upper()), None)
+        c("compute capability", "nvmlDeviceGetCudaComputeCapability",
+          lambda: list(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+          lambda: [int(part) for part in capability.split(".")], unsupported=capability is None)
+        c("driver model", "nvmlDeviceGetDriverModel_v2",
+          lambda: pynvml.nvmlDeviceGetDriverModel_v2(handle), lambda: None, unsupported=True)  # Windows only
+        try:
+            pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
+            self.check(f"GPU {index} process utilization", "samples", "NOT_FOUND")
+        except pynvml.NVMLError as e:
+            expected = pynvml.NVML_ERROR_NOT_SUPPORTED if mig else pynvml.NVML_ERROR_NOT_FOUND
+            if not self.injected_everywhere(index):
+                self.check(f"GPU {index} process utilization", e.value, expected)
         self.check_processes(index, handle)
         self.check_lookups(index, handle)
 

@@ -25,6 +25,13 @@ pub const NVML_ERROR_UNKNOWN: u32 = 999;
 /// `NVML_VALUE_NOT_AVAILABLE` for unsigned long long fields.
 const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 
+/// `NVML_TEMPERATURE_GPU`, the only sensor simulated.
+const TEMPERATURE_GPU: c_uint = 0;
+/// `NVML_P2P_CAPS_INDEX_NVLINK`, `NVML_P2P_STATUS_OK`, `NVML_P2P_STATUS_NOT_SUPPORTED`.
+const P2P_CAPS_INDEX_NVLINK: c_uint = 2;
+const P2P_STATUS_OK: c_uint = 0;
+const P2P_STATUS_NOT_SUPPORTED: c_uint = 5;
+
 type Device = *mut c_void;
 
 #[repr(C)]
@@ -712,9 +719,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Device, memory: *mut
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: Device, utilization: *mut Utilization) -> u32 {
     any_device_call(device, "nvmlDeviceGetUtilizationRates", |state, target| {
-        // MIG devices have no utilization counters.
+        // MIG devices have no utilization counters, and nvml.h: "On MIG-enabled GPUs, querying
+        // device utilization rates is not currently supported."
         let Target::Gpu(gpu) = target else { return NVML_ERROR_NOT_SUPPORTED };
         let spec = &state.scenario.gpus[gpu as usize];
+        if spec.mig_mode.as_deref() == Some("enabled") {
+            return NVML_ERROR_NOT_SUPPORTED;
+        }
         match (spec.utilization_gpu, spec.utilization_memory) {
             // SAFETY: forwarded caller contract.
             (Some(gpu), Some(memory)) => unsafe { put(utilization, Utilization { gpu, memory }) },
@@ -733,7 +744,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
 ) -> u32 {
     device_call(device, "nvmlDeviceGetTemperature", |state, gpu| {
         // NVML_TEMPERATURE_GPU is the only sensor.
-        if sensor != 0 {
+        if sensor != TEMPERATURE_GPU {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
         match state.scenario.gpus[gpu as usize].temperature_c {
@@ -932,9 +943,9 @@ pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(
     index: c_uint,
     status: *mut c_uint,
 ) -> u32 {
-    const NVLINK: c_uint = 2;
-    const OK: c_uint = 0;
-    const NOT_SUPPORTED: c_uint = 5;
+    const NVLINK: c_uint = P2P_CAPS_INDEX_NVLINK;
+    const OK: c_uint = P2P_STATUS_OK;
+    const NOT_SUPPORTED: c_uint = P2P_STATUS_NOT_SUPPORTED;
     device_call(first, "nvmlDeviceGetP2PStatus", |state, a| {
         let b = (second as usize).wrapping_sub(1);
         if second.is_null() || b >= state.scenario.gpus.len() {
@@ -1071,6 +1082,153 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
     }
 }
 
+/// Graphics and MPS process lists: the simulated machine runs compute processes only (no
+/// display, no MPS server), so these lists are empty, answered with the count protocol nvml.h
+/// gives the compute call ("infoCount will contain minimal amount of space necessary"): count 0
+/// and NVML_SUCCESS, whatever buffer the caller gave. The `_v1`/`_v2` entry points are the
+/// ones nvml.h declares under NVML_NO_UNVERSIONED_FUNC_DEFS, for callers built against older
+/// headers.
+macro_rules! no_processes {
+    ($($name:ident => $call:literal),* $(,)?) => {$(
+        /// # Safety
+        /// `count` must be valid for reads and writes.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(device: Device, count: *mut c_uint, _infos: *mut c_void) -> u32 {
+            if count.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            // SAFETY: checked non-null; caller contract.
+            any_device_call(device, $call, |_, _| unsafe { put(count, 0) })
+        }
+    )*};
+}
+
+no_processes!(
+    nvmlDeviceGetGraphicsRunningProcesses_v3 => "nvmlDeviceGetGraphicsRunningProcesses",
+    nvmlDeviceGetGraphicsRunningProcesses_v2 => "nvmlDeviceGetGraphicsRunningProcesses",
+    nvmlDeviceGetGraphicsRunningProcesses => "nvmlDeviceGetGraphicsRunningProcesses",
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 => "nvmlDeviceGetMPSComputeRunningProcesses",
+    nvmlDeviceGetMPSComputeRunningProcesses_v2 => "nvmlDeviceGetMPSComputeRunningProcesses",
+    nvmlDeviceGetMPSComputeRunningProcesses => "nvmlDeviceGetMPSComputeRunningProcesses",
+);
+
+/// `NVML_FEATURE_DISABLED` / `NVML_FEATURE_ENABLED` (`nvmlEnableState_t`).
+const FEATURE_DISABLED: c_uint = 0;
+const FEATURE_ENABLED: c_uint = 1;
+
+/// nvml.h: "For all products." A data-center board drives no display: disabled.
+///
+/// # Safety
+/// `display` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDisplayMode(device: Device, display: *mut c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    device_call(device, "nvmlDeviceGetDisplayMode", |_, _| unsafe { put(display, FEATURE_DISABLED) })
+}
+
+/// nvml.h: "For all products." No X server has a screen on it: disabled.
+///
+/// # Safety
+/// `active` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDisplayActive(device: Device, active: *mut c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    device_call(device, "nvmlDeviceGetDisplayActive", |_, _| unsafe { put(active, FEATURE_DISABLED) })
+}
+
+/// nvml.h: "For all products. For Linux only." The scenario's `persistence_mode`, enabled by
+/// default.
+///
+/// # Safety
+/// `mode` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(device: Device, mode: *mut c_uint) -> u32 {
+    device_call(device, "nvmlDeviceGetPersistenceMode", |state, gpu| {
+        let enabled = state.scenario.gpus[gpu as usize].persistence_mode.as_deref() != Some("disabled");
+        // SAFETY: forwarded caller contract.
+        unsafe { put(mode, if enabled { FEATURE_ENABLED } else { FEATURE_DISABLED }) }
+    })
+}
+
+/// nvml.h gives no product restriction: every CUDA device has one. The scenario's
+/// `compute_capability`, else the model's.
+///
+/// # Safety
+/// `major` and `minor` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    device: Device,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetCudaComputeCapability", |state, gpu| {
+        match state.scenario.gpus[gpu as usize].compute_capability() {
+            // SAFETY: forwarded caller contract.
+            Some((high, low)) => unsafe {
+                match put(major, high) {
+                    NVML_SUCCESS => put(minor, low),
+                    error => error,
+                }
+            },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// nvml.h: "For Fermi or newer fully supported devices." The scenario's `pstate` (P0 unless
+/// it says otherwise).
+///
+/// # Safety
+/// `pstate` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: Device, pstate: *mut c_uint) -> u32 {
+    device_call(device, "nvmlDeviceGetPerformanceState", |state, gpu| {
+        // SAFETY: forwarded caller contract.
+        unsafe { put(pstate, state.scenario.gpus[gpu as usize].pstate) }
+    })
+}
+
+/// nvml.h: "For Fermi or newer fully supported devices", in milliwatts. A scenario without
+/// `power_limit_mw` is a board that does not report one.
+///
+/// # Safety
+/// `limit` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(device: Device, limit: *mut c_uint) -> u32 {
+    device_call(device, "nvmlDeviceGetPowerManagementLimit", |state, gpu| {
+        match state.scenario.gpus[gpu as usize].power_limit_mw {
+            // SAFETY: forwarded caller contract.
+            Some(milliwatts) => unsafe { put(limit, milliwatts) },
+            None => NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+/// nvml.h: "If no valid sample entries are found since the lastSeenTimeStamp,
+/// NVML_ERROR_NOT_FOUND is returned." The simulator keeps no per-process samples, so there
+/// never are any; "On MIG-enabled GPUs, querying process utilization is not currently
+/// supported."
+///
+/// # Safety
+/// `count` must be valid for reads and writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: Device,
+    _utilization: *mut c_void,
+    count: *mut c_uint,
+    _last_seen: c_ulonglong,
+) -> u32 {
+    device_call(device, "nvmlDeviceGetProcessUtilization", |state, gpu| {
+        if count.is_null() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        match state.scenario.gpus[gpu as usize].mig_mode.as_deref() {
+            Some("enabled") => NVML_ERROR_NOT_SUPPORTED,
+            _ => NVML_ERROR_NOT_FOUND,
+        }
+    })
+}
+
 /// Queries the simulator has no data for, answered as a board without the feature answers them
 /// (NVML_ERROR_NOT_SUPPORTED), so that tools such as nvitop run without missing-symbol errors.
 /// Only the device handle is read: under the x86-64 and AArch64 C calling conventions the
@@ -1087,16 +1245,98 @@ macro_rules! not_supported {
 not_supported!(
     nvmlDeviceGetClockInfo,
     nvmlDeviceGetMaxClockInfo,
-    nvmlDeviceGetCudaComputeCapability,
     nvmlDeviceGetDecoderUtilization,
     nvmlDeviceGetEncoderUtilization,
-    nvmlDeviceGetDisplayActive,
-    nvmlDeviceGetDisplayMode,
     nvmlDeviceGetDriverModel,
+    nvmlDeviceGetDriverModel_v2,
     nvmlDeviceGetFanSpeed,
     nvmlDeviceGetPcieThroughput,
-    nvmlDeviceGetPerformanceState,
-    nvmlDeviceGetPersistenceMode,
-    nvmlDeviceGetPowerManagementLimit,
     nvmlDeviceGetTotalEccErrors,
 );
+
+/// What the simulator takes nvml.h to say, as `(C expression, value)`: the size and every field
+/// offset of each struct it reads or writes, each constant it answers with or accepts, the
+/// scenario's names for enum values. `crates/nvml-sim/tests/nvml_h.rs` evaluates each
+/// expression in C against NVIDIA's own nvml.h and compares, so none of these numbers is
+/// trusted because it was copied by hand.
+pub fn header_facts() -> Vec<(String, u64)> {
+    use std::mem::{offset_of, size_of};
+    macro_rules! layout {
+        ($facts:ident, $c:literal, $rust:ty, $($field:ident => $c_field:literal),* $(,)?) => {
+            $facts.push((format!("sizeof({})", $c), size_of::<$rust>() as u64));
+            $($facts.push((format!("offsetof({}, {})", $c, $c_field), offset_of!($rust, $field) as u64));)*
+        };
+    }
+    let mut facts: Vec<(String, u64)> = Vec::new();
+    layout!(facts, "nvmlPciInfo_t", PciInfo, bus_id_legacy => "busIdLegacy", domain => "domain", bus => "bus",
+        device => "device", pci_device_id => "pciDeviceId", pci_sub_system_id => "pciSubSystemId", bus_id => "busId");
+    layout!(facts, "nvmlMemory_t", MemoryV1, total => "total", free => "free", used => "used");
+    layout!(facts, "nvmlMemory_v2_t", MemoryV2, version => "version", total => "total", reserved => "reserved",
+        free => "free", used => "used");
+    layout!(facts, "nvmlUtilization_t", Utilization, gpu => "gpu", memory => "memory");
+    layout!(facts, "nvmlProcessInfo_v1_t", ProcessInfoV1, pid => "pid", used_gpu_memory => "usedGpuMemory");
+    layout!(facts, "nvmlProcessInfo_v2_t", ProcessInfoV2, pid => "pid", used_gpu_memory => "usedGpuMemory",
+        gpu_instance_id => "gpuInstanceId", compute_instance_id => "computeInstanceId");
+    layout!(facts, "nvmlProcessInfo_t", ProcessInfoV2, pid => "pid", used_gpu_memory => "usedGpuMemory",
+        gpu_instance_id => "gpuInstanceId", compute_instance_id => "computeInstanceId");
+    let constants: &[(&str, u64)] = &[
+        ("nvmlMemory_v2", u64::from(MEMORY_V2_VERSION)),
+        ("NVML_SUCCESS", u64::from(NVML_SUCCESS)),
+        ("NVML_ERROR_UNINITIALIZED", u64::from(NVML_ERROR_UNINITIALIZED)),
+        ("NVML_ERROR_INVALID_ARGUMENT", u64::from(NVML_ERROR_INVALID_ARGUMENT)),
+        ("NVML_ERROR_NOT_SUPPORTED", u64::from(NVML_ERROR_NOT_SUPPORTED)),
+        ("NVML_ERROR_NO_PERMISSION", u64::from(NVML_ERROR_NO_PERMISSION)),
+        ("NVML_ERROR_NOT_FOUND", u64::from(NVML_ERROR_NOT_FOUND)),
+        ("NVML_ERROR_INSUFFICIENT_SIZE", u64::from(NVML_ERROR_INSUFFICIENT_SIZE)),
+        ("NVML_ERROR_ARGUMENT_VERSION_MISMATCH", u64::from(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)),
+        ("NVML_ERROR_UNKNOWN", u64::from(NVML_ERROR_UNKNOWN)),
+        ("(unsigned long long)NVML_VALUE_NOT_AVAILABLE", VALUE_NOT_AVAILABLE),
+        ("NVML_TEMPERATURE_GPU", u64::from(TEMPERATURE_GPU)),
+        ("NVML_P2P_CAPS_INDEX_NVLINK", u64::from(P2P_CAPS_INDEX_NVLINK)),
+        ("NVML_P2P_STATUS_OK", u64::from(P2P_STATUS_OK)),
+        ("NVML_P2P_STATUS_NOT_SUPPORTED", u64::from(P2P_STATUS_NOT_SUPPORTED)),
+        ("NVML_AFFINITY_SCOPE_NODE", u64::from(AFFINITY_SCOPE_NODE)),
+        ("NVML_AFFINITY_SCOPE_SOCKET", u64::from(AFFINITY_SCOPE_SOCKET)),
+        ("NVML_FEATURE_DISABLED", u64::from(FEATURE_DISABLED)),
+        ("NVML_FEATURE_ENABLED", u64::from(FEATURE_ENABLED)),
+        ("NVML_PSTATE_0", 0),
+    ];
+    facts.extend(constants.iter().map(|(name, value)| ((*name).to_owned(), *value)));
+    for (code, name) in scenario::ERROR_NAMES {
+        facts.push((format!("NVML_ERROR_{name}"), u64::from(*code)));
+    }
+    // How the scenario turns its names into values, and nvml.h's names for them.
+    type Enum = (fn(&str) -> Option<u32>, &'static [(&'static str, &'static str)]);
+    let enums: [Enum; 3] = [
+        (
+            scenario::compute_mode_code,
+            &[
+                ("default", "NVML_COMPUTEMODE_DEFAULT"),
+                ("exclusive_thread", "NVML_COMPUTEMODE_EXCLUSIVE_THREAD"),
+                ("prohibited", "NVML_COMPUTEMODE_PROHIBITED"),
+                ("exclusive_process", "NVML_COMPUTEMODE_EXCLUSIVE_PROCESS"),
+            ],
+        ),
+        (
+            scenario::mig_mode_code,
+            &[("disabled", "NVML_DEVICE_MIG_DISABLE"), ("enabled", "NVML_DEVICE_MIG_ENABLE")],
+        ),
+        (
+            scenario::topology_level,
+            &[
+                ("internal", "NVML_TOPOLOGY_INTERNAL"),
+                ("single", "NVML_TOPOLOGY_SINGLE"),
+                ("multiple", "NVML_TOPOLOGY_MULTIPLE"),
+                ("hostbridge", "NVML_TOPOLOGY_HOSTBRIDGE"),
+                ("node", "NVML_TOPOLOGY_NODE"),
+                ("system", "NVML_TOPOLOGY_SYSTEM"),
+            ],
+        ),
+    ];
+    for (code_of, names) in enums {
+        for (scenario_name, c_name) in names {
+            facts.push(((*c_name).to_owned(), code_of(scenario_name).map_or(u64::MAX, u64::from)));
+        }
+    }
+    facts
+}

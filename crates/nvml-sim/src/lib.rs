@@ -10,6 +10,7 @@
 //! (`scenarios/default.toml`). The format is documented in `scenarios/README.md`.
 
 mod abi;
+pub use abi::header_facts;
 pub mod cuda;
 pub mod registry;
 pub mod scenario;

@@ -134,6 +134,17 @@ pub struct GpuSpec {
     /// The host NUMA node the GPU is attached to: `nvmlDeviceGetMemoryAffinity` at node scope
     /// (nvidia-smi's "NUMA Affinity"), and the default topology of pairs without a `[[link]]`.
     pub numa_node: Option<u32>,
+    /// `enabled` (the default: a server's driver runs in persistence mode) or `disabled`:
+    /// `nvmlDeviceGetPersistenceMode`.
+    pub persistence_mode: Option<String>,
+    /// `"8.0"`: `nvmlDeviceGetCudaComputeCapability`; omitted: from the model name (V100 7.0,
+    /// A100 8.0, H100 and H200 9.0), else NOT_SUPPORTED.
+    pub compute_capability: Option<String>,
+    /// The performance state (0 = P0, maximum performance): `nvmlDeviceGetPerformanceState`.
+    #[serde(default)]
+    pub pstate: u32,
+    /// `nvmlDeviceGetPowerManagementLimit` in milliwatts; omitted: NOT_SUPPORTED.
+    pub power_limit_mw: Option<u32>,
     /// The NUMA node that is the GPU's own memory, on a coherent platform (Grace Hopper):
     /// `nvmlDeviceGetNumaNodeId`. Omitted, as on every PCIe host: NOT_SUPPORTED.
     pub gpu_numa_id: Option<u32>,
@@ -141,6 +152,21 @@ pub struct GpuSpec {
     /// handle with NO_PERMISSION and CUDA does not enumerate the GPU.
     #[serde(default = "yes")]
     pub accessible: bool,
+}
+
+impl GpuSpec {
+    /// `compute_capability`, else the model's (CUDA's published numbers).
+    pub fn compute_capability(&self) -> Option<(i32, i32)> {
+        if let Some(text) = &self.compute_capability {
+            let (major, minor) = text.split_once('.')?;
+            return Some((major.parse().ok()?, minor.parse().ok()?));
+        }
+        let name = self.name.to_ascii_uppercase();
+        [("V100", (7, 0)), ("A100", (8, 0)), ("H100", (9, 0)), ("H200", (9, 0))]
+            .into_iter()
+            .find(|(model, _)| name.contains(model))
+            .map(|(_, capability)| capability)
+    }
 }
 
 fn default_pci_device_id() -> u32 {
