@@ -24,7 +24,7 @@ use crate::cli::config::{Config, Goal, Mode};
 use crate::error::Error;
 use crate::exit_code::Exit;
 use crate::launch::env::{self, Plan};
-use crate::options::{CpuBind, Fallback};
+use crate::options::{CpuBind, Fallback, HealthUse};
 use crate::output::{doctor, listing};
 use crate::probe::worker::NvmlThread;
 use crate::process::logging;
@@ -58,6 +58,9 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     if !matches!(goal, Goal::List { .. }) {
         for (index, why) in &decision.passed_over {
             tracing::debug!("passed over {}: {why}", crate::probe::gpu::label(*index));
+        }
+        if let Ok(selection) = &chosen {
+            warn_sick(&machine, selection, config.request.health);
         }
     }
     let shared = listing::Shared { queue: &queue, rules: config.limits.describe() };
@@ -118,6 +121,31 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
             request_text: &config.request_text,
             sizing: config.sizing.as_deref(),
         })?),
+    }
+}
+
+/// A sick GPU that was chosen is said so: degraded ones come after every healthy one, and
+/// `--health ignore` takes unhealthy ones too.
+fn warn_sick(
+    machine: &crate::probe::gpu::Machine,
+    selection: &crate::select::selection::Selection,
+    health: HealthUse,
+) {
+    for device in &selection.devices {
+        let Some(gpu) = machine.device(device.index).filter(|gpu| !gpu.health.is_ok()) else { continue };
+        let label = crate::probe::gpu::label(device.index);
+        match health {
+            HealthUse::Ignore => {
+                tracing::warn!(
+                    "taking {label} despite its health (--health ignore): {}",
+                    gpu.health.describe()
+                )
+            }
+            _ => tracing::warn!(
+                "taking {label}, which is {} (no healthy GPU was left for it)",
+                gpu.health.describe()
+            ),
+        }
     }
 }
 

@@ -55,6 +55,8 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         "numa_node": spec.numa_node,
         "gpu_numa_id": spec.gpu_numa_id,
         "cpus": spec.cpu_affinity,
+        // mixed8.toml has no sick GPU: the lost one is checked apart.
+        "health": {"state": "ok", "reasons": []},
         "processes": processes,
         "error": null,
         "eligible": !mig_enabled,
@@ -113,6 +115,7 @@ fn json_reports_every_field_of_a_mixed_machine() {
     for field in ["uuid", "name", "memory", "utilization", "temperature_c", "processes"] {
         assert_eq!(lost[field], Value::Null, "{field}");
     }
+    assert_eq!(lost["health"]["state"], "unhealthy", "{lost:#}");
     outcome.stderr_has("GPU 5 cannot be used");
 }
 

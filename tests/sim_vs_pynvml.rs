@@ -52,6 +52,11 @@ fn mixed_machine_with_a_lost_gpu() {
 }
 
 #[test]
+fn sick_gpus_and_an_excluded_one() {
+    check(&scenario_file("health.toml"));
+}
+
+#[test]
 fn nvlink_pairs_and_pcie_switches() {
     check(&scenario_file("topo8.toml"));
 }

@@ -12,7 +12,7 @@ use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, MinFree};
 use crate::options::{
-    duration, CpuBind, Fallback, LogFormat, MigUse, Policy, TopologyUse, VerifyMode, VisibleAs,
+    duration, CpuBind, Fallback, HealthUse, LogFormat, MigUse, Policy, TopologyUse, VerifyMode, VisibleAs,
 };
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
@@ -72,6 +72,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("pack", "free memory, least first among the GPUs that qualify: keeps big cards whole"),
             ("index, random", "lowest index first; any qualifying GPU"),
             ("busy", "a GPU at 50% utilization or more (or whose utilization NVML cannot give) is busy: it comes after every GPU that is not, whatever the policy, and one model or a better link never brings a busy GPU into a set while a qualifying GPU that is not busy is left out (a colleague's job costs a data-parallel job far more than a PCIe hop, and slows the colleague); a lightly used NVLink pair still beats an idle PCIe pair; --max-util 49 leaves busy GPUs out altogether"),
+            ("health", "each GPU is ok, degraded or unhealthy, from NVML: unhealthy (volatile uncorrectable ECC errors, a failed row remapping, a lost GPU) is never chosen; degraded (row remapping or retired pages pending, HW slowdown, HW thermal slowdown or power brake, a PCIe link narrower than its maximum) only after every healthy GPU, with a warning; --health strict refuses degraded GPUs too, --health ignore takes any GPU and warns for each sick one; --fallback best never relaxes health; a refusal that only sick GPUs could have met says so; GPUs the driver excluded are listed; --doctor says what to do for each"),
             ("passed over", "--dry-run says, for each GPU that qualified and was not chosen, why: busy: 60% utilization, 2 processes of bob; the pair 0-4 is one model; an NVLink pair 6-7 links better; ranked after 0 and 4 by most-free (-v on a launch logs the same)"),
             ("ties", "break by index: the same probe always gives the same choice (except random)"),
             ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
@@ -238,7 +239,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "JSON output",
         &[
-            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules, topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, board, switch, switches, hostbridge, node, system)"),
+            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, board, switch, switches, hostbridge, node, system)"),
             ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds, processes (PIDs)"),
             (
                 "gpus[]",
@@ -247,7 +248,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
                  nvidia-smi topo -m shows: NVML's memory affinity, else the PCI device's numa_node in sysfs), \
                  gpu_numa_id (the node that is the GPU's own memory on coherent platforms such as Grace Hopper; \
                  null on PCIe hosts), cpus (its local CPUs, as 0-15,32-47: NVML's CPU affinity, else the \
-                 node's), processes, eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
+                 node's), health ({state: ok|degraded|unhealthy, reasons: [..]}; a MIG device: its GPU's), \
+                 processes, eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
                  qualified was not chosen, else null)",
             ),
             (
@@ -375,6 +377,16 @@ pub struct Cli {
     /// the link matrix.
     #[arg(long, hide_short_help = true, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "prefer", help_heading = "Selection")]
     pub topology: Option<TopologyUse>,
+
+    /// How GPU health counts: `normal` (unhealthy GPUs are never chosen, degraded ones only
+    /// after every healthy one, with a warning), `strict` (degraded ones are not chosen
+    /// either), `ignore` (any GPU, with a warning for each sick one chosen).
+    ///
+    /// Unhealthy: volatile uncorrectable ECC errors, a failed row remapping, a lost GPU.
+    /// Degraded: row remapping or retired pages pending, hardware slowdown (HW slowdown, HW
+    /// thermal, power brake), a PCIe link narrower than its maximum.
+    #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = HealthUse::Normal, help_heading = "Selection")]
+    pub health: HealthUse,
 
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
     /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible.

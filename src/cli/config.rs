@@ -175,6 +175,7 @@ impl Config {
             index_only: cli.visible_as == Some(VisibleAs::Index),
             same_model: cli.same_model,
             topology: cli.topology.unwrap_or_default(),
+            health: cli.health,
             seed: RandomState::new().hash_one(std::process::id()),
             min_free_floor: limits.default_min_free,
             min_free_auto: false,

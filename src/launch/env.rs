@@ -97,6 +97,7 @@ mod tests {
             gpus: gpus.to_vec(),
             migs: Vec::new(),
             topology: None,
+            excluded: Vec::new(),
         }
     }
 

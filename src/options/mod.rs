@@ -79,6 +79,20 @@ pub enum TopologyUse {
     Node,
 }
 
+/// `--health`: how a GPU's health counts (DESIGN 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HealthUse {
+    /// Unhealthy GPUs are never chosen; degraded ones only after every healthy one, with a
+    /// warning.
+    #[default]
+    Normal,
+    /// Degraded GPUs are not chosen either.
+    Strict,
+    /// Any GPU may be chosen, whatever its health; each sick one chosen is warned about.
+    Ignore,
+}
+
 /// `--cpu-bind`: which CPUs the command may run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum CpuBind {

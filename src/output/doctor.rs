@@ -80,6 +80,15 @@ pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> 
                     Some(error) => out.problem(format!("GPU {}: {name}: {error}", gpu.index)),
                 }
                 mig_findings(&mut out, gpu, &probed);
+                health_findings(&mut out, gpu);
+            }
+            for excluded in &probed.excluded {
+                out.problem(format!(
+                    "the GPU at {} ({}) is excluded by the driver (NVreg_ExcludedGpus, or it failed at load: see \
+                     dmesg); NVML and CUDA do not see it until the driver is loaded without the exclusion",
+                    excluded.pci_bus_id.as_deref().unwrap_or("-"),
+                    excluded.uuid.as_deref().unwrap_or("-")
+                ));
             }
             if probed.gpus.is_empty() {
                 out.problem("NVML sees no GPU");
@@ -117,6 +126,30 @@ pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> 
         }
     );
     Ok(Diagnosis { text: out.text, usable })
+}
+
+/// A sick GPU's findings and what to do, after NVIDIA's memory-error recovery guidance: a reset
+/// applies pending row remaps and page retirements and clears volatile counts; errors that come
+/// back, or a failed remap, mean the board needs service.
+fn health_findings(out: &mut Out, gpu: &crate::probe::gpu::Gpu) {
+    use crate::probe::health::HealthState;
+    let index = gpu.index;
+    match gpu.health.state {
+        HealthState::Ok => {}
+        HealthState::Degraded => out.problem(format!(
+            "GPU {index} is {}. gpurun takes it only after every healthy GPU (--health strict: never). \
+             Pending row remaps and page retirements apply at the next reset: drain it, then nvidia-smi -r -i \
+             {index} (or reboot). Hardware slowdown: check cooling, power cables and the BMC's event log. A \
+             narrow PCIe link: reseat the card or the riser.",
+            gpu.health.describe()
+        )),
+        HealthState::Unhealthy => out.problem(format!(
+            "GPU {index} is {}. gpurun does not choose it (--health ignore overrides). Drain it, then reset \
+             it (nvidia-smi -r -i {index}, with no process on it) or reboot; if uncorrectable errors come \
+             back or a row remap failed, the board needs an RMA. A lost GPU: check dmesg for Xid 79 and reboot.",
+            gpu.health.describe()
+        )),
+    }
 }
 
 fn device_nodes(out: &mut Out) {

@@ -147,6 +147,8 @@ struct Listing<'a> {
     waiters: Vec<WaiterEntry<'a>>,
     /// The administrator's [limits] in force.
     house_rules: &'a [String],
+    /// GPUs the driver excluded: `[{pci_bus_id, uuid}]`.
+    excluded: &'a [crate::probe::health::Excluded],
     /// The link between every pair of GPUs, `"0-1": "nvlink"` (null when not probed).
     topology: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -267,6 +269,7 @@ pub fn json(
         reservations: reservation_entries(machine, live),
         waiters: waiter_entries(shared.queue),
         house_rules: &shared.rules,
+        excluded: &machine.excluded,
         topology: machine.topology.as_ref().map(|topology| {
             topology
                 .pairs()
@@ -430,6 +433,14 @@ fn device_rows(
     if !eligibility.eligible {
         let _ = writeln!(out, "{:>5}not eligible: {}", "", eligibility.reasons.join("; "));
     }
+    // A sick GPU's health, where the reasons above do not already say it (a MIG device's
+    // health is its GPU's, shown there).
+    if !gpu.health.is_ok()
+        && gpu.mig.is_none()
+        && !eligibility.reasons.iter().any(|r| r.starts_with("unhealthy"))
+    {
+        let _ = writeln!(out, "{:>5}health: {}", "", gpu.health.describe());
+    }
 }
 
 pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shared: &Shared) -> String {
@@ -483,6 +494,14 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
                 entry.queued.reason
             );
         }
+    }
+    for excluded in &machine.excluded {
+        let _ = writeln!(
+            out,
+            "excluded by the driver: {} ({}): not usable until the driver takes it back (see gpurun --doctor)",
+            excluded.pci_bus_id.as_deref().unwrap_or("-"),
+            excluded.uuid.as_deref().unwrap_or("-")
+        );
     }
     if !shared.rules.is_empty() {
         let _ = writeln!(out, "\nhouse rules: {}", shared.rules.join("; "));

@@ -77,6 +77,9 @@ pub struct Gpu {
     pub gpu_numa_id: Option<u32>,
     #[serde(serialize_with = "crate::options::cpus::serialize")]
     pub cpus: Option<Vec<u32>>,
+    /// ECC, row remapping, retired pages, clock events, link width, lost (a MIG device: its
+    /// GPU's).
+    pub health: crate::probe::health::Health,
     /// Compute processes on this GPU; `None` when NVML cannot list them.
     pub processes: Option<Vec<GpuProcess>>,
     /// The first query that failed, if any: the GPU is then not eligible.
@@ -105,6 +108,7 @@ impl Gpu {
             mig: None,
             numa_node: None,
             gpu_numa_id: None,
+            health: Default::default(),
             cpus: None,
             processes: None,
             error: None,
@@ -243,6 +247,8 @@ pub struct Machine {
     /// `--list --topology`, `--list --json`).
     #[serde(skip)]
     pub topology: Option<Topology>,
+    /// GPUs the driver excluded (not among the GPUs above).
+    pub excluded: Vec<crate::probe::health::Excluded>,
 }
 
 impl Machine {
@@ -285,6 +291,7 @@ pub fn test_gpu(index: u32) -> Gpu {
         mig: None,
         numa_node: None,
         gpu_numa_id: None,
+        health: Default::default(),
         cpus: None,
         processes: Some(Vec::new()),
         error: None,

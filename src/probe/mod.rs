@@ -2,6 +2,7 @@
 //! and /proc, as plain data.
 
 pub mod gpu;
+pub mod health;
 pub mod numa;
 pub mod nvml;
 pub mod worker;

@@ -8,16 +8,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use nvml_wrapper::enum_wrappers::device::{
-    ComputeMode as NvmlComputeMode, P2pCapabilitiesIndex, P2pStatus, TemperatureSensor, TopologyLevel,
+    ComputeMode as NvmlComputeMode, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus,
+    TemperatureSensor, TopologyLevel,
 };
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING};
 use nvml_wrapper::{Device, Nvml};
 
 use crate::options::cpus;
 use crate::probe::gpu::{
     mig_key, mig_parts, ComputeMode, Gpu, GpuProcess, Link, Machine, Memory, MigInfo, Topology, Utilization,
 };
+use crate::probe::health::{classify, Excluded, Findings};
 use crate::probe::numa;
 use crate::process::procfs;
 
@@ -148,6 +152,8 @@ struct Queries<'a> {
     calls: &'a Calls,
     gpu: u32,
     first_error: Option<String>,
+    /// A query answered GPU_IS_LOST.
+    lost: bool,
 }
 
 impl Queries<'_> {
@@ -163,6 +169,7 @@ impl Queries<'_> {
             Err(NvmlError::NotSupported) => None,
             Err(error) => {
                 tracing::debug!("GPU {}: {what}: {error}", self.gpu);
+                self.lost |= matches!(error, NvmlError::GpuLost);
                 if essential {
                     self.first_error.get_or_insert_with(|| format!("{what}: {}", describe(&error)));
                 }
@@ -170,6 +177,117 @@ impl Queries<'_> {
             }
         }
     }
+}
+
+/// What NVML says of a GPU's health (DESIGN 3). Each query is optional: unsupported or failed
+/// is unknown. A lost GPU is asked nothing more (every call would answer the same, slowly).
+fn health_findings(
+    nvml: &Nvml,
+    device: &Device,
+    queries: &mut Queries,
+    mig_enabled: Option<bool>,
+) -> Findings {
+    if queries.lost {
+        return Findings { lost: true, ..Findings::default() };
+    }
+    let ecc_on = queries
+        .ask("ECC mode", "nvmlDeviceGetEccMode", false, || device.is_ecc_enabled())
+        .is_some_and(|mode| mode.currently_enabled);
+    let ecc_volatile_uncorrected = ecc_on
+        .then(|| {
+            queries.ask("ECC errors", "nvmlDeviceGetTotalEccErrors", false, || {
+                device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            })
+        })
+        .flatten();
+    // nvml-wrapper 0.13 has no safe nvmlDeviceGetRemappedRows: fields 142-145 carry the same,
+    // through its safe nvmlDeviceGetFieldValues. NVML refuses them on a MIG-enabled GPU.
+    let (remap_pending, remap_failure) = match mig_enabled {
+        Some(true) => (None, None),
+        _ => {
+            let fields = [FieldId(NVML_FI_DEV_REMAPPED_PENDING), FieldId(NVML_FI_DEV_REMAPPED_FAILURE)];
+            let values = queries
+                .ask("row remapping", "nvmlDeviceGetFieldValues", false, || device.field_values_for(&fields))
+                .unwrap_or_default();
+            let flag = |at: usize| {
+                values.get(at).and_then(|sample| sample.as_ref().ok()).and_then(|sample| {
+                    sample.value.as_ref().ok().and_then(sample_integer).map(|value| value != 0)
+                })
+            };
+            (flag(0), flag(1))
+        }
+    };
+    let retired_pages_pending =
+        queries.ask("retired pages", "nvmlDeviceGetRetiredPagesPendingStatus", false, || {
+            device.are_pages_pending_retired()
+        });
+    let clock_events = queries.ask("clock events", "nvmlDeviceGetCurrentClocksEventReasons", false, || {
+        clock_event_reasons(nvml, device)
+    });
+    let current = queries
+        .ask("PCIe width", "nvmlDeviceGetCurrPcieLinkWidth", false, || device.current_pcie_link_width());
+    let most =
+        queries.ask("PCIe width", "nvmlDeviceGetMaxPcieLinkWidth", false, || device.max_pcie_link_width());
+    Findings {
+        ecc_volatile_uncorrected,
+        remap_pending,
+        remap_failure,
+        retired_pages_pending,
+        clock_events,
+        pcie_width: current.zip(most),
+        lost: queries.lost,
+    }
+}
+
+/// An integer field value, whatever width NVML reports it in.
+fn sample_integer(value: &SampleValue) -> Option<u64> {
+    match *value {
+        SampleValue::U32(v) => Some(u64::from(v)),
+        SampleValue::U64(v) => Some(v),
+        SampleValue::I64(v) => u64::try_from(v).ok(),
+        SampleValue::F64(_) => None,
+    }
+}
+
+/// `nvmlDeviceGetCurrentClocksEventReasons`, which nvml-wrapper 0.13 does not wrap: its
+/// `current_throttle_reasons` calls the name nvml.h 13.0 deprecates. The event-reasons symbol
+/// first (drivers since 535), the throttle-reasons one on older drivers.
+fn clock_event_reasons(nvml: &Nvml, device: &Device) -> Result<u64, NvmlError> {
+    let Ok(symbol) = nvml.lib().nvmlDeviceGetCurrentClocksEventReasons.as_ref() else {
+        return device.current_throttle_reasons().map(|reasons| reasons.bits());
+    };
+    let mut reasons: std::ffi::c_ulonglong = 0;
+    // SAFETY: the symbol has nvml.h's signature (nvml-wrapper-sys's bindings); the handle is
+    // live for `device`'s lifetime, and `reasons` is a valid place for the one write.
+    let code = unsafe { symbol(device.handle(), &mut reasons) };
+    nvml_wrapper::error::nvml_try(code).map(|()| reasons)
+}
+
+/// `nvmlGetExcludedDeviceInfoByIndex`, raw: nvml-wrapper 0.13's `ExcludedDeviceInfo` has
+/// private fields and no accessors.
+fn excluded_device(nvml: &Nvml, index: u32) -> Option<Excluded> {
+    let symbol = nvml.lib().nvmlGetExcludedDeviceInfoByIndex.as_ref().ok()?;
+    let mut info = nvml_wrapper_sys::bindings::nvmlExcludedDeviceInfo_t {
+        pciInfo: nvml_wrapper_sys::bindings::nvmlPciInfo_t {
+            busIdLegacy: [0; 16],
+            domain: 0,
+            bus: 0,
+            device: 0,
+            pciDeviceId: 0,
+            pciSubSystemId: 0,
+            busId: [0; 32],
+        },
+        uuid: [0; 80],
+    };
+    // SAFETY: the symbol has nvml.h's signature (nvml-wrapper-sys's bindings) and `info` is a
+    // valid place for the one struct it writes.
+    let code = unsafe { symbol(index, &mut info) };
+    nvml_wrapper::error::nvml_try(code).ok()?;
+    let text = |chars: &[std::ffi::c_char]| {
+        let bytes: Vec<u8> = chars.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        Some(String::from_utf8_lossy(&bytes).into_owned()).filter(|text| !text.is_empty())
+    };
+    Some(Excluded { pci_bus_id: text(&info.pciInfo.busId), uuid: text(&info.uuid) })
 }
 
 /// NVML's error in the words a user searches for.
@@ -202,7 +320,20 @@ impl Session {
             .run("nvmlSystemGetCudaDriverVersion_v2", None, || self.nvml.sys_cuda_driver_version())
             .ok()
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
-        Ok(Machine { driver_version, cuda_driver_version, gpus, migs, topology: None })
+        let excluded = self.excluded();
+        Ok(Machine { driver_version, cuda_driver_version, gpus, migs, topology: None, excluded })
+    }
+
+    /// The GPUs the driver excluded (`nvmlGetExcludedDeviceCount`, `...InfoByIndex`); none
+    /// where the call is missing or fails.
+    fn excluded(&self) -> Vec<Excluded> {
+        let count = self.calls.run("nvmlGetExcludedDeviceCount", None, || self.nvml.excluded_device_count());
+        (0..count.unwrap_or(0))
+            .filter_map(|index| {
+                self.calls
+                    .run("nvmlGetExcludedDeviceInfoByIndex", None, || excluded_device(&self.nvml, index))
+            })
+            .collect()
     }
 
     /// The link between every pair of `gpus` (two NVML calls a pair: NVLink by P2P status, else
@@ -278,7 +409,7 @@ impl Session {
                     continue;
                 }
             };
-            let mut queries = Queries { calls: &calls, gpu: index, first_error: None };
+            let mut queries = Queries { calls: &calls, gpu: index, first_error: None, lost: false };
             let uuid = queries.ask("uuid", "nvmlDeviceGetUUID", true, || mig.uuid());
             let name = queries.ask("name", "nvmlDeviceGetName", false, || mig.name());
             let memory =
@@ -310,6 +441,7 @@ impl Session {
                 memory,
                 processes,
                 compute_mode: parent.compute_mode,
+                health: parent.health.clone(),
                 numa_node: parent.numa_node,
                 gpu_numa_id: parent.gpu_numa_id,
                 cpus: parent.cpus.clone(),
@@ -323,7 +455,7 @@ impl Session {
 
     fn probe_gpu(&mut self, index: u32) -> Gpu {
         let calls = self.calls.clone();
-        let mut queries = Queries { calls: &calls, gpu: index, first_error: None };
+        let mut queries = Queries { calls: &calls, gpu: index, first_error: None, lost: false };
         let handle =
             calls.run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index));
         let handle_refused = matches!(handle, Err(NvmlError::NoPermission));
@@ -334,7 +466,9 @@ impl Session {
                     NvmlError::NotSupported => "handle: not supported".to_owned(),
                     other => format!("handle: {}", describe(&other)),
                 };
-                return Gpu { error: Some(error), handle_refused, ..Gpu::unknown(index) };
+                let health =
+                    classify(&Findings { lost: error.contains("GPU is lost"), ..Findings::default() });
+                return Gpu { error: Some(error), handle_refused, health, ..Gpu::unknown(index) };
             }
         };
         let uuid = queries.ask("uuid", "nvmlDeviceGetUUID", true, || device.uuid());
@@ -394,6 +528,7 @@ impl Session {
                 }
             });
         let processes = listed.map(|listed| listed.into_iter().map(process_of).collect());
+        let health = classify(&health_findings(&self.nvml, &device, &mut queries, mig_enabled));
         Gpu {
             index,
             uuid,
@@ -410,6 +545,7 @@ impl Session {
             numa_node,
             gpu_numa_id,
             cpus,
+            health,
             processes,
             error: queries.first_error,
             handle_refused,

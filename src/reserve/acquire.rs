@@ -98,6 +98,7 @@ impl Acquisition {
                 gpus: Vec::new(),
                 migs: Vec::new(),
                 topology: None,
+                excluded: Vec::new(),
             },
             decision: Decision {
                 assessments: Vec::new(),
@@ -302,6 +303,12 @@ pub fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualifi
     );
     if let Some(why) = &decision.set_reason {
         text.push_str(&format!(", but {why}"));
+    }
+    let sick = decision.assessments.iter().filter(|a| a.only_health()).count() as u32;
+    if sick > 0 && qualified + sick >= requested.min {
+        text.push_str(
+            "; only GPUs turned away for their health could make up the rest (--health ignore would take them)",
+        );
     }
     for gpu in machine.devices().filter(|gpu| !gpu.in_mig_mode()) {
         let verdict = match decision.assessments.iter().find(|a| a.index == gpu.index) {
@@ -562,6 +569,7 @@ mod tests {
             gpus: (0..4).map(test_gpu).collect(),
             migs: Vec::new(),
             topology: None,
+            excluded: Vec::new(),
         };
         // W1 can be served now and would take GPU 0; W2 needs three of {0, 1, 2}, which it cannot
         // have while W1 takes GPU 0, so it keeps all three; GPU 3 is nobody's.
@@ -587,6 +595,7 @@ mod tests {
             gpus: (0..8).map(test_gpu).collect(),
             migs: Vec::new(),
             topology: None,
+            excluded: Vec::new(),
         };
         let all: Vec<u32> = (0..8).collect();
         let ahead: Vec<Waiter> = (1..=8).map(|pid| waiter(pid, &all, 1, &machine)).collect();

@@ -19,6 +19,7 @@ pub(crate) fn passed_over(
 ) -> Vec<(u32, String)> {
     let gpu = |index: u32| gpus.iter().find(|gpu| gpu.index == index);
     let chosen_busy = chosen.iter().any(|&index| gpu(index).is_some_and(is_busy));
+    let chosen_sick = chosen.iter().any(|&index| gpu(index).is_some_and(|g| !g.health.is_ok()));
     let one_model = chosen.len() > 1
         && chosen.iter().all(|&index| gpu(index).map(model_of) == gpu(chosen[0]).map(model_of));
     let links = topology.filter(|_| request.topology != TopologyUse::Ignore && chosen.len() > 1);
@@ -28,7 +29,9 @@ pub(crate) fn passed_over(
         .filter(|index| !chosen.contains(index))
         .filter_map(|&index| Some((index, gpu(index)?)))
         .map(|(index, passed)| {
-            let reason = if is_busy(passed) && !chosen_busy {
+            let reason = if !passed.health.is_ok() && !chosen_sick {
+                passed.health.describe()
+            } else if is_busy(passed) && !chosen_busy {
                 describe(passed)
             } else if one_model && gpu(chosen[0]).map(model_of) != Some(model_of(passed)) {
                 format!("the {} {set_name} is one model", noun(chosen))

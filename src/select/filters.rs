@@ -20,8 +20,9 @@ use crate::options::count::Count;
 use crate::options::devices::{normalize_pci_bus_id, DeviceRef};
 use crate::options::model::ModelPattern;
 use crate::options::size::{human, Threshold};
-use crate::options::{Fallback, MigUse, Policy, TopologyUse};
+use crate::options::{Fallback, HealthUse, MigUse, Policy, TopologyUse};
 use crate::probe::gpu::{ComputeMode, Gpu};
+use crate::probe::health::HealthState;
 use crate::select::visibility::Visibility;
 
 /// What the user asked for.
@@ -44,6 +45,7 @@ pub struct Request {
     pub index_only: bool,
     pub same_model: bool,
     pub topology: TopologyUse,
+    pub health: HealthUse,
     /// The house rule default-min-free: below it a GPU is never taken, `--fallback best` or not.
     pub min_free_floor: Option<Threshold>,
     /// `min_free` was sized by `--min-free auto` from recorded peaks: it is lowered to what the
@@ -77,6 +79,7 @@ impl Default for Request {
             index_only: false,
             same_model: false,
             topology: TopologyUse::Prefer,
+            health: HealthUse::Normal,
             min_free_floor: None,
             min_free_auto: false,
         }
@@ -124,11 +127,19 @@ pub struct Assessment {
     pub hard: Vec<String>,
     /// Reasons that depend on the load.
     pub soft: Vec<String>,
+    /// The GPU's health turns it away (unhealthy; degraded with `--health strict`): not relaxed
+    /// by `--fallback best`, and may change with a reset.
+    pub health: Vec<String>,
 }
 
 impl Assessment {
     pub fn eligible(&self) -> bool {
-        self.permanent.is_empty() && self.hard.is_empty() && self.soft.is_empty()
+        self.permanent.is_empty() && self.hard.is_empty() && self.soft.is_empty() && self.health.is_empty()
+    }
+
+    /// Turned away for its health alone: `--health ignore` would take it.
+    pub fn only_health(&self) -> bool {
+        !self.health.is_empty() && self.permanent.is_empty() && self.hard.is_empty() && self.soft.is_empty()
     }
 
     /// Whether some state of the machine would let this GPU qualify.
@@ -137,7 +148,7 @@ impl Assessment {
     }
 
     pub fn reasons(&self) -> Vec<String> {
-        self.permanent.iter().chain(&self.hard).chain(&self.soft).cloned().collect()
+        self.permanent.iter().chain(&self.hard).chain(&self.health).chain(&self.soft).cloned().collect()
     }
 }
 
@@ -373,7 +384,15 @@ pub(crate) fn assess(
         // Only one context fits on such a card: a second one fails at cudaSetDevice.
         soft.push("compute mode is exclusive-process and the card is (or may be) in use".to_owned());
     }
-    Assessment { index: gpu.index, permanent, hard, soft }
+    let health = match (request.health, gpu.health.state) {
+        (HealthUse::Ignore, _) | (_, HealthState::Ok) => Vec::new(),
+        (HealthUse::Normal, HealthState::Degraded) => Vec::new(),
+        (HealthUse::Strict, HealthState::Degraded) => {
+            vec![format!("{} (--health strict)", gpu.health.describe())]
+        }
+        (_, HealthState::Unhealthy) => vec![gpu.health.describe()],
+    };
+    Assessment { index: gpu.index, permanent, hard, soft, health }
 }
 
 fn gpus_word(count: usize) -> String {

@@ -174,7 +174,9 @@ pub fn decide_with_links(
                 // Qualified ones first, then the best of those turned away only for their load.
                 let relaxed: Vec<&Gpu> = assessments
                     .iter()
-                    .filter(|a| a.permanent.is_empty() && a.hard.is_empty() && !a.eligible())
+                    .filter(|a| {
+                        a.permanent.is_empty() && a.hard.is_empty() && a.health.is_empty() && !a.eligible()
+                    })
                     .map(by_index)
                     .collect();
                 let mut chosen = ranked.clone();
@@ -200,6 +202,7 @@ mod tests {
     use crate::options::model::ModelPattern;
     use crate::options::{MigUse, Policy, TopologyUse};
     use crate::probe::gpu::{test_gpu, ComputeMode, GpuProcess, Memory, Utilization};
+    use crate::probe::health::{Health, HealthState};
     use proptest::prelude::*;
 
     fn unrestricted() -> Visibility {
@@ -520,8 +523,14 @@ mod tests {
             prop::bool::weighted(0.1),
             prop::bool::weighted(0.1),
             0usize..3,
+            prop::sample::select(vec![
+                HealthState::Ok,
+                HealthState::Ok,
+                HealthState::Degraded,
+                HealthState::Unhealthy,
+            ]),
         )
-            .prop_map(|(free_gib, util, processes, broken, unknown_memory, model)| {
+            .prop_map(|(free_gib, util, processes, broken, unknown_memory, model, health)| {
                 let mut gpu = with_load(0, free_gib, 0);
                 gpu.utilization = util.map(|gpu_percent| Utilization { gpu_percent, memory_percent: 0 });
                 gpu.processes = processes.map(|n| {
@@ -536,6 +545,7 @@ mod tests {
                     gpu.memory = None;
                 }
                 gpu.name = Some(["NVIDIA A100", "NVIDIA H100", "Tesla V100"][model].to_owned());
+                gpu.health = Health { state: health, reasons: vec!["test".to_owned()] };
                 gpu
             })
     }
@@ -594,6 +604,7 @@ mod tests {
 
     fn passes_every_filter(gpu: &Gpu, request: &Request, visibility: &Visibility) -> bool {
         gpu.error.is_none()
+            && gpu.health.state != HealthState::Unhealthy
             && visibility.allows(gpu.index)
             && request
                 .min_free
@@ -632,8 +643,13 @@ mod tests {
                         .iter()
                         .filter(|g| passes_every_filter(g, &request, &visibility) && !chosen.contains(&g.index))
                         .collect();
-                    if left_out.iter().any(|g| !crate::select::busy::is_busy(g)) {
-                        prop_assert!(chosen.iter().all(|&i| !crate::select::busy::is_busy(&gpus[i as usize])));
+                    // With health: no chosen GPU is in a worse tier (degraded after healthy, busy
+                    // after not busy) than one left out.
+                    for left in &left_out {
+                        for &index in chosen {
+                            let taken = crate::select::ranking::tier(&gpus[index as usize]);
+                            prop_assert!(taken <= crate::select::ranking::tier(left), "GPU {} taken over GPU {}", index, left.index);
+                        }
                     }
                     let mut left: Vec<u32> = match chosen.is_empty() {
                         true => Vec::new(),
@@ -675,15 +691,16 @@ mod tests {
                 .collect();
             let request = Request { count: Count::exactly(count), topology: TopologyUse::Ignore, ..Request::default() };
             if let Outcome::Selected(chosen) = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap().outcome {
-                // Within the busy rule's tiers: not busy first, then busy.
+                // Within the tiers (health, then busy): by free memory; a better tier first.
                 let free = |i: u32| gpus[i as usize].memory.map(|m| m.free_bytes);
-                let busy = |i: u32| crate::select::busy::is_busy(&gpus[i as usize]);
-                for gpu in gpus.iter().filter(|g| g.error.is_none() && !chosen.contains(&g.index)) {
-                    for &taken in chosen.iter().filter(|&&c| busy(c) == busy(gpu.index)) {
-                        prop_assert!(free(gpu.index) <= free(taken), "GPU {} left out for {}", gpu.index, taken);
-                    }
-                    if !busy(gpu.index) {
-                        prop_assert!(chosen.iter().all(|&c| !busy(c)), "idle GPU {} left out", gpu.index);
+                let tier = |i: u32| crate::select::ranking::tier(&gpus[i as usize]);
+                let eligible = |g: &&Gpu| g.error.is_none() && g.health.state != HealthState::Unhealthy;
+                for gpu in gpus.iter().filter(eligible).filter(|g| !chosen.contains(&g.index)) {
+                    for &taken in &chosen {
+                        prop_assert!(tier(taken) <= tier(gpu.index), "GPU {} left out for {}", gpu.index, taken);
+                        if tier(taken) == tier(gpu.index) {
+                            prop_assert!(free(gpu.index) <= free(taken), "GPU {} left out for {}", gpu.index, taken);
+                        }
                     }
                 }
             }

@@ -4,14 +4,27 @@ use std::cmp::Ordering;
 
 use crate::options::Policy;
 use crate::probe::gpu::Gpu;
+use crate::probe::health::HealthState;
 use crate::select::busy::is_busy;
 
-/// The policy's order with the busy rule on top: every GPU that is not busy first, then the
-/// busy ones, each part in the policy's order. Set choice keeps this order for its ties.
+/// Which part of the order a GPU belongs to: healthy before degraded (before unhealthy, which
+/// only `--health ignore` lets this far), and within each, not busy before busy.
+pub(crate) fn tier(gpu: &Gpu) -> (HealthState, bool) {
+    (gpu.health.state, is_busy(gpu))
+}
+
+/// The policy's order under the health and busy rules: healthy GPUs that are not busy first,
+/// then healthy busy ones, then degraded ones the same way; each part in the policy's order.
+/// Set choice keeps this order for its ties.
 pub(crate) fn tiered(gpus: &[&Gpu], policy: Policy, seed: u64) -> Vec<u32> {
-    let (busy, idle): (Vec<&Gpu>, Vec<&Gpu>) = gpus.iter().partition(|gpu| is_busy(gpu));
-    let mut order = rank(&idle, policy, seed);
-    order.extend(rank(&busy, policy, seed));
+    let mut tiers: Vec<(HealthState, bool)> = gpus.iter().map(|gpu| tier(gpu)).collect();
+    tiers.sort_unstable();
+    tiers.dedup();
+    let mut order = Vec::with_capacity(gpus.len());
+    for part in tiers {
+        let members: Vec<&Gpu> = gpus.iter().copied().filter(|gpu| tier(gpu) == part).collect();
+        order.extend(rank(&members, policy, seed));
+    }
     order
 }
 

@@ -2,8 +2,9 @@
 
 use crate::options::TopologyUse;
 use crate::probe::gpu::{Gpu, Link, Topology};
-use crate::select::busy::is_busy;
+use crate::probe::health::HealthState;
 use crate::select::filters::Request;
+use crate::select::ranking::tier;
 
 /// The model a GPU counts as for `--same-model`: its name and total memory.
 pub(crate) fn model_of(gpu: &Gpu) -> (Option<&str>, Option<u64>) {
@@ -20,7 +21,11 @@ pub(crate) fn required_link(request: &Request) -> Option<Link> {
     }
 }
 
-/// The best `k` of `pool` (in the policy's order, the busy GPUs last) by links: for each level
+/// What a set costs the rules above links: how many of its GPUs are sick (degraded, or
+/// unhealthy under `--health ignore`), then how many are busy. Fewer is better.
+pub(crate) type Load = (usize, usize);
+
+/// The best `k` of `pool` (in the policy's order, sick and busy GPUs last) by links: for each level
 /// from NVLink down, grow a set from each GPU in turn, adding GPUs in that order that reach every
 /// member at that level or better. Fewest busy GPUs first, then the best level, then the first
 /// set found; a set with as few busy GPUs as `pool` allows ends the search (every worse level
@@ -30,13 +35,13 @@ pub(crate) fn best_connected(
     k: usize,
     topology: &Topology,
     required: Option<Link>,
-    busy: &[u32],
-) -> Option<(usize, Link, Vec<u32>)> {
+    load: &dyn Fn(&[u32]) -> Load,
+) -> Option<(Load, Link, Vec<u32>)> {
     let levels =
         [Link::Nvlink, Link::Board, Link::Switch, Link::Switches, Link::Hostbridge, Link::Node, Link::System];
-    let busy_in = |set: &[u32]| set.iter().filter(|gpu| busy.contains(gpu)).count();
-    let fewest = k.saturating_sub(pool.len() - busy_in(pool));
-    let mut best: Option<(usize, Link, Vec<u32>)> = None;
+    // `pool` is in tier order, so its first `k` carry the least load any set of `k` can.
+    let fewest = load(&pool[..k.min(pool.len())]);
+    let mut best: Option<(Load, Link, Vec<u32>)> = None;
     for level in levels.into_iter().filter(|level| required.is_none_or(|r| *level <= r)) {
         for &seed in pool {
             let mut set = vec![seed];
@@ -51,7 +56,7 @@ pub(crate) fn best_connected(
             if set.len() < k {
                 continue;
             }
-            let load = busy_in(&set);
+            let load = load(&set);
             if best.as_ref().is_none_or(|(fewest_so_far, _, _)| load < *fewest_so_far) {
                 // Best first, as the policy ranks them (CUDA's device 0 is the best).
                 set.sort_by_key(|gpu| pool.iter().position(|p| p == gpu));
@@ -65,9 +70,9 @@ pub(crate) fn best_connected(
     best
 }
 
-/// `k` of the GPUs `ranked` (the policy's order, busy GPUs last) for a multi-GPU request: as
-/// few busy GPUs as the qualifying ones allow (never a busy card for a better link or a matched
-/// model), then GPUs of one model (required with `--same-model`), then the best worst link
+/// `k` of the GPUs `ranked` (the policy's order, sick and busy GPUs last) for a multi-GPU
+/// request: as few degraded GPUs, then as few busy ones, as the qualifying ones allow (never a
+/// sick or busy card for a better link or a matched model), then GPUs of one model (required with `--same-model`), then the best worst link
 /// (unless `--topology ignore`; at least the required level), then the policy's order. `None`
 /// when no set meets what is required.
 pub(crate) fn choose_set(
@@ -81,7 +86,15 @@ pub(crate) fn choose_set(
         return Some(ranked.iter().copied().take(k).collect());
     }
     let gpu = |index: u32| gpus.iter().find(|gpu| gpu.index == index);
-    let busy: Vec<u32> = ranked.iter().copied().filter(|&index| gpu(index).is_some_and(is_busy)).collect();
+    let tiers: Vec<(u32, (HealthState, bool))> =
+        ranked.iter().filter_map(|&index| Some((index, tier(gpu(index)?)))).collect();
+    let load = |set: &[u32]| -> Load {
+        let of = |index: &u32| tiers.iter().find(|(at, _)| at == index).map(|(_, tier)| *tier);
+        let sick =
+            set.iter().filter(|index| of(index).is_some_and(|(health, _)| health != HealthState::Ok)).count();
+        let busy = set.iter().filter(|index| of(index).is_some_and(|(_, busy)| busy)).count();
+        (sick, busy)
+    };
     let model = |index: u32| gpu(index).map(model_of);
     let mut groups: Vec<Vec<u32>> = Vec::new();
     for &gpu in ranked {
@@ -111,15 +124,15 @@ pub(crate) fn choose_set(
     };
     // Sets compare by their busy GPUs, whether they are one model, their worst link, then the
     // policy's ranks of their members.
-    type Key = (usize, bool, Link, Vec<usize>);
+    type Key = (Load, bool, Link, Vec<usize>);
     let mut best: Option<(Key, Vec<u32>)> = None;
     for (one_model, pool) in pools {
         let found = match links {
             None => {
                 let set = pool[..k].to_vec();
-                Some((set.iter().filter(|gpu| busy.contains(gpu)).count(), Link::System, set))
+                Some((load(&set), Link::System, set))
             }
-            Some(links) => best_connected(pool, k, links, required, &busy),
+            Some(links) => best_connected(pool, k, links, required, &load),
         };
         if let Some((load, level, set)) = found {
             let one_model = one_model || set.iter().all(|&gpu| model(gpu) == model(set[0]));

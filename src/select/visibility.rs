@@ -183,6 +183,7 @@ mod tests {
             gpus: gpus.to_vec(),
             migs: Vec::new(),
             topology: None,
+            excluded: Vec::new(),
         }
     }
 

@@ -37,6 +37,10 @@ COMPUTE_MODES = {"default": 0, "exclusive_thread": 1, "prohibited": 2, "exclusiv
 TOPOLOGY = {"internal": 0, "single": 10, "multiple": 20, "hostbridge": 30, "node": 40, "system": 50}
 
 
+def as_text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class ProcessInfoV1(ctypes.Structure):
     """nvmlProcessInfo_v1_t: 16 bytes."""
     _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
@@ -140,6 +144,14 @@ class Checker:
                   pynvml.nvmlSystemGetCudaDriverVersion_v2, lambda: cuda)
         self.call("device count", "nvmlDeviceGetCount", None,
                   pynvml.nvmlDeviceGetCount, lambda: len(self.gpus))
+        excluded = self.scenario.get("excluded", [])
+        self.call("excluded count", "nvmlGetExcludedDeviceCount", None,
+                  pynvml.nvmlGetExcludedDeviceCount, lambda: len(excluded))
+        for at, spec in enumerate(excluded):
+            if self.injected("nvmlGetExcludedDeviceInfoByIndex", None) is None:
+                info = pynvml.nvmlGetExcludedDeviceInfoByIndex(at)
+                self.check(f"excluded {at}", (as_text(info.pci.busId), as_text(info.uuid)),
+                           (spec["pci_bus_id"].upper(), spec["uuid"]))
 
     def check_gpu(self, index):
         gpu = self.gpus[index]
@@ -272,8 +284,52 @@ class Checker:
             expected = pynvml.NVML_ERROR_NOT_SUPPORTED if mig else pynvml.NVML_ERROR_NOT_FOUND
             if not self.injected_everywhere(index):
                 self.check(f"GPU {index} process utilization", e.value, expected)
+        self.check_health(index, handle)
         self.check_processes(index, handle)
         self.check_lookups(index, handle)
+
+    def check_health(self, index, handle):
+        """ECC, row remapping (fields 142-145 too), retired pages, clock events, PCIe width,
+        as nvml.h documents them for the board the scenario describes."""
+        gpu = self.gpus[index]
+        c = lambda what, call, function, expected, **kw: self.call(f"GPU {index} {what}", call, index, function, expected, **kw)
+        ecc = gpu.get("ecc_mode")
+        c("ECC mode", "nvmlDeviceGetEccMode", lambda: list(pynvml.nvmlDeviceGetEccMode(handle)),
+          lambda: [int(ecc == "enabled")] * 2, unsupported=ecc is None)
+        for (kind, counter, key) in ((1, 0, "ecc_volatile_uncorrected"), (0, 0, "ecc_volatile_corrected"),
+                                     (1, 1, "ecc_aggregate_uncorrected"), (0, 1, "ecc_aggregate_corrected")):
+            c(f"ECC {key}", "nvmlDeviceGetTotalEccErrors",
+              lambda: pynvml.nvmlDeviceGetTotalEccErrors(handle, kind, counter), lambda: gpu.get(key, 0),
+              unsupported=ecc != "enabled")
+        capability = gpu.get("compute_capability") or next(
+            (cc for model, cc in (("V100", "7.0"), ("A100", "8.0"), ("H100", "9.0"), ("H200", "9.0"))
+             if model in gpu["name"].upper()), "0.0")
+        ampere = int(capability.split(".")[0]) >= 8
+        remap = {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
+        remap.update(gpu.get("remapped_rows", {}))
+        remap_supported = ampere and gpu.get("mig_mode") != "enabled"
+        c("remapped rows", "nvmlDeviceGetRemappedRows", lambda: list(pynvml.nvmlDeviceGetRemappedRows(handle)),
+          lambda: [remap["correctable"], remap["uncorrectable"], int(remap["pending"]), int(remap["failure"])],
+          unsupported=not remap_supported)
+        if self.injected("nvmlDeviceGetFieldValues", index) is None and not self.injected_everywhere(index):
+            fields = pynvml.nvmlDeviceGetFieldValues(handle, [142, 143, 144, 145, 1])
+            got = [(f.nvmlReturn, f.value.uiVal if f.nvmlReturn == 0 else None) for f in fields]
+            want = [(0, remap["correctable"]), (0, remap["uncorrectable"]), (0, int(remap["pending"])),
+                    (0, int(remap["failure"]))] if remap_supported else [(pynvml.NVML_ERROR_NOT_SUPPORTED, None)] * 4
+            self.check(f"GPU {index} field values 142-145, 1", got, want + [(pynvml.NVML_ERROR_NOT_SUPPORTED, None)])
+        c("retired pages pending", "nvmlDeviceGetRetiredPagesPendingStatus",
+          lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle),
+          lambda: int(gpu.get("retired_pages_pending", False)), unsupported=ampere)
+        bits = {"idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
+                "sw_thermal": 0x20, "hw_thermal": 0x40, "power_brake": 0x80, "display_clocks": 0x100}
+        names = gpu.get("clocks_event_reasons")
+        events = sum(bits[n] for n in names) if names is not None else (1 if gpu.get("utilization_gpu") == 0 else 0)
+        c("clock events", "nvmlDeviceGetCurrentClocksEventReasons",
+          lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle), lambda: events)
+        c("PCIe width", "nvmlDeviceGetCurrPcieLinkWidth", lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
+          lambda: gpu.get("pcie_width", 16))
+        c("PCIe max width", "nvmlDeviceGetMaxPcieLinkWidth", lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
+          lambda: gpu.get("pcie_max_width", 16))
 
     def check_migs(self, index, handle):
         """MIG devices: slots in file order, NOT_FOUND past them; each answers as a device of its

@@ -32,10 +32,10 @@ const P2P_CAPS_INDEX_NVLINK: c_uint = 2;
 const P2P_STATUS_OK: c_uint = 0;
 const P2P_STATUS_NOT_SUPPORTED: c_uint = 5;
 
-type Device = *mut c_void;
+pub(crate) type Device = *mut c_void;
 
 #[repr(C)]
-pub struct PciInfo {
+pub(crate) struct PciInfo {
     bus_id_legacy: [c_char; 16],
     domain: c_uint,
     bus: c_uint,
@@ -138,7 +138,7 @@ fn fault() -> ! {
 }
 
 /// Runs `body` for an initialised library and a valid device handle.
-fn device_call(device: Device, call: &str, body: impl FnOnce(&mut State, u32) -> u32) -> u32 {
+pub(crate) fn device_call(device: Device, call: &str, body: impl FnOnce(&mut State, u32) -> u32) -> u32 {
     misbehave(call, Some((device as usize).wrapping_sub(1) as u32));
     let result = with_state(|state| {
         if state.init_count == 0 {
@@ -210,7 +210,7 @@ fn any_device_call(device: Device, call: &str, body: impl FnOnce(&mut State, Tar
     result.unwrap_or_else(|error| error)
 }
 
-fn system_call(call: &str, body: impl FnOnce(&mut State) -> u32) -> u32 {
+pub(crate) fn system_call(call: &str, body: impl FnOnce(&mut State) -> u32) -> u32 {
     misbehave(call, None);
     let result = with_state(|state| {
         if state.init_count == 0 {
@@ -228,7 +228,7 @@ fn system_call(call: &str, body: impl FnOnce(&mut State) -> u32) -> u32 {
 ///
 /// # Safety
 /// `buffer` must be null or valid for `length` bytes of writes.
-unsafe fn write_string(text: &str, buffer: *mut c_char, length: c_uint) -> u32 {
+pub(crate) unsafe fn write_string(text: &str, buffer: *mut c_char, length: c_uint) -> u32 {
     if buffer.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
@@ -247,7 +247,7 @@ unsafe fn write_string(text: &str, buffer: *mut c_char, length: c_uint) -> u32 {
 ///
 /// # Safety
 /// `out` must be null or valid for a write of `T`.
-unsafe fn put<T>(out: *mut T, value: T) -> u32 {
+pub(crate) unsafe fn put<T>(out: *mut T, value: T) -> u32 {
     if out.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
@@ -640,7 +640,7 @@ fn pci_parts(bus_id: &str) -> (u32, u32, u32) {
     (next(), next(), next())
 }
 
-fn fill_c_string(target: &mut [c_char], text: &str) {
+pub(crate) fn fill_c_string(target: &mut [c_char], text: &str) {
     let room = target.len() - 1;
     for (slot, byte) in target.iter_mut().zip(text.bytes().take(room)) {
         *slot = byte as c_char;
@@ -653,21 +653,26 @@ fn fill_c_string(target: &mut [c_char], text: &str) {
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Device, pci: *mut PciInfo) -> u32 {
     device_call(device, "nvmlDeviceGetPciInfo", |state, gpu| {
         let spec = &state.scenario.gpus[gpu as usize];
-        let (domain, bus, dev) = pci_parts(&spec.pci_bus_id);
-        let mut info = PciInfo {
-            bus_id_legacy: [0; 16],
-            domain,
-            bus,
-            device: dev,
-            pci_device_id: spec.pci_device_id,
-            pci_sub_system_id: 0x1463_10de,
-            bus_id: [0; 32],
-        };
-        fill_c_string(&mut info.bus_id, &spec.pci_bus_id.to_uppercase());
-        fill_c_string(&mut info.bus_id_legacy, &format!("{domain:04X}:{bus:02X}:{dev:02X}.0"));
         // SAFETY: forwarded caller contract.
-        unsafe { put(pci, info) }
+        unsafe { put(pci, pci_info(&spec.pci_bus_id, spec.pci_device_id)) }
     })
+}
+
+/// `nvmlPciInfo_t` of the device at `bus_id` (`00000000:07:00.0`).
+pub(crate) fn pci_info(bus_id: &str, pci_device_id: c_uint) -> PciInfo {
+    let (domain, bus, dev) = pci_parts(bus_id);
+    let mut info = PciInfo {
+        bus_id_legacy: [0; 16],
+        domain,
+        bus,
+        device: dev,
+        pci_device_id,
+        pci_sub_system_id: 0x1463_10de,
+        bus_id: [0; 32],
+    };
+    fill_c_string(&mut info.bus_id, &bus_id.to_uppercase());
+    fill_c_string(&mut info.bus_id_legacy, &format!("{domain:04X}:{bus:02X}:{dev:02X}.0"));
+    info
 }
 
 /// # Safety
@@ -1113,8 +1118,8 @@ no_processes!(
 );
 
 /// `NVML_FEATURE_DISABLED` / `NVML_FEATURE_ENABLED` (`nvmlEnableState_t`).
-const FEATURE_DISABLED: c_uint = 0;
-const FEATURE_ENABLED: c_uint = 1;
+pub(crate) const FEATURE_DISABLED: c_uint = 0;
+pub(crate) const FEATURE_ENABLED: c_uint = 1;
 
 /// nvml.h: "For all products." A data-center board drives no display: disabled.
 ///
@@ -1251,7 +1256,6 @@ not_supported!(
     nvmlDeviceGetDriverModel_v2,
     nvmlDeviceGetFanSpeed,
     nvmlDeviceGetPcieThroughput,
-    nvmlDeviceGetTotalEccErrors,
 );
 
 /// What the simulator takes nvml.h to say, as `(C expression, value)`: the size and every field

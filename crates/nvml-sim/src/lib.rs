@@ -10,8 +10,15 @@
 //! (`scenarios/default.toml`). The format is documented in `scenarios/README.md`.
 
 mod abi;
-pub use abi::header_facts;
 pub mod cuda;
+mod health;
 pub mod registry;
 pub mod scenario;
 mod state;
+
+/// What the simulator takes nvml.h to say, as `(C expression, value)` (see `abi::header_facts`).
+pub fn header_facts() -> Vec<(String, u64)> {
+    let mut facts = abi::header_facts();
+    facts.extend(health::facts());
+    facts
+}

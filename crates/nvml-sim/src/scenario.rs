@@ -51,6 +51,32 @@ pub struct Scenario {
     /// `mig_mode = "enabled"`; a GPU's instances are its MIG devices 0, 1, ... in file order.
     #[serde(default, rename = "mig")]
     pub migs: Vec<MigSpec>,
+    /// GPUs the driver excluded (`nvmlGetExcludedDeviceCount`/`InfoByIndex`): not among the
+    /// devices at all.
+    #[serde(default, rename = "excluded")]
+    pub excluded: Vec<ExcludedSpec>,
+}
+
+/// A GPU the driver excluded from use (NVreg_ExcludedGpus, or a failure at load).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExcludedSpec {
+    pub pci_bus_id: String,
+    pub uuid: String,
+}
+
+/// Row remapping (`nvmlDeviceGetRemappedRows`, field values 142-145), Ampere and newer.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemappedRowsSpec {
+    #[serde(default)]
+    pub correctable: u32,
+    #[serde(default)]
+    pub uncorrectable: u32,
+    #[serde(default)]
+    pub pending: bool,
+    #[serde(default)]
+    pub failure: bool,
 }
 
 /// One MIG device: what `nvmlDeviceGetMigDeviceHandleByIndex` hands out.
@@ -145,6 +171,31 @@ pub struct GpuSpec {
     pub pstate: u32,
     /// `nvmlDeviceGetPowerManagementLimit` in milliwatts; omitted: NOT_SUPPORTED.
     pub power_limit_mw: Option<u32>,
+    /// `enabled` or `disabled`: `nvmlDeviceGetEccMode`; omitted: a board without ECC
+    /// (NOT_SUPPORTED, and so are the ECC counters).
+    pub ecc_mode: Option<String>,
+    /// ECC error counters (`nvmlDeviceGetTotalEccErrors`), while ECC is enabled.
+    #[serde(default)]
+    pub ecc_volatile_uncorrected: u64,
+    #[serde(default)]
+    pub ecc_volatile_corrected: u64,
+    #[serde(default)]
+    pub ecc_aggregate_uncorrected: u64,
+    #[serde(default)]
+    pub ecc_aggregate_corrected: u64,
+    /// Row remapping; omitted on Ampere and newer: nothing remapped. Before Ampere the calls
+    /// answer NOT_SUPPORTED.
+    pub remapped_rows: Option<RemappedRowsSpec>,
+    /// Pages pending retirement (before Ampere; Ampere and newer remap rows instead).
+    #[serde(default)]
+    pub retired_pages_pending: bool,
+    /// Active clock event reasons: `idle`, `applications_clocks`, `sw_power_cap`,
+    /// `hw_slowdown`, `sync_boost`, `sw_thermal`, `hw_thermal`, `power_brake`, `display_clocks`.
+    /// Omitted: `idle` when utilization is 0, else none.
+    pub clocks_event_reasons: Option<Vec<String>>,
+    /// Current and maximum PCIe link width (default 16 and 16).
+    pub pcie_width: Option<u32>,
+    pub pcie_max_width: Option<u32>,
     /// The NUMA node that is the GPU's own memory, on a coherent platform (Grace Hopper):
     /// `nvmlDeviceGetNumaNodeId`. Omitted, as on every PCIe host: NOT_SUPPORTED.
     pub gpu_numa_id: Option<u32>,
@@ -154,7 +205,37 @@ pub struct GpuSpec {
     pub accessible: bool,
 }
 
+/// `nvmlClocksEventReason*` bits by the scenario's names.
+pub const CLOCKS_EVENT_REASONS: &[(&str, u64)] = &[
+    ("idle", 0x1),
+    ("applications_clocks", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal", 0x20),
+    ("hw_thermal", 0x40),
+    ("power_brake", 0x80),
+    ("display_clocks", 0x100),
+];
+
 impl GpuSpec {
+    /// Ampere (compute capability 8.0) or newer: row remapping instead of page retirement.
+    pub fn ampere_or_newer(&self) -> bool {
+        self.compute_capability().is_some_and(|(major, _)| major >= 8)
+    }
+
+    /// The active clock event reasons as nvml.h's bitmask.
+    pub fn clocks_event_bits(&self) -> u64 {
+        match &self.clocks_event_reasons {
+            Some(names) => names
+                .iter()
+                .filter_map(|name| CLOCKS_EVENT_REASONS.iter().find(|(known, _)| known == name))
+                .fold(0, |bits, (_, bit)| bits | bit),
+            None if self.utilization_gpu == Some(0) => 0x1,
+            None => 0,
+        }
+    }
+
     /// `compute_capability`, else the model's (CUDA's published numbers).
     pub fn compute_capability(&self) -> Option<(i32, i32)> {
         if let Some(text) = &self.compute_capability {
@@ -334,6 +415,19 @@ impl Scenario {
             }
             if let Some(list) = &gpu.cpu_affinity {
                 parse_cpu_list(list).map_err(|e| format!("gpu {index}: cpu_affinity: {e}"))?;
+            }
+            if let Some(mode) = &gpu.ecc_mode {
+                mig_mode_code(mode)
+                    .ok_or_else(|| format!("gpu {index}: ecc_mode {mode:?} is not enabled or disabled"))?;
+            }
+            for name in gpu.clocks_event_reasons.iter().flatten() {
+                if !CLOCKS_EVENT_REASONS.iter().any(|(known, _)| known == name) {
+                    let known: Vec<&str> = CLOCKS_EVENT_REASONS.iter().map(|(known, _)| *known).collect();
+                    return Err(format!(
+                        "gpu {index}: clocks event reason {name:?} is not one of {}",
+                        known.join(", ")
+                    ));
+                }
             }
         }
         if let Some(order) = &self.cuda.fastest_first {

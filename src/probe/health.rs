@@ -1,0 +1,152 @@
+//! A GPU's health (DESIGN 3): what the probe found, classified into `ok`, `degraded` or
+//! `unhealthy` with the reasons in words. Pure: the NVML queries are in `probe::nvml`. A query
+//! that failed or is not supported is unknown and adds nothing: a board without ECC is not sick.
+
+use serde::Serialize;
+
+/// The three states, worst last.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthState {
+    #[default]
+    Ok,
+    /// Takes work, but after every healthy GPU: remap pending, retired pages pending,
+    /// hardware slowdown, a narrow PCIe link.
+    Degraded,
+    /// Never chosen (unless `--health ignore`): volatile uncorrectable ECC errors, a failed row
+    /// remapping, a lost GPU.
+    Unhealthy,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Health {
+    pub state: HealthState,
+    pub reasons: Vec<String>,
+}
+
+impl Health {
+    pub fn is_ok(&self) -> bool {
+        self.state == HealthState::Ok
+    }
+
+    /// `degraded: row remapping pending (...)`.
+    pub fn describe(&self) -> String {
+        let state = match self.state {
+            HealthState::Ok => "ok",
+            HealthState::Degraded => "degraded",
+            HealthState::Unhealthy => "unhealthy",
+        };
+        match self.reasons.is_empty() {
+            true => state.to_owned(),
+            false => format!("{state}: {}", self.reasons.join("; ")),
+        }
+    }
+}
+
+/// `nvmlClocksEventReason*` bits that mean the hardware is holding the clocks down.
+pub const HW_SLOWDOWN: u64 = 0x8;
+pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
+
+/// What the probe read; `None`: NVML could not say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Findings {
+    /// Volatile uncorrectable ECC errors, while ECC is on.
+    pub ecc_volatile_uncorrected: Option<u64>,
+    pub remap_pending: Option<bool>,
+    pub remap_failure: Option<bool>,
+    pub retired_pages_pending: Option<bool>,
+    /// Active clock event reasons.
+    pub clock_events: Option<u64>,
+    /// Current and maximum PCIe link width.
+    pub pcie_width: Option<(u32, u32)>,
+    /// A query answered GPU_IS_LOST.
+    pub lost: bool,
+}
+
+pub fn classify(found: &Findings) -> Health {
+    let mut unhealthy = Vec::new();
+    let mut degraded = Vec::new();
+    if found.lost {
+        unhealthy.push(
+            "lost: the GPU has fallen off the bus (see dmesg for Xid 79; drain the node and reset or reboot)"
+                .to_owned(),
+        );
+    }
+    if let Some(count) = found.ecc_volatile_uncorrected.filter(|count| *count > 0) {
+        unhealthy.push(format!(
+            "{count} volatile uncorrectable ECC error{} (reset the GPU; repeated errors mean RMA)",
+            if count == 1 { "" } else { "s" }
+        ));
+    }
+    if found.remap_failure == Some(true) {
+        unhealthy.push("row remapping failed (the GPU needs service: RMA)".to_owned());
+    }
+    if found.remap_pending == Some(true) {
+        degraded.push("row remapping pending (takes effect at the next GPU reset)".to_owned());
+    }
+    if found.retired_pages_pending == Some(true) {
+        degraded.push("retired pages pending (take effect at the next GPU reset)".to_owned());
+    }
+    if let Some(events) = found.clock_events {
+        for (bit, what) in [
+            (HW_SLOWDOWN, "clocks held down by the hardware (HW slowdown)"),
+            (HW_THERMAL_SLOWDOWN, "clocks held down by the hardware for heat (HW thermal slowdown)"),
+            (HW_POWER_BRAKE_SLOWDOWN, "clocks held down by the power brake (HW power brake)"),
+        ] {
+            if events & bit != 0 {
+                degraded.push(what.to_owned());
+            }
+        }
+    }
+    // Width only: the link generation drops at idle by design.
+    if let Some((current, most)) = found.pcie_width.filter(|(current, most)| current < most) {
+        degraded.push(format!("PCIe link x{current} of x{most} (reseat the card or check the riser)"));
+    }
+    match (unhealthy.is_empty(), degraded.is_empty()) {
+        (true, true) => Health::default(),
+        (true, false) => Health { state: HealthState::Degraded, reasons: degraded },
+        (false, _) => {
+            unhealthy.extend(degraded);
+            Health { state: HealthState::Unhealthy, reasons: unhealthy }
+        }
+    }
+}
+
+/// A GPU the driver excluded from use: it is not among NVML's devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Excluded {
+    pub pci_bus_id: Option<String>,
+    pub uuid: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_finding_has_its_class() {
+        assert_eq!(classify(&Findings::default()), Health::default());
+        let unknown = Findings { ecc_volatile_uncorrected: None, clock_events: None, ..Findings::default() };
+        assert!(classify(&unknown).is_ok());
+        let ecc = classify(&Findings { ecc_volatile_uncorrected: Some(2), ..Findings::default() });
+        assert_eq!(ecc.state, HealthState::Unhealthy);
+        assert!(ecc.reasons[0].starts_with("2 volatile uncorrectable ECC errors"));
+        let pending = classify(&Findings { remap_pending: Some(true), ..Findings::default() });
+        assert_eq!(pending.state, HealthState::Degraded);
+        let both = classify(&Findings {
+            remap_pending: Some(true),
+            remap_failure: Some(true),
+            ..Findings::default()
+        });
+        assert_eq!(both.state, HealthState::Unhealthy);
+        assert_eq!(both.reasons.len(), 2);
+        // Idle (0x1) and a software power cap (0x4) are not faults; HW slowdown is.
+        assert!(classify(&Findings { clock_events: Some(0x5), ..Findings::default() }).is_ok());
+        assert_eq!(classify(&Findings { clock_events: Some(0x88), ..Findings::default() }).reasons.len(), 2);
+        assert!(classify(&Findings { pcie_width: Some((16, 16)), ..Findings::default() }).is_ok());
+        let narrow = classify(&Findings { pcie_width: Some((8, 16)), ..Findings::default() });
+        assert_eq!(narrow.describe(), "degraded: PCIe link x8 of x16 (reseat the card or check the riser)");
+        assert_eq!(classify(&Findings { lost: true, ..Findings::default() }).state, HealthState::Unhealthy);
+    }
+}

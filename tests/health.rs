@@ -1,0 +1,152 @@
+//! GPU health (issue 24): unhealthy GPUs are never chosen, degraded ones only after every
+//! healthy one with a warning, `--health strict` and `--health ignore`, the refusal that names
+//! health, `--list`, its JSON, excluded GPUs and `--doctor`. Through the binary, on scenarios
+//! written here.
+
+mod common;
+
+use common::Sim;
+use serde_json::{json, Value};
+
+/// An A100 80GB (Ampere: row remapping) with ECC on, idle, with `extra` keys; `free` GiB free.
+fn a100(index: u32, free: u32, extra: &str) -> String {
+    format!(
+        "[[gpu]]\nname = \"NVIDIA A100-SXM4-80GB\"\nuuid = \"GPU-24000000-0000-4000-8000-00000000000{index}\"\n\
+         pci_bus_id = \"00000000:{:02X}:00.0\"\nmemory_total = \"80GiB\"\nmemory_used = \"{}GiB\"\n\
+         utilization_gpu = 0\nutilization_memory = 0\necc_mode = \"enabled\"\n{extra}\n\n",
+        0x10 * (index + 1),
+        80 - free
+    )
+}
+
+fn visible(sim: &Sim, args: &[&str]) -> String {
+    let outcome = sim.gpurun().args(["--export"]).args(args).run();
+    let line = outcome.status(0).stdout.lines().next().unwrap_or_default().to_owned();
+    line.trim_start_matches("export CUDA_VISIBLE_DEVICES='").trim_end_matches('\'').to_owned()
+}
+
+fn health(listing: &Value, index: usize) -> (String, Vec<String>) {
+    let health = &listing["gpus"][index]["health"];
+    let reasons =
+        health["reasons"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_owned()).collect();
+    (health["state"].as_str().unwrap().to_owned(), reasons)
+}
+
+#[test]
+fn each_finding_is_classified_and_shown() {
+    // 0 healthy, 1 ECC errors, 2 remap failure, 3 remap pending, 4 HW slowdown + power brake,
+    // 5 a x8 link, 6 a V100 with retired pages pending, 7 lost.
+    let mut scenario = a100(0, 70, "");
+    scenario += &a100(1, 79, "ecc_volatile_uncorrected = 3");
+    scenario += &a100(2, 79, "remapped_rows = { uncorrectable = 1, failure = true }");
+    scenario += &a100(3, 79, "remapped_rows = { uncorrectable = 1, pending = true }");
+    scenario += &a100(4, 79, "clocks_event_reasons = [\"hw_slowdown\", \"power_brake\", \"sw_power_cap\"]");
+    scenario += &a100(5, 79, "pcie_width = 8\npcie_max_width = 16");
+    scenario += &a100(6, 79, "retired_pages_pending = true\necc_aggregate_uncorrected = 9")
+        .replace("NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB")
+        .replace("memory_total = \"80GiB\"", "memory_total = \"80GiB\"\ncompute_capability = \"7.0\"");
+    scenario += &a100(7, 79, "");
+    scenario += "[[error]]\ncall = \"nvmlDeviceGetMemoryInfo\"\ngpu = 7\nerror = \"GPU_IS_LOST\"\n\n";
+    scenario += "[[excluded]]\npci_bus_id = \"00000000:90:00.0\"\nuuid = \"GPU-24000000-0000-4000-8000-0000000000ff\"\n";
+    let sim = Sim::new(&scenario);
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    assert_eq!(health(&listing, 0), ("ok".to_owned(), vec![]));
+    let expect = [
+        (1, "unhealthy", "3 volatile uncorrectable ECC errors"),
+        (2, "unhealthy", "row remapping failed"),
+        (3, "degraded", "row remapping pending"),
+        (4, "degraded", "clocks held down by the hardware (HW slowdown)"),
+        (5, "degraded", "PCIe link x8 of x16"),
+        (6, "degraded", "retired pages pending"),
+        (7, "unhealthy", "lost: the GPU has fallen off the bus"),
+    ];
+    for (index, state, reason) in expect {
+        let (found, reasons) = health(&listing, index);
+        assert_eq!(found, state, "GPU {index}: {reasons:?}");
+        assert!(reasons[0].starts_with(reason), "GPU {index}: {reasons:?}");
+    }
+    // The power brake too, not the software power cap (an ordinary limit).
+    assert_eq!(health(&listing, 4).1.len(), 2);
+    // Aggregate (lifetime) errors alone do not make a GPU unhealthy: volatile ones do.
+    assert_eq!(health(&listing, 6).1.len(), 1);
+    assert_eq!(
+        listing["excluded"],
+        json!([{"pci_bus_id": "00000000:90:00.0", "uuid": "GPU-24000000-0000-4000-8000-0000000000ff"}])
+    );
+    let table = sim.gpurun().args(["--list"]).run();
+    table
+        .status(0)
+        .stdout_has("     not eligible: unhealthy: 3 volatile uncorrectable ECC errors")
+        .stdout_has("     health: degraded: PCIe link x8 of x16")
+        .stdout_has("excluded by the driver: 00000000:90:00.0 (GPU-24000000-0000-4000-8000-0000000000ff)");
+    let doctor = sim.gpurun().args(["--doctor"]).run();
+    doctor
+        .stdout_has("GPU 2 is unhealthy: row remapping failed")
+        .stdout_has("the board needs an RMA")
+        .stdout_has("GPU 3 is degraded: row remapping pending")
+        .stdout_has("nvidia-smi -r -i 3")
+        .stdout_has("is excluded by the driver");
+}
+
+/// GPU 0 degraded (row remapping pending) with the most free memory, GPU 1 unhealthy, GPUs 2
+/// and 3 healthy.
+fn sick_and_healthy() -> Sim {
+    let mut scenario = a100(0, 79, "remapped_rows = { pending = true }");
+    scenario += &a100(1, 79, "ecc_volatile_uncorrected = 1");
+    scenario += &a100(2, 60, "");
+    scenario += &a100(3, 50, "");
+    Sim::new(&scenario)
+}
+
+#[test]
+fn unhealthy_never_degraded_last_with_a_warning() {
+    let sim = sick_and_healthy();
+    // The healthy ones first, though the degraded one has the most free memory.
+    assert_eq!(visible(&sim, &[]), "2");
+    assert_eq!(visible(&sim, &["--gpus", "2"]), "2,3");
+    // Three: the degraded one joins them, last, with a warning; never the unhealthy one.
+    let three = sim.gpurun().args(["--gpus", "3", "--", "true"]).run();
+    three.status(0).stderr_has("warning: taking GPU 0, which is degraded: row remapping pending");
+    assert_eq!(visible(&sim, &["--gpus", "3"]), "2,3,0");
+    assert_eq!(visible(&sim, &["--gpus", "all"]), "2,3,0");
+    // Four: only the unhealthy one could make up the rest.
+    sim.gpurun()
+        .args(["--gpus", "4", "--", "true"])
+        .run()
+        .status(75)
+        .stderr_has("not enough GPUs: 4 requested, 3 qualify; only GPUs turned away for their health could make up the rest (--health ignore would take them)")
+        .stderr_has("GPU 1: unhealthy: 1 volatile uncorrectable ECC error (reset the GPU");
+    // --fallback best relaxes the load, never health.
+    sim.gpurun().args(["--gpus", "4", "--fallback", "best", "--", "true"]).run().status(75);
+    // The dry run says why the degraded one was passed over.
+    let plan = sim.gpurun().args(["--dry-run", "--json"]).run().status(0).json();
+    assert_eq!(
+        plan["gpus"][0]["passed_over"],
+        "degraded: row remapping pending (takes effect at the next GPU reset)"
+    );
+    assert_eq!(plan["gpus"][1]["eligible"], false);
+    assert_eq!(plan["gpus"][1]["passed_over"], Value::Null);
+}
+
+#[test]
+fn strict_refuses_degraded_and_ignore_takes_any() {
+    let sim = sick_and_healthy();
+    sim.gpurun().args(["--health", "strict", "--gpus", "3", "--", "true"]).run().status(75).stderr_has(
+        "GPU 0: degraded: row remapping pending (takes effect at the next GPU reset) (--health strict)",
+    );
+    assert_eq!(visible(&sim, &["--health", "strict", "--gpus", "2"]), "2,3");
+    // ignore: every GPU, the sick ones after the healthy ones, each warned about.
+    let all = sim.gpurun().args(["--health", "ignore", "--gpus", "4", "--", "true"]).run();
+    all.status(0)
+        .stderr_has("warning: taking GPU 0 despite its health (--health ignore): degraded")
+        .stderr_has("warning: taking GPU 1 despite its health (--health ignore): unhealthy: 1 volatile");
+    assert_eq!(visible(&sim, &["--health", "ignore", "--gpus", "4"]), "2,3,0,1");
+    // A setting like the others: the config file and GPURUN_HEALTH.
+    let dir = sim.dir.path().join("config/gpurun");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), "health = \"strict\"\n").unwrap();
+    sim.gpurun().args(["--gpus", "3", "--", "true"]).run().status(75);
+    let by_variable = sim.gpurun().env("GPURUN_HEALTH", "ignore").args(["--export", "--gpus", "4"]).run();
+    by_variable.status(0).stdout_has("export CUDA_VISIBLE_DEVICES='2,3,0,1'");
+    sim.gpurun().args(["--health", "sometimes"]).run().status(125).stderr_has("sometimes");
+}
