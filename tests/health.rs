@@ -150,3 +150,50 @@ fn strict_refuses_degraded_and_ignore_takes_any() {
     by_variable.status(0).stdout_has("export CUDA_VISIBLE_DEVICES='2,3,0,1'");
     sim.gpurun().args(["--health", "sometimes"]).run().status(125).stderr_has("sometimes");
 }
+
+#[test]
+fn an_xid_during_the_run_is_logged_reported_and_named_at_exit() {
+    let scenario = a100(0, 79, "") + &a100(1, 79, "");
+    let sim = Sim::new(&scenario);
+    let report = sim.dir.path().join("report.json");
+    let log = sim.dir.path().join("stderr.txt");
+    let cuda = common::sim_cuda().to_string_lossy().into_owned();
+    let mut command = sim
+        .gpurun()
+        .args(["--devices", "1", "--report-json", report.to_str().unwrap(), "--", &cuda])
+        .args(["--mem", "1GiB", "--sleep", "3", "--exit", "3"])
+        .command;
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let on_gpu_1 = || {
+        let listing = sim.gpurun().args(["--list", "--json"]).run().json();
+        listing["gpus"][1]["processes"].as_array().is_some_and(|p| !p.is_empty())
+    };
+    assert!(common::wait_until(std::time::Duration::from_secs(20), on_gpu_1));
+    // The driver raises Xid 79 on the chosen GPU, and an Xid 13 on another, while it runs.
+    sim.rewrite(&(scenario + "[[xid]]\ngpu = 1\ncode = 79\n\n[[xid]]\ngpu = 0\ncode = 13\n"));
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("warning: Xid 79 on GPU 1: the GPU has fallen off the bus"), "{said}");
+    assert!(said.contains("the hardware or driver, not the application"), "{said}");
+    assert!(said.contains("warning: the command exited with status 3 "), "{said}");
+    assert!(said.contains(" s after Xid 79 on GPU 1"), "{said}");
+    assert!(!said.contains("Xid 13"), "another GPU's Xid is not this job's: {said}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let xids: Vec<&Value> =
+        json["diagnosis"].as_array().unwrap().iter().filter(|d| d["kind"] == "xid").collect();
+    assert_eq!(xids.len(), 1, "{json}");
+    assert_eq!(xids[0]["gpu"], 1);
+    assert_eq!(xids[0]["code"], 79);
+    assert!(xids[0]["detail"].as_str().unwrap().contains("s into the run"), "{json}");
+    // And the history keeps it.
+    let history = sim.gpurun().args(["--history", "--json"]).run().status(0).json();
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert!(
+        last["diagnosis"].as_array().unwrap().iter().any(|d| d["kind"] == "xid" && d["code"] == 79),
+        "{last}"
+    );
+}

@@ -196,6 +196,9 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let options =
         supervise::Options { no_forward: &supervision.no_forward, kill_after: supervision.kill_after };
     let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
+    if let Some(watch) = watch.as_mut() {
+        watch.last_xids();
+    }
     watcher.into_iter().for_each(Watcher::stop);
     // An --on-start hook still running ends with the command's leftovers: it is never waited
     // for, since the GPUs stay reserved until gpurun exits.
@@ -250,13 +253,33 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         })
         .collect();
     // Without verification nothing was seen: nothing to diagnose.
-    let diagnosis = match watch.is_some() {
+    let mut diagnosis = match watch.is_some() {
         true => {
             diagnosis::diagnose(&cards, supervised.end != End::Exited(0), wall >= supervision.verify_timeout)
         }
         false => Vec::new(),
     };
-    for found in &diagnosis {
+    let xids = watch.as_ref().map(|w| w.monitor.xids.clone()).unwrap_or_default();
+    let into_run =
+        |at: std::time::SystemTime| at.duration_since(started_at).unwrap_or_default().as_secs_f64();
+    if let (Some((last, at)), false) = (xids.last(), supervised.end == End::Exited(0)) {
+        // The exit line: a command that died right after an Xid most likely died of it.
+        tracing::warn!(
+            "the command {} {:.1} s after {}",
+            match supervised.end {
+                End::Exited(code) => format!("exited with status {code}"),
+                End::Signaled(signal) => format!("was killed by {}", crate::options::signal::name(signal)),
+            },
+            wall.as_secs_f64() - into_run(*at),
+            crate::verify::xid::describe(last.code, last.gpu)
+        );
+    }
+    // Logged when they were seen: here only into the report and the history.
+    let logged = diagnosis.len();
+    diagnosis.extend(
+        xids.iter().map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &utc_clock(*at))),
+    );
+    for found in &diagnosis[..logged] {
         tracing::warn!("{}: {}", found.kind, found.detail);
     }
     let uuid_of = |index: u32| machine.device(index).and_then(|gpu| gpu.uuid.clone());
@@ -290,6 +313,12 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
             .for_each(Hook::finish);
     }
     Ok(exit)
+}
+
+/// `12:34:56 UTC`: when an Xid was seen, as dmesg and the driver's logs can be matched to it.
+fn utc_clock(at: std::time::SystemTime) -> String {
+    let seconds = at.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs()) % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", seconds / 3600, seconds / 60 % 60, seconds % 60)
 }
 
 /// The `--report-json` file, created or truncated. Opened without blocking (signals are

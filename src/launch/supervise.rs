@@ -29,7 +29,24 @@ pub struct Watch<'a> {
     pub monitor: Monitor,
 }
 
+/// How long the end of a run waits for NVML's last word on Xid errors (a healthy driver answers
+/// in well under a millisecond; a hung one must not hold the exit).
+const LAST_XIDS: Duration = Duration::from_millis(50);
+
 impl Watch<'_> {
+    /// After the command ended: the poll that was still out, and the Xid errors raised since
+    /// the last poll (an Xid often comes just before the crash it explains).
+    pub fn last_xids(&mut self) {
+        if let Some(Answer::Polled { lists, xids }) = self.nvml.try_answer() {
+            self.monitor.absorb_xids(xids);
+            let _ = self.monitor.absorb(lists);
+        }
+        let job = Job::Poll { watched: Vec::new(), chosen: self.monitor.xid_gpus() };
+        if let Some(Answer::Polled { xids, .. }) = self.nvml.ask_briefly(job, LAST_XIDS) {
+            self.monitor.absorb_xids(xids);
+        }
+    }
+
     /// The NVML call that has not returned for a while, if one is hanging.
     pub fn stuck(&self) -> Option<Option<crate::probe::nvml::Call>> {
         self.nvml.stuck(SLOW_CALL)
@@ -98,7 +115,9 @@ pub fn run(
             let stuck = watch.stuck();
             watch.monitor.check_deadline(now, stuck);
             if watch.monitor.poll_due(now) && !watch.nvml.is_busy() {
-                watch.nvml.send(Job::Processes(watch.monitor.watched()));
+                watch
+                    .nvml
+                    .send(Job::Poll { watched: watch.monitor.watched(), chosen: watch.monitor.xid_gpus() });
             }
         }
         // While a poll is out (or hangs), only the verification deadline can wake the monitor.
@@ -131,7 +150,8 @@ pub fn run(
         }
         if answered {
             if let Some(watch) = watch.as_deref_mut() {
-                if let Some(Answer::Processes(lists)) = watch.nvml.try_answer() {
+                if let Some(Answer::Polled { lists, xids }) = watch.nvml.try_answer() {
+                    watch.monitor.absorb_xids(xids);
                     if let Some(detail) = watch.monitor.absorb(lists) {
                         send(child, libc::SIGTERM);
                         kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));

@@ -7,15 +7,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     ComputeMode as NvmlComputeMode, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus,
     TemperatureSensor, TopologyLevel,
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING};
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::{Device, EventSet, Nvml};
 
 use crate::options::cpus;
 use crate::probe::gpu::{
@@ -99,10 +101,23 @@ impl Calls {
 
 /// An open NVML library.
 pub struct Session {
-    nvml: Nvml,
+    /// Opened once per run and kept to the end (NVML's own reference count ends with the
+    /// process), so that an event set can borrow it for as long as the run lasts.
+    nvml: &'static Nvml,
     calls: Calls,
     /// Use the `_v2` process list: the driver writes `_v3` entries wider than nvml.h says.
     v3_misread: bool,
+    /// Xid events of the chosen GPUs: registered at the first `xids` call.
+    xid_events: Option<Option<EventSet<'static>>>,
+}
+
+/// An Xid error NVML raised on a GPU (`nvmlEventTypeXidCriticalError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Xid {
+    /// NVML index.
+    pub gpu: u32,
+    /// The Xid; 999 where the driver does not know it.
+    pub code: u64,
 }
 
 /// Drivers 535.43 to 535.86 write 32-byte `_v3` process entries where nvml.h (and nvml-wrapper
@@ -141,7 +156,7 @@ pub fn open(library: Option<&Path>, calls: Calls) -> Result<Session, OpenError> 
     if v3_misread {
         tracing::debug!("driver 535.43-535.86: reading process lists with the _v2 call");
     }
-    Ok(Session { nvml, calls, v3_misread })
+    Ok(Session { nvml: Box::leak(Box::new(nvml)), calls, v3_misread, xid_events: None })
 }
 
 /// A GPU's failed queries. Those a request may need (the handle, identity, memory, MIG mode,
@@ -330,8 +345,7 @@ impl Session {
         let count = self.calls.run("nvmlGetExcludedDeviceCount", None, || self.nvml.excluded_device_count());
         (0..count.unwrap_or(0))
             .filter_map(|index| {
-                self.calls
-                    .run("nvmlGetExcludedDeviceInfoByIndex", None, || excluded_device(&self.nvml, index))
+                self.calls.run("nvmlGetExcludedDeviceInfoByIndex", None, || excluded_device(self.nvml, index))
             })
             .collect()
     }
@@ -431,7 +445,7 @@ impl Session {
                 })
                 .map(|listed| listed.into_iter().map(process_of).collect());
             let (gpu_instance_id, compute_instance_id) =
-                calls.run("nvmlDeviceGetGpuInstanceId", Some(index), || instance_ids(&self.nvml, &mig));
+                calls.run("nvmlDeviceGetGpuInstanceId", Some(index), || instance_ids(self.nvml, &mig));
             let profile =
                 name.as_deref().and_then(|n| n.rsplit_once(" MIG ")).map(|(_, profile)| profile.to_owned());
             found.push(Gpu {
@@ -528,7 +542,7 @@ impl Session {
                 }
             });
         let processes = listed.map(|listed| listed.into_iter().map(process_of).collect());
-        let health = classify(&health_findings(&self.nvml, &device, &mut queries, mig_enabled));
+        let health = classify(&health_findings(self.nvml, &device, &mut queries, mig_enabled));
         Gpu {
             index,
             uuid,
@@ -550,6 +564,48 @@ impl Session {
             error: queries.first_error,
             handle_refused,
         }
+    }
+
+    /// The Xid errors raised on `gpus` since the last call, without waiting. The first call
+    /// registers for them (GPUs that cannot report Xids are left out); none where events are
+    /// not supported at all.
+    pub fn xids(&mut self, gpus: &[u32]) -> Vec<Xid> {
+        let nvml: &'static Nvml = self.nvml;
+        let calls = self.calls.clone();
+        let set = self.xid_events.get_or_insert_with(|| {
+            let mut set = calls.run("nvmlEventSetCreate", None, || nvml.create_event_set()).ok()?;
+            for &gpu in gpus {
+                let Ok(device) = nvml.device_by_index(gpu) else { continue };
+                set = match calls.run("nvmlDeviceRegisterEvents", Some(gpu), || {
+                    device.register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                }) {
+                    Ok(set) => set,
+                    // A failed registration frees the set: start another for the rest.
+                    Err(error) => {
+                        tracing::debug!("GPU {gpu}: Xid events: {}", error.error);
+                        calls.run("nvmlEventSetCreate", None, || nvml.create_event_set()).ok()?
+                    }
+                };
+            }
+            Some(set)
+        });
+        let Some(set) = set.as_ref() else { return Vec::new() };
+        let mut found = Vec::new();
+        // Bounded: a driver that keeps answering cannot keep the thread here.
+        for _ in 0..64 {
+            match calls.run("nvmlEventSetWait_v2", None, || set.wait(0)) {
+                Ok(event) => {
+                    let Some(gpu) = event.device.index().ok() else { continue };
+                    let code = match event.event_data {
+                        Some(XidError::Value(code)) => code,
+                        Some(XidError::Unknown) | None => 999,
+                    };
+                    found.push(Xid { gpu, code });
+                }
+                Err(_) => break,
+            }
+        }
+        found
     }
 
     /// The compute processes on GPU or MIG device `key`.

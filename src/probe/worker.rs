@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::probe::gpu::{Machine, Topology};
-use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Session};
+use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Session, Xid};
 use crate::process::signals::Receiver;
 
 /// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).
@@ -24,15 +24,19 @@ pub enum Job {
     Probe,
     /// The links between every pair of these GPUs.
     Links(Vec<u32>),
-    /// The compute processes of these GPUs.
-    Processes(Vec<u32>),
+    /// The compute processes of `watched`, and the Xid errors raised on `chosen` since the
+    /// last poll.
+    Poll {
+        watched: Vec<u32>,
+        chosen: Vec<u32>,
+    },
 }
 
 pub enum Answer {
     Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
     Links(Topology),
-    Processes(Vec<(u32, Result<Vec<Listed>, String>)>),
+    Polled { lists: Vec<(u32, Result<Vec<Listed>, String>)>, xids: Vec<Xid> },
 }
 
 /// Why no answer came.
@@ -68,8 +72,9 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
                 Some(session) => Answer::Probed(session.probe()),
                 None => Answer::Probed(Err(OpenError::NotOpen)),
             },
-            Job::Processes(gpus) => Answer::Processes(
-                gpus.into_iter()
+            Job::Poll { watched, chosen } => Answer::Polled {
+                lists: watched
+                    .into_iter()
                     .map(|gpu| {
                         let listed = match session.as_mut() {
                             Some(session) => session.processes(gpu).map_err(|e| e.to_string()),
@@ -78,7 +83,8 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
                         (gpu, listed)
                     })
                     .collect(),
-            ),
+                xids: session.as_mut().map(|session| session.xids(&chosen)).unwrap_or_default(),
+            },
         };
         if answers.send(answer).is_err() {
             return;
@@ -134,6 +140,25 @@ impl NvmlThread {
     pub fn stuck(&self, longer_than: Duration) -> Option<Option<Call>> {
         let since = self.busy_since?;
         (since.elapsed() >= longer_than).then(|| self.calls.current())
+    }
+
+    /// `job`'s answer if it comes within `within`; `None` if the thread is busy with another (a
+    /// hanging call) or is slower. Signals are left pending for whoever reads them next.
+    pub fn ask_briefly(&mut self, job: Job, within: Duration) -> Option<Answer> {
+        if self.is_busy() {
+            return None;
+        }
+        self.send(job);
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(answer) = self.try_answer() {
+                return Some(answer);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Waits for the answer to the job in hand until `deadline`, acting on signals as before

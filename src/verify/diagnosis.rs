@@ -5,6 +5,8 @@
 //! - `idle-gpu`: of several selected GPUs, one the tree never used while it used another.
 //! - `cpu-fallback`: GPUs were selected, the command ran past `--verify-timeout`, and no process
 //!   of it ever used one.
+//! - `xid`: the driver raised an Xid error on a selected GPU during the run (what it usually
+//!   means, and whether applications cause it).
 //! - `over-reserved`: `--exclusive` (the whole card) or `--min-free` reserved ten times or more
 //!   what the tree's peak on that GPU was.
 
@@ -20,11 +22,14 @@ const OVER_RESERVED_FACTOR: u64 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Diagnosis {
-    /// `near-oom`, `idle-gpu`, `cpu-fallback` or `over-reserved`.
+    /// `near-oom`, `idle-gpu`, `cpu-fallback`, `over-reserved` or `xid`.
     pub kind: &'static str,
     /// The NVML index it is about (null for the run as a whole).
     pub gpu: Option<u32>,
     pub detail: String,
+    /// The Xid, for `xid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u64>,
 }
 
 /// One selected GPU, as the run left it.
@@ -67,6 +72,7 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
                         if failed { ", and the command failed" } else { "" },
                         next_time(available)
                     ),
+                    code: None,
                 });
             }
         }
@@ -83,6 +89,7 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
                         human(card.peak),
                         next_time(card.peak)
                     ),
+                    code: None,
                 });
             }
         }
@@ -97,6 +104,7 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
                      only cuda:0 (DataParallel or DistributedDataParallel not set up); ask for fewer GPUs",
                     label(card.index)
                 ),
+                code: None,
             });
         }
     }
@@ -107,9 +115,21 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
             detail: "the command ran past --verify-timeout and never used a GPU: its framework probably fell back \
                      to the CPU (does it see CUDA? python -c 'import torch; print(torch.cuda.is_available())')"
                 .to_owned(),
+            code: None,
         });
     }
     found
+}
+
+/// `xid`: an Xid error NVML raised on a chosen GPU during the run, `seconds` after the start
+/// (`at`: the wall-clock time, `12:34:56`).
+pub fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
+    Diagnosis {
+        kind: "xid",
+        gpu: Some(gpu),
+        detail: format!("{} ({at}, {seconds:.1} s into the run)", crate::verify::xid::describe(code, gpu)),
+        code: Some(code),
+    }
 }
 
 #[cfg(test)]

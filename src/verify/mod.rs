@@ -5,3 +5,4 @@ pub mod diagnosis;
 pub mod monitor;
 pub mod report;
 pub mod verdict;
+pub mod xid;

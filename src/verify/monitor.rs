@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::options::VerifyMode;
-use crate::probe::nvml::{Call, Listed};
+use crate::probe::nvml::{Call, Listed, Xid};
 use crate::process::procfs;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 
@@ -42,6 +42,8 @@ pub struct Monitor {
     logged: Vec<Verdict>,
     /// Largest total of the tree's memory seen on each GPU.
     pub peak_bytes: BTreeMap<u32, u64>,
+    /// The Xid errors NVML raised on the chosen GPUs, with when they were seen.
+    pub xids: Vec<(Xid, std::time::SystemTime)>,
 }
 
 impl Monitor {
@@ -67,12 +69,32 @@ impl Monitor {
             deadline: Some(now + timeout),
             logged: Vec::new(),
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
+            xids: Vec::new(),
         }
     }
 
     /// The selected GPUs a process of the tree was seen on.
     pub fn used(&self) -> Vec<u32> {
         self.tracker.used().iter().copied().collect()
+    }
+
+    /// The physical GPUs whose Xid errors count: the chosen ones (a MIG device's GPU).
+    pub fn xid_gpus(&self) -> Vec<u32> {
+        let mut gpus: Vec<u32> = self
+            .selected
+            .iter()
+            .map(|&key| crate::probe::gpu::mig_parts(key).map_or(key, |(parent, _)| parent))
+            .collect();
+        gpus.dedup();
+        gpus
+    }
+
+    /// Xid errors from a poll: each is logged when it is seen, and kept for the report.
+    pub fn absorb_xids(&mut self, xids: Vec<Xid>) {
+        for xid in xids {
+            tracing::warn!("{}", crate::verify::xid::describe(xid.code, xid.gpu));
+            self.xids.push((xid, std::time::SystemTime::now()));
+        }
     }
 
     /// The GPUs to list at each poll.

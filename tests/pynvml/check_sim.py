@@ -144,6 +144,7 @@ class Checker:
                   pynvml.nvmlSystemGetCudaDriverVersion_v2, lambda: cuda)
         self.call("device count", "nvmlDeviceGetCount", None,
                   pynvml.nvmlDeviceGetCount, lambda: len(self.gpus))
+        self.check_events()
         excluded = self.scenario.get("excluded", [])
         self.call("excluded count", "nvmlGetExcludedDeviceCount", None,
                   pynvml.nvmlGetExcludedDeviceCount, lambda: len(excluded))
@@ -287,6 +288,29 @@ class Checker:
         self.check_health(index, handle)
         self.check_processes(index, handle)
         self.check_lookups(index, handle)
+
+    def check_events(self):
+        """Xid events: every [[xid]] once per event set registered for its GPU, then TIMEOUT."""
+        xids = [x for x in self.scenario.get("xid", []) if x.get("after_ms", 0) == 0]
+        if not self.gpus or self.errors or self.scenario.get("hang"):
+            return
+        events = pynvml.nvmlEventSetCreate()
+        for index in range(len(self.gpus)):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.check(f"GPU {index} supported events", pynvml.nvmlDeviceGetSupportedEventTypes(handle),
+                       pynvml.nvmlEventTypeXidCriticalError)
+            pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, events)
+        got = []
+        while True:
+            try:
+                data = pynvml.nvmlEventSetWait_v2(events, 50)
+            except pynvml.NVMLError as e:
+                self.check("event wait ends with TIMEOUT", e.value, pynvml.NVML_ERROR_TIMEOUT)
+                break
+            got.append((pynvml.nvmlDeviceGetIndex(data.device), data.eventType, data.eventData))
+        want = sorted((x["gpu"], pynvml.nvmlEventTypeXidCriticalError, x["code"]) for x in xids)
+        self.check("Xid events", sorted(got), want)
+        pynvml.nvmlEventSetFree(events)
 
     def check_health(self, index, handle):
         """ECC, row remapping (fields 142-145 too), retired pages, clock events, PCIe width,

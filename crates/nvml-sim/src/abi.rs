@@ -104,7 +104,7 @@ fn handle_for(index: usize) -> Device {
 
 /// `[[hang]]` and `[[crash]]`: a hanging call sleeps outside the state lock (other threads'
 /// calls go on, as with a real driver stuck on one GPU); a crashing one faults for real.
-fn misbehave(call: &str, gpu: Option<u32>) {
+pub(crate) fn misbehave(call: &str, gpu: Option<u32>) {
     let (hang, crash) =
         with_state(|state| Ok((state.hang(call, gpu), state.crashes(call, gpu)))).unwrap_or((None, false));
     if crash {

@@ -11,6 +11,7 @@
 
 mod abi;
 pub mod cuda;
+mod events;
 mod health;
 pub mod registry;
 pub mod scenario;
@@ -20,5 +21,6 @@ mod state;
 pub fn header_facts() -> Vec<(String, u64)> {
     let mut facts = abi::header_facts();
     facts.extend(health::facts());
+    facts.extend(events::facts());
     facts
 }

@@ -55,6 +55,20 @@ pub struct Scenario {
     /// devices at all.
     #[serde(default, rename = "excluded")]
     pub excluded: Vec<ExcludedSpec>,
+    /// Xid errors the driver raises (`nvmlEventSetWait_v2`, `nvmlEventTypeXidCriticalError`).
+    #[serde(default, rename = "xid")]
+    pub xids: Vec<XidSpec>,
+}
+
+/// An Xid error on one GPU, delivered once to each event set registered for it, `after_ms`
+/// after the registration (0: at once). An entry added while a client waits is delivered too.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XidSpec {
+    pub gpu: u32,
+    pub code: u64,
+    #[serde(default)]
+    pub after_ms: u64,
 }
 
 /// A GPU the driver excluded from use (NVreg_ExcludedGpus, or a failure at load).

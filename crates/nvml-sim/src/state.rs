@@ -18,6 +18,18 @@ pub struct State {
     /// Matching calls so far for each `[[hang]]` entry.
     hang_hits: Vec<u32>,
     pub init_count: u32,
+    /// Event sets (`nvmlEventSetCreate`), by handle - 1; `None` once freed.
+    pub event_sets: Vec<Option<EventSet>>,
+}
+
+/// One event set: what it was registered for, and the Xids it has delivered.
+#[derive(Debug, Default)]
+pub struct EventSet {
+    /// (GPU, when it was registered for Xid events).
+    pub registered: Vec<(u32, std::time::Instant)>,
+    /// `(gpu, code, after_ms)` of the `[[xid]]` entries delivered, so that a re-read scenario
+    /// does not deliver them again.
+    pub delivered: Vec<(u32, u64, u64)>,
 }
 
 /// A process of the simulated machine as NVML lists it.
@@ -61,6 +73,7 @@ impl State {
             source,
             stamp,
             init_count: 0,
+            event_sets: Vec::new(),
         })
     }
 
