@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::probe::gpu::{Machine, Topology};
@@ -154,10 +155,15 @@ impl NvmlThread {
             if let Some(answer) = self.try_answer() {
                 return Some(answer);
             }
-            if Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return None;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            // Only the answer's eventfd: signals stay queued in their own.
+            let mut fds = [PollFd::new(self.ready.as_fd(), PollFlags::POLLIN)];
+            let timeout =
+                PollTimeout::try_from(left.as_millis().saturating_add(1)).unwrap_or(PollTimeout::MAX);
+            let _ = poll(&mut fds, timeout);
         }
     }
 

@@ -563,10 +563,12 @@ class Checker:
         with open(self.path + ".new", "wb") as f:
             f.write(changed)
         os.replace(self.path + ".new", self.path)
+        time.sleep(0.01)  # the simulator looks at the file at most every 2 ms
         self.check("scenario re-read after a change", pynvml.nvmlSystemGetDriverVersion(), "999.99.99")
         with open(self.path + ".new", "wb") as f:
             f.write(original)
         os.replace(self.path + ".new", self.path)
+        time.sleep(0.01)
         self.hits = [0] * len(self.errors)
 
     # -- what a hung or threaded driver does ----------------------------------------------------
