@@ -115,6 +115,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("leases", "one file per chosen GPU, flock-ed for the command's life: a dead gpurun frees its GPUs at once; --min-free memory counts as far as the holder's processes do not yet use it in NVML; a held lease that cannot be read counts as an exclusive reservation of its GPU"),
             ("--exclusive", "also avoids GPUs another launch reserved; an exclusive reservation keeps everyone off"),
             ("--wait", "first come, first served: a waiter holds a ticket naming the GPUs it could use, and holds back only those; a new launch queues behind waiters for the same GPUs; 75 when --wait=DURATION is up"),
+            ("waking", "a waiter sleeps on its own FIFO in the lock directory: a lease's end wakes the first waiter that could use that GPU, a waiter leaving wakes the next; only a head (nobody ahead for its GPUs) looks at NVML by itself, every 2 s, for GPUs freed outside gpurun"),
             ("--exec", "the command inherits the locked lease: the reservation lasts as long as it runs"),
             ("what others see", "a lease file is world-readable and names the command by its program alone (python); its owner and root see the whole command line in --list, read from /proc, so arguments such as --api-key=... are never published"),
         ],

@@ -354,6 +354,9 @@ pub fn acquire(
     let started = Instant::now();
     let waiting_until = options.wait.map(|limit| limit.map(|limit| started + limit));
     let mut ticket: Option<Ticket> = None;
+    // Whether the last wait ended with a wake-up, and the quick looks since.
+    let mut woken = false;
+    let mut quick_retries = AFTER_A_WAKE.len();
     let mut progress = Progress::new(options.json_logs);
     // Links do not change: read once for a pool of GPUs, again only if the pool changes.
     let mut links: Option<(Vec<u32>, Topology)> = None;
@@ -395,7 +398,44 @@ pub fn acquire(
             _ => None,
         };
         let live = lock_dir.as_ref().map(|dir| lease::live(dir, options.hold)).unwrap_or_default();
-        let waiters = lock_dir.as_ref().map(|dir| ticket::waiters(dir, options.hold)).unwrap_or_default();
+        // A waiting launch behind a queue whose tickets cover every GPU it could use joins the
+        // queue without reading it (it could not start now, and the queue wakes it in turn):
+        // a burst of hundreds of launches each reading every ticket was quadratic.
+        let still_waiting =
+            waiting_until.is_some_and(|until| until.is_none_or(|until| Instant::now() < until));
+        if let (Some(dir), None, true, true) = (&lock_dir, &ticket, options.hold, still_waiting) {
+            let quick = policy::decide(&machine.all_devices(), &visibility, options.request, &[], &[])?;
+            let mask = ticket::mask_of(quick.possible());
+            if quick.never.is_none() && mask != 0 {
+                if let Some(ahead) = ticket::queue_covers(dir, mask) {
+                    let possible = quick
+                        .possible()
+                        .iter()
+                        .filter_map(|index| machine.device(*index)?.uuid.clone())
+                        .collect();
+                    let needs = Needs {
+                        count: options.request.count,
+                        min_free: quick.min_free(options.request.min_free),
+                        max_util: options.request.max_util,
+                        exclusive: options.request.exclusive,
+                        policy: options.request.policy,
+                    };
+                    let taken = ticket::take(dir, possible, mask, &options.request_text, needs)?;
+                    drop(guard);
+                    progress.show_text(&format!("waiting: {ahead} ahead in the queue for the same GPUs"));
+                    woken =
+                        wait_turn(&taken, dir, receiver, &mut quick_retries, false, waiting_until.flatten())
+                            .map_err(AcquireError::Interrupted)?;
+                    ticket = Some(taken);
+                    continue;
+                }
+            }
+        }
+        // What is ahead of this launch (every waiter, for a launch without a ticket or a listing).
+        let waiters = lock_dir
+            .as_ref()
+            .map(|dir| ticket::waiters_ahead(dir, ticket.as_ref(), options.hold))
+            .unwrap_or_default();
         let mut reserved = reservations(&live, &machine);
         let (held, queue) = queue_ahead(ticket::ahead(&waiters, ticket.as_ref()), &machine, &mut reserved);
         let timed_out = match waiting_until {
@@ -448,7 +488,7 @@ pub fn acquire(
             let chosen = chosen.map(|indices| Selection::new(&machine, &indices, options.request.count));
             let mut leases = Vec::new();
             if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
-                let reserve: Vec<(String, u64)> = selection
+                let reserve: Vec<(String, u64, u32)> = selection
                     .devices
                     .iter()
                     .filter_map(|device| {
@@ -456,7 +496,7 @@ pub fn acquire(
                             .min_free(options.request.min_free)
                             .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
                             .unwrap_or(0);
-                        Some((device.uuid.clone()?, bytes))
+                        Some((device.uuid.clone()?, bytes, device.gpu_index))
                     })
                     .collect();
                 leases = lease::reserve(dir, &reserve, options.request.exclusive, &options.command)?;
@@ -479,16 +519,78 @@ pub fn acquire(
                 exclusive: options.request.exclusive,
                 policy: options.request.policy,
             };
-            ticket = Some(ticket::take(dir, possible, &options.request_text, needs)?);
+            let mask = ticket::mask_of(decision.possible());
+            ticket = Some(ticket::take(dir, possible, mask, &options.request_text, needs)?);
         }
         drop(guard);
         let qualified = decision.assessments.iter().filter(|a| a.eligible()).count();
         let ahead = ticket::ahead(&waiters, ticket.as_ref()).count();
         progress.show(&decision.why_not(request), qualified, ahead, started.elapsed());
-        let pause = (HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY);
-        receiver.pause(pause).map_err(AcquireError::Interrupted)?;
+        match (&ticket, &lock_dir) {
+            (Some(ticket), Some(dir)) if ticket.wake_fd().is_some() => {
+                let until = waiting_until.flatten();
+                woken = wait_turn(ticket, dir, receiver, &mut quick_retries, woken, until)
+                    .map_err(AcquireError::Interrupted)?;
+            }
+            _ => {
+                let pause = (HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY);
+                receiver.pause(pause).map_err(AcquireError::Interrupted)?;
+            }
+        }
     }
     unreachable!("the loop returns")
+}
+
+/// After a wake-up that did not start the job (NVML may show a GPU freed a moment after its
+/// lease ends), look again this soon, this many times, before sleeping again.
+const AFTER_A_WAKE: [Duration; 4] = [
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+];
+
+/// Sleeps until this waiter should look at the machine again: its FIFO is written (a lease
+/// ended, or the waiter ahead left), it is a head and `SAFETY_POLL` has passed, the quick
+/// looks after a wake-up, or the wait's end. A waiter behind a head only checks the names every
+/// `ROLE_CHECK` (no NVML, no file read). Returns whether it was woken.
+fn wait_turn(
+    ticket: &Ticket,
+    dir: &LockDir,
+    receiver: &Receiver,
+    quick_retries: &mut usize,
+    was_woken: bool,
+    until: Option<Instant>,
+) -> Result<bool, i32> {
+    if was_woken {
+        *quick_retries = 0;
+    }
+    if let Some(pause) = AFTER_A_WAKE.get(*quick_retries) {
+        *quick_retries += 1;
+        let (received, woke) = receiver.wait(ticket.wake_fd(), Some(*pause));
+        receiver.act_before_launch(&received)?;
+        return Ok(woke && ticket.drain());
+    }
+    loop {
+        let head = ticket.is_head(dir);
+        let mut timeout = if head { ticket::SAFETY_POLL } else { ticket::ROLE_CHECK };
+        if let Some(until) = until {
+            timeout = timeout.min(until.saturating_duration_since(Instant::now()));
+        }
+        let (received, woke) = receiver.wait(ticket.wake_fd(), Some(timeout));
+        receiver.act_before_launch(&received)?;
+        if woke {
+            // Only a lease's end earns the quick looks after it.
+            let lease_ended = ticket.drain();
+            if !lease_ended {
+                *quick_retries = AFTER_A_WAKE.len();
+            }
+            return Ok(lease_ended);
+        }
+        if head || until.is_some_and(|until| Instant::now() >= until) || ticket.is_head(dir) {
+            return Ok(false);
+        }
+    }
 }
 
 /// The waiting line on stderr: rewritten in place on a terminal, one line every few seconds

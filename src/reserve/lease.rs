@@ -14,6 +14,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -39,21 +40,35 @@ pub struct Lease {
     pub started: u64,
 }
 
-/// A lease this gpurun holds. Dropping it removes the file (first) and releases the lock.
+/// A lease this gpurun holds. Dropping it removes the file (first), releases the lock, then
+/// wakes the first waiter that could use its GPU (`ticket::wake_first`).
 pub struct HeldLease {
-    // Field order is drop order: unlink, then unlock.
-    _entry: Entry,
-    lock: Flock<File>,
+    // Tuple order is drop order: unlink, then unlock.
+    held: Option<(Entry, Flock<File>)>,
+    /// The lock directory and the GPU's bit, for the wake-up.
+    waker: (OwnedFd, u64),
 }
 
 impl HeldLease {
     /// For `--exec`: the locked descriptor is inherited by the command, so the reservation lives
-    /// exactly as long as the command does.
-    pub fn hand_over_to_exec(self) {
+    /// exactly as long as the command does (and the head's safety poll finds it gone).
+    pub fn hand_over_to_exec(mut self) {
         use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-        let _ = fcntl(&*self.lock, FcntlArg::F_SETFD(FdFlag::empty()));
-        // Neither removed nor unlocked: the command holds it now.
-        std::mem::forget(self);
+        if let Some((entry, lock)) = self.held.take() {
+            let _ = fcntl(&*lock, FcntlArg::F_SETFD(FdFlag::empty()));
+            // Neither removed nor unlocked: the command holds it now.
+            std::mem::forget(lock);
+            std::mem::forget(entry);
+        }
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        if self.held.take().is_some() {
+            use crate::reserve::ticket;
+            ticket::wake_first(&self.waker.0, self.waker.1, None, ticket::LEASE_ENDED);
+        }
     }
 }
 
@@ -152,14 +167,14 @@ pub fn live(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
 /// failure (a full disk, say) nothing is left behind: leases taken so far are dropped.
 pub fn reserve(
     dir: &LockDir,
-    gpus: &[(String, u64)],
+    gpus: &[(String, u64, u32)],
     exclusive: bool,
     command: &str,
 ) -> Result<Vec<HeldLease>, LockDirError> {
     let uid = current_uid();
     let pid = std::process::id();
     let mut held = Vec::new();
-    for (uuid, reserved_bytes) in gpus {
+    for (uuid, reserved_bytes, index) in gpus {
         let lease = Lease {
             uuid: uuid.clone(),
             pid,
@@ -173,10 +188,10 @@ pub fn reserve(
         let safe_uuid: String = uuid.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
         let (file, entry) = create_unique(dir, &format!("{safe_uuid}.{pid}"), ".lease")?;
         let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| dir.io(e))?;
-        let lease_held = HeldLease { _entry: entry, lock };
         let text = serde_json::to_string(&lease).expect("plain data serialises");
-        (&*lease_held.lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
-        held.push(lease_held);
+        (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
+        let waker = (dir.fd_clone()?, crate::reserve::ticket::mask_of([*index]));
+        held.push(HeldLease { held: Some((entry, lock)), waker });
     }
     Ok(held)
 }
@@ -211,7 +226,7 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let path = base.path().join("locks");
         let dir = LockDir::open(&path, true).unwrap();
-        let held = reserve(&dir, &[("GPU-abc".to_owned(), 42)], true, "train").unwrap();
+        let held = reserve(&dir, &[("GPU-abc".to_owned(), 42, 0)], true, "train").unwrap();
         let leases = live(&dir, true);
         assert_eq!(leases.len(), 1);
         assert_eq!(leases[0].reserved_bytes, 42);

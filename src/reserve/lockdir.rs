@@ -212,7 +212,13 @@ impl LockDir {
             let Some((file, metadata)) = self.open_foreign(name.as_bytes()) else { continue };
             if !Self::is_held(&file) {
                 if may_clean {
-                    self.remove_if_mine(name.as_bytes(), std::os::unix::fs::MetadataExt::uid(&metadata));
+                    let owner = std::os::unix::fs::MetadataExt::uid(&metadata);
+                    self.remove_if_mine(name.as_bytes(), owner);
+                    // A dead waiter's FIFO goes with its ticket (`wake.<ns>.<pid>`).
+                    if let Some(rest) = name.strip_prefix("ticket.") {
+                        let stem: Vec<&str> = rest.splitn(3, '.').take(2).collect();
+                        self.remove_if_mine(format!("wake.{}", stem.join(".")).as_bytes(), owner);
+                    }
                 }
                 continue;
             }
@@ -243,6 +249,33 @@ impl LockDir {
             Mode::from_bits_truncate(0o644),
         )
         .map(File::from)
+    }
+
+    /// Makes the FIFO `name` (mode 0622 whatever the umask: any user's gpurun may pass the turn
+    /// to this waiter) and opens its read end without blocking.
+    pub fn make_fifo(&self, name: &str) -> Result<OwnedFd, Errno> {
+        nix::sys::stat::mknodat(
+            &self.fd,
+            name,
+            nix::sys::stat::SFlag::S_IFIFO,
+            Mode::from_bits_truncate(0o600),
+            0,
+        )?;
+        let fifo = openat(
+            &self.fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        );
+        let fifo = match fifo {
+            Ok(fifo) => fifo,
+            Err(error) => {
+                let _ = nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+                return Err(error);
+            }
+        };
+        nix::sys::stat::fchmod(&fifo, Mode::from_bits_truncate(0o622))?;
+        Ok(fifo)
     }
 
     /// A duplicate of the directory descriptor, for an entry that outlives this `LockDir`.

@@ -1,5 +1,6 @@
-//! The wait queue. A launch that has to wait holds `ticket.<nanoseconds>.<pid>`, locked while it
-//! waits, naming the GPUs it could ever use. Waiters are served first come, first served, but a
+//! The wait queue. A launch that has to wait holds `ticket.<nanoseconds>.<pid>.<mask>`, locked
+//! while it waits, naming the GPUs it could ever use (`mask`: their NVML indices as bits, so that
+//! who waits for which GPU can be read from the names alone). Waiters are served first come, first served, but a
 //! waiter holds back only the GPUs it could use: a later launch may start at once on GPUs that
 //! no earlier waiter qualifies for.
 //!
@@ -9,13 +10,29 @@
 //! queue). Anything else is ignored. A waiter killed by a signal that can be caught removes its
 //! ticket; one killed outright leaves a ticket whose lock is gone, which stops counting at once
 //! and is removed by the owner's next launch.
+//!
+//! Hand-offs are event-driven (DESIGN 13), with no daemon: each waiter sleeps on its own FIFO,
+//! `wake.<nanoseconds>.<pid>`. A gpurun whose leases end writes to the FIFO of the first waiter
+//! that could use one of its GPUs; a waiter that leaves the queue (it started, gave up, was
+//! interrupted) wakes the next one that shares a GPU with it. So one hand-off wakes one waiter,
+//! whatever the queue's length, and no waiter scans the queue's contents: a waiter reads only
+//! the tickets ahead of it, and the names tell it whether it is a head (no live ticket ahead
+//! shares a GPU with it). Only heads poll NVML, every `SAFETY_POLL`, for GPUs freed outside
+//! gpurun and for lost wake-ups (a waker killed outright); the others look at the names every
+//! `ROLE_CHECK`, which finds a head that died without passing its turn on. A FIFO rather than a
+//! signal: another user's gpurun cannot signal this one, but may write to its FIFO (mode 0622;
+//! a stray byte only costs an extra look).
 
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nix::fcntl::{Flock, FlockArg};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 
 use crate::options::count::Count;
@@ -59,26 +76,66 @@ impl Waiter {
     }
 }
 
-/// This launch's place in the queue; dropping it leaves the queue (file removed first).
+/// A head of the queue probes NVML this often while nothing wakes it: GPUs freed outside gpurun
+/// (a foreign process ending) and lost wake-ups are found within it.
+pub const SAFETY_POLL: Duration = Duration::from_secs(2);
+/// A waiter behind a head looks at the ticket names this often (no NVML, no file read), to
+/// notice that it became a head.
+pub const ROLE_CHECK: Duration = Duration::from_secs(2);
+
+/// This launch's place in the queue; dropping it leaves the queue (files removed first) and
+/// passes the turn to the next waiter that shares a GPU with it.
 pub struct Ticket {
     _entry: Entry,
     _lock: Flock<File>,
     key: (u64, u32),
+    /// The NVML indices of the GPUs it could use, as bits (index mod 64).
+    mask: u64,
+    /// Its FIFO's read end (non-blocking), and the FIFO's entry; `None` where the FIFO could
+    /// not be made (it then polls like a head).
+    wake: Option<(OwnedFd, Entry)>,
+    dir: OwnedFd,
 }
 
-fn parse_name(name: &str) -> Option<(u64, u32)> {
+/// The bits of these NVML indices (a MIG device counts as its GPU).
+pub fn mask_of(indices: impl IntoIterator<Item = u32>) -> u64 {
+    indices
+        .into_iter()
+        .map(|key| crate::probe::gpu::mig_parts(key).map_or(key, |(parent, _)| parent))
+        .fold(0, |mask, index| mask | 1 << (index % 64))
+}
+
+/// `ticket.<ns>.<pid>.<mask>` -> ((ns, pid), mask).
+fn parse_name(name: &str) -> Option<((u64, u32), u64)> {
     let mut parts = name.strip_prefix("ticket.")?.split('.');
     let since = parts.next()?.parse().ok()?;
     let pid = parts.next()?.parse().ok()?;
-    parts.next().is_none().then_some((since, pid))
+    let mask = u64::from_str_radix(parts.next()?, 16).ok()?;
+    parts.next().is_none().then_some(((since, pid), mask))
 }
 
-/// Joins the queue; call with the directory lock held, so that tickets are ordered.
-pub fn take(dir: &LockDir, gpus: Vec<String>, request: &str, needs: Needs) -> Result<Ticket, LockDirError> {
+fn wake_name((since_ns, pid): (u64, u32)) -> String {
+    format!("wake.{since_ns:020}.{pid}")
+}
+
+/// Joins the queue; call with the directory lock held, so that tickets are ordered. `mask`:
+/// `mask_of` the GPUs it could ever use.
+pub fn take(
+    dir: &LockDir,
+    gpus: Vec<String>,
+    mask: u64,
+    request: &str,
+    needs: Needs,
+) -> Result<Ticket, LockDirError> {
     let since_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let pid = std::process::id();
     let uid = current_uid();
-    let name = format!("ticket.{since_ns:020}.{pid}");
+    // The FIFO first: a waker that sees the ticket finds its FIFO.
+    let wake = dir
+        .make_fifo(&wake_name((since_ns, pid)))
+        .ok()
+        .and_then(|fifo| Some((fifo, Entry::new(dir, wake_name((since_ns, pid))).ok()?)));
+    let name = format!("ticket.{since_ns:020}.{pid}.{mask:016x}");
     let file = dir.create(&name).map_err(|e| dir.io(e))?;
     let entry = Entry::new(dir, name)?;
     let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| dir.io(e))?;
@@ -86,15 +143,126 @@ pub fn take(dir: &LockDir, gpus: Vec<String>, request: &str, needs: Needs) -> Re
         Waiter { pid, uid, user: procfs::user_name(uid), since_ns, gpus, request: request.to_owned(), needs };
     let text = serde_json::to_string(&waiter).expect("plain data serialises");
     (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
-    Ok(Ticket { _entry: entry, _lock: lock, key: (since_ns, pid) })
+    Ok(Ticket { _entry: entry, _lock: lock, key: (since_ns, pid), mask, wake, dir: dir.fd_clone()? })
+}
+
+impl Ticket {
+    /// What a wait sleeps on: readable when another gpurun passes the turn here.
+    pub fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.wake.as_ref().map(|(fd, _)| fd.as_fd())
+    }
+
+    /// Empties the FIFO after a wake-up; whether a lease ended (not only a waiter ahead left).
+    pub fn drain(&self) -> bool {
+        let mut lease_ended = false;
+        if let Some((fd, _)) = &self.wake {
+            let mut buffer = [0u8; 256];
+            while let Ok(read @ 1..) = nix::unistd::read(fd, &mut buffer) {
+                lease_ended |= buffer[..read].contains(&LEASE_ENDED);
+            }
+        }
+        lease_ended
+    }
+
+    /// Whether no live waiter ahead shares a GPU with this one (from the names alone).
+    pub fn is_head(&self, dir: &LockDir) -> bool {
+        if self.wake.is_none() {
+            return true;
+        }
+        !dir.entries().iter().filter_map(|name| parse_name(std::str::from_utf8(name).ok()?)).any(
+            |((since, pid), mask)| (since, pid) < self.key && mask & self.mask != 0 && procfs::is_alive(pid),
+        )
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        // Out of the queue first (the entries go with the fields, after this), then the turn
+        // passes to the next waiter that could use one of these GPUs.
+        let _ = nix::unistd::unlinkat(
+            &self.dir,
+            self._entry.name.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        wake_first(&self.dir, self.mask, Some(self.key), TURN_PASSED);
+    }
+}
+
+/// What a wake-up byte says: a lease ended (NVML may show its GPU free a moment later, so the
+/// waiter looks again soon if it cannot start yet), or the waiter ahead left the queue.
+pub const LEASE_ENDED: u8 = 1;
+pub const TURN_PASSED: u8 = 2;
+
+/// How many waiters are queued, if together they could use every GPU of `mask` (from the names
+/// alone: a dead ticket still counted only makes a launch queue, where it is then a head);
+/// `None` otherwise.
+pub fn queue_covers(dir: &LockDir, mask: u64) -> Option<usize> {
+    let mut covered = 0u64;
+    let mut count = 0;
+    for name in dir.entries() {
+        let Some((_, ticket_mask)) = std::str::from_utf8(&name).ok().and_then(parse_name) else { continue };
+        if ticket_mask & mask != 0 {
+            covered |= ticket_mask;
+            count += 1;
+        }
+    }
+    (covered & mask == mask).then_some(count)
+}
+
+/// Wakes the first waiter (after `after`, if given) that could use one of the GPUs in `mask`:
+/// a byte in its FIFO. A waiter gone without its FIFO, or whose FIFO nobody reads, is skipped.
+/// Returns whether one was woken.
+pub fn wake_first(dir: &impl AsFd, mask: u64, after: Option<(u64, u32)>, why: u8) -> bool {
+    let Ok(fresh) =
+        nix::fcntl::openat(dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+    else {
+        return false;
+    };
+    let Ok(mut listing) = nix::dir::Dir::from_fd(fresh) else { return false };
+    let mut queue: Vec<(u64, u32)> = listing
+        .iter()
+        .flatten()
+        .filter_map(|entry| parse_name(entry.file_name().to_str().ok()?))
+        .filter(|(key, ticket_mask)| ticket_mask & mask != 0 && after.is_none_or(|after| *key > after))
+        .map(|(key, _)| key)
+        .collect();
+    queue.sort_unstable();
+    for key in queue {
+        let opened = nix::fcntl::openat(
+            dir,
+            wake_name(key).as_str(),
+            OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        );
+        let Ok(fifo) = opened else { continue };
+        // Only a FIFO: a regular file planted under that name is never written.
+        if !nix::sys::stat::fstat(&fifo).is_ok_and(|stat| stat.st_mode & libc::S_IFMT == libc::S_IFIFO) {
+            continue;
+        }
+        if nix::unistd::write(&fifo, &[why]).is_ok() {
+            return true;
+        }
+    }
+    false
 }
 
 /// Every waiter whose ticket can be trusted, first come first. `may_clean`: the caller holds
 /// the directory lock, so dead tickets of this user can be removed.
 pub fn waiters(dir: &LockDir, may_clean: bool) -> Vec<Waiter> {
+    waiters_before(dir, None, may_clean)
+}
+
+/// The waiters ahead of `ticket` (every one without a ticket): only their files are read, so a
+/// waiter's look costs what is ahead of it, not the queue's length.
+pub fn waiters_ahead(dir: &LockDir, ticket: Option<&Ticket>, may_clean: bool) -> Vec<Waiter> {
+    waiters_before(dir, ticket.map(|t| t.key), may_clean)
+}
+
+fn waiters_before(dir: &LockDir, before: Option<(u64, u32)>, may_clean: bool) -> Vec<Waiter> {
     let mut found = Vec::new();
-    for HeldEntry { name, metadata, text } in dir.held_entries(|name| parse_name(name).is_some(), may_clean) {
-        let Some((since_ns, pid)) = parse_name(&name) else { continue };
+    let wanted = |name: &str| parse_name(name).is_some_and(|(key, _)| before.is_none_or(|own| key < own));
+    for HeldEntry { name, metadata, text } in dir.held_entries(wanted, may_clean) {
+        let Some(((since_ns, pid), _)) = parse_name(&name) else { continue };
         let text = text.unwrap_or_default();
         let changed_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
         let problem = match serde_json::from_str::<Waiter>(&text) {
@@ -154,8 +322,17 @@ mod tests {
     #[test]
     fn tickets_queue_in_order_and_leave_on_drop() {
         let (_base, dir) = dir();
-        let first = take(&dir, vec!["GPU-a".to_owned()], "--gpus 1", needs()).unwrap();
-        let second = take(&dir, vec!["GPU-b".to_owned()], "--gpus 1", needs()).unwrap();
+        let first = take(&dir, vec!["GPU-a".to_owned()], 0b01, "--gpus 1", needs()).unwrap();
+        let second = take(&dir, vec!["GPU-b".to_owned()], 0b10, "--gpus 1", needs()).unwrap();
+        // Different GPUs: each is a head of its own.
+        assert!(first.is_head(&dir) && second.is_head(&dir));
+        let third = take(&dir, vec!["GPU-a".to_owned()], 0b11, "--gpus 2", needs()).unwrap();
+        assert!(!third.is_head(&dir), "behind both");
+        // A lease ending on GPU 1 wakes the first waiter for it (second), not first.
+        assert!(wake_first(&dir.fd_clone().unwrap(), 0b10, None, LEASE_ENDED));
+        assert!(second.drain(), "woken, for a lease's end");
+        assert!(!first.drain() && !third.drain());
+        drop(third);
         let all = waiters(&dir, true);
         assert_eq!(all.len(), 2);
         assert_eq!(ahead(&all, Some(&first)).count(), 0);
@@ -187,11 +364,11 @@ mod tests {
             needs: needs(),
         };
         // Place 1 ns after the epoch: far earlier than the file.
-        let _backdated = forged(&format!("ticket.{:020}.{pid}", 1), &honest);
+        let _backdated = forged(&format!("ticket.{:020}.{pid}.0000000000000001", 1), &honest);
         let other_uid = Waiter { uid: current_uid() + 1, since_ns: 2, ..honest.clone() };
-        let _wrong_owner = forged(&format!("ticket.{:020}.{pid}", 2), &other_uid);
+        let _wrong_owner = forged(&format!("ticket.{:020}.{pid}.0000000000000001", 2), &other_uid);
         let _garbage = {
-            let file = dir.create(&format!("ticket.{:020}.{pid}", 3)).unwrap();
+            let file = dir.create(&format!("ticket.{:020}.{pid}.0000000000000001", 3)).unwrap();
             Flock::lock(file, FlockArg::LockExclusive).unwrap()
         };
         assert!(waiters(&dir, false).is_empty());

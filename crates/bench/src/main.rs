@@ -1,6 +1,6 @@
 //! `make bench`: what users pay for gpurun, measured side by side on the NVML simulator.
 //!
-//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH]
+//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue]
 //!
 //! `--gpurun PATH` measures another build (an older one, for a before/after in the same run).
 //!
@@ -399,6 +399,230 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// `jobs` launches of a 0.2 s job queued at once onto 8 idle GPUs (`--exclusive --wait`):
+    /// the wall against the ideal, how busy the GPUs were, and the hand-off: from a job's end on
+    /// a GPU to the next job's start there (its gpurun's exit, the wake-up, the next gpurun's
+    /// look and its command's start).
+    fn queue(&self, jobs: usize) -> Value {
+        let scenario = self.write_scenario(&format!("queue{jobs}.toml"), &idle_scenario(8));
+        let log = self.work.path().join(format!("queue{jobs}.log"));
+        let locks = self.work.path().join(format!("queue{jobs}-locks"));
+        let job = format!(
+            "echo START $(date +%s%N) $GPURUN_GPUS >> {log}; {sim} --quiet --mem 1GiB --sleep 0.2; echo END $(date +%s%N) $GPURUN_GPUS >> {log}",
+            log = log.display(),
+            sim = self.sim_cuda.display()
+        );
+        let started = Instant::now();
+        let children: Vec<Child> = (0..jobs)
+            .map(|_| {
+                let mut command = self.command(&self.gpurun, &scenario);
+                command.env("GPURUN_LOCK_DIR", &locks).args([
+                    "-q",
+                    "--exclusive",
+                    "--wait",
+                    "--",
+                    "sh",
+                    "-c",
+                    &job,
+                ]);
+                command.spawn().expect("launch")
+            })
+            .collect();
+        let failed = children
+            .into_iter()
+            .map(|mut child| child.wait().is_ok_and(|s| s.success()))
+            .filter(|ok| !ok)
+            .count();
+        let wall = started.elapsed().as_secs_f64();
+        let runs = runs_per_gpu(&std::fs::read_to_string(&log).unwrap_or_default());
+        let mut gaps_ms: Vec<f64> = Vec::new();
+        let mut double_bookings = 0;
+        let mut busy_ns = 0u128;
+        for intervals in runs.values() {
+            for pair in intervals.windows(2) {
+                if pair[0].1 > pair[1].0 {
+                    double_bookings += 1;
+                } else {
+                    gaps_ms.push((pair[1].0 - pair[0].1) as f64 / 1e6);
+                }
+            }
+            busy_ns += intervals.iter().map(|(start, end)| end - start).sum::<u128>();
+        }
+        gaps_ms.sort_by(f64::total_cmp);
+        let percentile = |p: f64| gaps_ms.get(((gaps_ms.len() as f64 - 1.0) * p).round() as usize).copied();
+        let completed: usize = runs.values().map(Vec::len).sum();
+        let ideal = jobs as f64 * 0.2 / 8.0;
+        json!({
+            "jobs": jobs,
+            "completed": completed,
+            "failed": failed,
+            "wall_seconds": wall,
+            "ideal_seconds": ideal,
+            "wall_over_ideal": wall / ideal,
+            "gpus_busy_percent": busy_ns as f64 / 1e9 / (wall * 8.0) * 100.0,
+            "handoff_p50_ms": percentile(0.5),
+            "handoff_p99_ms": percentile(0.99),
+            "double_bookings": double_bookings,
+        })
+    }
+
+    /// The hand-off with `waiters` queued behind a full machine (8 GPUs held): a holder's
+    /// command is ended, and the time from then to the next waiter's command starting on the
+    /// freed GPU is taken (its gpurun's exit and lease release, the wake-up, the waiter's look
+    /// at the machine, its command's start); 10 hand-offs.
+    fn handoff(&self, waiters: usize) -> Value {
+        let scenario = self.write_scenario(&format!("handoff{waiters}.toml"), &idle_scenario(8));
+        let locks = self.work.path().join(format!("handoff{waiters}-locks"));
+        let log = self.work.path().join(format!("handoff{waiters}.log"));
+        let job = format!("echo START $(date +%s%N) >> {}; exec sleep 300", log.display());
+        let launch = |wait: bool| {
+            let mut command = self.command(&self.gpurun, &scenario);
+            command.env("GPURUN_LOCK_DIR", &locks).args(["-q", "--exclusive", "--verify", "off"]);
+            if wait {
+                command.arg("--wait");
+            }
+            command.args(["--", "sh", "-c", &job]).spawn().expect("launch")
+        };
+        let starts = || std::fs::read_to_string(&log).map(|t| t.lines().count()).unwrap_or(0);
+        let until = |count: usize| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while starts() < count && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let mut holders = Sleepers((0..8).map(|_| launch(false)).collect());
+        until(8);
+        let _queued = Sleepers((0..waiters).map(|_| launch(true)).collect());
+        std::thread::sleep(Duration::from_secs(3));
+        let mut latencies_ms = Vec::new();
+        for round in 0..10.min(waiters) {
+            let holder = holders.0.remove(0);
+            let ended_at = now_ns();
+            terminate(holder.id());
+            until(9 + round);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let started: u128 = text
+                .lines()
+                .last()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            latencies_ms.push(started.saturating_sub(ended_at) as f64 / 1e6);
+            // Reaped with the others at the end; a queued one holds the GPU now.
+            holders.0.push(holder);
+        }
+        latencies_ms.sort_by(f64::total_cmp);
+        let at = |p: f64| latencies_ms.get(((latencies_ms.len() as f64 - 1.0) * p).round() as usize).copied();
+        json!({"waiters": waiters, "handoffs": latencies_ms.len(), "p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": latencies_ms.last()})
+    }
+
+    /// 100 waiters blocked behind a full machine: the CPU they use in all while they wait, and
+    /// the memory each holds.
+    fn blocked_waiters(&self) -> Value {
+        let waiters = 100;
+        let seconds = if self.quick { 5.0 } else { 10.0 };
+        let scenario = self.write_scenario("blocked.toml", &idle_scenario(8));
+        let locks = self.work.path().join("blocked-locks");
+        let launch = |args: &[&str]| {
+            let mut command = self.command(&self.gpurun, &scenario);
+            command.env("GPURUN_LOCK_DIR", &locks).args(args);
+            command.spawn().expect("launch")
+        };
+        let holders =
+            Sleepers((0..8).map(|_| launch(&["-q", "--exclusive", "--", "sleep", "120"])).collect());
+        let leases = || {
+            std::fs::read_dir(&locks)
+                .map(|entries| {
+                    entries.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
+                })
+                .unwrap_or(0)
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while leases() < 8 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let blocked =
+            Sleepers((0..waiters).map(|_| launch(&["-q", "--exclusive", "--wait", "--", "true"])).collect());
+        // Let every one of them take its ticket.
+        std::thread::sleep(Duration::from_secs(3));
+        let pids: Vec<u32> = blocked.0.iter().map(Child::id).collect();
+        let before: u64 = pids.iter().map(|pid| cpu_ticks(*pid)).sum();
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        let after: u64 = pids.iter().map(|pid| cpu_ticks(*pid)).sum();
+        let rss: Vec<u64> = pids.iter().filter_map(|pid| rss_kib(*pid)).collect();
+        drop(blocked);
+        drop(holders);
+        let ticks_per_second = 100.0;
+        json!({
+            "waiters": waiters,
+            "seconds": seconds,
+            "cpu_seconds": (after - before) as f64 / ticks_per_second,
+            "percent_of_one_core": (after - before) as f64 / ticks_per_second / seconds * 100.0,
+            "rss_kib_per_waiter": rss.iter().sum::<u64>() / (rss.len().max(1) as u64),
+        })
+    }
+}
+
+/// `START <ns> <gpus>` / `END <ns> <gpus>` lines -> each GPU's job intervals, in order.
+fn runs_per_gpu(text: &str) -> BTreeMap<String, Vec<(u128, u128)>> {
+    let mut open: Vec<(u128, String)> = Vec::new();
+    let mut runs: BTreeMap<String, Vec<(u128, u128)>> = BTreeMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(event), Some(time), Some(gpu)) =
+            (fields.first(), fields.get(1).and_then(|t| t.parse::<u128>().ok()), fields.get(2))
+        else {
+            continue;
+        };
+        if *event == "START" {
+            open.push((time, gpu.to_string()));
+        } else if let Some(position) = open.iter().position(|(t, g)| g == gpu && *t <= time) {
+            let (start, gpu) = open.remove(position);
+            runs.entry(gpu).or_default().push((start, time));
+        }
+    }
+    for intervals in runs.values_mut() {
+        intervals.sort_unstable();
+    }
+    runs
+}
+
+/// SIGTERM to a gpurun: it forwards it to its command and ends when the command does.
+fn terminate(pid: u32) {
+    // SAFETY: kill(2) has no memory arguments.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+}
+
+/// utime + stime of a process, in clock ticks (USER_HZ, 100 on Linux).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(rest) = stat.rfind(')').map(|at| &stat[at + 2..]) else { return 0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3: utime is field 14, stime 15.
+    fields.get(11).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `gpus` idle A100s, no links: the queue's bench is about hand-offs, not choice.
+fn idle_scenario(gpus: usize) -> String {
+    (0..gpus)
+        .map(|index| {
+            format!(
+                "[[gpu]]\nname = \"NVIDIA A100-SXM4-80GB\"\nuuid = \"GPU-queue000-0000-4000-8000-{index:012}\"\n\
+                 pci_bus_id = \"00000000:{bus:02X}:00.0\"\nmemory_total = \"80GiB\"\nutilization_gpu = 0\n\
+                 utilization_memory = 0\n",
+                bus = index + 1
+            )
+        })
+        .collect()
+}
+
 /// Idle processes, ended however the measurement ends (a failed run must not leave thousands).
 struct Sleepers(Vec<Child>);
 
@@ -507,6 +731,43 @@ fn print_table(results: &Value) {
         contention["longest_wait_seconds"].as_f64().unwrap_or(0.0),
         contention["double_bookings"]
     );
+    println!("\nThe queue: N jobs of 0.2 s queued at once onto 8 idle GPUs with --exclusive --wait");
+    println!(" jobs   wall(s)  ideal(s)  wall/ideal  GPUs busy  hand-off p50(ms)  p99(ms)  failed  double bookings");
+    for row in results["queue"].as_array().into_iter().flatten() {
+        println!(
+            "{:>5}  {:>8.2}  {:>8.2}  {:>10.2}  {:>8.0}%  {:>16.1}  {:>7.1}  {:>6}  {:>15}",
+            row["jobs"],
+            row["wall_seconds"].as_f64().unwrap_or(0.0),
+            row["ideal_seconds"].as_f64().unwrap_or(0.0),
+            row["wall_over_ideal"].as_f64().unwrap_or(0.0),
+            row["gpus_busy_percent"].as_f64().unwrap_or(0.0),
+            row["handoff_p50_ms"].as_f64().unwrap_or(f64::NAN),
+            row["handoff_p99_ms"].as_f64().unwrap_or(f64::NAN),
+            row["failed"],
+            row["double_bookings"]
+        );
+    }
+    println!(
+        "Hand-off: a lease's end to the next waiter's command starting, with N waiters queued (10 hand-offs)"
+    );
+    for row in results["handoff"].as_array().into_iter().flatten() {
+        println!(
+            "{:>5} waiters: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            row["waiters"],
+            row["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            row["p99_ms"].as_f64().unwrap_or(f64::NAN),
+            row["max_ms"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    let blocked = &results["blocked_waiters"];
+    println!(
+        "Blocked waiters: {} waiters behind a full machine for {} s used {:.3} s of CPU in all ({:.2}% of one core); {} KiB resident each",
+        blocked["waiters"],
+        blocked["seconds"],
+        blocked["cpu_seconds"].as_f64().unwrap_or(0.0),
+        blocked["percent_of_one_core"].as_f64().unwrap_or(0.0),
+        blocked["rss_kib_per_waiter"]
+    );
 }
 
 fn nvml_init_only(library: &str) -> i32 {
@@ -543,6 +804,14 @@ fn main() {
         work,
         quick: args.iter().any(|a| a == "--quick"),
     };
+    // `--only queue`: just the queue's rows (while working on the hand-off).
+    if option("--only").as_deref() == Some("queue") {
+        let rows: Vec<Value> = [10, 100, 400].into_iter().map(|jobs| bench.queue(jobs)).collect();
+        let handoff: Vec<Value> = [10, 100, 400].into_iter().map(|waiters| bench.handoff(waiters)).collect();
+        let all = json!({"queue": rows, "handoff": handoff, "blocked_waiters": bench.blocked_waiters()});
+        println!("{}", serde_json::to_string_pretty(&all).expect("json"));
+        return;
+    }
     eprintln!("measuring launch overhead...");
     let launch_overhead = bench.launch_overhead();
     eprintln!("measuring against nvisel...");
@@ -557,6 +826,18 @@ fn main() {
     let end_to_exit = bench.end_to_exit();
     eprintln!("measuring contention...");
     let contention = bench.contention();
+    let mut queue = Vec::new();
+    for jobs in [10, 100, 400] {
+        eprintln!("measuring the queue: {jobs} jobs at once...");
+        queue.push(bench.queue(jobs));
+    }
+    let mut handoff = Vec::new();
+    for waiters in [10, 100, 400] {
+        eprintln!("measuring the hand-off with {waiters} waiters...");
+        handoff.push(bench.handoff(waiters));
+    }
+    eprintln!("measuring 100 blocked waiters...");
+    let blocked = bench.blocked_waiters();
     let results = json!({
         "machine": machine(),
         "quick": bench.quick,
@@ -567,6 +848,9 @@ fn main() {
         "busy_host": busy_host,
         "end_to_exit": end_to_exit,
         "contention": contention,
+        "queue": queue,
+        "handoff": handoff,
+        "blocked_waiters": blocked,
     });
     print_table(&results);
     if let Some(out) = option("--out") {

@@ -1,0 +1,121 @@
+//! The wait queue's hand-off (issue 27): waiters sleep on their own FIFO and are woken when a
+//! lease ends or the waiter ahead leaves; only a head polls NVML, every 2 s, for GPUs freed
+//! outside gpurun. Through the binary on the simulator.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{scenario_file, wait_until, Sim};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn spawn(sim: &Sim, args: &[&str]) -> Child {
+    let mut command: Command = sim.gpurun().args(["-q"]).args(args).command;
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+}
+
+fn entries(sim: &Sim, prefix: &str) -> usize {
+    std::fs::read_dir(sim.lock_dir())
+        .map(|all| all.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).count())
+        .unwrap_or(0)
+}
+
+fn leases(sim: &Sim) -> usize {
+    std::fs::read_dir(sim.lock_dir())
+        .map(|all| all.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count())
+        .unwrap_or(0)
+}
+
+/// utime + stime, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = &stat[stat.rfind(')').map_or(0, |at| at + 2)..];
+    let fields: Vec<u64> = rest.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    // rest starts at field 3 (a letter, skipped by the parse): utime and stime are 14 and 15.
+    fields.get(10).copied().unwrap_or(0) + fields.get(11).copied().unwrap_or(0)
+}
+
+fn stamp(path: &std::path::Path) -> u128 {
+    std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn a_waiter_sleeps_and_starts_promptly_when_a_lease_ends() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let ended = sim.dir.path().join("ended");
+    let started = sim.dir.path().join("started");
+    let holder_job = format!("sleep 4; date +%s%N > {}", ended.display());
+    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sh", "-c", &holder_job]);
+    assert!(wait_until(LONG, || leases(&sim) == 1));
+    let waiter_job = format!("date +%s%N > {}", started.display());
+    let mut waiter = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "sh", "-c", &waiter_job]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1 && entries(&sim, "wake.") == 1));
+    // Asleep: a head looks at NVML every 2 s, not every 100 ms.
+    let before = cpu_ticks(waiter.id());
+    std::thread::sleep(Duration::from_millis(2500));
+    let spent = cpu_ticks(waiter.id()) - before;
+    assert!(spent <= 10, "the waiter used {spent} ticks of CPU in 2.5 s while it waited");
+    assert!(holder.wait().unwrap().success());
+    assert!(waiter.wait().unwrap().success());
+    // Woken by the lease's end: well inside the 2 s safety poll.
+    let gap_ms = (stamp(&started).saturating_sub(stamp(&ended))) as f64 / 1e6;
+    assert!(gap_ms < 1000.0, "the waiter started {gap_ms:.0} ms after the holder's command ended");
+    assert_eq!(entries(&sim, "wake."), 0, "the FIFO goes with the ticket");
+}
+
+#[test]
+fn a_waiter_starts_when_a_process_outside_gpurun_frees_the_gpu() {
+    // A foreign process (not under gpurun) on GPU 0: --exclusive waits for it to end.
+    let idle = scenario_file("two_idle.toml");
+    let sim = Sim::new(&(idle.clone() + "\n[[process]]\ngpu = 0\npid = 4190001\nused = \"1GiB\"\n"));
+    let mut waiter = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(waiter.try_wait().unwrap().is_none(), "started while the foreign process held the GPU");
+    // It ends: NVML no longer lists it. No lease ended, so nobody wakes the waiter: the head's
+    // safety poll (2 s) finds the GPU free.
+    let freed = Instant::now();
+    sim.rewrite(&idle);
+    assert!(waiter.wait().unwrap().success());
+    assert!(freed.elapsed() < Duration::from_secs(8), "{:?}", freed.elapsed());
+}
+
+#[test]
+fn a_killed_head_does_not_stall_the_queue() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "2"]);
+    assert!(wait_until(LONG, || leases(&sim) == 1));
+    let mut head = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
+    let mut second = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 2));
+    // Killed outright: no turn passed on, its ticket and FIFO left behind.
+    head.kill().unwrap();
+    head.wait().unwrap();
+    assert!(holder.wait().unwrap().success());
+    let freed = Instant::now();
+    assert!(second.wait().unwrap().success());
+    assert!(freed.elapsed() < Duration::from_secs(5), "{:?}", freed.elapsed());
+}
+
+#[test]
+fn a_waiter_for_other_gpus_is_not_woken_and_the_turn_passes_in_order() {
+    // GPU 0 and GPU 1 held; a waiter for each; ending GPU 1's holder starts GPU 1's waiter only.
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let mut zero = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "30"]);
+    let mut one = spawn(&sim, &["--exclusive", "--devices", "1", "--", "sleep", "2"]);
+    assert!(wait_until(LONG, || leases(&sim) == 2));
+    let mut for_zero = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
+    let mut for_one = spawn(&sim, &["--exclusive", "--devices", "1", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 2));
+    assert!(one.wait().unwrap().success());
+    assert!(for_one.wait().unwrap().success());
+    assert!(for_zero.try_wait().unwrap().is_none(), "GPU 0 is still held");
+    zero.kill().unwrap();
+    zero.wait().unwrap();
+    for_zero.kill().unwrap();
+    for_zero.wait().unwrap();
+}
