@@ -193,6 +193,15 @@ impl Drop for Ticket {
 pub const LEASE_ENDED: u8 = 1;
 pub const TURN_PASSED: u8 = 2;
 
+/// Takes the SIGPIPE a failed FIFO write left pending, if any (without waiting).
+fn take_pending_sigpipe() {
+    let mut pipe = nix::sys::signal::SigSet::empty();
+    pipe.add(nix::sys::signal::Signal::SIGPIPE);
+    let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid signal set and timespec; no siginfo is asked for.
+    unsafe { libc::sigtimedwait(pipe.as_ref(), std::ptr::null_mut(), &now) };
+}
+
 /// How many waiters are queued, if together they could use every GPU of `mask` (from the names
 /// alone: a dead ticket still counted only makes a launch queue, where it is then a head);
 /// `None` otherwise.
@@ -239,8 +248,13 @@ pub fn wake_first(dir: &impl AsFd, mask: u64, after: Option<(u64, u32)>, why: u8
         if !nix::sys::stat::fstat(&fifo).is_ok_and(|stat| stat.st_mode & libc::S_IFMT == libc::S_IFIFO) {
             continue;
         }
-        if nix::unistd::write(&fifo, &[why]).is_ok() {
-            return true;
+        match nix::unistd::write(&fifo, &[why]) {
+            Ok(_) => return true,
+            // The waiter closed its FIFO between the open and the write: the kernel raised
+            // SIGPIPE at this thread, where it waits, blocked, for the signalfd that would take
+            // it for a signal meant to end gpurun. It is this write's, not anyone's request.
+            Err(nix::errno::Errno::EPIPE) => take_pending_sigpipe(),
+            Err(_) => {}
         }
     }
     false
