@@ -63,7 +63,9 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
             warn_sick(&machine, selection, config.request.health);
         }
     }
-    let shared = listing::Shared { queue: &queue, rules: config.limits.describe() };
+    let verbose =
+        matches!(config.verbosity, crate::options::Verbosity::Debug | crate::options::Verbosity::Trace);
+    let shared = listing::Shared { queue: &queue, rules: config.limits.describe(), verbose };
     // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| {
         let mut plan = Plan::new(selection, config.visible_as, config.framework_env);

@@ -119,3 +119,30 @@ fn a_waiter_for_other_gpus_is_not_woken_and_the_turn_passes_in_order() {
     for_zero.kill().unwrap();
     for_zero.wait().unwrap();
 }
+
+#[test]
+fn list_shows_the_queues_length_and_with_v_every_waiter_and_the_oldest_wait() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "30"]);
+    assert!(wait_until(LONG, || leases(&sim) == 1));
+    let mut waiters: Vec<Child> =
+        (0..12).map(|_| spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"])).collect();
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 12));
+    let listing = sim.gpurun().args(["--list"]).run();
+    listing
+        .status(0)
+        .stdout_has("waiting (first come, first served): 12 launches\n")
+        .stdout_has("  10. ")
+        .stdout_has("  ... and 2 more (-v lists them all)\n");
+    assert!(!listing.stdout.contains("  11. "), "{}", listing.stdout);
+    assert!(!listing.stdout.contains("the oldest has waited"));
+    let verbose = sim.gpurun().args(["-v", "--list"]).run();
+    verbose.status(0).stdout_has("  the oldest has waited ").stdout_has("  12. ");
+    assert!(!verbose.stdout.contains("more (-v"));
+    for waiter in &mut waiters {
+        waiter.kill().unwrap();
+        waiter.wait().unwrap();
+    }
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}

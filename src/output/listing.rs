@@ -133,7 +133,12 @@ fn gpu_entry(
 pub struct Shared<'a> {
     pub queue: &'a [Queued],
     pub rules: Vec<String>,
+    /// `-v`: every waiter, and the oldest wait (else the first `SHOWN_WAITERS`).
+    pub verbose: bool,
 }
+
+/// Waiters listed without `-v`: the head of a queue of hundreds is what a person reads.
+const SHOWN_WAITERS: usize = 10;
 
 #[derive(Serialize)]
 struct Listing<'a> {
@@ -480,8 +485,24 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
         }
     }
     if !shared.queue.is_empty() {
-        let _ = writeln!(out, "\nwaiting (first come, first served):");
-        for entry in waiter_entries(shared.queue) {
+        let entries = waiter_entries(shared.queue);
+        let _ = writeln!(
+            out,
+            "\nwaiting (first come, first served): {} launch{}",
+            entries.len(),
+            if entries.len() == 1 { "" } else { "es" }
+        );
+        if shared.verbose {
+            let oldest = entries.iter().map(|entry| entry.waited_seconds).max().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "  the oldest has waited {}",
+                crate::options::duration::shown(std::time::Duration::from_secs(oldest))
+            );
+        }
+        let shown = if shared.verbose { entries.len() } else { SHOWN_WAITERS };
+        let hidden = entries.len().saturating_sub(shown);
+        for entry in entries.into_iter().take(shown) {
             let waiter = &entry.queued.waiter;
             let _ = writeln!(
                 out,
@@ -493,6 +514,9 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
                 if waiter.request.is_empty() { "(no options)" } else { &waiter.request },
                 entry.queued.reason
             );
+        }
+        if hidden > 0 {
+            let _ = writeln!(out, "  ... and {hidden} more (-v lists them all)");
         }
     }
     for excluded in &machine.excluded {
