@@ -55,14 +55,10 @@ fn ranked_after(index: u32, chosen: &[u32], ranked: &[u32], policy: Policy) -> S
     let position = |gpu: u32| ranked.iter().position(|r| *r == gpu);
     let ahead: Vec<String> =
         chosen.iter().filter(|&&gpu| position(gpu) < position(index)).map(u32::to_string).collect();
-    let policy = match policy {
-        Policy::MostFree => "most-free",
-        Policy::LeastUtil => "least-util",
-        Policy::Balanced => "balanced",
-        Policy::Pack => "pack",
-        Policy::Index => "index",
-        Policy::Random => "random",
-    };
+    // As --policy spells it.
+    let policy = clap::ValueEnum::to_possible_value(&policy)
+        .map(|value| value.get_name().to_owned())
+        .unwrap_or_default();
     match ahead.is_empty() {
         false => format!("ranked after {} by {policy}", and_list(&ahead)),
         true => format!("the {} {} was the better choice", noun(chosen), name_of(chosen)),

@@ -360,30 +360,13 @@ impl Bench {
             }
         }
         let wall = started.elapsed();
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let mut open: Vec<(u128, String)> = Vec::new();
-        let mut runs: BTreeMap<String, Vec<(u128, u128)>> = BTreeMap::new();
-        let mut longest_wait_ns = 0u128;
-        for line in text.lines() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(event), Some(time), Some(gpu)) =
-                (fields.first(), fields.get(1).and_then(|t| t.parse::<u128>().ok()), fields.get(2))
-            else {
-                continue;
-            };
-            if *event == "START" {
-                longest_wait_ns = longest_wait_ns.max(time.saturating_sub(launched_at));
-                open.push((time, gpu.to_string()));
-            } else if let Some(position) = open.iter().position(|(t, g)| g == gpu && *t <= time) {
-                let (start, gpu) = open.remove(position);
-                runs.entry(gpu).or_default().push((start, time));
-            }
-        }
-        let mut double_bookings = 0;
-        for intervals in runs.values_mut() {
-            intervals.sort_unstable();
-            double_bookings += intervals.windows(2).filter(|pair| pair[0].1 > pair[1].0).count();
-        }
+        let runs = runs_per_gpu(&std::fs::read_to_string(&log).unwrap_or_default());
+        let longest_wait_ns =
+            runs.values().flatten().map(|(start, _)| start.saturating_sub(launched_at)).max().unwrap_or(0);
+        let double_bookings: usize = runs
+            .values()
+            .map(|intervals| intervals.windows(2).filter(|pair| pair[0].1 > pair[1].0).count())
+            .sum();
         let completed: usize = runs.values().map(Vec::len).sum();
         json!({
             "launches": launches,

@@ -222,7 +222,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
 }
 
 /// The deprecated name (nvml.h 13.0) of the call above, which older clients and nvml-wrapper
-/// 0.13 use; the same answer.
+/// 0.13 use: the same call (and the same `[[error]]` name, `nvmlDeviceGetCurrentClocksEventReasons`).
 ///
 /// # Safety
 /// `reasons` must be valid for a write.
@@ -231,10 +231,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
     device: Device,
     reasons: *mut c_ulonglong,
 ) -> u32 {
-    device_call(device, "nvmlDeviceGetCurrentClocksEventReasons", |state, gpu| {
-        // SAFETY: forwarded caller contract.
-        unsafe { put(reasons, state.scenario.gpus[gpu as usize].clocks_event_bits()) }
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { nvmlDeviceGetCurrentClocksEventReasons(device, reasons) }
 }
 
 /// nvml.h: "For Fermi or newer fully supported devices."
