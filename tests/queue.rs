@@ -101,6 +101,46 @@ fn a_killed_head_does_not_stall_the_queue() {
 }
 
 #[test]
+fn a_woken_waiter_that_cannot_start_goes_back_to_sleep() {
+    // A FIFO whose writer has closed it reads as end-of-file until another writer comes: a
+    // waiter once woken found its FIFO ready at every wait and looked at the machine in a loop
+    // (a whole core, 2.9 s of CPU in 3 s). Woken twice here: the waiter ahead leaves (the turn
+    // passes), and a lease on the other GPU ends (a lease's end it cannot use).
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let mut zero = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "60"]);
+    let mut one = spawn(&sim, &["--exclusive", "--devices", "1", "--", "sleep", "60"]);
+    assert!(wait_until(LONG, || leases(&sim) == 2));
+    let mut ahead = spawn(&sim, &["--exclusive", "--gpus", "2", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
+    let mut waiter = spawn(&sim, &["--exclusive", "--gpus", "2", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 2));
+    let mut spent_after = |what: &str| {
+        // The quick looks after a wake-up (under a second), then 2.5 s asleep.
+        std::thread::sleep(Duration::from_millis(1000));
+        let before = cpu_ticks(waiter.id());
+        std::thread::sleep(Duration::from_millis(2500));
+        let spent = cpu_ticks(waiter.id()) - before;
+        assert!(spent <= 25, "after {what}, the waiter used {spent} ticks of CPU in 2.5 s");
+        assert!(waiter.try_wait().unwrap().is_none(), "started after {what} with GPU 0 held");
+    };
+    let terminate = |child: &Child| {
+        // SAFETY: kill(2) on our own child's PID.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    };
+    // Ended by a signal, the waiter ahead passes the turn on as it leaves.
+    terminate(&ahead);
+    ahead.wait().unwrap();
+    spent_after("the waiter ahead left");
+    // SIGTERM goes to the holder's command; its gpurun then releases GPU 1 and wakes the head.
+    terminate(&one);
+    one.wait().unwrap();
+    spent_after("a lease ended");
+    zero.kill().unwrap();
+    zero.wait().unwrap();
+    assert!(waiter.wait().unwrap().success());
+}
+
+#[test]
 fn a_waiter_for_other_gpus_is_not_woken_and_the_turn_passes_in_order() {
     // GPU 0 and GPU 1 held; a waiter for each; ending GPU 1's holder starts GPU 1's waiter only.
     let sim = Sim::new(&scenario_file("two_idle.toml"));

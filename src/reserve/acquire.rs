@@ -354,8 +354,7 @@ pub fn acquire(
     let started = Instant::now();
     let waiting_until = options.wait.map(|limit| limit.map(|limit| started + limit));
     let mut ticket: Option<Ticket> = None;
-    // Whether the last wait ended with a wake-up, and the quick looks since.
-    let mut woken = false;
+    // The quick looks since a lease's end woke this waiter.
     let mut quick_retries = AFTER_A_WAKE.len();
     let mut progress = Progress::new(options.json_logs);
     // Links do not change: read once for a pool of GPUs, again only if the pool changes.
@@ -393,14 +392,13 @@ pub fn acquire(
                 tracing::warn!("{warning}");
             }
         }
-        let guard = match (&lock_dir, options.hold) {
-            (Some(dir), true) => Some(dir.lock(&mut |pause| receiver.pause(pause))?),
-            _ => None,
-        };
-        let live = lock_dir.as_ref().map(|dir| lease::live(dir, options.hold)).unwrap_or_default();
         // A waiting launch behind a queue whose tickets cover every GPU it could use joins the
-        // queue without reading it (it could not start now, and the queue wakes it in turn):
-        // a burst of hundreds of launches each reading every ticket was quadratic.
+        // queue without reading it (it could not start now, and the queue wakes it in turn): a
+        // burst of hundreds of launches each reading every ticket was quadratic. It joins
+        // without the directory lock, too: tickets are ordered by their names, and a burst of
+        // launches queued on the lock, each holder preempted by the others on a busy machine,
+        // held back every hand-off for as long as the burst lasted (0.7 s of 400 launches on 2
+        // cores). Should the queue have emptied meanwhile, it is a head, and looks at once.
         let still_waiting =
             waiting_until.is_some_and(|until| until.is_none_or(|until| Instant::now() < until));
         if let (Some(dir), None, true, true) = (&lock_dir, &ticket, options.hold, still_waiting) {
@@ -421,16 +419,24 @@ pub fn acquire(
                         policy: options.request.policy,
                     };
                     let taken = ticket::take(dir, possible, mask, &options.request_text, needs)?;
-                    drop(guard);
-                    progress.show_text(&format!("waiting: {ahead} ahead in the queue for the same GPUs"));
-                    woken =
-                        wait_turn(&taken, dir, receiver, &mut quick_retries, false, waiting_until.flatten())
+                    if !taken.is_head(dir) {
+                        progress.show_text(&format!("waiting: {ahead} ahead in the queue for the same GPUs"));
+                        wait_turn(&taken, dir, receiver, &mut quick_retries, waiting_until.flatten())
                             .map_err(AcquireError::Interrupted)?;
+                    }
                     ticket = Some(taken);
                     continue;
                 }
             }
         }
+        let guard = match (&lock_dir, options.hold) {
+            (Some(dir), true) => Some(dir.lock(&mut |fd, timeout| {
+                let (received, _) = receiver.wait(Some(fd), Some(timeout));
+                receiver.act_before_launch(&received)
+            })?),
+            _ => None,
+        };
+        let live = lock_dir.as_ref().map(|dir| lease::live(dir, options.hold)).unwrap_or_default();
         // What is ahead of this launch (every waiter, for a launch without a ticket or a listing).
         let waiters = lock_dir
             .as_ref()
@@ -529,7 +535,7 @@ pub fn acquire(
         match (&ticket, &lock_dir) {
             (Some(ticket), Some(dir)) if ticket.wake_fd().is_some() => {
                 let until = waiting_until.flatten();
-                woken = wait_turn(ticket, dir, receiver, &mut quick_retries, woken, until)
+                wait_turn(ticket, dir, receiver, &mut quick_retries, until)
                     .map_err(AcquireError::Interrupted)?;
             }
             _ => {
@@ -552,24 +558,23 @@ const AFTER_A_WAKE: [Duration; 4] = [
 
 /// Sleeps until this waiter should look at the machine again: its FIFO is written (a lease
 /// ended, or the waiter ahead left), it is a head and `SAFETY_POLL` has passed, the quick
-/// looks after a wake-up, or the wait's end. A waiter behind a head only checks the names every
-/// `ROLE_CHECK` (no NVML, no file read). Returns whether it was woken.
+/// looks after a lease's end, or the wait's end. A waiter behind a head only checks the names
+/// every `ROLE_CHECK` (no NVML, no file read). A wake-up is read at the next wait, after the
+/// look it caused; only a lease's end earns the quick looks.
 fn wait_turn(
     ticket: &Ticket,
     dir: &LockDir,
     receiver: &Receiver,
     quick_retries: &mut usize,
-    was_woken: bool,
     until: Option<Instant>,
-) -> Result<bool, i32> {
-    if was_woken {
+) -> Result<(), i32> {
+    if ticket.drain() {
         *quick_retries = 0;
     }
     if let Some(pause) = AFTER_A_WAKE.get(*quick_retries) {
         *quick_retries += 1;
-        let (received, woke) = receiver.wait(ticket.wake_fd(), Some(*pause));
-        receiver.act_before_launch(&received)?;
-        return Ok(woke && ticket.drain());
+        let (received, _) = receiver.wait(ticket.wake_fd(), Some(*pause));
+        return receiver.act_before_launch(&received);
     }
     loop {
         let head = ticket.is_head(dir);
@@ -579,16 +584,8 @@ fn wait_turn(
         }
         let (received, woke) = receiver.wait(ticket.wake_fd(), Some(timeout));
         receiver.act_before_launch(&received)?;
-        if woke {
-            // Only a lease's end earns the quick looks after it.
-            let lease_ended = ticket.drain();
-            if !lease_ended {
-                *quick_retries = AFTER_A_WAKE.len();
-            }
-            return Ok(lease_ended);
-        }
-        if head || until.is_some_and(|until| Instant::now() >= until) || ticket.is_head(dir) {
-            return Ok(false);
+        if woke || head || until.is_some_and(|until| Instant::now() >= until) || ticket.is_head(dir) {
+            return Ok(());
         }
     }
 }

@@ -13,13 +13,14 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, Flock, FlockArg, OFlag};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::stat::{fstat, Mode};
 
 use crate::process::procfs;
@@ -45,6 +46,10 @@ pub struct LockDir {
     path: PathBuf,
     fd: OwnedFd,
 }
+
+/// How `LockDir::lock` waits: on the descriptor, at most the duration; `Err(signal)` ends the
+/// wait for a signal that ends gpurun.
+pub type LockWait<'a> = dyn FnMut(BorrowedFd<'_>, Duration) -> Result<(), i32> + 'a;
 
 /// The directory lock, held until dropped.
 pub struct DirLock {
@@ -116,29 +121,55 @@ impl LockDir {
         LockDirError::Io { path: self.path.display().to_string(), source: source.into() }
     }
 
-    /// Takes the exclusive directory lock. While another process holds it, waits, calling
-    /// `pause` between tries (it ends the wait on a signal that ends gpurun), and after a
-    /// second says who holds it.
-    pub fn lock(&self, pause: &mut dyn FnMut(Duration) -> Result<(), i32>) -> Result<DirLock, LockDirError> {
+    /// Takes the exclusive directory lock. While another process holds it, a helper thread
+    /// blocks in `flock` and this one waits through `wait` (on the helper's eventfd, with a
+    /// timeout; it ends the wait on a signal that ends gpurun), and after a second says who
+    /// holds the lock. The kernel hands a blocking `flock` the lock the moment it is released;
+    /// retrying without blocking slept up to 20 ms between tries, however soon it was free.
+    pub fn lock(&self, wait: &mut LockWait<'_>) -> Result<DirLock, LockDirError> {
         let fresh =
             openat(&self.fd, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|e| self.io(e))?;
+        let fd = match Flock::lock(fresh, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(DirLock { _lock: lock }),
+            Err((back, Errno::EWOULDBLOCK)) => back,
+            Err((_, error)) => return Err(self.io(error)),
+        };
+        let ready =
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| self.io(e))?;
+        let ready = std::sync::Arc::new(ready);
+        let (send, taken) = std::sync::mpsc::sync_channel(1);
+        let notify = std::sync::Arc::clone(&ready);
+        // Given up (a signal ended the wait), the helper still gets the lock in the end: its
+        // send fails and the lock it took is dropped there, released at once.
+        std::thread::Builder::new()
+            .name("gpurun-lockdir".to_owned())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let _ = send.send(Flock::lock(fd, FlockArg::LockExclusive).map_err(|(_, error)| error));
+                let _ = notify.write(1);
+            })
+            .map_err(|e| self.io(e))?;
         let started = Instant::now();
         let mut said = false;
-        let mut interval = Duration::from_millis(1);
-        let mut fd = fresh;
         loop {
-            match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Ok(DirLock { _lock: lock }),
-                Err((back, Errno::EWOULDBLOCK)) => fd = back,
-                Err((_, error)) => return Err(self.io(error)),
+            let timeout = match said {
+                true => Duration::from_secs(60),
+                false => SAY_WHO_HOLDS_AFTER.saturating_sub(started.elapsed()),
+            };
+            wait(ready.as_fd(), timeout).map_err(LockDirError::Interrupted)?;
+            match taken.try_recv() {
+                Ok(Ok(lock)) => return Ok(DirLock { _lock: lock }),
+                Ok(Err(error)) => return Err(self.io(error)),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(self.io(io::Error::other("the lock's helper thread ended")))
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
             }
             if !said && started.elapsed() >= SAY_WHO_HOLDS_AFTER {
                 tracing::info!("waiting for the lock directory {}, {}", self.path.display(), self.holder());
                 said = true;
             }
-            pause(interval).map_err(LockDirError::Interrupted)?;
-            interval = (interval * 2).min(Duration::from_millis(20));
         }
     }
 
@@ -252,7 +283,12 @@ impl LockDir {
     }
 
     /// Makes the FIFO `name` (mode 0622 whatever the umask: any user's gpurun may pass the turn
-    /// to this waiter) and opens its read end without blocking.
+    /// to this waiter) and opens it without blocking, for reading and writing: a FIFO whose
+    /// last writer has closed it reads as end-of-file and polls as hung up until another
+    /// writer comes, so a waiter holding only the read end, once woken, found it ready at every
+    /// wait and looked at the machine in a loop, a whole core for as long as it waited. Holding
+    /// a write end itself, it is ready only while a wake-up is unread (Linux opens a FIFO for
+    /// both without blocking; fifo(7)).
     pub fn make_fifo(&self, name: &str) -> Result<OwnedFd, Errno> {
         nix::sys::stat::mknodat(
             &self.fd,
@@ -264,7 +300,7 @@ impl LockDir {
         let fifo = openat(
             &self.fd,
             name,
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_RDWR | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         );
         let fifo = match fifo {
@@ -349,12 +385,19 @@ mod tests {
     fn the_lock_is_exclusive_and_says_who_holds_it() {
         let base = tempfile::tempdir().unwrap();
         let dir = LockDir::open(&base.path().join("locks"), true).unwrap();
-        let held = dir.lock(&mut |_| Ok(())).unwrap();
+        let mut no_wait = |_: BorrowedFd<'_>, _: Duration| -> Result<(), i32> { Ok(()) };
+        let held = dir.lock(&mut no_wait).unwrap();
         let other = LockDir::open(dir.path(), false).unwrap();
-        let mut tries = 0;
-        let result = other.lock(&mut |_| {
-            tries += 1;
-            if tries > 3 {
+        let mut waits = 0;
+        let result = other.lock(&mut |fd, timeout| {
+            waits += 1;
+            // The helper does not get the lock while it is held here.
+            let mut ready = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+            let ms =
+                nix::poll::PollTimeout::try_from(timeout.min(Duration::from_millis(50)).as_millis() as i32)
+                    .unwrap();
+            assert_eq!(nix::poll::poll(&mut ready, ms).unwrap(), 0);
+            if waits > 3 {
                 Err(libc::SIGTERM)
             } else {
                 Ok(())
@@ -362,7 +405,23 @@ mod tests {
         });
         assert!(matches!(result, Err(LockDirError::Interrupted(libc::SIGTERM))));
         assert!(other.holder().contains(&format!("PID {}", std::process::id())), "{}", other.holder());
-        drop(held);
-        other.lock(&mut |_| Ok(())).unwrap();
+        // Released, the lock goes to a waiter blocked in the helper as soon as it is.
+        let third = LockDir::open(dir.path(), false).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(held);
+        });
+        let started = Instant::now();
+        let mut poll_wait = |fd: BorrowedFd<'_>, timeout: Duration| -> Result<(), i32> {
+            let mut ready = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+            let ms = nix::poll::PollTimeout::try_from(timeout.as_millis().min(10_000) as i32).unwrap();
+            nix::poll::poll(&mut ready, ms).unwrap();
+            Ok(())
+        };
+        let lock = third.lock(&mut poll_wait).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(90), "{:?}", started.elapsed());
+        release.join().unwrap();
+        drop(lock);
+        other.lock(&mut no_wait).unwrap();
     }
 }

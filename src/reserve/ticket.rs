@@ -118,8 +118,8 @@ fn wake_name((since_ns, pid): (u64, u32)) -> String {
     format!("wake.{since_ns:020}.{pid}")
 }
 
-/// Joins the queue; call with the directory lock held, so that tickets are ordered. `mask`:
-/// `mask_of` the GPUs it could ever use.
+/// Joins the queue, in the order of the ticket names (their time, then the PID): the directory
+/// lock is not needed for that. `mask`: `mask_of` the GPUs it could ever use.
 pub fn take(
     dir: &LockDir,
     gpus: Vec<String>,

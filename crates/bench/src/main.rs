@@ -1,6 +1,6 @@
 //! `make bench`: what users pay for gpurun, measured side by side on the NVML simulator.
 //!
-//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue]
+//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch]
 //!
 //! `--gpurun PATH` measures another build (an older one, for a before/after in the same run).
 //!
@@ -151,6 +151,63 @@ impl Bench {
             }));
         }
         Value::Array(rows)
+    }
+
+    /// `gpurun --gpus 1 -- true` against `env true` (the yardstick: a wrapper that
+    /// execs), and what each part of a launch adds, taken away one documented flag at a time:
+    /// `--gpus 0` is the supervisor alone (the watcher, the spawn, the wait); `--no-lock
+    /// --verify off --no-history` adds NVML's thread, its init and the probe; then the lock
+    /// directory, the verification monitor and the history line. Runs interleaved, so that a
+    /// slow moment of the machine falls on every variant alike.
+    fn launch_cost(&self) -> Value {
+        let scenario = self.write_scenario("launch-cost.toml", &scenario(8, 0));
+        let runs = self.runs(60);
+        let variants: [(&str, Option<&[&str]>); 6] = [
+            ("env true", None),
+            ("gpurun --gpus 0", Some(&["-q", "--gpus", "0"])),
+            (
+                "+ NVML and the probe",
+                Some(&["-q", "--gpus", "1", "--no-lock", "--verify", "off", "--no-history"]),
+            ),
+            ("+ the lock directory", Some(&["-q", "--gpus", "1", "--verify", "off", "--no-history"])),
+            ("+ verification", Some(&["-q", "--gpus", "1", "--no-history"])),
+            ("+ the history (the default)", Some(&["-q", "--gpus", "1"])),
+        ];
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); variants.len()];
+        for _ in 0..runs {
+            for (slot, (_, args)) in variants.iter().enumerate() {
+                let mut command = match args {
+                    None => {
+                        let mut command = self.command(Path::new("env"), &scenario);
+                        command.arg("true");
+                        command
+                    }
+                    Some(args) => {
+                        let mut command = self.command(&self.gpurun, &scenario);
+                        command.args(*args).args(["--", "true"]);
+                        command
+                    }
+                };
+                let started = Instant::now();
+                let status = command.status().expect("run");
+                samples[slot].push(started.elapsed());
+                assert!(status.success(), "{command:?} failed: {status}");
+            }
+        }
+        let medians: Vec<Duration> = samples.into_iter().map(median).collect();
+        let env_true = medians[0];
+        let rows: Vec<Value> = variants
+            .iter()
+            .zip(&medians)
+            .enumerate()
+            .map(|(slot, ((name, _), time))| {
+                let added = if slot == 0 { Duration::ZERO } else { time.saturating_sub(medians[slot - 1]) };
+                json!({"variant": name, "ms": ms(*time), "added_ms": if slot == 0 { 0.0 } else { ms(added) },
+                       "times_env_true": time.as_secs_f64() / env_true.as_secs_f64()})
+            })
+            .collect();
+        json!({"runs": runs, "rows": rows, "env_true_ms": ms(env_true),
+               "gpurun_over_env_true": medians[5].as_secs_f64() / env_true.as_secs_f64()})
     }
 
     fn against_nvisel(&self) -> Value {
@@ -474,16 +531,30 @@ impl Bench {
                 std::thread::sleep(Duration::from_millis(1));
             }
         };
-        let mut holders = Sleepers((0..8).map(|_| launch(false)).collect());
+        let _holders = Sleepers((0..8).map(|_| launch(false)).collect());
         until(8);
         let _queued = Sleepers((0..waiters).map(|_| launch(true)).collect());
         std::thread::sleep(Duration::from_secs(3));
+        // The holder of a GPU's lease, by the lease's name (`<uuid>.<pid>.<nonce>.lease`): after
+        // the first hand-offs, the holders are waiters that were served.
+        let holder_of = |gpu: usize| -> Option<u32> {
+            std::fs::read_dir(&locks).ok()?.flatten().find_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let rest = name.strip_suffix(".lease")?;
+                let mut fields = rest.rsplitn(3, '.');
+                let (_nonce, pid, uuid) = (fields.next()?, fields.next()?, fields.next()?);
+                uuid.ends_with(&format!("{gpu:012}")).then(|| pid.parse().ok()).flatten()
+            })
+        };
         let mut latencies_ms = Vec::new();
         for round in 0..10.min(waiters) {
-            let holder = holders.0.remove(0);
+            let Some(holder) = holder_of(round % 8) else { break };
             let ended_at = now_ns();
-            terminate(holder.id());
+            terminate(holder);
             until(9 + round);
+            if starts() < 9 + round {
+                break;
+            }
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             let started: u128 = text
                 .lines()
@@ -492,8 +563,6 @@ impl Bench {
                 .and_then(|t| t.parse().ok())
                 .unwrap_or(0);
             latencies_ms.push(started.saturating_sub(ended_at) as f64 / 1e6);
-            // Reaped with the others at the end; a queued one holds the GPU now.
-            holders.0.push(holder);
         }
         latencies_ms.sort_by(f64::total_cmp);
         let at = |p: f64| latencies_ms.get(((latencies_ms.len() as f64 - 1.0) * p).round() as usize).copied();
@@ -652,6 +721,21 @@ fn print_table(results: &Value) {
             row["overhead_beyond_nvml_init_ms"].as_f64().unwrap_or(0.0)
         );
     }
+    let cost = &results["launch_cost"];
+    println!(
+        "\nA launch's parts: gpurun --gpus 1 -- true is {:.2}x env true (medians of {} interleaved runs, 8 GPUs)",
+        cost["gpurun_over_env_true"].as_f64().unwrap_or(0.0),
+        cost["runs"]
+    );
+    for row in cost["rows"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<30} {:>6.2} ms  (+{:.2} ms, {:.2}x env true)",
+            row["variant"].as_str().unwrap_or("?"),
+            row["ms"].as_f64().unwrap_or(0.0),
+            row["added_ms"].as_f64().unwrap_or(0.0),
+            row["times_env_true"].as_f64().unwrap_or(0.0)
+        );
+    }
     let nvisel = &results["against_nvisel"];
     if nvisel["measured"] == true {
         println!(
@@ -770,6 +854,10 @@ fn main() {
         Some("--nvml-init-only") => std::process::exit(nvml_init_only(&args[1])),
         _ => {}
     }
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch]");
+        return;
+    }
     let option = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let own_exe = std::env::current_exe().expect("own path");
     let build = own_exe.parent().expect("build directory").to_path_buf();
@@ -787,16 +875,29 @@ fn main() {
         work,
         quick: args.iter().any(|a| a == "--quick"),
     };
-    // `--only queue`: just the queue's rows (while working on the hand-off).
-    if option("--only").as_deref() == Some("queue") {
-        let rows: Vec<Value> = [10, 100, 400].into_iter().map(|jobs| bench.queue(jobs)).collect();
-        let handoff: Vec<Value> = [10, 100, 400].into_iter().map(|waiters| bench.handoff(waiters)).collect();
-        let all = json!({"queue": rows, "handoff": handoff, "blocked_waiters": bench.blocked_waiters()});
-        println!("{}", serde_json::to_string_pretty(&all).expect("json"));
+    // `--only queue|burst|launch`: one section's rows as JSON (while working on one of them).
+    if let Some(only) = option("--only") {
+        let rows = match only.as_str() {
+            "queue" => {
+                let rows: Vec<Value> = [10, 100, 400].into_iter().map(|jobs| bench.queue(jobs)).collect();
+                let handoff: Vec<Value> =
+                    [10, 100, 400].into_iter().map(|waiters| bench.handoff(waiters)).collect();
+                json!({"queue": rows, "handoff": handoff, "blocked_waiters": bench.blocked_waiters()})
+            }
+            "burst" => json!({"queue": [bench.queue(400)]}),
+            "launch" => json!({"launch_cost": bench.launch_cost()}),
+            other => {
+                eprintln!("gpurun-bench: --only {other}: expected queue, burst or launch");
+                std::process::exit(2);
+            }
+        };
+        println!("{}", serde_json::to_string_pretty(&rows).expect("json"));
         return;
     }
     eprintln!("measuring launch overhead...");
     let launch_overhead = bench.launch_overhead();
+    eprintln!("measuring the launch's parts...");
+    let launch_cost = bench.launch_cost();
     eprintln!("measuring against nvisel...");
     let against_nvisel = bench.against_nvisel();
     eprintln!("measuring supervision (this takes a minute)...");
@@ -825,6 +926,7 @@ fn main() {
         "machine": machine(),
         "quick": bench.quick,
         "launch_overhead": launch_overhead,
+        "launch_cost": launch_cost,
         "against_nvisel": against_nvisel,
         "supervision": supervision,
         "verification_latency": verification_latency,

@@ -71,7 +71,7 @@ pub fn live(dir: &Path) -> Vec<Registration> {
         let mut lines = text.lines();
         let recorded_start =
             lines.next().and_then(|l| l.strip_prefix("start ")).and_then(|t| t.parse::<u64>().ok());
-        if live_start_time(pid).is_none() || live_start_time(pid) != recorded_start {
+        if live_start_time(pid).is_none_or(|started| Some(started) != recorded_start) {
             continue;
         }
         for line in lines {
