@@ -52,6 +52,100 @@ pub fn unregister(dir: &Path, pid: u32) {
     let _ = fs::remove_file(entry_path(dir, pid));
 }
 
+/// The registrations read so far, so that a call reads only what changed: the files by name and
+/// inode (a registration is written to a new file and renamed into place), each process's life
+/// by a pidfd, which is readable once the process has ended (a zombie, which NVML does not
+/// list) and can never name a reused PID. One listing and one poll per call, and as exact as
+/// reading everything: a probe asks for every GPU's processes and memory in a row, and reading
+/// each file and /proc twice per process for each was most of a launch's CPU in a burst.
+#[derive(Default)]
+pub struct Cache {
+    known: std::collections::HashMap<std::ffi::OsString, Known>,
+}
+
+struct Known {
+    inode: u64,
+    /// `None`: no pidfd (a kernel before 5.3): the start time in /proc is read at each call.
+    pidfd: Option<std::os::fd::OwnedFd>,
+    start_time: Option<u64>,
+    dead: bool,
+    entries: Vec<Registration>,
+}
+
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    // SAFETY: pidfd_open takes a PID and flags; a descriptor it returns is new and ours alone.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0);
+        (fd >= 0).then(|| <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32))
+    }
+}
+
+/// Whether a pidfd's process has ended (the descriptor is readable).
+fn ended(pidfd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd, which outlives the call; a zero timeout never blocks.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready != 0
+}
+
+impl Cache {
+    /// Every registration of a live process, as `live` finds them.
+    pub fn live(&mut self, dir: &Path) -> Vec<Registration> {
+        use std::os::unix::fs::DirEntryExt;
+        let Ok(listing) = fs::read_dir(dir) else {
+            self.known.clear();
+            return Vec::new();
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut found = Vec::new();
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            let Some(pid) =
+                name.to_str().and_then(|n| n.strip_suffix(".proc")).and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let inode = entry.ino();
+            if self.known.get(&name).is_none_or(|known| known.inode != inode) {
+                let Some(known) = read_entry(&entry.path(), pid, inode) else { continue };
+                self.known.insert(name.clone(), known);
+            }
+            seen.insert(name.clone());
+            let known = &self.known[&name];
+            let alive = !known.dead
+                && match &known.pidfd {
+                    Some(pidfd) => !ended(pidfd),
+                    None => live_start_time(pid).is_some_and(|started| Some(started) == known.start_time),
+                };
+            if alive {
+                found.extend(known.entries.iter().cloned());
+            }
+        }
+        self.known.retain(|name, _| seen.contains(name));
+        found.sort_by_key(|r| r.pid);
+        found
+    }
+}
+
+/// One registration file, checked against the process it names: `None` when unreadable.
+fn read_entry(path: &Path, pid: u32, inode: u64) -> Option<Known> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    let start_time = lines.next().and_then(|l| l.strip_prefix("start ")).and_then(|t| t.parse::<u64>().ok());
+    // Opened before the start time is compared: if it matches, the pidfd is that process's.
+    let pidfd = pidfd_open(pid);
+    // Gone, or the PID now another process's: this file is never listed again.
+    let dead = live_start_time(pid).is_none_or(|started| Some(started) != start_time);
+    let entries = lines
+        .filter_map(|line| {
+            let (uuid, bytes) = line.split_once(' ')?;
+            Some(Registration { pid, uuid: uuid.to_owned(), used_bytes: bytes.parse().ok()? })
+        })
+        .collect();
+    Some(Known { inode, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries })
+}
+
 /// Every registration of a live process.
 pub fn live(dir: &Path) -> Vec<Registration> {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -98,6 +192,34 @@ mod tests {
         assert_eq!(live(&dir), vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 42 }]);
         unregister(&dir, pid);
         assert!(live(&dir).is_empty());
+        let _ = fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_cache_sees_every_change_at_once() {
+        let dir = std::env::temp_dir().join(format!("nvml-sim-registry-cache-{}", std::process::id()));
+        let mut cache = Cache::default();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        register(&dir, pid, &[("GPU-x".to_owned(), 1)]).unwrap();
+        assert_eq!(cache.live(&dir), vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 1 }]);
+        // Registered again (a new file renamed over the old): the new figure, at once.
+        register(&dir, pid, &[("GPU-x".to_owned(), 2)]).unwrap();
+        assert_eq!(cache.live(&dir)[0].used_bytes, 2);
+        // Ended without unregistering: a zombie is not listed, from the next call on.
+        child.kill().unwrap();
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(cache.live(&dir).is_empty());
+        child.wait().unwrap();
+        assert!(cache.live(&dir).is_empty());
+        // Unregistered: gone from the cache too.
+        let own = std::process::id();
+        register(&dir, own, &[("GPU-y".to_owned(), 3)]).unwrap();
+        assert_eq!(cache.live(&dir).len(), 1);
+        unregister(&dir, own);
+        assert!(cache.live(&dir).is_empty());
         let _ = fs::remove_dir_all(dir);
     }
 

@@ -22,10 +22,8 @@ pub struct State {
     looked: Option<std::time::Instant>,
     /// Event sets (`nvmlEventSetCreate`), by handle - 1; `None` once freed.
     pub event_sets: Vec<Option<EventSet>>,
-    /// The live registrations, and when they were read: a probe asks for the processes and
-    /// memory of every GPU in a row, and reading the registry (a file and two `/proc` reads per
-    /// process) each time made the simulator, not the client, most of a launch's CPU.
-    registered: std::cell::RefCell<Option<(std::time::Instant, Vec<registry::Registration>)>>,
+    /// The process registry as read so far (re-read only where it changed).
+    registered: std::cell::RefCell<registry::Cache>,
 }
 
 /// One event set: what it was registered for, and the Xids it has delivered.
@@ -84,7 +82,7 @@ impl State {
             init_count: 0,
             looked: None,
             event_sets: Vec::new(),
-            registered: std::cell::RefCell::new(None),
+            registered: std::cell::RefCell::new(registry::Cache::default()),
         })
     }
 
@@ -184,24 +182,13 @@ impl State {
             .filter(|p| from_scenario(p))
             .map(|p| ListedProcess { pid: p.pid, used_bytes: p.used.map(|s| s.0), instance })
             .collect();
-        listed.extend(self.live_registrations().into_iter().filter(|r| registered(r)).map(|r| {
-            ListedProcess { pid: r.pid + self.scenario.pid_offset, used_bytes: Some(r.used_bytes), instance }
+        let live = self.registered.borrow_mut().live(&self.state_dir);
+        listed.extend(live.into_iter().filter(|r| registered(r)).map(|r| ListedProcess {
+            pid: r.pid + self.scenario.pid_offset,
+            used_bytes: Some(r.used_bytes),
+            instance,
         }));
         listed
-    }
-
-    /// The registry as read at most REFRESH_EVERY ago: a process that registers or ends is seen
-    /// within that long, as a change of the scenario is.
-    fn live_registrations(&self) -> Vec<registry::Registration> {
-        let mut cached = self.registered.borrow_mut();
-        match cached.as_ref() {
-            Some((read_at, live)) if read_at.elapsed() < REFRESH_EVERY => live.clone(),
-            _ => {
-                let live = registry::live(&self.state_dir);
-                *cached = Some((std::time::Instant::now(), live.clone()));
-                live
-            }
-        }
     }
 
     pub fn memory(&self, gpu: u32) -> Memory {
