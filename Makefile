@@ -4,8 +4,12 @@ CARGO  ?= cargo
 PREFIX ?= /usr/local
 DESTDIR ?=
 PYTHON ?= python3
-# systemd-tmpfiles reads /usr/lib/tmpfiles.d whatever PREFIX is.
-TMPFILESDIR ?= /usr/lib/tmpfiles.d
+# The tmpfiles entry (the lock directory at boot): systemd-tmpfiles reads /usr/lib/tmpfiles.d
+# whatever PREFIX is, so it is installed only for a system prefix (/usr, /usr/local) or where
+# TMPFILESDIR says; a user's PREFIX=~/.local, or a private /opt prefix, never writes outside it.
+ifeq ($(origin TMPFILESDIR),undefined)
+TMPFILESDIR := $(if $(filter /usr /usr/ /usr/local /usr/local/,$(PREFIX)),/usr/lib/tmpfiles.d)
+endif
 # The simulator is checked against NVIDIA's own Python binding, NVIDIA's nvml.h (shipped in
 # nvidia-nvml-dev) and two real clients, all pinned here.
 NVIDIA_ML_PY_VERSION ?= 13.615.71
@@ -39,6 +43,7 @@ demo: sim
 
 # Rebuilt when the pins above change.
 $(VENV)/.installed: Makefile
+	@echo "make test: creating $(VENV) with nvidia-ml-py, nvidia-nvml-dev, gpustat and nvitop (pip; minutes on a slow machine, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
 		nvidia-ml-py==$(NVIDIA_ML_PY_VERSION) nvidia-nvml-dev==$(NVIDIA_NVML_DEV_VERSION) \
@@ -59,7 +64,7 @@ shells:
 	@tests/completions/install-shells.sh
 
 test: venv sim slurm-deps shells
-	$(CARGO) test --workspace --no-fail-fast
+	@CARGO=$(CARGO) tests/run-all.sh
 
 $(BENCH_VENV)/.installed:
 	$(PYTHON) -m venv $(BENCH_VENV)
@@ -94,8 +99,13 @@ SHARE = $(DESTDIR)$(PREFIX)/share
 install-files:
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gpurun
 	install -D -m 0644 man/gpurun.1 $(SHARE)/man/man1/gpurun.1
-	install -D -m 0644 packaging/gpurun-tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/gpurun.conf
+	@if [ -n "$(TMPFILESDIR)" ]; then \
+		install -D -m 0644 packaging/gpurun-tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/gpurun.conf; \
+	else \
+		echo "tmpfiles entry not installed: PREFIX=$(PREFIX) is not /usr or /usr/local (TMPFILESDIR=DIR installs it); gpurun makes /run/lock/gpurun on first use"; \
+	fi
 	install -D -m 0644 packaging/config.toml $(SHARE)/doc/gpurun/config.toml
+	install -m 0644 README.md doc/guide.md doc/design.md doc/performance.md $(SHARE)/doc/gpurun/
 	install -d $(SHARE)/bash-completion/completions $(SHARE)/zsh/site-functions $(SHARE)/fish/vendor_completions.d
 	$(BIN) --completions bash > $(SHARE)/bash-completion/completions/gpurun
 	$(BIN) --completions zsh > $(SHARE)/zsh/site-functions/_gpurun

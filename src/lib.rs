@@ -26,6 +26,7 @@ use crate::exit_code::Exit;
 use crate::launch::env::{self, Plan};
 use crate::options::{CpuBind, Fallback, HealthUse};
 use crate::output::{doctor, listing};
+use crate::probe::nvml::OpenError;
 use crate::probe::worker::NvmlThread;
 use crate::process::logging;
 use crate::process::signals::{die_by, CallerState, Receiver};
@@ -65,7 +66,12 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     }
     let verbose =
         matches!(config.verbosity, crate::options::Verbosity::Debug | crate::options::Verbosity::Trace);
-    let shared = listing::Shared { queue: &queue, rules: config.limits.describe(), verbose };
+    // `--list` on a terminal fits it; piped or to a file, nothing is cut.
+    let columns = match std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        true => crate::process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())),
+        false => None,
+    };
+    let shared = listing::Shared { queue: &queue, rules: config.limits.describe(), verbose, columns };
     // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| {
         let mut plan = Plan::new(selection, config.visible_as, config.framework_env);
@@ -187,6 +193,15 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
         Ok(acquisition) => Ok((Some(nvml), acquisition)),
         Err(AcquireError::Stalled(why)) if config.request.fallback == Some(Fallback::Cpu) && !looking => {
             tracing::warn!("{why}; running with no GPU visible (--fallback cpu)");
+            Ok((None, Acquisition::no_gpu(config.request.count)))
+        }
+        // A machine without GPUs for this user (a laptop, a CI box: no library, no driver, no
+        // access) is what --fallback cpu is for. A library that is not NVML, or an NVML that
+        // fails otherwise, stays an error: that is a broken install, not a machine without GPUs.
+        Err(AcquireError::Nvml(
+            error @ (OpenError::LibraryMissing { .. } | OpenError::DriverNotLoaded | OpenError::NoPermission),
+        )) if config.request.fallback == Some(Fallback::Cpu) && !looking => {
+            tracing::warn!("{error}; running with no GPU visible (--fallback cpu)");
             Ok((None, Acquisition::no_gpu(config.request.count)))
         }
         Err(error) => Err(Error::acquire(error, config)),

@@ -60,6 +60,53 @@ fn bash_completes_options_and_their_values() {
 }
 
 #[test]
+fn after_the_options_the_command_and_its_arguments_are_completed() {
+    // As for sudo, env and timeout: command names, then that command's own words. bash here
+    // has no bash-completion (no _command_offset): command names, then file names.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gpurun.bash");
+    std::fs::write(&file, script("bash")).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "").unwrap();
+    let bash = |line: &str| {
+        let program = format!(
+            "cd {}; source {}; COMP_WORDS=({line}); [[ '{line}' == *' ' ]] && COMP_WORDS+=(''); \
+             COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; \
+             _gpurun gpurun \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            dir.path().display(),
+            file.display()
+        );
+        let output = Command::new("bash").args(["-c", &program]).output().unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    for line in ["gpurun -- slee", "gpurun --gpus 2 slee", "gpurun --min-free 8G --wait=10m -- slee"] {
+        assert!(bash(line).lines().any(|l| l == "sleep"), "{line}: {}", bash(line));
+    }
+    // The command's own arguments, not gpurun's options; a value of gpurun's own is not the
+    // command.
+    assert_eq!(bash("gpurun --gpus 2 -- cat not").trim(), "notes.txt");
+    assert!(!bash("gpurun --gpus 2 cat --").contains("--gpus"));
+    assert!(bash("gpurun --gpus ").lines().all(|l| l != "sleep"));
+    assert!(bash("gpurun --ex").lines().any(|l| l == "--exclusive"));
+    if has("fish") {
+        let file = dir.path().join("gpurun.fish");
+        std::fs::write(&file, script("fish")).unwrap();
+        let commands = offered("fish", &file, "gpurun --gpus 2 -- slee");
+        assert!(commands.lines().any(|l| l.starts_with("sleep")), "{commands}");
+        let positional = offered("fish", &file, "gpurun --min-free 8G slee");
+        assert!(positional.lines().any(|l| l.starts_with("sleep")), "{positional}");
+        // timeout's own options (fish ships its completion), not gpurun's.
+        let own = offered("fish", &file, "gpurun -- timeout --sig");
+        assert!(own.starts_with("--signal"), "{own}");
+        assert!(!offered("fish", &file, "gpurun -- timeout --").contains("--gpus"));
+        assert!(offered("fish", &file, "gpurun --ex").contains("--exclusive"));
+    }
+    if has("zsh") {
+        // zsh completes the rest as a command of its own (clap_complete's _cmdambivalent).
+        assert!(script("zsh").contains("*::command -- The command to run, and its arguments:_cmdambivalent"));
+    }
+}
+
+#[test]
 fn zsh_and_fish_scripts_are_valid_in_their_shells() {
     let dir = tempfile::tempdir().unwrap();
     if has("zsh") {
@@ -118,7 +165,59 @@ fn make_install_puts_everything_where_it_is_looked_for() {
     assert_eq!(installed("usr/share/fish/vendor_completions.d/gpurun.fish"), script("fish"));
     assert!(installed("usr/share/man/man1/gpurun.1").contains(".SH \"EXIT STATUS\""));
     assert_eq!(installed("usr/share/doc/gpurun/config.toml"), std::fs::read_to_string(example()).unwrap());
+    assert!(installed("usr/share/doc/gpurun/guide.md").starts_with("# gpurun: the user's guide"));
     assert!(root.path().join("usr/bin/gpurun").exists());
+}
+
+/// Every file under `root`, relative to it.
+fn files_under(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(entry.path());
+            } else {
+                found.push(entry.path().strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn a_user_install_stays_inside_its_prefix_and_a_system_one_installs_the_tmpfiles_entry() {
+    let install = |root: &Path, extra: &[&str]| {
+        let output = Command::new("make")
+            .args(["-s", "install-files"])
+            .arg(format!("BIN={}", gpurun_binary()))
+            .arg(format!("DESTDIR={}", root.display()))
+            .args(extra)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    // `make install PREFIX=~/.local`: everything under the prefix, and it says what it left out.
+    let user = tempfile::tempdir().unwrap();
+    let said = install(user.path(), &["PREFIX=/home/alice/.local"]);
+    let files = files_under(user.path());
+    assert!(files.iter().all(|f| f.starts_with("home/alice/.local/")), "{files:?}");
+    assert!(files.contains(&"home/alice/.local/bin/gpurun".to_owned()), "{files:?}");
+    assert!(said.contains("tmpfiles entry not installed: PREFIX=/home/alice/.local"), "{said}");
+    // A private prefix as root: the same.
+    let private = tempfile::tempdir().unwrap();
+    install(private.path(), &["PREFIX=/opt/gpurun"]);
+    assert!(files_under(private.path()).iter().all(|f| f.starts_with("opt/gpurun/")));
+    // A system prefix, or TMPFILESDIR named: the entry goes where systemd-tmpfiles reads it.
+    let system = tempfile::tempdir().unwrap();
+    install(system.path(), &["PREFIX=/usr/local"]);
+    assert!(system.path().join("usr/lib/tmpfiles.d/gpurun.conf").exists());
+    let named = tempfile::tempdir().unwrap();
+    install(named.path(), &["PREFIX=/home/alice/.local", "TMPFILESDIR=/etc/tmpfiles.d"]);
+    assert!(named.path().join("etc/tmpfiles.d/gpurun.conf").exists());
 }
 
 fn example() -> std::path::PathBuf {

@@ -84,6 +84,55 @@ fn bad_settings_name_file_line_and_key() {
 }
 
 #[test]
+fn a_bare_size_is_refused_everywhere_and_never_runs_the_unit() {
+    // `--min-free 8 GB -- true` ran a command called GB (127); `--min-free 8` meant 8 bytes.
+    let sim = Sim::new(&default_scenario());
+    let marker = sim.dir.path().join("ran");
+    let touch = ["--", "touch", marker.to_str().unwrap()];
+    let typed = sim.gpurun().args(["--min-free", "8", "GB"]).args(touch).run();
+    typed.status(125).stderr_has("gpurun: invalid value '8' for '--min-free").stderr_has("did you mean 8G?");
+    sim.gpurun().args(["--min-total", "40"]).args(touch).run().status(125).stderr_has("did you mean 40G?");
+    sim.gpurun()
+        .env("GPURUN_MIN_FREE", "8")
+        .args(touch)
+        .run()
+        .status(125)
+        .stderr_has("GPURUN_MIN_FREE: key min-free: invalid value '8'")
+        .stderr_has("did you mean 8G?");
+    // A TOML integer, and a string, in a file.
+    for line in ["min-free = 8\n", "min-free = \"8\"\n"] {
+        let file = with_user_file(&format!("policy = \"pack\"\n{line}"));
+        let outcome = file.gpurun().args(touch).run();
+        outcome.status(125).stderr_has("config.toml:2: key min-free").stderr_has("did you mean 8G?");
+    }
+    assert!(!marker.exists(), "a refused size ran the command");
+    // 0 stays 0, and B says bytes.
+    sim.gpurun().args(["--min-free", "0", "--export"]).run().status(0);
+    sim.gpurun().args(["--min-free", "512B", "--export"]).run().status(0);
+}
+
+#[test]
+fn every_bad_line_of_a_file_is_reported_in_order_with_the_accepted_values() {
+    let sim = with_user_file("policy = \"fastest\"\nmin-free = \"8X\"\nexclusive = \"maybe\"\ngpus = 1\n");
+    let outcome = sim.gpurun().args(["--dry-run"]).run();
+    outcome.status(125);
+    let lines: Vec<&str> = outcome.stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", outcome.stderr);
+    assert!(
+        lines[0].starts_with("gpurun: ")
+            && lines[0].contains("config.toml:1: key policy: invalid value 'fastest'")
+    );
+    // As on the command line: what policy accepts.
+    assert!(
+        lines[0].contains("[possible values: most-free, least-util, balanced, pack, index, random]"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains("config.toml:2: key min-free: invalid value '8X'"), "{}", lines[1]);
+    assert!(lines[2].contains("config.toml:3: key exclusive: expected true or false"), "{}", lines[2]);
+}
+
+#[test]
 fn variables_for_switches_and_the_commands_own_variables() {
     let sim = Sim::new(&default_scenario());
     sim.gpurun()

@@ -59,6 +59,11 @@ fn each_run_is_recorded_and_listed() {
     let json: Value =
         serde_json::from_str(&sim.gpurun().args(["--history", "--json"]).run().status(0).stdout).unwrap();
     assert_eq!(json.as_array().unwrap().len(), 2);
+    // --json before or after the PATTERN.
+    for args in [["--history", "--json", "exit"], ["--history", "exit", "--json"]] {
+        let filtered: Value = serde_json::from_str(&sim.gpurun().args(args).run().status(0).stdout).unwrap();
+        assert_eq!(filtered.as_array().unwrap().len(), 1, "{args:?}");
+    }
     sim.gpurun()
         .args(["--history", "a", "b"])
         .run()
@@ -183,13 +188,20 @@ fn each_diagnosis_fires_on_its_case_and_none_on_a_clean_run() {
     assert_eq!(cpu["diagnosis"][0]["gpu"], Value::Null);
     assert!(stderr.contains("gpurun: warning: cpu-fallback: "), "{stderr}");
 
-    let (over, _) = report_of(&["--exclusive"], &[&cuda, "--mem", "2GiB", "--sleep", "0.3"]);
+    let (over, _) = report_of(&["--min-free", "40G"], &[&cuda, "--mem", "2GiB", "--sleep", "0.3"]);
     assert_eq!(diagnosis_kinds(&over), ["over-reserved"]);
     assert!(over["diagnosis"][0]["detail"].as_str().unwrap().ends_with("next time ask for --min-free 3G"));
+    // --exclusive asks for the card unshared, not for its memory: the README's first example
+    // (`gpurun --exclusive --report -- sim-cuda --sleep 2`) warns of nothing.
+    let (unshared, stderr) = report_of(&["--exclusive"], &[&cuda, "--mem", "1GiB", "--sleep", "0.3"]);
+    assert_eq!(diagnosis_kinds(&unshared), Vec::<String>::new());
+    assert!(!stderr.contains("warning"), "{stderr}");
 
     // The history keeps them too, and --report prints them.
     assert!(records(&sim).iter().any(|r| diagnosis_kinds(r) == ["over-reserved"]));
-    let shown =
-        sim.gpurun().args(["--report", "--exclusive", "--", &cuda, "--mem", "2GiB", "--sleep", "0.3"]).run();
-    shown.status(0).stderr_has("  diagnosis:    over-reserved: --exclusive kept 80 GiB of GPU 3 from others");
+    let shown = sim
+        .gpurun()
+        .args(["--report", "--min-free", "40G", "--", &cuda, "--mem", "2GiB", "--sleep", "0.3"])
+        .run();
+    shown.status(0).stderr_has("  diagnosis:    over-reserved: --min-free kept 40 GiB of GPU 3 from others");
 }

@@ -303,7 +303,11 @@ fn configuration_files_that_are_not_files() {
     let broken = sim.dir.path().join("broken.toml");
     std::fs::write(&broken, "policy = \"pack\"\n\nmin-free = \n").unwrap();
     for (file, expected) in [
-        ("/dev/zero".to_owned(), "/dev/zero: not a regular file".to_owned()),
+        (
+            "/dev/zero".to_owned(),
+            "/dev/zero: not a regular file; a configuration file must be one (for none: --no-config, or /dev/null)"
+                .to_owned(),
+        ),
         (fifo.display().to_string(), format!("{}: not a regular file", fifo.display())),
         (big.display().to_string(), format!("{}: larger than 1 MiB", big.display())),
         (
@@ -316,6 +320,27 @@ fn configuration_files_that_are_not_files() {
         sim.gpurun().args(["--dry-run"]).env("GPURUN_CONFIG", &file).run().status(125).stderr_has(&expected);
         assert!(started.elapsed() < Duration::from_secs(3), "{file}");
     }
+}
+
+#[test]
+fn dev_null_as_the_configuration_is_an_empty_one() {
+    // As GIT_CONFIG_GLOBAL=/dev/null and ssh -F /dev/null: no settings, not an error. A user
+    // file that would change the choice shows that none is read.
+    let sim = Sim::new(&common::default_scenario());
+    let config = sim.dir.path().join("xdg/gpurun/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "policy = \"index\"\ndevices = \"3\"\n").unwrap();
+    let chosen = |file: Option<&str>| {
+        let mut run = sim.gpurun();
+        run = run.env("XDG_CONFIG_HOME", sim.dir.path().join("xdg"));
+        if let Some(file) = file {
+            run = run.env("GPURUN_CONFIG", file);
+        }
+        run.args(["--dry-run", "--json"]).run().status(0).json()["selected"][0]["index"].as_u64()
+    };
+    assert_eq!(chosen(None), Some(3), "the user file is read");
+    let default = sim.gpurun().args(["--dry-run", "--json", "--no-config"]).run().status(0).json();
+    assert_eq!(chosen(Some("/dev/null")), default["selected"][0]["index"].as_u64());
 }
 
 #[test]

@@ -204,6 +204,45 @@ fn missing_library_is_one_line_with_a_hint() {
 }
 
 #[test]
+fn fallback_cpu_runs_the_command_with_no_gpu_on_a_machine_without_nvml() {
+    // A laptop or a CI box: no library, or a library and no driver. The command runs with no GPU
+    // visible and one warning; without --fallback cpu it is the usual 125.
+    let sim = Sim::new(&common::default_scenario());
+    let env_of_command = ["--", "sh", "-c", "echo \"cvd=${CUDA_VISIBLE_DEVICES-unset}\""];
+    let no_library = || sim.gpurun().env("GPURUN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1");
+    let fallback = no_library().args(["--gpus", "1", "--fallback", "cpu"]).args(env_of_command).run();
+    fallback
+        .status(0)
+        .stdout_has("cvd=\n")
+        .stderr_has("gpurun: warning: cannot load the NVML library /nonexistent/libnvidia-ml.so.1")
+        .stderr_has("running with no GPU visible (--fallback cpu)");
+    no_library().args(["--gpus", "1"]).args(env_of_command).run().status(125);
+    // Only looking is not a request to fall back: --list still says NVML cannot be used.
+    no_library().args(["--list", "--fallback", "cpu"]).run().status(125);
+    let no_driver = Sim::new(&(common::default_scenario() + "\n[init]\nerror = \"DRIVER_NOT_LOADED\"\n"));
+    no_driver
+        .gpurun()
+        .args(["--fallback", "cpu"])
+        .args(env_of_command)
+        .run()
+        .status(0)
+        .stdout_has("cvd=\n")
+        .stderr_has("the NVIDIA driver is not loaded");
+    // A file that is NVML's name but not NVML stays an error: a broken install, not a machine
+    // without GPUs.
+    let not_nvml = sim.dir.path().join("libnot-nvml.so");
+    std::fs::copy("/lib/x86_64-linux-gnu/libc.so.6", &not_nvml).ok();
+    if not_nvml.exists() {
+        sim.gpurun()
+            .env("GPURUN_NVML_LIB", &not_nvml)
+            .args(["--fallback", "cpu", "--", "true"])
+            .run()
+            .status(125)
+            .stderr_has("is not a usable NVML library");
+    }
+}
+
+#[test]
 fn default_library_name_is_libnvidia_ml_so_1() {
     let sim = Sim::new(&common::default_scenario());
     // No GPURUN_NVML_LIB: found through the dynamic loader's path, like the real driver's.

@@ -12,7 +12,9 @@ const LAST: &[&str] = &["Environment", "Files", "Exit status", "Examples"];
 /// sections (`cli::REFERENCE`) in place of clap_mangen's catch-all EXTRA section, ENVIRONMENT,
 /// FILES, EXIT STATUS and EXAMPLES last, then SEE ALSO.
 fn render() -> String {
-    let command = gpurun::cli::command();
+    // An option kept out of `-h` keeps its text in the man page: clap_mangen gives an option
+    // whose help is one paragraph (no long help of its own) no text when it is hidden from -h.
+    let command = gpurun::cli::command().mut_args(|arg| arg.hide_short_help(false));
     let man = clap_mangen::Man::new(command.clone());
     let mut page = Vec::new();
     man.render_title(&mut page).unwrap();
@@ -110,5 +112,30 @@ fn man_page_has_each_section_once_and_the_conventional_ones() {
     let see_also = page.split(".SH \"SEE ALSO\"").nth(1).unwrap();
     for name in ["nvidia\\-smi", "env", "timeout", "numactl", "srun"] {
         assert!(see_also.contains(&format!("\\fB{name}\\fR(")), "{name}: {see_also}");
+    }
+}
+
+#[test]
+fn every_option_in_the_man_page_says_what_it_does() {
+    let page = render();
+    let options = page.split(".SH OPTIONS").nth(1).unwrap().split(".SH ").next().unwrap();
+    let lines: Vec<&str> = options.lines().collect();
+    let mut without = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        if *line != ".TP" {
+            continue;
+        }
+        let term = lines.get(at + 1).copied().unwrap_or_default();
+        let text = lines.get(at + 2).copied().unwrap_or_default();
+        if text.is_empty() || text.starts_with('.') {
+            without.push(term.to_owned());
+        }
+    }
+    assert!(without.is_empty(), "options with no text in the man page: {without:?}");
+    // The ones issue 25 found empty.
+    for option in ["min\\-total", "max\\-util", "exclude", "fallback", "nvml\\-lib"] {
+        let entry = options.split(&format!("\\fB\\-\\-{option}\\fR")).nth(1).unwrap_or_default();
+        let text = entry.lines().nth(1).unwrap_or_default();
+        assert!(!text.is_empty() && !text.starts_with('.'), "--{option}: {entry:.200}");
     }
 }

@@ -232,12 +232,13 @@ fn inherited_visibility_is_never_widened() {
         .status(125)
         .stderr_has("gpurun: --gpus 1: --devices/--exclude leave no GPU");
 
-    // Empty: no GPU at all.
+    // Empty: no GPU at all, and the way back named.
     inherited("")
         .args(["--export"])
         .run()
         .status(125)
-        .stderr_has("gpurun: --gpus 1: CUDA_VISIBLE_DEVICES= allows no GPU");
+        .stderr_has("gpurun: --gpus 1: CUDA_VISIBLE_DEVICES is set but empty, which hides every GPU")
+        .stderr_has("to choose among all of them: unset CUDA_VISIBLE_DEVICES");
     assert_eq!(
         exports(inherited("").args(["--export", "--gpus", "0"]).run().status(0))["CUDA_VISIBLE_DEVICES"],
         ""

@@ -81,6 +81,15 @@ impl Terminal {
         terminal
     }
 
+    /// Makes the terminal this many columns wide (as a window resized to it).
+    fn set_columns(&self, columns: u16) {
+        let size = libc::winsize { ws_row: 24, ws_col: columns, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCSWINSZ reads one winsize through the pointer, which outlives the call.
+        let done =
+            unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&self.master), libc::TIOCSWINSZ, &size) };
+        assert_eq!(done, 0, "TIOCSWINSZ");
+    }
+
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
     }
@@ -263,4 +272,69 @@ fn the_wait_progress_line_is_rewritten_in_place_on_a_terminal() {
     assert!(text.contains("\rgpurun: waiting: 0 qualify now"), "{text:?}");
     assert!(text.contains("\x1b[K"), "{text:?}");
     assert_eq!(text.matches("\ngpurun: waiting").count(), 0, "{text:?}");
+}
+
+#[test]
+fn the_wait_line_fits_the_terminal_and_is_erased_at_the_end() {
+    // The reason names every GPU: about 600 characters, which wrapped over several lines that
+    // could not be rewritten in place, and stayed on screen.
+    for columns in [80u16, 100] {
+        let sim = Sim::new(&default_scenario());
+        let mut terminal = Terminal::start(&sim);
+        terminal.set_columns(columns);
+        terminal.clear();
+        terminal
+            .type_text("gpurun --gpus 4 --min-free 70G --exclusive --wait=2500ms -- true; echo \"S=$?.\"\n");
+        assert!(terminal.expect("S=75."), "{}", terminal.text());
+        let text = terminal.text();
+        let shown: Vec<&str> = text
+            .split('\r')
+            .filter(|part| part.starts_with("gpurun: waiting"))
+            .map(|part| part.split("\x1b[K").next().unwrap())
+            .collect();
+        assert!(shown.len() >= 2, "rewritten in place at least twice: {text:?}");
+        for line in &shown {
+            assert!(line.chars().count() < usize::from(columns), "{} columns: {line:?}", columns);
+            assert!(!line.contains('\n'), "{line:?}");
+        }
+        assert!(shown.iter().any(|line| line.ends_with('…')), "the reason is cut: {shown:?}");
+        // Erased before the refusal is printed: nothing of the line is left on screen.
+        assert!(text.contains("\r\x1b[Kgpurun: not enough GPUs"), "{text:?}");
+    }
+}
+
+#[test]
+fn list_fits_the_terminal_and_a_pipe_gets_every_character() {
+    let sim = Sim::new(&default_scenario());
+    for columns in [80u16, 100, 200] {
+        let mut terminal = Terminal::start(&sim);
+        terminal.set_columns(columns);
+        terminal.clear();
+        terminal.type_text("gpurun --list; echo \"S=$?.\"\n");
+        assert!(terminal.expect("S=0."), "{}", terminal.text());
+        let text = terminal.text();
+        let rows: Vec<&str> = text
+            .split("\r\n")
+            .skip_while(|line| !line.starts_with("NVIDIA driver"))
+            .take_while(|line| !line.starts_with("S="))
+            .collect();
+        assert!(rows.len() > 8, "{text:?}");
+        for row in &rows {
+            assert!(row.chars().count() < usize::from(columns), "{columns} columns: {row:?}");
+        }
+        let header = rows.iter().find(|row| row.starts_with("GPU")).unwrap();
+        match columns {
+            // Narrow: the compact layout, and the process column cut with an ellipsis.
+            80 | 100 => {
+                assert!(!header.contains("TEMP") && header.contains("USED / TOTAL"), "{header}");
+                assert!(rows.iter().any(|row| row.ends_with('…')), "{rows:#?}");
+            }
+            _ => assert!(header.contains("TEMP") && header.contains("POWER"), "{header}"),
+        }
+    }
+    // Piped: the full table, nothing cut.
+    let piped = sim.gpurun().args(["--list"]).run();
+    piped.status(0);
+    assert!(piped.stdout.lines().any(|line| line.chars().count() > 120), "{}", piped.stdout);
+    assert!(piped.stdout.contains("[not via gpurun]"));
 }

@@ -57,6 +57,25 @@ fn worker_processes_count_as_the_commands() {
 }
 
 #[test]
+fn a_command_under_a_long_path_is_clipped_and_still_verified() {
+    // A checkout or target directory 60+ characters deep (issue 25): the verdict clips the
+    // command line; the PID and the GPU, which the checks rest on, stay whole.
+    let sim = Sim::new(&default_scenario());
+    let deep = sim.dir.path().join("a-checkout-under-a-rather-long-directory-name/target/debug/deps");
+    std::fs::create_dir_all(&deep).unwrap();
+    let program = deep.join("sim-cuda");
+    std::os::unix::fs::symlink(sim_cuda(), &program).unwrap();
+    assert!(program.display().to_string().len() > 60);
+    let outcome =
+        run(&sim, &["--gpus", "2"], &[program.to_str().unwrap(), "--workers", "2", "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("verified:"), "{lines:?}");
+    assert_eq!(lines[0].matches("PID ").count(), 2, "{lines:?}");
+    assert_eq!(lines[0].matches(") on GPUs 2, 3").count(), 2, "{lines:?}");
+}
+
+#[test]
 fn one_process_on_two_gpus_is_named_once() {
     let sim = Sim::new(&default_scenario());
     let outcome = run(&sim, &["--gpus", "2"], &[&sim_cuda_path(&sim), "--sleep", "0.5"]);

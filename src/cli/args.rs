@@ -54,7 +54,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("gpurun --gpus 2 --min-free 8G -- python train.py", "two GPUs with 8 GiB free each"),
             ("gpurun --exclusive --model A100 -- ./job", "an A100 with no other process on it"),
             ("gpurun --dry-run --gpus 2 --policy pack", "which two GPUs would be chosen, and the environment"),
-            ("eval \"$(gpurun --export --min-free 50%)\"", "set CUDA_VISIBLE_DEVICES in this shell (no reservation)"),
+            ("vars=$(gpurun --export --min-free 50%) && eval \"$vars\"", "set CUDA_VISIBLE_DEVICES in this shell (no reservation); checked: eval \"$(gpurun --export)\" would go on with no GPU chosen when gpurun fails"),
         ],
     ),
     (
@@ -103,7 +103,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("K, M, G, T, KiB..TiB", "binary: 8G = 8GiB = 8192M = 8 x 1024^3 bytes"),
             ("KB, MB, GB, TB", "decimal: 16GB = 16 x 1000^3 bytes"),
-            ("bare number", "bytes; fractions (0.5T) are rounded down to whole bytes; units ignore case"),
+            ("B", "bytes: 512B; a bare number other than 0 is an error (--min-free 8: did you mean 8G?)"),
+            ("fractions", "0.5T, rounded down to whole bytes; units ignore case"),
             ("P%", "with --min-free: that share of each card's total memory"),
         ],
     ),
@@ -174,7 +175,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("near-oom", "diagnosis: the command's peak on a GPU came within 5% of the memory free there at launch (and whether it failed)"),
             ("idle-gpu", "diagnosis: of several selected GPUs, one the command never used while it used another"),
             ("cpu-fallback", "diagnosis: the command ran past --verify-timeout and never used a GPU"),
-            ("over-reserved", "diagnosis: --exclusive (the whole card) or --min-free reserved ten times the command's peak there or more; says what to ask for next time"),
+            ("over-reserved", "diagnosis: --min-free reserved ten times the command's peak there or more; says what to ask for next time (not --exclusive, which asks for the card unshared)"),
             ("diagnoses", "warnings on stderr after the command ends, and diagnosis: [{kind, gpu, detail}] in the report and the history; none without verification"),
         ],
     ),
@@ -391,8 +392,9 @@ pub struct Cli {
     pub health: HealthUse,
 
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
-    /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible.
-    /// Without it gpurun exits 75.
+    /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible,
+    /// also on a machine without NVML (no library, no driver, no access: a laptop, a CI box)
+    /// and when NVML hangs, with a warning. Without it gpurun exits 75 (125 without NVML).
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", help_heading = "Selection")]
     pub fallback: Option<Fallback>,
 
@@ -596,7 +598,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 
     /// The command to run, and its arguments.
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = false)]
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = false, value_hint = clap::ValueHint::CommandWithArguments)]
     pub command: Vec<OsString>,
 }
 

@@ -122,10 +122,15 @@ impl Config {
             Some("--list") => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
             Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json, command: cli.command }),
             Some("--doctor") => Mode::Doctor,
+            // `--history train.py --json` as well as `--history --json train.py`: the words
+            // after a PATTERN would be a command's, but --history runs none.
             Some("--history") => match &cli.command[..] {
                 [] => Mode::History { json: cli.json, pattern: None },
                 [word] => {
                     Mode::History { json: cli.json, pattern: Some(word.to_string_lossy().into_owned()) }
+                }
+                [word, json] if json == "--json" => {
+                    Mode::History { json: true, pattern: Some(word.to_string_lossy().into_owned()) }
                 }
                 words => return Err(ConfigError::HistoryPatterns(shell::quote(words))),
             },

@@ -2,6 +2,7 @@
 //! `GPURUN_*` variables layered under it, parsed by one clap definition into a `Config`.
 
 mod args;
+mod completion;
 pub mod config;
 pub mod limits;
 pub mod settings;
@@ -56,14 +57,7 @@ fn usage(error: clap::Error, args: &[OsString]) -> CliError {
 
 /// A completion script for `shell`, generated from the definition itself.
 pub fn completion_script(shell: CompletionShell) -> String {
-    let generator = match shell {
-        CompletionShell::Bash => clap_complete::Shell::Bash,
-        CompletionShell::Zsh => clap_complete::Shell::Zsh,
-        CompletionShell::Fish => clap_complete::Shell::Fish,
-    };
-    let mut script = Vec::new();
-    clap_complete::generate(generator, &mut command(), "gpurun", &mut script);
-    String::from_utf8_lossy(&script).into_owned()
+    completion::script(shell, command())
 }
 
 /// Parses argv under the configuration layers. `Ok(None)`: help, version or a completion

@@ -153,9 +153,12 @@ fn check(command: &mut clap::Command, settings: &[Setting]) -> Result<(), Settin
     };
     let all: Vec<&Setting> = settings.iter().collect();
     let Err(together) = command.try_get_matches_from_mut(words(&all)) else { return Ok(()) };
+    // clap's message up to its blank line: with the accepted values, as on the command line.
     let first_line = |error: clap::Error| {
         let rendered = error.render().to_string();
-        rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned()
+        let lines: Vec<&str> =
+            rendered.lines().take_while(|line| !line.trim().is_empty()).map(str::trim).collect();
+        lines.join(" ").trim_start_matches("error: ").to_owned()
     };
     for setting in settings {
         if let Err(error) = command.try_get_matches_from_mut(words(&[setting])) {
@@ -240,17 +243,21 @@ pub fn file_settings(
             let line = error.span().map(|span| format!(":{}", line_at(text, span.start))).unwrap_or_default();
             SettingsError(format!("{shown}{line}: {}", error.message().trim_end()))
         })?;
+    // Every bad line is reported, in the file's order (the table is in the keys' order).
     let mut all = Vec::new();
+    let mut bad: Vec<(usize, String)> = Vec::new();
     for (key, value) in table {
-        let at = format!("{shown}:{}", line_at(text, key.span().start));
+        let line = line_at(text, key.span().start);
+        let at = format!("{shown}:{line}");
         let key = key.into_inner();
         if key == "limits" {
-            if system {
-                continue;
+            if !system {
+                bad.push((
+                    line,
+                    format!("{at}: [limits] belongs in the system file ({SYSTEM_FILE}): house rules are the administrator's"),
+                ));
             }
-            return Err(SettingsError(format!(
-                "{at}: [limits] belongs in the system file ({SYSTEM_FILE}): house rules are the administrator's"
-            )));
+            continue;
         }
         let value = match value.into_inner() {
             toml::Value::Boolean(flag) => SettingValue::Bool(flag),
@@ -258,15 +265,28 @@ pub fn file_settings(
             toml::Value::Integer(number) => SettingValue::Text(number.to_string()),
             toml::Value::Float(number) => SettingValue::Text(number.to_string()),
             _ => {
-                return Err(SettingsError(format!(
-                    "{at}: key {key}: expected a string, number or true/false"
-                )))
+                bad.push((line, format!("{at}: key {key}: expected a string, number or true/false")));
+                continue;
             }
         };
-        all.extend(setting(command, &key, value, &at)?);
+        match setting(command, &key, value, &at) {
+            Ok(found) => all.extend(found),
+            Err(SettingsError(why)) => bad.push((line, why)),
+        }
     }
-    check(command, &all)?;
-    Ok(all)
+    if bad.is_empty() {
+        check(command, &all)?;
+        return Ok(all);
+    }
+    // The lines that parsed may still hold bad values: each is checked on its own.
+    for one in &all {
+        if let Err(SettingsError(why)) = check(command, std::slice::from_ref(one)) {
+            let line = one.origin.rsplit(':').next().and_then(|l| l.parse().ok()).unwrap_or(0);
+            bad.push((line, why));
+        }
+    }
+    bad.sort();
+    Err(SettingsError(bad.into_iter().map(|(_, why)| why).collect::<Vec<_>>().join("\n  ")))
 }
 
 /// The settings the `GPURUN_*` variables stand for.
@@ -329,8 +349,15 @@ fn read_text(path: &Path, must_exist: bool) -> Result<Option<String>, SettingsEr
         Err(error) => return Err(fail(error.to_string())),
     };
     let metadata = file.metadata().map_err(|e| fail(e.to_string()))?;
+    if is_dev_null(&metadata) {
+        // GPURUN_CONFIG=/dev/null means no file, as GIT_CONFIG_GLOBAL and ssh -F do.
+        return Ok(Some(String::new()));
+    }
     if !metadata.file_type().is_file() {
-        return Err(fail("not a regular file; a configuration file must be one".to_owned()));
+        return Err(fail(
+            "not a regular file; a configuration file must be one (for none: --no-config, or /dev/null)"
+                .to_owned(),
+        ));
     }
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| fail(e.to_string()))?;
@@ -338,6 +365,13 @@ fn read_text(path: &Path, must_exist: bool) -> Result<Option<String>, SettingsEr
         return Err(fail("larger than 1 MiB; that is not a configuration file".to_owned()));
     }
     String::from_utf8(bytes).map(Some).map_err(|_| fail("not UTF-8 text".to_owned()))
+}
+
+/// The null device (character device 1:3), whatever its name.
+fn is_dev_null(metadata: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let rdev = metadata.rdev();
+    metadata.file_type().is_char_device() && libc::major(rdev) == 1 && libc::minor(rdev) == 3
 }
 
 /// The system file: /etc/gpurun/config.toml, or `$GPURUN_SYSTEM_CONFIG` when root runs gpurun

@@ -238,9 +238,10 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         .map(|device| {
             let gpu = machine.device(device.index);
             let total = gpu.and_then(|gpu| gpu.memory).map(|m| m.total_bytes);
-            let reserved = match (request.exclusive, request.min_free, total) {
-                (true, _, Some(total)) => Some((total, "--exclusive")),
-                (false, Some(threshold), Some(total)) => Some((threshold.bytes_on(total), "--min-free")),
+            // Only --min-free is a memory request: --exclusive asks for the card unshared (a
+            // benchmark, a job that must not meet another), whatever its peak.
+            let reserved = match (request.min_free, total) {
+                (Some(threshold), Some(total)) => Some((threshold.bytes_on(total), "--min-free")),
                 _ => None,
             };
             Card {

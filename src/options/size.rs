@@ -83,16 +83,19 @@ impl std::fmt::Display for Threshold {
     }
 }
 
-const SIZE_GRAMMAR: &str = "a number of bytes with an optional unit: K, M, G, T or KiB, MiB, GiB, TiB \
-(binary: 1K = 1024), KB, MB, GB, TB (decimal: 1KB = 1000), B; for example 8G, 8GiB, 8192M, 0.5T";
+const SIZE_GRAMMAR: &str = "a number and a unit: K, M, G, T or KiB, MiB, GiB, TiB (binary: 1K = 1024), \
+KB, MB, GB, TB (decimal: 1KB = 1000), B (bytes); for example 8G, 8GiB, 8192M, 0.5T (0 needs no unit)";
 
-/// Parses DESIGN 4's SIZE: `8G`, `8GiB`, `8192M`, `0.5T`, `8000000000`, `16GB`. Units are
-/// case-insensitive; K/M/G/T and KiB..TiB are binary, KB..TB decimal, a bare number is bytes.
-/// Fractions are exact in decimal and rounded down to whole bytes.
+/// Parses DESIGN 4's SIZE: `8G`, `8GiB`, `8192M`, `0.5T`, `8000000000B`, `16GB`. Units are
+/// case-insensitive; K/M/G/T and KiB..TiB are binary, KB..TB decimal, B bytes. A bare number
+/// other than 0 is refused: nobody means `--min-free 8` as 8 bytes, and `--min-free 8 GB` must
+/// not go on to run a command called `GB`. Fractions are exact in decimal and rounded down to
+/// whole bytes.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
+    let bare = unit.trim().is_empty();
     let multiplier: u128 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
@@ -118,6 +121,12 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let mantissa: u128 = format!("{whole}{fraction}").parse().unwrap_or(0);
     let scale = 10u128.pow(fraction.len() as u32);
     let bytes = mantissa.checked_mul(multiplier).ok_or_else(too_large)? / scale;
+    if bare && mantissa != 0 {
+        return Err(format!(
+            "{text:?} has no unit: did you mean {number}G? (K, M, G, T or KiB, MiB, GiB, TiB are \
+             binary, KB, MB, GB, TB decimal; {number}B is {number} bytes)"
+        ));
+    }
     u64::try_from(bytes).map_err(|_| too_large())
 }
 
@@ -187,7 +196,7 @@ mod parse_tests {
 
     const VALID: &[(&str, u64)] = &[
         ("0", 0),
-        ("512", 512),
+        ("0.0", 0),
         ("512B", 512),
         ("1K", 1024),
         ("1KiB", 1024),
@@ -205,11 +214,11 @@ mod parse_tests {
         ("0.1GB", 100_000_000),
         ("0.1K", 102),
         (".5G", 1 << 29),
-        ("2.", 2),
+        ("2.B", 2),
         (" 8G ", 8 << 30),
         ("8 GiB", 8 << 30),
         ("16777215T", 16_777_215 << 40),
-        ("18446744073709551615", u64::MAX),
+        ("18446744073709551615B", u64::MAX),
     ];
 
     const INVALID: &[&str] = &[
@@ -229,8 +238,12 @@ mod parse_tests {
         "nan",
         "inf",
         "16777216T",
-        "18446744073709551616",
+        "18446744073709551616B",
         "99999999999999999999999999999999T",
+        "8",
+        "512",
+        "0.5",
+        " 8 ",
         "８G",
     ];
 
@@ -247,6 +260,18 @@ mod parse_tests {
             let error = parse_bytes(text).expect_err(text);
             assert!(error.contains(&format!("{text:?}")), "{error}");
         }
+    }
+
+    #[test]
+    fn a_bare_number_names_the_units() {
+        for (bare, suggested) in [("8", "8G"), ("0.5", "0.5G"), ("8000000000", "8000000000G")] {
+            let error = parse_bytes(bare).unwrap_err();
+            assert!(error.contains(&format!("did you mean {suggested}?")), "{error}");
+            assert!(error.contains("KiB") && error.contains("GB"), "{error}");
+        }
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert!(parse_threshold("8").unwrap_err().contains("did you mean 8G?"));
+        assert!(parse_min_free("8").unwrap_err().contains("did you mean 8G?"));
     }
 
     #[test]
@@ -297,7 +322,7 @@ mod parse_tests {
     proptest! {
         #[test]
         fn whole_units_multiply_exactly(n in 0u64..1_000_000, unit in 0usize..9) {
-            let (suffix, multiplier) = [("", 1u64), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
+            let (suffix, multiplier) = [("B", 1u64), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
                 ("KiB", 1 << 10), ("GiB", 1 << 30), ("KB", 1000), ("MB", 1_000_000), ("GB", 1_000_000_000)][unit];
             prop_assert_eq!(parse_bytes(&format!("{n}{suffix}")), Ok(n * multiplier));
         }

@@ -135,7 +135,14 @@ pub struct Shared<'a> {
     pub rules: Vec<String>,
     /// `-v`: every waiter, and the oldest wait (else the first `SHOWN_WAITERS`).
     pub verbose: bool,
+    /// The width of the terminal the table goes to; `None` (a pipe, a file): nothing is cut.
+    pub columns: Option<usize>,
 }
+
+/// The table's columns before PROCESSES, and the narrowest terminal they are shown on with
+/// room for the processes; a narrower one gets the compact layout.
+const WIDE_COLUMNS: usize = 84;
+const WIDE_FROM: usize = WIDE_COLUMNS + 20;
 
 /// Waiters listed without `-v`: the head of a queue of hundreds is what a person reads.
 const SHOWN_WAITERS: usize = 10;
@@ -372,14 +379,16 @@ pub fn link_matrix(machine: &Machine) -> String {
     out
 }
 
-/// One row of the table (and its continuation lines) for a GPU or a MIG device.
+/// One row of the table (and its continuation lines) for a GPU or a MIG device. `compact`:
+/// the layout of a narrow terminal (no temperature or power, a shorter name, every process on
+/// the row as `PID user (memory)`).
 fn device_rows(
     out: &mut String,
     gpu: &Gpu,
-    first: &str,
-    name: &str,
+    (first, name): (&str, &str),
     live: &[Lease],
     assessments: &[Assessment],
+    compact: bool,
 ) {
     let memory = gpu.memory.map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
     let free = gpu.memory.map(|m| human(m.free_bytes));
@@ -389,6 +398,18 @@ fn device_rows(
     let processes: Vec<String> = match &gpu.processes {
         None => vec!["?".to_owned()],
         Some(list) if list.is_empty() => vec!["-".to_owned()],
+        Some(list) if compact => vec![list
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {} ({})",
+                    p.pid,
+                    p.user.as_deref().unwrap_or("?"),
+                    p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")],
         Some(list) => list
             .iter()
             .map(|p| {
@@ -406,20 +427,35 @@ fn device_rows(
             })
             .collect(),
     };
-    let _ = writeln!(
-        out,
-        "{:>3}  {:<24}  {:>21}  {:>9}  {:>4}  {:>4}  {:>5}  {}",
-        first,
-        clip(name, 24),
-        or_dash(memory),
-        or_dash(free),
-        or_dash(util),
-        or_dash(temperature),
-        or_dash(power),
-        processes[0],
-    );
-    for more in &processes[1..] {
-        let _ = writeln!(out, "{:>84}{more}", "");
+    if compact {
+        // The model without the vendor's words, so that its memory size fits.
+        let model = name.trim_start_matches("NVIDIA ").trim_start_matches("Tesla ");
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<18}  {:>19}  {:>8}  {:>4}  {}",
+            first,
+            clip(model, 18),
+            or_dash(memory),
+            or_dash(free),
+            or_dash(util),
+            processes[0],
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<24}  {:>21}  {:>9}  {:>4}  {:>4}  {:>5}  {}",
+            first,
+            clip(name, 24),
+            or_dash(memory),
+            or_dash(free),
+            or_dash(util),
+            or_dash(temperature),
+            or_dash(power),
+            processes[0],
+        );
+        for more in &processes[1..] {
+            let _ = writeln!(out, "{:>width$}{more}", "", width = WIDE_COLUMNS);
+        }
     }
     for lease in live.iter().filter(|lease| gpu.uuid.as_deref() == Some(lease.uuid.as_str())) {
         let _ = writeln!(
@@ -458,20 +494,23 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
         machine.gpus.len(),
         if machine.gpus.len() == 1 { "" } else { "s" },
     );
-    let _ = writeln!(
-        out,
-        "{:>3}  {:<24}  {:>21}  {:>9}  {:>4}  {:>4}  {:>5}  PROCESSES",
-        "GPU", "NAME", "MEMORY USED / TOTAL", "FREE", "UTIL", "TEMP", "POWER"
-    );
-    for gpu in &machine.gpus {
-        device_rows(
-            &mut out,
-            gpu,
-            &gpu.index.to_string(),
-            gpu.name.as_deref().unwrap_or("-"),
-            live,
-            assessments,
+    let compact = shared.columns.is_some_and(|columns| columns < WIDE_FROM);
+    if compact {
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<18}  {:>19}  {:>8}  {:>4}  PROCESSES",
+            "GPU", "NAME", "USED / TOTAL", "FREE", "UTIL"
         );
+    } else {
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<24}  {:>21}  {:>9}  {:>4}  {:>4}  {:>5}  PROCESSES",
+            "GPU", "NAME", "MEMORY USED / TOTAL", "FREE", "UTIL", "TEMP", "POWER"
+        );
+    }
+    for gpu in &machine.gpus {
+        let name = gpu.name.as_deref().unwrap_or("-");
+        device_rows(&mut out, gpu, (&gpu.index.to_string(), name), live, assessments, compact);
         for mig in
             machine.migs.iter().filter(|mig| mig.mig.as_ref().is_some_and(|info| info.parent == gpu.index))
         {
@@ -481,7 +520,8 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
                 info.profile.as_deref().unwrap_or("?"),
                 info.gpu_instance_id.map_or("?".to_owned(), |id| id.to_string())
             );
-            device_rows(&mut out, mig, &format!("{}:{}", info.parent, info.slot), &name, live, assessments);
+            let first = format!("{}:{}", info.parent, info.slot);
+            device_rows(&mut out, mig, (&first, &name), live, assessments, compact);
         }
     }
     if !shared.queue.is_empty() {
@@ -530,7 +570,15 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
     if !shared.rules.is_empty() {
         let _ = writeln!(out, "\nhouse rules: {}", shared.rules.join("; "));
     }
-    out
+    let unknown = machine.devices().flat_map(|gpu| gpu.processes.iter().flatten());
+    if unknown.into_iter().any(|p| p.user.is_none() || p.command.is_none()) {
+        let _ = writeln!(out, "\n?: unknown here (another PID namespace, an ended process, or hidepid)");
+    }
+    match shared.columns {
+        // On a terminal every line fits it: a wrapped row is unreadable.
+        Some(columns) => out.lines().map(|line| crate::process::stdio::fit(line, columns) + "\n").collect(),
+        None => out,
+    }
 }
 
 /// `--dry-run` for people: the table, the choice, the environment.

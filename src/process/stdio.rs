@@ -43,3 +43,38 @@ pub fn print(text: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush())
 }
+
+/// The width in columns of the terminal on `fd`, when it is one that says.
+pub fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
+    let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one winsize through the pointer, which outlives the call, and
+    // touches nothing else.
+    let done = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
+    (done == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
+}
+
+/// `text` cut to fit in `columns` without reaching the last one (where a terminal would wrap
+/// at the next character), ending in `…` when cut.
+pub fn fit(text: &str, columns: usize) -> String {
+    let room = columns.saturating_sub(1).max(2);
+    if text.chars().count() <= room {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(room - 1).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit;
+
+    #[test]
+    fn fit_cuts_with_an_ellipsis_before_the_last_column() {
+        assert_eq!(fit("short", 80), "short");
+        assert_eq!(fit("abcdefghij", 6), "abcd…");
+        assert_eq!(fit("abcdefghij", 6).chars().count(), 5);
+        assert_eq!(fit("abcde", 6), "abcde");
+        assert_eq!(fit("ééééééé", 5).chars().count(), 4);
+    }
+}

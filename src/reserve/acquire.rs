@@ -5,6 +5,7 @@
 //! for it.
 
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -590,36 +591,62 @@ fn wait_turn(
     }
 }
 
-/// The waiting line on stderr: rewritten in place on a terminal, one line every few seconds
-/// otherwise (a log file or a cron mail should not fill up). Ended when dropped, so that an
-/// interrupted wait leaves a clean line.
+/// The waiting line on stderr: rewritten in place on a terminal, cut to its width so that it
+/// stays one line that can be rewritten and erased (a 600-character line wrapped over several,
+/// left copies of itself behind, and stayed after Ctrl-C); with -v, each new reason is also
+/// logged whole. Elsewhere (a log file, a cron mail) one whole line every few seconds. Ended
+/// when dropped, so that an interrupted wait leaves a clean line.
 struct Progress {
     in_place: bool,
     last_line: Option<Instant>,
     shown: bool,
+    /// What the last line said, for -v's whole reasons.
+    said: String,
 }
 
 impl Progress {
     fn new(json_logs: bool) -> Progress {
-        Progress { in_place: std::io::stderr().is_terminal() && !json_logs, last_line: None, shown: false }
+        Progress {
+            in_place: std::io::stderr().is_terminal() && !json_logs,
+            last_line: None,
+            shown: false,
+            said: String::new(),
+        }
     }
 
     fn show(&mut self, why_not: &str, qualified: usize, ahead: usize, waited: Duration) {
-        self.show_text(&format!(
+        let counts =
+            format!("{qualified} qualif{} now, {ahead} ahead", if qualified == 1 { "ies" } else { "y" });
+        let text = format!(
             "waiting: {qualified} qualif{} now, {ahead} ahead in the queue, waited {}; {why_not}",
             if qualified == 1 { "ies" } else { "y" },
             duration::shown(Duration::from_secs(waited.as_secs()))
-        ));
+        );
+        self.show_line(&text, &format!("{counts}; {why_not}"));
     }
 
     fn show_text(&mut self, text: &str) {
-        if self.in_place {
-            let _ = write!(std::io::stderr().lock(), "\rgpurun: {text}\x1b[K");
-            self.shown = true;
-        } else if self.last_line.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
-            tracing::info!("{text}");
-            self.last_line = Some(Instant::now());
+        self.show_line(text, text);
+    }
+
+    /// `reason`: what the line says but the time waited, which changes every second.
+    fn show_line(&mut self, text: &str, reason: &str) {
+        if !self.in_place {
+            if self.last_line.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
+                tracing::info!("{text}");
+                self.last_line = Some(Instant::now());
+            }
+            return;
         }
+        if reason != self.said && tracing::enabled!(tracing::Level::DEBUG) {
+            self.finish();
+            tracing::debug!("{text}");
+        }
+        self.said = reason.to_owned();
+        let columns = crate::process::stdio::terminal_columns(std::io::stderr().as_fd()).unwrap_or(80);
+        let line = crate::process::stdio::fit(&format!("gpurun: {text}"), columns);
+        let _ = write!(std::io::stderr().lock(), "\r{line}\x1b[K");
+        self.shown = true;
     }
 
     fn finish(&mut self) {

@@ -432,6 +432,16 @@ pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
     let culprit = order.into_iter().find(|filter| left_after(*filter) < wanted)?;
     let left = left_after(culprit);
     let message = match culprit {
+        // An empty CUDA_VISIBLE_DEVICES= hides every GPU (CUDA's meaning, kept): most often a
+        // leftover of a script or an earlier export, undone with unset.
+        Filter::Visibility
+            if left == 0 && fixed.visibility.source.as_deref() == Some("CUDA_VISIBLE_DEVICES=") =>
+        {
+            format!(
+                "--gpus {count}: CUDA_VISIBLE_DEVICES is set but empty, which hides every GPU (CUDA's meaning); \
+                 to choose among all of them: unset CUDA_VISIBLE_DEVICES"
+            )
+        }
         Filter::Visibility => format!(
             "--gpus {count}: {} allows {}",
             fixed.visibility.source.as_deref().unwrap_or("the inherited visibility"),

@@ -7,8 +7,8 @@
 //!   of it ever used one.
 //! - `xid`: the driver raised an Xid error on a selected GPU during the run (what it usually
 //!   means, and whether applications cause it).
-//! - `over-reserved`: `--exclusive` (the whole card) or `--min-free` reserved ten times or more
-//!   what the tree's peak on that GPU was.
+//! - `over-reserved`: `--min-free` reserved ten times or more what the tree's peak on that GPU
+//!   was. Not `--exclusive`: that asks for the card unshared, not for its memory.
 
 use serde::Serialize;
 
@@ -169,12 +169,12 @@ mod tests {
 
         assert_eq!(kinds(&diagnose(&[card(3, 79, 0, false)], false, true)), [("cpu-fallback", None)]);
 
-        let mut exclusive = card(3, 79, 2, true);
-        exclusive.reserved = Some((80 * GIB, "--exclusive"));
-        let over = diagnose(&[exclusive.clone()], false, true);
+        let mut asked = card(3, 79, 2, true);
+        asked.reserved = Some((40 * GIB, "--min-free"));
+        let over = diagnose(&[asked.clone()], false, true);
         assert_eq!(kinds(&over), [("over-reserved", Some(3))]);
         assert!(over[0].detail.ends_with("next time ask for --min-free 3G"), "{}", over[0].detail);
-        exclusive.peak = 9 * GIB;
-        assert_eq!(diagnose(&[exclusive], false, true), vec![], "more than a tenth used");
+        asked.peak = 5 * GIB;
+        assert_eq!(diagnose(&[asked], false, true), vec![], "more than a tenth used");
     }
 }
