@@ -30,9 +30,9 @@ const SHORT_HELP_END: &str = "\
 Examples:
   gpurun --list                                      the GPUs, their load and processes
   gpurun --gpus 2 --min-free 8G -- python train.py   two GPUs with 8 GiB free each
-  eval \"$(gpurun --export --min-free 50%)\"           CUDA_VISIBLE_DEVICES for this shell
+  vars=$(gpurun --export) && eval \"$vars\"            CUDA_VISIBLE_DEVICES for this shell
 
-Every option and the reference (selection, reservations, signals, JSON): gpurun --help, man gpurun";
+Every option and the reference: gpurun --help, man gpurun; the guide: share/doc/gpurun/guide.md";
 
 /// `--completions`: the shells a script is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -224,9 +224,10 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("/etc/gpurun/config.toml", "the system configuration file"),
             ("~/.config/gpurun/config.toml", "the user configuration file ($XDG_CONFIG_HOME/gpurun, or $GPURUN_CONFIG)"),
-            ("/run/lock/gpurun/", "the lock directory: lease.* (one per reserved GPU) and ticket.* (one per waiter); created mode 1777 (packaging/gpurun-tmpfiles.conf creates it at boot)"),
+            ("/run/lock/gpurun/", "the lock directory: UUID.PID.*.lease (one per reserved GPU), ticket.* and wake.* (a waiter's place in the queue and the FIFO it sleeps on); created mode 1777 (packaging/gpurun-tmpfiles.conf creates it at boot)"),
             ("~/.local/state/gpurun/history.jsonl", "the history of runs ($XDG_STATE_HOME/gpurun); see History"),
             ("/usr/share/doc/gpurun/config.toml", "an example configuration with every key, commented out"),
+            ("/usr/share/doc/gpurun/guide.md", "the user's guide, feature by feature (doc/guide.md in the source); design.md and performance.md beside it"),
         ],
     ),
     ("Exit status", crate::exit_code::TABLE),

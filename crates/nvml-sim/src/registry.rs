@@ -90,7 +90,8 @@ fn ended(pidfd: &std::os::fd::OwnedFd) -> bool {
 }
 
 impl Cache {
-    /// Every registration of a live process, as `live` finds them.
+    /// Every registration of a live process: listed only while its process is alive and not a
+    /// zombie, and was the process that registered (its start time).
     pub fn live(&mut self, dir: &Path) -> Vec<Registration> {
         use std::os::unix::fs::DirEntryExt;
         let Ok(listing) = fs::read_dir(dir) else {
@@ -146,38 +147,9 @@ fn read_entry(path: &Path, pid: u32, inode: u64) -> Option<Known> {
     Some(Known { inode, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries })
 }
 
-/// Every registration of a live process.
+/// Every registration of a live process, read afresh.
 pub fn live(dir: &Path) -> Vec<Registration> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) =
-            name.to_str().and_then(|n| n.strip_suffix(".proc")).and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(text) = fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        let mut lines = text.lines();
-        let recorded_start =
-            lines.next().and_then(|l| l.strip_prefix("start ")).and_then(|t| t.parse::<u64>().ok());
-        if live_start_time(pid).is_none_or(|started| Some(started) != recorded_start) {
-            continue;
-        }
-        for line in lines {
-            if let Some((uuid, bytes)) = line.split_once(' ') {
-                if let Ok(used_bytes) = bytes.parse() {
-                    found.push(Registration { pid, uuid: uuid.to_owned(), used_bytes });
-                }
-            }
-        }
-    }
-    found.sort_by_key(|r| r.pid);
-    found
+    Cache::default().live(dir)
 }
 
 #[cfg(test)]
