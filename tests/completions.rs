@@ -101,8 +101,36 @@ fn after_the_options_the_command_and_its_arguments_are_completed() {
         assert!(offered("fish", &file, "gpurun --ex").contains("--exclusive"));
     }
     if has("zsh") {
-        // zsh completes the rest as a command of its own (clap_complete's _cmdambivalent).
-        assert!(script("zsh").contains("*::command -- The command to run, and its arguments:_cmdambivalent"));
+        // An interactive zsh on a zpty (zsh's own pseudo-terminal module): each line is typed
+        // with a Tab, then run; gpurun, timeout and git are functions that print what they got.
+        std::fs::write(dir.path().join("_gpurun"), script("zsh")).unwrap();
+        let lines = [
+            "gpurun --gpus 2 -- slee",
+            "gpurun --min-free 8G slee",
+            "gpurun -- timeout --sig",
+            "gpurun --nvml-t",
+        ];
+        let typed: String = lines
+            .iter()
+            .map(|line| format!("zpty -w -n z '{line}'$'\\t'; sleep 2; zpty -w -n z $'\\n'; sleep 0.5\n"))
+            .collect();
+        let program = format!(
+            "zmodload zsh/zpty\n\
+             zpty -b z 'zsh -f -i'\n\
+             zpty -w z 'PS1=\"P> \"; fpath=({} $fpath); autoload -Uz compinit; compinit -u; unsetopt beep; \
+             gpurun() {{ print -r -- \"RAN:$*\"; }}; timeout() {{ :; }}'\n\
+             sleep 2\n{typed}\
+             all=''; while zpty -r -t z chunk; do all+=$chunk; done\n\
+             print -r -- $all | tr -d '\\r' | grep -a -o 'RAN:.*'\n\
+             zpty -d z\n",
+            dir.path().display()
+        );
+        let output = Command::new("timeout").args(["60", "zsh", "-f", "-c", &program]).output().unwrap();
+        let ran = String::from_utf8_lossy(&output.stdout);
+        assert!(ran.contains("RAN:--gpus 2 -- sleep"), "{ran}");
+        assert!(ran.contains("RAN:--min-free 8G sleep"), "{ran}");
+        assert!(ran.contains("RAN:-- timeout --signal"), "timeout's own option: {ran}");
+        assert!(ran.contains("RAN:--nvml-timeout"), "gpurun's own option before the command: {ran}");
     }
 }
 

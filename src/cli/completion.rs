@@ -1,7 +1,7 @@
 //! `--completions SHELL`: clap_complete's script for gpurun's own options, and what it lacks:
 //! after `--` (or the first word that is neither an option nor an option's value) the words are
 //! a command of their own, completed as the shell completes that command, as the shells' own
-//! completions for `sudo`, `env` and `timeout` do. zsh gets it from clap_complete itself (the
+//! completions for `sudo`, `env` and `timeout` do. zsh gets most of it from clap_complete (the
 //! COMMAND's value hint becomes `_cmdambivalent`); bash and fish get a few lines more.
 
 use clap::Command;
@@ -21,7 +21,7 @@ pub fn script(shell: CompletionShell, mut command: Command) -> String {
     let generated = String::from_utf8_lossy(&generated).into_owned();
     match shell {
         CompletionShell::Bash => bash(&generated, &with_values),
-        CompletionShell::Zsh => generated,
+        CompletionShell::Zsh => zsh(&generated),
         CompletionShell::Fish => fish(generated, &with_values),
     }
 }
@@ -79,6 +79,29 @@ _gpurun() {{
 "#,
         values = with_values.join("|")
     )
+}
+
+/// zsh: clap_complete hands the words after the options to `_cmdambivalent` (the COMMAND's
+/// value hint), which takes a `--` that ended them for the command's name; `_gpurun_command`
+/// drops it first.
+fn zsh(generated: &str) -> String {
+    let mut script = generated.replace(":_cmdambivalent' \\", ":_gpurun_command' \\");
+    let function = r#"(( $+functions[_gpurun_command] )) ||
+_gpurun_command() {
+    # The words after gpurun's options: the `--` that ends them is not the command.
+    if [[ ${words[1]} == -- ]]; then
+        shift words
+        (( CURRENT-- ))
+    fi
+    _cmdambivalent
+}
+
+"#;
+    match script.find("if [ \"$funcstack[1]\" = \"_gpurun\" ]; then") {
+        Some(at) => script.insert_str(at, function),
+        None => script.push_str(function),
+    }
+    script
 }
 
 /// fish: the command's part is completed by `complete -C` on those words alone, as fish's own
