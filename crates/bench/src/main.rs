@@ -443,11 +443,20 @@ impl Bench {
     /// `jobs` launches of a 0.2 s job queued at once onto 8 idle GPUs (`--exclusive --wait`):
     /// the wall against the ideal, how busy the GPUs were, and the hand-off: from a job's end on
     /// a GPU to the next job's start there (its gpurun's exit, the wake-up, the next gpurun's
-    /// look and its command's start).
-    fn queue(&self, jobs: usize) -> Value {
+    /// look and its command's start). `on`: where the lock directory is: `disk` (the bench's
+    /// own directory) or `tmpfs` (/dev/shm, as /run/lock is on a systemd machine, where the
+    /// default /run/lock/gpurun lives; `None` when there is no /dev/shm).
+    fn queue(&self, jobs: usize, on: LockFs) -> Option<Value> {
         let scenario = self.write_scenario(&format!("queue{jobs}.toml"), &idle_scenario(8));
-        let log = self.work.path().join(format!("queue{jobs}.log"));
-        let locks = self.work.path().join(format!("queue{jobs}-locks"));
+        let log = self.work.path().join(format!("queue{jobs}-{}.log", on.name()));
+        let shm = match on {
+            LockFs::Disk => None,
+            LockFs::Tmpfs => Some(tempfile::tempdir_in("/dev/shm").ok()?),
+        };
+        let locks = match &shm {
+            Some(dir) => dir.path().join("locks"),
+            None => self.work.path().join(format!("queue{jobs}-locks")),
+        };
         let job = format!(
             "echo START $(date +%s%N) $GPURUN_GPUS >> {log}; {sim} --quiet --mem 1GiB --sleep 0.2; echo END $(date +%s%N) $GPURUN_GPUS >> {log}",
             log = log.display(),
@@ -493,7 +502,8 @@ impl Bench {
         let percentile = |p: f64| gaps_ms.get(((gaps_ms.len() as f64 - 1.0) * p).round() as usize).copied();
         let completed: usize = runs.values().map(Vec::len).sum();
         let ideal = jobs as f64 * 0.2 / 8.0;
-        json!({
+        Some(json!({
+            "lock_dir_on": on.name(),
             "jobs": jobs,
             "completed": completed,
             "failed": failed,
@@ -504,7 +514,7 @@ impl Bench {
             "handoff_p50_ms": percentile(0.5),
             "handoff_p99_ms": percentile(0.99),
             "double_bookings": double_bookings,
-        })
+        }))
     }
 
     /// The hand-off with `waiters` queued behind a full machine (8 GPUs held): a holder's
@@ -617,6 +627,33 @@ impl Bench {
 }
 
 /// `START <ns> <gpus>` / `END <ns> <gpus>` lines -> each GPU's job intervals, in order.
+/// The filesystem of a queue row's lock directory.
+#[derive(Clone, Copy)]
+enum LockFs {
+    Disk,
+    Tmpfs,
+}
+
+impl LockFs {
+    fn name(self) -> &'static str {
+        match self {
+            LockFs::Disk => "disk",
+            LockFs::Tmpfs => "tmpfs",
+        }
+    }
+}
+
+/// The queue's rows: 10, 100 and 400 jobs with the lock directory on disk, and 400 on tmpfs.
+fn queue_rows(bench: &Bench) -> Vec<Value> {
+    [(10, LockFs::Disk), (100, LockFs::Disk), (400, LockFs::Disk), (400, LockFs::Tmpfs)]
+        .into_iter()
+        .filter_map(|(jobs, on)| {
+            eprintln!("measuring the queue: {jobs} jobs at once, lock directory on {}...", on.name());
+            bench.queue(jobs, on)
+        })
+        .collect()
+}
+
 fn runs_per_gpu(text: &str) -> BTreeMap<String, Vec<(u128, u128)>> {
     let mut open: Vec<(u128, String)> = Vec::new();
     let mut runs: BTreeMap<String, Vec<(u128, u128)>> = BTreeMap::new();
@@ -799,11 +836,12 @@ fn print_table(results: &Value) {
         contention["double_bookings"]
     );
     println!("\nThe queue: N jobs of 0.2 s queued at once onto 8 idle GPUs with --exclusive --wait");
-    println!(" jobs   wall(s)  ideal(s)  wall/ideal  GPUs busy  hand-off p50(ms)  p99(ms)  failed  double bookings");
+    println!(" jobs  lock dir   wall(s)  ideal(s)  wall/ideal  GPUs busy  hand-off p50(ms)  p99(ms)  failed  double bookings");
     for row in results["queue"].as_array().into_iter().flatten() {
         println!(
-            "{:>5}  {:>8.2}  {:>8.2}  {:>10.2}  {:>8.0}%  {:>16.1}  {:>7.1}  {:>6}  {:>15}",
+            "{:>5}  {:<8}  {:>8.2}  {:>8.2}  {:>10.2}  {:>8.0}%  {:>16.1}  {:>7.1}  {:>6}  {:>15}",
             row["jobs"],
+            row["lock_dir_on"].as_str().unwrap_or("?"),
             row["wall_seconds"].as_f64().unwrap_or(0.0),
             row["ideal_seconds"].as_f64().unwrap_or(0.0),
             row["wall_over_ideal"].as_f64().unwrap_or(0.0),
@@ -879,12 +917,12 @@ fn main() {
     if let Some(only) = option("--only") {
         let rows = match only.as_str() {
             "queue" => {
-                let rows: Vec<Value> = [10, 100, 400].into_iter().map(|jobs| bench.queue(jobs)).collect();
+                let rows = queue_rows(&bench);
                 let handoff: Vec<Value> =
                     [10, 100, 400].into_iter().map(|waiters| bench.handoff(waiters)).collect();
                 json!({"queue": rows, "handoff": handoff, "blocked_waiters": bench.blocked_waiters()})
             }
-            "burst" => json!({"queue": [bench.queue(400)]}),
+            "burst" => json!({"queue": [bench.queue(400, LockFs::Disk), bench.queue(400, LockFs::Tmpfs)]}),
             "launch" => json!({"launch_cost": bench.launch_cost()}),
             other => {
                 eprintln!("gpurun-bench: --only {other}: expected queue, burst or launch");
@@ -910,11 +948,7 @@ fn main() {
     let end_to_exit = bench.end_to_exit();
     eprintln!("measuring contention...");
     let contention = bench.contention();
-    let mut queue = Vec::new();
-    for jobs in [10, 100, 400] {
-        eprintln!("measuring the queue: {jobs} jobs at once...");
-        queue.push(bench.queue(jobs));
-    }
+    let queue = queue_rows(&bench);
     let mut handoff = Vec::new();
     for waiters in [10, 100, 400] {
         eprintln!("measuring the hand-off with {waiters} waiters...");
