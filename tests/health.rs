@@ -197,3 +197,47 @@ fn an_xid_during_the_run_is_logged_reported_and_named_at_exit() {
         "{last}"
     );
 }
+
+#[test]
+fn a_gpu_that_cannot_report_xids_does_not_lose_the_others() {
+    // nvml-wrapper frees the event set when a registration fails: GPU 1 refusing Xid events
+    // (an old driver, a board without them) dropped GPU 0's registration made just before it.
+    let scenario = a100(0, 79, "")
+        + &a100(1, 79, "")
+        + "[[error]]\ncall = \"nvmlDeviceRegisterEvents\"\ngpu = 1\nerror = \"NOT_SUPPORTED\"\n\n";
+    let sim = Sim::new(&scenario);
+    let report = sim.dir.path().join("report.json");
+    let cuda = common::sim_cuda().to_string_lossy().into_owned();
+    let mut command = sim
+        .gpurun()
+        .args(["--gpus", "2", "--report-json", report.to_str().unwrap(), "--", &cuda])
+        .args(["--mem", "1GiB", "--sleep", "3"])
+        .command;
+    let mut child =
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let on_both = || {
+        let listing = sim.gpurun().args(["--list", "--json"]).run().json();
+        (0..2).all(|gpu| listing["gpus"][gpu]["processes"].as_array().is_some_and(|p| !p.is_empty()))
+    };
+    assert!(common::wait_until(std::time::Duration::from_secs(20), on_both));
+    sim.rewrite(&(scenario + "[[xid]]\ngpu = 0\ncode = 79\n"));
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let xids: Vec<&Value> =
+        json["diagnosis"].as_array().unwrap().iter().filter(|d| d["kind"] == "xid").collect();
+    assert_eq!(xids.len(), 1, "{json}");
+    assert_eq!(xids[0]["gpu"], 0);
+}
+
+#[test]
+fn a_gpu_whose_handle_is_lost_is_unhealthy() {
+    let scenario = a100(0, 79, "")
+        + &a100(1, 79, "")
+        + "[[error]]\ncall = \"nvmlDeviceGetHandleByIndex\"\ngpu = 1\nerror = \"GPU_IS_LOST\"\n\n";
+    let sim = Sim::new(&scenario);
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    let (state, reasons) = health(&listing, 1);
+    assert_eq!(state, "unhealthy", "{reasons:?}");
+    assert!(reasons[0].starts_with("lost: the GPU has fallen off the bus"), "{reasons:?}");
+    assert_eq!(health(&listing, 0).0, "ok");
+}

@@ -480,12 +480,12 @@ impl Session {
         let device = match handle {
             Ok(device) => device,
             Err(error) => {
+                let health =
+                    classify(&Findings { lost: matches!(error, NvmlError::GpuLost), ..Findings::default() });
                 let error = match error {
                     NvmlError::NotSupported => "handle: not supported".to_owned(),
                     other => format!("handle: {}", describe(&other)),
                 };
-                let health =
-                    classify(&Findings { lost: error.contains("GPU is lost"), ..Findings::default() });
                 return Gpu { error: Some(error), handle_refused, health, ..Gpu::unknown(index) };
             }
         };
@@ -577,19 +577,33 @@ impl Session {
         let nvml: &'static Nvml = self.nvml;
         let calls = self.calls.clone();
         let set = self.xid_events.get_or_insert_with(|| {
-            let mut set = calls.run("nvmlEventSetCreate", None, || nvml.create_event_set()).ok()?;
+            let create = || calls.run("nvmlEventSetCreate", None, || nvml.create_event_set()).ok();
+            let register = |device: &Device<'static>, gpu: u32, set: EventSet<'static>| {
+                calls
+                    .run("nvmlDeviceRegisterEvents", Some(gpu), || {
+                        device.register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                    })
+                    .map_err(|error| error.error)
+            };
+            let mut set = create()?;
+            let mut registered: Vec<(u32, Device<'static>)> = Vec::new();
             for &gpu in gpus {
                 let Ok(device) = nvml.device_by_index(gpu) else { continue };
-                set = match calls.run("nvmlDeviceRegisterEvents", Some(gpu), || {
-                    device.register_events(EventTypes::CRITICAL_XID_ERROR, set)
-                }) {
-                    Ok(set) => set,
-                    // A failed registration frees the set: start another for the rest.
-                    Err(error) => {
-                        tracing::debug!("GPU {gpu}: Xid events: {}", error.error);
-                        calls.run("nvmlEventSetCreate", None, || nvml.create_event_set()).ok()?
+                match register(&device, gpu, set) {
+                    Ok(kept) => {
+                        set = kept;
+                        registered.push((gpu, device));
                     }
-                };
+                    Err(error) => {
+                        tracing::debug!("GPU {gpu}: Xid events: {error}");
+                        // nvml-wrapper frees the set when a registration fails: a new one, with
+                        // the GPUs registered so far registered again.
+                        set = create()?;
+                        for (again, device) in &registered {
+                            set = register(device, *again, set).ok()?;
+                        }
+                    }
+                }
             }
             Some(set)
         });
