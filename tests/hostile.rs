@@ -179,7 +179,9 @@ fn a_new_launch_queues_behind_earlier_waiters() {
 fn forged_tickets_of_another_user_stall_no_one() {
     let sim = two_gpus();
     sim.gpurun().args(["--", "true"]).run().status(0);
-    let ticket = sim.lock_dir().join("ticket.00000000000000000001.1");
+    // Named as a real ticket is (time, PID, the GPUs as a mask: every one), so that the names
+    // alone make it the head of every queue.
+    let ticket = sim.lock_dir().join("ticket.00000000000000000001.1.ffffffffffffffff");
     // Another user holds a ticket that claims the first place in the queue, forever.
     let forger = background(sim.gpurun_command(
         "setpriv",
@@ -199,6 +201,11 @@ fn forged_tickets_of_another_user_stall_no_one() {
         drop(forger);
         return;
     }
+    // On an idle machine a waiting launch starts at once: the forgery covers every GPU by its
+    // name, but no launch queues behind a ticket it cannot trust.
+    let started = Instant::now();
+    sim.gpurun().args(["-q", "--exclusive", "--wait=10s", "--", "true"]).run().status(0);
+    assert!(started.elapsed() < Duration::from_secs(2), "queued behind a forgery: {:?}", started.elapsed());
     // Both cards are busy for a second, so the launch must queue; then it must not wait
     // behind the forgery.
     let _holder = background(sim.gpurun().args(["-q", "--exclusive", "--gpus", "2", "--", "sleep", "1"]));

@@ -14,7 +14,6 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,7 +45,7 @@ pub struct HeldLease {
     // Tuple order is drop order: unlink, then unlock.
     held: Option<(Entry, Flock<File>)>,
     /// The lock directory and the GPU's bit, for the wake-up.
-    waker: (OwnedFd, u64),
+    waker: (LockDir, u64),
 }
 
 impl HeldLease {
@@ -190,7 +189,7 @@ pub fn reserve(
         let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| dir.io(e))?;
         let text = serde_json::to_string(&lease).expect("plain data serialises");
         (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
-        let waker = (dir.fd_clone()?, crate::reserve::ticket::mask_of([*index]));
+        let waker = (dir.duplicate()?, crate::reserve::ticket::mask_of([*index]));
         held.push(HeldLease { held: Some((entry, lock)), waker });
     }
     Ok(held)

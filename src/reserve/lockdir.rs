@@ -253,11 +253,15 @@ impl LockDir {
                 }
                 continue;
             }
-            let mut text = String::new();
-            let read = std::io::Read::read_to_string(&mut std::io::Read::take(&file, 64 * 1024), &mut text);
-            held.push(HeldEntry { name, metadata, text: read.map(|_| text) });
+            held.push(HeldEntry::read(name, &file, metadata));
         }
         held
+    }
+
+    /// One entry, if it is a regular file whose lock someone holds, as `held_entries` reads it.
+    pub fn held_entry(&self, name: &str) -> Option<HeldEntry> {
+        let (file, metadata) = self.open_foreign(name.as_bytes())?;
+        Self::is_held(&file).then(|| HeldEntry::read(name.to_owned(), &file, metadata))
     }
 
     /// Removes a dead entry if it is ours (only the owner may, in a sticky directory).
@@ -318,6 +322,25 @@ impl LockDir {
     pub fn fd_clone(&self) -> Result<OwnedFd, LockDirError> {
         self.fd.as_fd().try_clone_to_owned().map_err(|e| self.io(e))
     }
+
+    /// The same directory on a duplicate descriptor, for a lease or ticket that outlives this one.
+    pub fn duplicate(&self) -> Result<LockDir, LockDirError> {
+        Ok(LockDir { path: self.path.clone(), fd: self.fd_clone()? })
+    }
+
+    /// Opens the FIFO `name` to write a byte to it without blocking: only a FIFO that `owner`
+    /// owns and someone reads.
+    pub fn open_fifo_of(&self, name: &str, owner: u32) -> Option<OwnedFd> {
+        let fifo = openat(
+            &self.fd,
+            name,
+            OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let stat = fstat(&fifo).ok()?;
+        (stat.st_mode & libc::S_IFMT == libc::S_IFIFO && stat.st_uid == owner).then_some(fifo)
+    }
 }
 
 /// A live entry of the lock directory, as read.
@@ -325,6 +348,15 @@ pub struct HeldEntry {
     pub name: String,
     pub metadata: std::fs::Metadata,
     pub text: Result<String, io::Error>,
+}
+
+impl HeldEntry {
+    /// At most 64 KiB of `file`: an entry is a few hundred bytes, whoever wrote it.
+    fn read(name: String, file: &File, metadata: std::fs::Metadata) -> HeldEntry {
+        let mut text = String::new();
+        let read = std::io::Read::read_to_string(&mut std::io::Read::take(file, 64 * 1024), &mut text);
+        HeldEntry { name, metadata, text: read.map(|_| text) }
+    }
 }
 
 /// An entry this gpurun created in the lock directory: removed when dropped.

@@ -17,7 +17,8 @@
 //! interrupted) wakes the next one that shares a GPU with it. So one hand-off wakes one waiter,
 //! whatever the queue's length, and no waiter scans the queue's contents: a waiter reads only
 //! the tickets ahead of it, and the names tell it whether it is a head (no live ticket ahead
-//! shares a GPU with it). Only heads poll NVML, every `SAFETY_POLL`, for GPUs freed outside
+//! shares a GPU with it; the first such name is opened and checked, as every ticket is, since
+//! a name alone is anybody's to plant). Only heads poll NVML, every `SAFETY_POLL`, for GPUs freed outside
 //! gpurun and for lost wake-ups (a waker killed outright); the others look at the names every
 //! `ROLE_CHECK`, which finds a head that died without passing its turn on. A FIFO rather than a
 //! signal: another user's gpurun cannot signal this one, but may write to its FIFO (mode 0622;
@@ -31,8 +32,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
-use nix::fcntl::{Flock, FlockArg, OFlag};
-use nix::sys::stat::Mode;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::options::count::Count;
@@ -94,7 +94,7 @@ pub struct Ticket {
     /// Its FIFO's read end (non-blocking), and the FIFO's entry; `None` where the FIFO could
     /// not be made (it then polls like a head).
     wake: Option<(OwnedFd, Entry)>,
-    dir: OwnedFd,
+    dir: LockDir,
 }
 
 /// The bits of these NVML indices (a MIG device counts as its GPU).
@@ -143,7 +143,7 @@ pub fn take(
         Waiter { pid, uid, user: procfs::user_name(uid), since_ns, gpus, request: request.to_owned(), needs };
     let text = serde_json::to_string(&waiter).expect("plain data serialises");
     (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
-    Ok(Ticket { _entry: entry, _lock: lock, key: (since_ns, pid), mask, wake, dir: dir.fd_clone()? })
+    Ok(Ticket { _entry: entry, _lock: lock, key: (since_ns, pid), mask, wake, dir: dir.duplicate()? })
 }
 
 impl Ticket {
@@ -164,14 +164,17 @@ impl Ticket {
         lease_ended
     }
 
-    /// Whether no live waiter ahead shares a GPU with this one (from the names alone).
+    /// Whether no waiter ahead shares a GPU with this one: the names say which tickets could,
+    /// and the first that can be trusted (`trusted`) settles it. A name alone is anybody's to
+    /// plant: another user's `ticket.1.1.ffff` must not make every waiter behind it sleep as
+    /// if it were the head.
     pub fn is_head(&self, dir: &LockDir) -> bool {
         if self.wake.is_none() {
             return true;
         }
-        !dir.entries().iter().filter_map(|name| parse_name(std::str::from_utf8(name).ok()?)).any(
-            |((since, pid), mask)| (since, pid) < self.key && mask & self.mask != 0 && procfs::is_alive(pid),
-        )
+        !queue_names(dir)
+            .iter()
+            .any(|(name, (key, mask))| *key < self.key && mask & self.mask != 0 && trusted_at(dir, name))
     }
 }
 
@@ -179,11 +182,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         // Out of the queue first (the entries go with the fields, after this), then the turn
         // passes to the next waiter that could use one of these GPUs.
-        let _ = nix::unistd::unlinkat(
-            &self.dir,
-            self._entry.name.as_str(),
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
+        self.dir.remove_if_mine(self._entry.name.as_bytes(), current_uid());
         wake_first(&self.dir, self.mask, Some(self.key), TURN_PASSED);
     }
 }
@@ -206,48 +205,60 @@ fn take_pending_sigpipe() {
 /// alone: a dead ticket still counted only makes a launch queue, where it is then a head);
 /// `None` otherwise.
 pub fn queue_covers(dir: &LockDir, mask: u64) -> Option<usize> {
+    let sharing: Vec<(String, u64)> = queue_names(dir)
+        .into_iter()
+        .filter(|(_, (_, ticket_mask))| ticket_mask & mask != 0)
+        .map(|(name, (_, ticket_mask))| (name, ticket_mask))
+        .collect();
+    // Only tickets that can be trusted cover (a planted name must not queue every launch);
+    // usually the first does, and the rest are not opened.
     let mut covered = 0u64;
-    let mut count = 0;
-    for name in dir.entries() {
-        let Some((_, ticket_mask)) = std::str::from_utf8(&name).ok().and_then(parse_name) else { continue };
-        if ticket_mask & mask != 0 {
+    for (name, ticket_mask) in &sharing {
+        if covered & mask == mask {
+            break;
+        }
+        if trusted_at(dir, name) {
             covered |= ticket_mask;
-            count += 1;
         }
     }
-    (covered & mask == mask).then_some(count)
+    (covered & mask == mask).then_some(sharing.len())
+}
+
+/// A ticket's name, and what it says: ((time, PID), mask).
+type Named = (String, ((u64, u32), u64));
+
+/// The ticket names in the directory, with their (key, mask), first come first.
+fn queue_names(dir: &LockDir) -> Vec<Named> {
+    let mut names: Vec<Named> = dir
+        .entries()
+        .into_iter()
+        .filter_map(|name| {
+            let name = String::from_utf8(name).ok()?;
+            let parsed = parse_name(&name)?;
+            Some((name, parsed))
+        })
+        .collect();
+    names.sort_unstable_by_key(|(_, (key, _))| *key);
+    names
+}
+
+/// Whether the ticket `name` is a live waiter's (see `trusted`).
+fn trusted_at(dir: &LockDir, name: &str) -> bool {
+    dir.held_entry(name).and_then(|entry| trusted(dir, entry)).is_some()
 }
 
 /// Wakes the first waiter (after `after`, if given) that could use one of the GPUs in `mask`:
 /// a byte in its FIFO. A waiter gone without its FIFO, or whose FIFO nobody reads, is skipped.
 /// Returns whether one was woken.
-pub fn wake_first(dir: &impl AsFd, mask: u64, after: Option<(u64, u32)>, why: u8) -> bool {
-    let Ok(fresh) =
-        nix::fcntl::openat(dir, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-    else {
-        return false;
-    };
-    let Ok(mut listing) = nix::dir::Dir::from_fd(fresh) else { return false };
-    let mut queue: Vec<(u64, u32)> = listing
-        .iter()
-        .flatten()
-        .filter_map(|entry| parse_name(entry.file_name().to_str().ok()?))
-        .filter(|(key, ticket_mask)| ticket_mask & mask != 0 && after.is_none_or(|after| *key > after))
-        .map(|(key, _)| key)
-        .collect();
-    queue.sort_unstable();
-    for key in queue {
-        let opened = nix::fcntl::openat(
-            dir,
-            wake_name(key).as_str(),
-            OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        );
-        let Ok(fifo) = opened else { continue };
-        // Only a FIFO: a regular file planted under that name is never written.
-        if !nix::sys::stat::fstat(&fifo).is_ok_and(|stat| stat.st_mode & libc::S_IFMT == libc::S_IFIFO) {
-            continue;
-        }
+pub fn wake_first(dir: &LockDir, mask: u64, after: Option<(u64, u32)>, why: u8) -> bool {
+    let queue = queue_names(dir)
+        .into_iter()
+        .filter(|(_, (key, ticket_mask))| ticket_mask & mask != 0 && after.is_none_or(|after| *key > after));
+    for (name, (key, _)) in queue {
+        // Only a live waiter's own FIFO: a planted ticket, or a FIFO of another owner held
+        // open to take the wake-ups, is passed over.
+        let Some(waiter) = dir.held_entry(&name).and_then(|entry| trusted(dir, entry)) else { continue };
+        let Some(fifo) = dir.open_fifo_of(&wake_name(key), waiter.uid) else { continue };
         match nix::unistd::write(&fifo, &[why]) {
             Ok(_) => return true,
             // The waiter closed its FIFO between the open and the write: the kernel raised
@@ -273,37 +284,36 @@ pub fn waiters_ahead(dir: &LockDir, ticket: Option<&Ticket>, may_clean: bool) ->
 }
 
 fn waiters_before(dir: &LockDir, before: Option<(u64, u32)>, may_clean: bool) -> Vec<Waiter> {
-    let mut found = Vec::new();
     let wanted = |name: &str| parse_name(name).is_some_and(|(key, _)| before.is_none_or(|own| key < own));
-    for HeldEntry { name, metadata, text } in dir.held_entries(wanted, may_clean) {
-        let Some(((since_ns, pid), _)) = parse_name(&name) else { continue };
-        let text = text.unwrap_or_default();
-        let changed_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
-        let problem = match serde_json::from_str::<Waiter>(&text) {
-            Err(_) => Some("content unreadable".to_owned()),
-            Ok(waiter) if waiter.uid != metadata.uid() => {
-                Some(format!("claims uid {} but is owned by uid {}", waiter.uid, metadata.uid()))
-            }
-            Ok(waiter) if waiter.key() != (since_ns, pid) => {
-                Some("content does not match its name".to_owned())
-            }
-            Ok(_) if changed_ns - i128::from(since_ns) > BACKDATING_SLACK_NS => {
-                Some("claims a place earlier than the file itself".to_owned())
-            }
-            Ok(_) if procfs::uid_of(pid) != Some(metadata.uid()) || !procfs::is_alive(pid) => {
-                Some(format!("PID {pid} is not a live process of its owner"))
-            }
-            Ok(waiter) => {
-                found.push(waiter);
-                None
-            }
-        };
-        if let Some(problem) = problem {
-            tracing::debug!("ignoring ticket {name} in {}: {problem}", dir.path().display());
-        }
-    }
+    let mut found: Vec<Waiter> =
+        dir.held_entries(wanted, may_clean).into_iter().filter_map(|entry| trusted(dir, entry)).collect();
     found.sort_by_key(Waiter::key);
     found
+}
+
+/// The waiter a locked ticket stands for, if it can be trusted: its content names its owner,
+/// matches its name, claims no place earlier than the file itself, and its PID is a live
+/// process of that owner. Anything else is ignored (said at debug level).
+fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Option<Waiter> {
+    let ((since_ns, pid), _) = parse_name(&name)?;
+    let text = text.unwrap_or_default();
+    let changed_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
+    let problem = match serde_json::from_str::<Waiter>(&text) {
+        Err(_) => "content unreadable".to_owned(),
+        Ok(waiter) if waiter.uid != metadata.uid() => {
+            format!("claims uid {} but is owned by uid {}", waiter.uid, metadata.uid())
+        }
+        Ok(waiter) if waiter.key() != (since_ns, pid) => "content does not match its name".to_owned(),
+        Ok(_) if changed_ns - i128::from(since_ns) > BACKDATING_SLACK_NS => {
+            "claims a place earlier than the file itself".to_owned()
+        }
+        Ok(_) if procfs::uid_of(pid) != Some(metadata.uid()) || !procfs::is_alive(pid) => {
+            format!("PID {pid} is not a live process of its owner")
+        }
+        Ok(waiter) => return Some(waiter),
+    };
+    tracing::debug!("ignoring ticket {name} in {}: {problem}", dir.path().display());
+    None
 }
 
 /// The waiters ahead of `ticket`: those that came earlier, or every one for a launch that has
@@ -343,7 +353,7 @@ mod tests {
         let third = take(&dir, vec!["GPU-a".to_owned()], 0b11, "--gpus 2", needs()).unwrap();
         assert!(!third.is_head(&dir), "behind both");
         // A lease ending on GPU 1 wakes the first waiter for it (second), not first.
-        assert!(wake_first(&dir.fd_clone().unwrap(), 0b10, None, LEASE_ENDED));
+        assert!(wake_first(&dir, 0b10, None, LEASE_ENDED));
         assert!(second.drain(), "woken, for a lease's end");
         assert!(!first.drain() && !third.drain());
         drop(third);
