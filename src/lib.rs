@@ -66,11 +66,10 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     }
     let verbose =
         matches!(config.verbosity, crate::options::Verbosity::Debug | crate::options::Verbosity::Trace);
-    // `--list` on a terminal fits it; piped or to a file, nothing is cut.
-    let columns = match std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-        true => crate::process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())),
-        false => None,
-    };
+    // `--list` on a terminal fits it; piped or to a file (no window size), nothing is cut.
+    let columns = matches!(goal, Goal::List { json: false, .. })
+        .then(|| crate::process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())))
+        .flatten();
     let shared = listing::Shared { queue: &queue, rules: config.limits.describe(), verbose, columns };
     // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| {

@@ -102,7 +102,8 @@ fn after_the_options_the_command_and_its_arguments_are_completed() {
     }
     if has("zsh") {
         // An interactive zsh on a zpty (zsh's own pseudo-terminal module): each line is typed
-        // with a Tab, then run; gpurun, timeout and git are functions that print what they got.
+        // with a Tab, then run (zle reads the Enter only after the completion); gpurun is a
+        // function that prints what it got, and the output is read until every line has run.
         std::fs::write(dir.path().join("_gpurun"), script("zsh")).unwrap();
         let lines = [
             "gpurun --gpus 2 -- slee",
@@ -112,7 +113,7 @@ fn after_the_options_the_command_and_its_arguments_are_completed() {
         ];
         let typed: String = lines
             .iter()
-            .map(|line| format!("zpty -w -n z '{line}'$'\\t'; sleep 2; zpty -w -n z $'\\n'; sleep 0.5\n"))
+            .map(|line| format!("zpty -w -n z '{line}'$'\\t'; sleep 0.2; zpty -w -n z $'\\n'; sleep 0.5\n"))
             .collect();
         let program = format!(
             "zmodload zsh/zpty\n\
@@ -120,10 +121,12 @@ fn after_the_options_the_command_and_its_arguments_are_completed() {
              zpty -w z 'PS1=\"P> \"; fpath=({} $fpath); autoload -Uz compinit; compinit -u; unsetopt beep; \
              gpurun() {{ print -r -- \"RAN:$*\"; }}; timeout() {{ :; }}'\n\
              sleep 2\n{typed}\
-             all=''; while zpty -r -t z chunk; do all+=$chunk; done\n\
+             all=''; for i in {{1..300}}; do zpty -r -t z chunk && all+=$chunk; \
+             (( $(print -r -- $all | grep -a -c 'RAN:-') >= {count} )) && break; sleep 0.1; done\n\
              print -r -- $all | tr -d '\\r' | grep -a -o 'RAN:.*'\n\
              zpty -d z\n",
-            dir.path().display()
+            dir.path().display(),
+            count = lines.len()
         );
         let output = Command::new("timeout").args(["60", "zsh", "-f", "-c", &program]).output().unwrap();
         let ran = String::from_utf8_lossy(&output.stdout);

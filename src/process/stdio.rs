@@ -44,7 +44,8 @@ pub fn print(text: &str) -> std::io::Result<()> {
     stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush())
 }
 
-/// The width in columns of the terminal on `fd`, when it is one that says.
+/// The width in columns of the terminal on `fd`; `None` for anything else (TIOCGWINSZ fails
+/// on a pipe or a file) or a terminal that gives no size.
 pub fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
     let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCGWINSZ writes one winsize through the pointer, which outlives the call, and
