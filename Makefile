@@ -22,7 +22,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test test-gpu venv slurm-deps shells man lint install install-files clean bench
+.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -57,13 +57,17 @@ venv: $(VENV)/.installed
 slurm-deps:
 	@tests/slurm/cluster.sh install || [ $$? -eq 3 ]
 
+# Open MPI's mpirun for tests/ranks.rs, installed when missing (as root).
+mpi-deps:
+	@tests/mpi/install.sh
+
 # Every test: unit, integration through the real binary and the simulator, the simulator
 # checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
 # zsh and fish, to check the completion scripts with the shells themselves (as root, when missing).
 shells:
 	@tests/completions/install-shells.sh
 
-test: venv sim slurm-deps shells
+test: venv sim slurm-deps mpi-deps shells
 	@CARGO=$(CARGO) tests/run-all.sh
 
 $(BENCH_VENV)/.installed:

@@ -79,6 +79,8 @@ impl Error {
             }
             AcquireError::Impossible(why) => Error::Impossible(why),
             AcquireError::Interrupted(signal) => Error::Interrupted(signal),
+            AcquireError::Group { why, status: exit_code::NOT_ENOUGH_GPUS } => Error::NotEnoughGpus(why),
+            AcquireError::Group { why, .. } => Error::Impossible(why),
         }
     }
 }

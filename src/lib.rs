@@ -14,6 +14,7 @@ pub mod options;
 pub mod output;
 pub mod probe;
 pub mod process;
+pub mod rank;
 pub mod reserve;
 pub mod select;
 pub mod verify;
@@ -49,7 +50,7 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     config.size_min_free();
     config.apply_limits();
     let (mut nvml, acquired) = acquire(&config, receiver)?;
-    let Acquisition { machine, decision, chosen, leases, live, queue } = acquired;
+    let Acquisition { machine, decision, chosen, leases, live, queue, group } = acquired;
     if let Some((_, note)) = &decision.min_free_note {
         tracing::info!("--min-free {note}");
         config.request.min_free = decision.min_free(config.request.min_free);
@@ -71,11 +72,25 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         .then(|| crate::process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())))
         .flatten();
     let shared = listing::Shared { queue: &queue, rules: config.limits.describe(), verbose, columns };
+    let owners = match (&config.per_rank, &chosen) {
+        (Some(per_rank), Ok(set)) => Some(rank::Owners::new(&set.indices(), per_rank)),
+        _ => None,
+    };
     // What the command gets, or exit 75's explanation.
     let plan = chosen.map(|selection| {
-        let mut plan = Plan::new(selection, config.visible_as, config.framework_env);
+        let mut plan = match &config.per_rank {
+            Some(per_rank) => Plan::for_rank(
+                selection,
+                per_rank.own(),
+                per_rank.own_only,
+                config.visible_as,
+                config.framework_env,
+            ),
+            None => Plan::new(selection, config.visible_as, config.framework_env),
+        };
         if config.cpu_bind == CpuBind::Numa {
-            plan.cpus = launch::affinity::numa_cpus(&plan.selection, &machine, &launch::affinity::own_cpus());
+            let own = launch::affinity::own_cpus();
+            plan.cpus = launch::affinity::numa_cpus(&plan.selection, &machine, &own, config.cpu_bind_asked);
         }
         plan
     });
@@ -122,6 +137,8 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
             machine: &machine,
             plan: &plan.map_err(Error::NotEnoughGpus)?,
             leases,
+            group,
+            ranks: config.per_rank.as_ref().zip(owners),
             nvml: nvml.as_mut(),
             receiver,
             request: &config.request,
@@ -185,8 +202,11 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
     let acquired = nvml
         .open(config.nvml_lib.clone(), receiver, config.nvml_timeout)
         .map_err(AcquireError::from)
-        .and_then(|()| {
-            acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options())
+        .and_then(|()| match &config.per_rank {
+            Some(per_rank) => {
+                rank::acquire(&mut nvml, receiver, &Inherited::from_env(), config.acquire_options(), per_rank)
+            }
+            None => acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options()),
         });
     match acquired {
         Ok(acquisition) => Ok((Some(nvml), acquisition)),

@@ -185,6 +185,29 @@ fn each_task_gets_its_own_card() {
     assert_ne!(cards[0], cards[1], "two tasks on one card");
 }
 
+#[test]
+fn four_tasks_of_a_step_share_one_set_with_per_rank() {
+    let Some(cluster) = Cluster::start("four_tasks_of_a_step_share_one_set_with_per_rank", false) else {
+        return;
+    };
+    let sim_cuda = sim_cuda().display().to_string();
+    // Every task sees the step's four GPUs; each uses cuda:SLURM_LOCALID, its own.
+    let task = format!("exec gpurun --per-rank -- {sim_cuda} --device $SLURM_LOCALID --sleep 0.5");
+    let step = cluster.run("srun", &["--ntasks=4", "--gpus=4", "sh", "-c", &task]);
+    assert!(step.status.success(), "{step:?}");
+    let reports = reports(&step);
+    assert_eq!(reports.len(), 4, "{step:?}");
+    let mut cards: Vec<u64> = reports.iter().flat_map(landed).collect();
+    cards.sort_unstable();
+    assert_eq!(cards, [0, 1, 2, 3], "one task per card: {step:?}");
+    for report in &reports {
+        assert_eq!(report["env"]["CUDA_VISIBLE_DEVICES"], "0,1,2,3", "{report}");
+    }
+    let stderr = String::from_utf8_lossy(&step.stderr);
+    assert_eq!(stderr.matches("verified:").count(), 4, "{stderr}");
+    assert!(!stderr.contains("wrong-gpu"), "{stderr}");
+}
+
 /// A batch job whose one step runs gpurun around the signal recorder; returns (job, log).
 fn recorded_job(cluster: &Cluster, name: &str, sbatch_args: &[&str], gpurun_args: &str) -> (String, PathBuf) {
     let log = cluster.file(&format!("{name}.log"));

@@ -12,7 +12,8 @@ use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, MinFree};
 use crate::options::{
-    duration, CpuBind, Fallback, HealthUse, LogFormat, MigUse, Policy, TopologyUse, VerifyMode, VisibleAs,
+    duration, CpuBind, Fallback, HealthUse, LogFormat, MigUse, Policy, RankView, TopologyUse, VerifyMode,
+    VisibleAs,
 };
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
@@ -119,6 +120,18 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("waking", "a waiter sleeps on its own FIFO in the lock directory: a lease's end wakes the first waiter that could use that GPU, a waiter leaving wakes the next; only a head (nobody ahead for its GPUs) looks at NVML by itself, every 2 s, for GPUs freed outside gpurun"),
             ("--exec", "the command inherits the locked lease: the reservation lasts as long as it runs"),
             ("what others see", "a lease file is world-readable and names the command by its program alone (python); its owner and root see the whole command line in --list, read from /proc, so arguments such as --api-key=... are never published"),
+        ],
+    ),
+    (
+        "Distributed jobs",
+        &[
+            ("torchrun --nproc-per-node 4 --no-python gpurun --per-rank -- python train.py", "each rank on its own GPU of one set; also mpirun -np 4 gpurun --per-rank ..., srun --ntasks=4 --gpus=4 gpurun --per-rank ..."),
+            ("the rank", "LOCAL_RANK/LOCAL_WORLD_SIZE (torchrun), OMPI_COMM_WORLD_LOCAL_RANK/_SIZE (Open MPI), MPI_LOCALRANKID/MPI_LOCALNRANKS (MPICH), SLURM_LOCALID/SLURM_STEP_TASKS_PER_NODE (srun), innermost first; none: 125"),
+            ("the job", "TORCHELASTIC_RUN_ID with MASTER_ADDR, MASTER_PORT and the restart count; PMIX_NAMESPACE; the ranks' common parent (MPICH's hydra_pmi_proxy); SLURM_JOB_ID.SLURM_STEP_ID; --group NAME where none is given"),
+            ("the set", "the first rank to arrive chooses LOCAL_WORLD_SIZE x N GPUs by the usual rules and records them in the lock directory in PCI order; rank r takes the r-th N and their lease; the others count as reserved for their ranks until --rank-timeout after the choice"),
+            ("what a rank gets", "the whole set in CUDA_VISIBLE_DEVICES, its own at position LOCAL_RANK (x N), or only its own with --per-rank=own; GPURUN_GPUS its own; --cpu-bind numa for its own GPU by default"),
+            ("verification", "per rank: a process on another rank's GPU is wrong-gpu, naming both ranks and the likely cause (torch.cuda.set_device(LOCAL_RANK) missing); the report and history carry the rank and the group"),
+            ("failures", "a rank waits at most --rank-timeout (or --wait) for the set, then 75; the chooser's failure reaches every rank; the record lives while a rank holds it (a shared flock), the last removes it; --no-lock is refused"),
         ],
     ),
     (
@@ -406,6 +419,28 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true, default_missing_value = "forever", value_parser = parse_wait, help_heading = "Selection")]
     pub wait: Option<WaitLimit>,
 
+    /// One GPU set for the node's ranks, each rank on its own GPUs (under torchrun, mpirun,
+    /// srun).
+    ///
+    /// --gpus N is per rank. The first rank of the job to arrive chooses LOCAL_WORLD_SIZE x N
+    /// GPUs by the usual rules; every rank reserves its own. `all` (the default): every rank's
+    /// CUDA_VISIBLE_DEVICES lists the whole set, its own at position LOCAL_RANK (so cuda:LOCAL_RANK
+    /// is right and CUDA IPC between ranks works); `own`: only its own GPUs (for programs that use
+    /// cuda:0). GPURUN_GPUS names its own; --cpu-bind numa is the default.
+    #[arg(long, hide_short_help = true, value_enum, value_name = "VIEW", num_args = 0..=1, require_equals = true, default_missing_value = "all", help_heading = "Distributed jobs")]
+    pub per_rank: Option<RankView>,
+
+    /// With --per-rank: how long a rank waits for the group's set to be chosen, and how long
+    /// a rank's GPUs stay held for it before it arrives (default 60s; --wait lengthens the
+    /// first).
+    #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Distributed jobs")]
+    pub rank_timeout: Option<Duration>,
+
+    /// With --per-rank: the job's name, the same for every rank of one launch, where the
+    /// launcher gives none (plain LOCAL_RANK and LOCAL_WORLD_SIZE).
+    #[arg(long, hide_short_help = true, value_name = "NAME", help_heading = "Distributed jobs")]
+    pub group: Option<String>,
+
     /// Directory of the reservations shared by all gpurun launches on this machine
     /// (default: $GPURUN_LOCK_DIR, else /run/lock/gpurun; created with mode 1777). While the
     /// house rule max-gpus-per-user is set, only root may name another than the system's.
@@ -428,11 +463,18 @@ pub struct Cli {
     )]
     pub visible_as: Option<VisibleAs>,
 
-    /// Which CPUs the command may run on: `none` (gpurun's own, as inherited) or `numa` (the
-    /// CPUs NVML reports as local to the chosen GPUs, within gpurun's own affinity, so a Slurm
-    /// or cgroup cpuset is never widened; if none of them is left, a warning and gpurun's own).
-    #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = CpuBind::None, help_heading = "Command environment")]
-    pub cpu_bind: CpuBind,
+    /// Which CPUs the command may run on: `none` (gpurun's own, as inherited; the default) or
+    /// `numa` (the CPUs NVML reports as local to the chosen GPUs, within gpurun's own affinity,
+    /// so a Slurm or cgroup cpuset is never widened; if none of them is left, a warning and
+    /// gpurun's own; the default under --per-rank, for the rank's own GPUs).
+    #[arg(
+        long,
+        hide_short_help = true,
+        value_enum,
+        value_name = "MODE",
+        help_heading = "Command environment"
+    )]
+    pub cpu_bind: Option<CpuBind>,
 
     /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
     #[arg(long, hide_short_help = true, help_heading = "Command environment")]

@@ -15,6 +15,7 @@ use crate::options::size::{MinFree, Threshold};
 use crate::options::{duration, shell};
 use crate::options::{CpuBind, LogFormat, Verbosity, VisibleAs};
 use crate::probe::nvml::DEFAULT_LIBRARY;
+use crate::rank::{launcher, PerRank};
 use crate::reserve::acquire;
 use crate::select::policy::Request;
 
@@ -49,6 +50,8 @@ pub struct Config {
     /// `None`: indices, and MIG devices by UUID.
     pub visible_as: Option<VisibleAs>,
     pub cpu_bind: CpuBind,
+    /// `--cpu-bind` was given (not `--per-rank`'s default).
+    pub cpu_bind_asked: bool,
     pub framework_env: bool,
     pub nvml_lib: Option<PathBuf>,
     pub nvml_timeout: Duration,
@@ -71,6 +74,8 @@ pub struct Config {
     pub sizing: Option<String>,
     /// The house rules (applied by `apply_limits`).
     pub limits: Limits,
+    /// `--per-rank`: this rank, and what the group asks for.
+    pub per_rank: Option<PerRank>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +98,9 @@ pub enum ConfigError {
     /// A house rule forbids what was asked.
     #[error("{0}")]
     HouseRule(String),
+    /// `--per-rank` cannot work as asked (no launcher variables, a range, --no-lock).
+    #[error("{0}")]
+    PerRank(String),
 }
 
 impl Config {
@@ -118,6 +126,7 @@ impl Config {
         if cli.json && !(cli.list || cli.dry_run || cli.history) {
             return Err(ConfigError::JsonWithoutMode);
         }
+        let per_rank = per_rank(&cli, mode_flag, &origins)?;
         let mode = match mode_flag {
             Some("--list") => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
             Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json, command: cli.command }),
@@ -166,7 +175,7 @@ impl Config {
             None => (None, None),
         };
         let request = Request {
-            count: cli.gpus,
+            count: per_rank.as_ref().map_or(cli.gpus, PerRank::group_count),
             min_free,
             min_total: cli.min_total,
             max_util: cli.max_util,
@@ -189,7 +198,11 @@ impl Config {
             mode,
             request,
             visible_as: cli.visible_as,
-            cpu_bind: cli.cpu_bind,
+            cpu_bind_asked: cli.cpu_bind.is_some(),
+            cpu_bind: cli.cpu_bind.unwrap_or(match per_rank {
+                Some(_) => CpuBind::Numa,
+                None => CpuBind::None,
+            }),
             framework_env: !cli.no_framework_env,
             nvml_lib: cli.nvml_lib,
             nvml_timeout: cli.nvml_timeout,
@@ -216,6 +229,7 @@ impl Config {
             min_free_auto,
             sizing: None,
             limits,
+            per_rank,
         })
     }
 
@@ -317,8 +331,62 @@ impl Config {
                 Mode::Select(Goal::List { json, links }) => *json || *links,
                 _ => self.request.wants_several() && !self.request.count.is_none(),
             },
+            group: None,
         }
     }
+}
+
+/// The default `--rank-timeout`.
+const RANK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `--per-rank`, checked and read from the launcher's variables (for a launch, a dry run or an
+/// export; --list shows the machine whatever the rank). `--group` and `--rank-timeout` given on
+/// the command line without it are a mistake; from a file or variable they are defaults.
+fn per_rank(
+    cli: &Cli,
+    mode_flag: Option<&str>,
+    origins: &BTreeMap<String, String>,
+) -> Result<Option<PerRank>, ConfigError> {
+    let typed = |long: &str| !origins.contains_key(long);
+    let runs = mode_flag.is_none();
+    let Some(view) = cli.per_rank.filter(|_| matches!(mode_flag, None | Some("--dry-run" | "--export")))
+    else {
+        if cli.per_rank.is_none() {
+            for (given, flag) in
+                [(cli.group.is_some(), "group"), (cli.rank_timeout.is_some(), "rank-timeout")]
+            {
+                if given && typed(flag) {
+                    return Err(ConfigError::PerRank(format!("--{flag} goes with --per-rank")));
+                }
+            }
+        }
+        return Ok(None);
+    };
+    let count = cli.gpus;
+    if count.max != Some(count.min) || count.min == 0 {
+        return Err(ConfigError::PerRank(format!(
+            "--per-rank --gpus {count}: under --per-rank, --gpus is how many GPUs each rank gets, a number from 1"
+        )));
+    }
+    if cli.no_lock && runs {
+        return Err(ConfigError::PerRank(
+            "--per-rank needs the lock directory (the ranks find each other there): drop --no-lock"
+                .to_owned(),
+        ));
+    }
+    if let Some(name) = cli.group.as_deref().filter(|name| name.is_empty()) {
+        return Err(ConfigError::PerRank(format!("--group {name:?} is empty: name the job")));
+    }
+    let parent = nix::unistd::getppid().as_raw() as u32;
+    let parent = crate::process::procfs::stat(parent).map(|stat| (parent, stat.start_ticks));
+    let rank = launcher::detect(|name| std::env::var(name).ok(), cli.group.as_deref(), parent)
+        .map_err(ConfigError::PerRank)?;
+    Ok(Some(PerRank {
+        rank,
+        gpus_per_rank: count.min,
+        timeout: cli.rank_timeout.unwrap_or(RANK_TIMEOUT),
+        own_only: view == crate::options::RankView::Own,
+    }))
 }
 
 /// `word` when it reads as a duration and names no program (`gpurun --wait 10m python x.py`):

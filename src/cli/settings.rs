@@ -9,8 +9,9 @@
 //! never read as an option itself. Each setting is first checked on its own, so that an error
 //! names the file, line and key (or the variable), and each remembers where it came from.
 //!
-//! Not settings: `GPURUN_GPUS` and `GPURUN_GPU_UUIDS` (what gpurun tells its command; a gpurun
-//! started inside a job must not read them as a request), `GPURUN_CONFIG` and `GPURUN_LOG`.
+//! Not settings: `--per-rank` and `--group` (one launch's, under its launcher), `GPURUN_GPUS` and
+//! `GPURUN_GPU_UUIDS` (what gpurun tells its command; a gpurun started inside a job must not read
+//! them as a request), `GPURUN_CONFIG` and `GPURUN_LOG`.
 //! Any other `GPURUN_*` variable must name a setting: a typo is an error, not silently nothing.
 
 use std::collections::BTreeMap;
@@ -39,6 +40,10 @@ const NOT_SETTINGS: &[&str] = &[
     "help",
     "version",
     "no-config",
+    // What one launch of one job asks for, under its launcher: a default in a file would turn
+    // every launch into a rank.
+    "per-rank",
+    "group",
 ];
 
 /// `GPURUN_*` variables that are not settings.

@@ -24,6 +24,38 @@ impl Plan {
         Plan { selection, variables, cpus: None }
     }
 
+    /// The plan of one `--per-rank` rank, whose GPUs are the positions `own` of the group's
+    /// `set` (PCI order): the whole set in `CUDA_VISIBLE_DEVICES`, the rank's own from position
+    /// LOCAL_RANK x N on (so `cuda:LOCAL_RANK` is its own, and CUDA IPC and NCCL peer access
+    /// between the ranks work), or with `own_only` (`--per-rank=own`) its own GPUs alone.
+    /// `GPURUN_GPUS` and `GPURUN_GPU_UUIDS` name its own, and the plan's selection is its own:
+    /// the lease, the CPUs, verification and the report are about them.
+    pub fn for_rank(
+        set: Selection,
+        own: std::ops::Range<usize>,
+        own_only: bool,
+        visible_as: Option<VisibleAs>,
+        framework_env: bool,
+    ) -> Plan {
+        let requested = crate::options::count::Count::exactly(own.len() as u32);
+        let own =
+            Selection { devices: set.devices.get(own).map(<[_]>::to_vec).unwrap_or_default(), requested };
+        if own_only {
+            return Plan::new(own, visible_as, framework_env);
+        }
+        let mut plan = Plan::new(set, visible_as, framework_env);
+        let alone = Plan::new(own.clone(), visible_as, framework_env);
+        for name in ["GPURUN_GPUS", "GPURUN_GPU_UUIDS"] {
+            if let (Some(slot), Some(value)) =
+                (plan.variables.iter_mut().find(|(n, _)| n == name), alone.variable(name))
+            {
+                slot.1 = value.to_owned();
+            }
+        }
+        plan.selection = own;
+        plan
+    }
+
     pub fn variable(&self, name: &str) -> Option<&str> {
         self.variables.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
@@ -103,6 +135,24 @@ mod tests {
 
     fn none(_: &str) -> Option<OsString> {
         None
+    }
+
+    #[test]
+    fn every_rank_sees_the_set_and_its_own_gpu_at_its_position() {
+        let gpus: Vec<Gpu> = (0..8).map(test_gpu).collect();
+        let set = Selection::new(&machine_of(&gpus), &[2, 3, 4, 5], Count::exactly(4));
+        for rank in 0..4usize {
+            let plan = Plan::for_rank(set.clone(), rank..rank + 1, false, None, true);
+            assert_eq!(plan.variable("CUDA_VISIBLE_DEVICES"), Some("2,3,4,5"));
+            assert_eq!(plan.variable("GPURUN_GPUS"), Some((rank + 2).to_string().as_str()));
+            assert_eq!(plan.selection.indices(), vec![rank as u32 + 2]);
+            let own = Plan::for_rank(set.clone(), rank..rank + 1, true, None, true);
+            assert_eq!(own.variable("CUDA_VISIBLE_DEVICES"), Some((rank + 2).to_string().as_str()));
+        }
+        // Two per rank: rank 1 has positions 2 and 3.
+        let plan = Plan::for_rank(set, 2..4, false, None, true);
+        assert_eq!(plan.variable("GPURUN_GPUS"), Some("4,5"));
+        assert_eq!(plan.variable("CUDA_VISIBLE_DEVICES"), Some("2,3,4,5"));
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct Job<'a> {
     pub plan: &'a Plan,
     /// Held until the command and its leftovers are gone (or handed to it with --exec).
     pub leases: Vec<HeldLease>,
+    /// `--per-rank`: the hold on the group's record, released right after the leases.
+    pub group: Option<crate::reserve::group::Membership>,
+    /// `--per-rank`: this rank, and whose each of the group's GPUs is.
+    pub ranks: Option<(&'a crate::rank::PerRank, crate::rank::Owners)>,
     /// The NVML thread, for verification (None: NVML was never needed).
     pub nvml: Option<&'a mut NvmlThread>,
     pub receiver: &'a Receiver,
@@ -94,8 +98,20 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
 /// spawn -> supervise (and verify) -> end leftovers -> release the GPUs -> report -> how it
 /// ended. With `--exec`, gpurun becomes the command instead (returns only if that failed).
 pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
-    let Job { command, supervision, machine, plan, leases, nvml, receiver, request, request_text, sizing } =
-        job;
+    let Job {
+        command,
+        supervision,
+        machine,
+        plan,
+        leases,
+        group,
+        ranks,
+        nvml,
+        receiver,
+        request,
+        request_text,
+        sizing,
+    } = job;
     let launch = Launch { command, variables: &plan.variables };
     if supervision.exec {
         // The locked lease descriptors are inherited: the reservation lives as long as the
@@ -111,6 +127,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
             );
         }
         leases.into_iter().for_each(HeldLease::hand_over_to_exec);
+        group.into_iter().for_each(crate::reserve::group::Membership::hand_over_to_exec);
         return Err(spawn::exec(&launch, receiver.caller()));
     }
     // Created first: an unwritable path fails before the command starts.
@@ -190,6 +207,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
                 before_launch,
                 plan.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default().to_owned(),
                 supervision.verify_timeout,
+                ranks.as_ref().map(|(_, owners)| owners.clone()),
             );
             supervise::Watch { nvml, monitor }
         });
@@ -216,6 +234,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     }
     // The GPUs are free once the command and its leftovers are gone.
     drop(leases);
+    drop(group);
     let exit = Exit::of(supervised.end, supervised.strict_failure.is_some());
     let verification = match watch.as_mut() {
         Some(watch) => {
@@ -297,6 +316,13 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     summary.diagnosis = diagnosis;
     summary.min_free = sizing.map(str::to_owned);
     summary.cpus = plan.cpus.as_deref().map(crate::options::cpus::list);
+    summary.rank = ranks.as_ref().map(|(per_rank, owners)| report::RankReport {
+        local_rank: per_rank.rank.local_rank,
+        local_size: per_rank.rank.local_size,
+        launcher: per_rank.rank.launcher.to_owned(),
+        group: per_rank.rank.job.clone(),
+        group_gpus: owners.gpus.iter().map(|(index, _)| *index).collect(),
+    });
     if supervision.report {
         summary.log();
     }

@@ -93,6 +93,16 @@ pub enum HealthUse {
     Ignore,
 }
 
+/// `--per-rank[=VIEW]`: what each rank's CUDA_VISIBLE_DEVICES holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum RankView {
+    /// The whole group's GPUs, the rank's own at position LOCAL_RANK.
+    #[default]
+    All,
+    /// The rank's own GPUs alone (for programs that use cuda:0).
+    Own,
+}
+
 /// `--cpu-bind`: which CPUs the command may run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum CpuBind {

@@ -55,6 +55,9 @@ pub struct Options<'a> {
     pub max_gpus_per_user: Option<(u32, String)>,
     /// Probe the links between the GPUs (a multi-GPU request, or a listing that shows them).
     pub topology: bool,
+    /// `--per-rank`: the whole group's set is chosen, in PCI order (rank order); this rank
+    /// reserves only its own part of it and, when it is the group's chooser, records the set.
+    pub group: Option<GroupShare<'a>>,
 }
 
 /// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
@@ -76,6 +79,14 @@ fn user_allowance(options: &Options, live: &[Lease]) -> Result<Option<(u32, Stri
     Ok(Some((max.saturating_sub(held), why)))
 }
 
+/// `--per-rank`: what the acquisition needs to know of the rank's group.
+pub struct GroupShare<'a> {
+    /// This rank's positions in the set (PCI order).
+    pub own: std::ops::Range<usize>,
+    /// The record to write the set into (the chooser; `None` when only looking).
+    pub record: Option<&'a crate::reserve::group::Membership>,
+}
+
 pub struct Acquisition {
     pub machine: Machine,
     pub decision: Decision,
@@ -87,6 +98,8 @@ pub struct Acquisition {
     pub live: Vec<Lease>,
     /// The waiters ahead of this launch (all of them, for --list), in queue order.
     pub queue: Vec<Queued>,
+    /// `--per-rank`: this rank's hold on its group's record, released after the leases.
+    pub group: Option<crate::reserve::group::Membership>,
 }
 
 impl Acquisition {
@@ -113,6 +126,7 @@ impl Acquisition {
             leases: Vec::new(),
             live: Vec::new(),
             queue: Vec::new(),
+            group: None,
         }
     }
 }
@@ -133,6 +147,10 @@ pub enum AcquireError {
     Impossible(String),
     #[error("interrupted by signal {0}")]
     Interrupted(i32),
+    /// `--per-rank`: the group could not be joined (its chooser failed, the set never came):
+    /// the message and gpurun's exit status.
+    #[error("{why}")]
+    Group { why: String, status: u8 },
 }
 
 impl From<Failure> for AcquireError {
@@ -437,7 +455,7 @@ pub fn acquire(
             })?),
             _ => None,
         };
-        let live = lock_dir.as_ref().map(|dir| lease::live(dir, options.hold)).unwrap_or_default();
+        let live = lock_dir.as_ref().map(|dir| live_and_unclaimed(dir, options.hold)).unwrap_or_default();
         // What is ahead of this launch (every waiter, for a launch without a ticket or a listing).
         let waiters = lock_dir
             .as_ref()
@@ -481,7 +499,15 @@ pub fn acquire(
             if timed_out {
                 progress.finish();
                 let chosen = Err(format!("not enough GPUs now: {why}"));
-                return Ok(Acquisition { machine, decision, chosen, leases: Vec::new(), live, queue });
+                return Ok(Acquisition {
+                    machine,
+                    decision,
+                    chosen,
+                    leases: Vec::new(),
+                    live,
+                    queue,
+                    group: None,
+                });
             }
             progress.show_text(&format!("waiting: {why}"));
             receiver.pause(LONGEST_RETRY).map_err(AcquireError::Interrupted)?;
@@ -491,11 +517,15 @@ pub fn acquire(
         // cannot help: the wait is over, or no state of the machine could do.
         let waiting_helps = !timed_out && decision.never.is_none();
         if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
-            let chosen = chosen_gpus(&machine, &decision, options.request.count, &visibility);
+            let mut chosen = chosen_gpus(&machine, &decision, options.request.count, &visibility);
+            if let (Some(_), Ok(indices)) = (&options.group, &mut chosen) {
+                // Rank r's GPUs are the r-th of the set in PCI order: rank 0 the lowest index.
+                indices.sort_unstable();
+            }
             let chosen = chosen.map(|indices| Selection::new(&machine, &indices, options.request.count));
             let mut leases = Vec::new();
             if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
-                let reserve: Vec<(String, u64, u32)> = selection
+                let mut reserve: Vec<(String, u64, u32)> = selection
                     .devices
                     .iter()
                     .filter_map(|device| {
@@ -506,6 +536,12 @@ pub fn acquire(
                         Some((device.uuid.clone()?, bytes, device.gpu_index))
                     })
                     .collect();
+                if let Some(group) = &options.group {
+                    if let Some(record) = group.record {
+                        record.chosen(&reserve, options.request.exclusive)?;
+                    }
+                    reserve = reserve.get(group.own.clone()).map(<[_]>::to_vec).unwrap_or_default();
+                }
                 leases = lease::reserve(dir, &reserve, options.request.exclusive, &options.command)?;
             }
             drop(guard);
@@ -514,7 +550,7 @@ pub fn acquire(
                 Some(_) => format!("{text}\n  (after waiting {:.0} s)", started.elapsed().as_secs_f64()),
                 None => text,
             });
-            return Ok(Acquisition { machine, decision, chosen, leases, live, queue });
+            return Ok(Acquisition { machine, decision, chosen, leases, live, queue, group: None });
         }
         if let (None, Some(dir), true) = (&ticket, &lock_dir, options.hold) {
             let possible =
@@ -546,6 +582,15 @@ pub fn acquire(
         }
     }
     unreachable!("the loop returns")
+}
+
+/// The live leases, and the GPUs of `--per-rank` groups whose ranks have not taken theirs yet
+/// (counted as the leases they are about to be).
+pub fn live_and_unclaimed(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
+    let mut live = lease::live(dir, may_clean);
+    let unclaimed = crate::reserve::group::unclaimed(dir, &live);
+    live.extend(unclaimed);
+    live
 }
 
 /// After a wake-up that did not start the job (NVML may show a GPU freed a moment after its

@@ -37,6 +37,10 @@ pub struct Lease {
     pub command: String,
     /// Unix time the lease was taken.
     pub started: u64,
+    /// Not a lease file: a `--per-rank` group's GPU held for this rank, which has not taken its
+    /// lease yet (`rank::group::unclaimed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_rank: Option<u32>,
 }
 
 /// A lease this gpurun holds. Dropping it removes the file (first), releases the lock, then
@@ -96,7 +100,7 @@ pub fn program_name(command: &[std::ffi::OsString]) -> String {
 /// command is the holding gpurun's first child, or the holder itself after `--exec`) for the
 /// lease's owner and root, the program's name for anyone else.
 pub fn shown_command(lease: &Lease, viewer: u32) -> String {
-    if viewer != 0 && viewer != lease.uid {
+    if (viewer != 0 && viewer != lease.uid) || lease.for_rank.is_some() {
         return lease.command.clone();
     }
     let Some(holder) = procfs::command_line(lease.pid) else { return lease.command.clone() };
@@ -156,6 +160,7 @@ pub fn live(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
             exclusive: true,
             command: format!("(lease file {why})"),
             started: metadata.mtime().max(0) as u64,
+            for_rank: None,
         });
     }
     leases.sort_by(|a, b| (a.started, a.pid, &a.uuid).cmp(&(b.started, b.pid, &b.uuid)));
@@ -183,6 +188,7 @@ pub fn reserve(
             exclusive,
             command: command.to_owned(),
             started: now(),
+            for_rank: None,
         };
         let safe_uuid: String = uuid.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
         let (file, entry) = create_unique(dir, &format!("{safe_uuid}.{pid}"), ".lease")?;

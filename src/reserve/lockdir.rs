@@ -264,6 +264,11 @@ impl LockDir {
         Self::is_held(&file).then(|| HeldEntry::read(name.to_owned(), &file, metadata))
     }
 
+    /// An entry's status, not through a symlink.
+    pub fn stat(&self, name: &str) -> Option<nix::sys::stat::FileStat> {
+        nix::sys::stat::fstatat(&self.fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()
+    }
+
     /// Removes a dead entry if it is ours (only the owner may, in a sticky directory).
     pub fn remove_if_mine(&self, name: &[u8], owner: u32) {
         if owner == current_uid() {

@@ -2,6 +2,7 @@
 //! wait queue, and the loop that probes, selects and reserves under the lock.
 
 pub mod acquire;
+pub mod group;
 pub mod lease;
 pub mod lockdir;
 pub mod ticket;

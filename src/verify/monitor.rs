@@ -35,6 +35,8 @@ pub struct Monitor {
     before_launch: HashSet<u32>,
     /// The CUDA_VISIBLE_DEVICES gpurun gave the command, to explain a wrong GPU.
     visible_given: String,
+    /// `--per-rank`: whose each GPU of the group is, to name the rank a wrong GPU belongs to.
+    owners: Option<crate::rank::Owners>,
     tracker: Tracker,
     interval: Duration,
     next_poll: Instant,
@@ -54,6 +56,7 @@ impl Monitor {
         before_launch: HashSet<u32>,
         visible_given: String,
         timeout: Duration,
+        owners: Option<crate::rank::Owners>,
     ) -> Monitor {
         let now = Instant::now();
         Monitor {
@@ -63,6 +66,7 @@ impl Monitor {
             watched,
             before_launch,
             visible_given,
+            owners,
             tracker: Tracker::new(selected),
             interval: FIRST_INTERVAL,
             next_poll: now + FIRST_INTERVAL,
@@ -118,7 +122,15 @@ impl Monitor {
     pub fn absorb(&mut self, lists: Lists) -> Option<String> {
         let poll = self.poll(lists);
         let visible_given = self.visible_given.clone();
-        self.tracker.observe(poll, |sighting| likely_cause(sighting, &visible_given));
+        let owners = self.owners.clone();
+        self.tracker.observe(poll, |sighting| {
+            let another_ranks =
+                owners.as_ref().and_then(|owners| Some((owners.own_rank, owners.rank_of(sighting.gpu)?)));
+            match another_ranks {
+                Some((own, theirs)) => rank_cause(sighting, own, theirs, &visible_given),
+                None => likely_cause(sighting, &visible_given),
+            }
+        });
         let mut strict_failure = None;
         if let Some((verdict, detail)) = self.tracker.settled() {
             if self.log_once(verdict, &detail)
@@ -236,6 +248,21 @@ fn clip(command: &str) -> String {
     } else {
         format!("{}…", command.chars().take(59).collect::<String>())
     }
+}
+
+/// A rank's process on another rank's GPU: the rank, whose GPU it is, and the usual cause (every
+/// rank on cuda:0, or a bare `.cuda()`), unless the environment was changed.
+fn rank_cause(sighting: &Sighting, own: u32, theirs: u32, visible_given: &str) -> String {
+    let gpu = crate::probe::gpu::label(sighting.gpu);
+    let changed = likely_cause(sighting, visible_given);
+    if changed.starts_with("CUDA_") {
+        return format!("rank {own} used {gpu}, rank {theirs}'s: {changed}");
+    }
+    format!(
+        "rank {own} used {gpu}, rank {theirs}'s: the program did not pick its rank's device; call \
+         torch.cuda.set_device(LOCAL_RANK) or use cuda:LOCAL_RANK (a bare .cuda() or cuda:0 is rank 0's GPU; \
+         --per-rank=own shows each rank only its own, as cuda:0)"
+    )
 }
 
 /// Why a process of the command may be on a GPU it was not given, from its environment at exec.

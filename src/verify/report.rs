@@ -56,6 +56,21 @@ pub struct Report {
     /// What `--min-free auto` asked for, and why (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_free: Option<String>,
+    /// `--per-rank`: which rank this was, of which group (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<RankReport>,
+}
+
+/// A rank's place in its group.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankReport {
+    pub local_rank: u32,
+    pub local_size: u32,
+    pub launcher: String,
+    /// What names the job on this node (`slurm:77:0`, `torchrun:...`, `group:NAME`).
+    pub group: String,
+    /// The whole set's NVML indices, in rank order.
+    pub group_gpus: Vec<u32>,
 }
 
 impl Report {
@@ -95,6 +110,7 @@ impl Report {
             diagnosis: Vec::new(),
             cpus: None,
             min_free: None,
+            rank: None,
         }
     }
 
@@ -122,6 +138,17 @@ impl Report {
             }
         }
         .expect("writing to a String");
+        if let Some(rank) = &self.rank {
+            let _ = write!(
+                text,
+                "\n  rank:         {} of {} ({}), group {} on {}",
+                rank.local_rank,
+                rank.local_size,
+                rank.launcher,
+                rank.group,
+                crate::probe::gpu::labels(&rank.group_gpus)
+            );
+        }
         let verdict =
             self.verification.verdict.map(|v| v.to_string()).unwrap_or_else(|| "not checked".to_owned());
         let _ = write!(text, "\n  verification: {verdict}: {}", self.verification.detail);

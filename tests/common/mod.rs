@@ -112,6 +112,20 @@ impl Sim {
             .env_remove("SLURM_STEP_GPUS")
             .env_remove("SLURM_JOB_GPUS")
             .env_remove("GPU_DEVICE_ORDINAL");
+        // A launcher's rank variables (the suite run under torchrun, mpirun or srun).
+        for name in [
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "TORCHELASTIC_RUN_ID",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "MPI_LOCALRANKID",
+            "MPI_LOCALNRANKS",
+            "SLURM_LOCALID",
+            "SLURM_STEP_TASKS_PER_NODE",
+        ] {
+            command.env_remove(name);
+        }
     }
 
     /// gpurun, pointed at this simulator through `GPURUN_NVML_LIB`.

@@ -1,0 +1,319 @@
+//! Stage 4b, `--per-rank` (DESIGN 4b): under a launcher that starts one process per rank, the
+//! node's ranks choose one set together through the lock directory (the first to arrive
+//! chooses, by the usual rules), each takes the lease of its own GPUs, sees the whole set with
+//! its own at position LOCAL_RANK, and is verified on its own GPUs.
+
+pub mod launcher;
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use crate::exit_code;
+use crate::options::count::Count;
+use crate::probe::gpu::{label, Machine};
+use crate::probe::worker::NvmlThread;
+use crate::process::signals::Receiver;
+use crate::rank::launcher::Rank;
+use crate::reserve::acquire::{self, AcquireError, Acquisition, GroupShare};
+use crate::reserve::group::{self, Found, Member, Membership, State};
+use crate::reserve::lease;
+use crate::reserve::lockdir::LockDir;
+use crate::select::policy::{Decision, Outcome};
+use crate::select::selection::Selection;
+use crate::select::visibility::{self, Inherited};
+
+/// How long a rank that is not the chooser sleeps between looks at the group's record while
+/// the set is being chosen (a few ranks, a cheap look: no NVML).
+const LOOK_AGAIN: Duration = Duration::from_millis(20);
+
+/// What `--per-rank` asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerRank {
+    pub rank: Rank,
+    /// `--gpus N`: GPUs per rank.
+    pub gpus_per_rank: u32,
+    /// `--rank-timeout`.
+    pub timeout: Duration,
+    /// `--per-rank=own`: each rank sees only its own GPUs.
+    pub own_only: bool,
+}
+
+impl PerRank {
+    /// The whole group's count, which the chooser asks the policy for.
+    pub fn group_count(&self) -> Count {
+        Count::exactly(self.rank.local_size * self.gpus_per_rank)
+    }
+
+    /// This rank's positions in the set.
+    pub fn own(&self) -> Range<usize> {
+        let n = self.gpus_per_rank as usize;
+        self.rank.local_rank as usize * n..(self.rank.local_rank as usize + 1) * n
+    }
+}
+
+/// Chooses the group's set (the first rank) or takes this rank's part of it (every other), and
+/// reserves this rank's GPUs. Only looking (`--dry-run`, `--export`): the set the first rank
+/// would choose now, nothing recorded.
+pub fn acquire(
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    inherited: &Inherited,
+    options: acquire::Options<'_>,
+    per_rank: &PerRank,
+) -> Result<Acquisition, AcquireError> {
+    let path = match (&options.lock_dir, options.hold) {
+        (Some(path), true) => path.clone(),
+        _ => {
+            let options =
+                acquire::Options { group: Some(GroupShare { own: per_rank.own(), record: None }), ..options };
+            return acquire::acquire(nvml, receiver, inherited, &options);
+        }
+    };
+    let dir = LockDir::open(&path, true)?;
+    let started = Instant::now();
+    // The set normally comes in milliseconds; a chooser waiting for GPUs (--wait) holds the
+    // others as long as the wait may last.
+    let deadline = match options.wait {
+        None => Some(started + per_rank.timeout),
+        Some(None) => None,
+        Some(Some(wait)) => Some(started + wait.max(per_rank.timeout)),
+    };
+    let mut machine: Option<Machine> = None;
+    let mut said_waiting = false;
+    loop {
+        let guard = dir.lock(&mut |fd, timeout| {
+            let (received, _) = receiver.wait(Some(fd), Some(timeout));
+            receiver.act_before_launch(&received)
+        })?;
+        let member = Member {
+            job: &per_rank.rank.job,
+            launcher: per_rank.rank.launcher,
+            local_rank: per_rank.rank.local_rank,
+            local_size: per_rank.rank.local_size,
+            per_rank: per_rank.gpus_per_rank,
+            timeout: per_rank.timeout,
+        };
+        let membership = match group::find_or_make(&dir, &member)? {
+            Found::Choose(membership) => {
+                drop(guard);
+                tracing::debug!(
+                    "{}: the first of the group here, choosing {} GPUs for it",
+                    per_rank.rank,
+                    per_rank.group_count()
+                );
+                return choose(nvml, receiver, inherited, options, per_rank, membership);
+            }
+            Found::Joined(membership) => membership,
+        };
+        let record = &membership.record;
+        match &record.state {
+            State::Failed { why, status } => {
+                return Err(AcquireError::Group {
+                    why: format!(
+                        "{}: rank {} of the group (gpurun PID {}) could not choose: {why}",
+                        per_rank.rank, record.chooser_rank, record.chooser_pid
+                    ),
+                    status: *status,
+                })
+            }
+            State::Choosing => {
+                drop(guard);
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    return Err(AcquireError::Group {
+                        why: format!(
+                            "{}: the group's GPUs were not chosen within --rank-timeout {}: rank {} (gpurun PID {}) is still choosing",
+                            per_rank.rank,
+                            crate::options::duration::compact(per_rank.timeout),
+                            record.chooser_rank,
+                            record.chooser_pid
+                        ),
+                        status: exit_code::NOT_ENOUGH_GPUS,
+                    });
+                }
+                if !said_waiting {
+                    tracing::info!(
+                        "{}: waiting for rank {} (gpurun PID {}) to choose the group's GPUs",
+                        per_rank.rank,
+                        record.chooser_rank,
+                        record.chooser_pid
+                    );
+                    said_waiting = true;
+                }
+                drop(membership);
+                receiver.pause(LOOK_AGAIN).map_err(AcquireError::Interrupted)?;
+            }
+            State::Chosen { gpus, exclusive, .. } => {
+                let Some(probed) = machine.take() else {
+                    // Probed outside the lock, then looked at again under it.
+                    drop(guard);
+                    drop(membership);
+                    let probe = nvml.probe(receiver, options.nvml_timeout, None, &mut |_| {});
+                    machine = Some(probe.map_err(AcquireError::from)?);
+                    continue;
+                };
+                if record.local_size != per_rank.rank.local_size || record.per_rank != per_rank.gpus_per_rank
+                {
+                    return Err(AcquireError::Group {
+                        why: format!(
+                            "{}: the group was chosen for {} ranks of {} GPU(s) each by rank {} (gpurun PID {}), but this rank asks for {} of {}: every rank must be started alike",
+                            per_rank.rank, record.local_size, record.per_rank, record.chooser_rank, record.chooser_pid, per_rank.rank.local_size, per_rank.gpus_per_rank
+                        ),
+                        status: exit_code::GPURUN_ERROR,
+                    });
+                }
+                let expected = (per_rank.rank.local_size * per_rank.gpus_per_rank) as usize;
+                if gpus.is_empty() {
+                    // The chooser runs with no GPU (--fallback cpu): so does every rank.
+                    drop(guard);
+                    tracing::warn!(
+                        "{}: the group runs with no GPU visible (its chooser's --fallback cpu)",
+                        per_rank.rank
+                    );
+                    let mut acquisition = Acquisition::no_gpu(per_rank.group_count());
+                    acquisition.machine = probed;
+                    acquisition.group = Some(membership);
+                    return Ok(acquisition);
+                }
+                if gpus.len() != expected {
+                    return Err(AcquireError::Group {
+                        why: format!(
+                            "{}: the group's record names {} GPUs, not {expected}: it was not written by this version of gpurun",
+                            per_rank.rank,
+                            gpus.len()
+                        ),
+                        status: exit_code::GPURUN_ERROR,
+                    });
+                }
+                let visibility = visibility::resolve(&probed, inherited);
+                let mut indices = Vec::new();
+                for gpu in gpus {
+                    match probed.devices().find(|d| d.uuid.as_deref() == Some(gpu.uuid.as_str())) {
+                        Some(device) if visibility.allows(device.index) => indices.push(device.index),
+                        _ => {
+                            return Err(AcquireError::Group {
+                                why: format!(
+                                    "{}: the group's {} ({}) is not visible to this rank (its CUDA_VISIBLE_DEVICES or the launcher's allocation): give every rank the same GPUs (srun --gpus=N, not --gpus-per-task)",
+                                    per_rank.rank, label(gpu.index), gpu.uuid
+                                ),
+                                status: exit_code::GPURUN_ERROR,
+                            })
+                        }
+                    }
+                }
+                // Real leases only: the group's own hold on this rank's GPU is not in the way.
+                let live = lease::live(&dir, true);
+                let own = &gpus[per_rank.own()];
+                let taken = own.iter().find_map(|gpu| {
+                    live.iter().find(|lease| lease.uuid == gpu.uuid).map(|lease| (gpu, lease))
+                });
+                if let Some((gpu, lease)) = taken {
+                    return Err(AcquireError::Group {
+                        why: format!(
+                            "{}: its GPU in the group, {}, is reserved by gpurun PID {} of {} ({}): another rank has the same {}, or this rank came after the group's --rank-timeout, when its GPU was no longer held for it",
+                            per_rank.rank, label(gpu.index), lease.pid, lease.user, lease.command, per_rank.rank.rank_variable
+                        ),
+                        status: exit_code::NOT_ENOUGH_GPUS,
+                    });
+                }
+                let reserve: Vec<(String, u64, u32)> =
+                    own.iter().map(|gpu| (gpu.uuid.clone(), gpu.reserved_bytes, gpu.index)).collect();
+                let leases = lease::reserve(&dir, &reserve, *exclusive, &options.command)?;
+                drop(guard);
+                let selection = Selection::new(&probed, &indices, per_rank.group_count());
+                let decision = Decision {
+                    assessments: Vec::new(),
+                    outcome: Outcome::Selected(indices),
+                    never: None,
+                    set_reason: None,
+                    min_free_note: None,
+                    passed_over: Vec::new(),
+                };
+                return Ok(Acquisition {
+                    machine: probed,
+                    decision,
+                    chosen: Ok(selection),
+                    leases,
+                    live,
+                    queue: Vec::new(),
+                    group: Some(membership),
+                });
+            }
+        }
+    }
+}
+
+/// The first rank: the usual acquisition for the whole set, recorded for the others; what it
+/// could not do is recorded too, so that the others fail with its reason at once.
+fn choose(
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    inherited: &Inherited,
+    options: acquire::Options<'_>,
+    per_rank: &PerRank,
+    membership: Membership,
+) -> Result<Acquisition, AcquireError> {
+    let options = acquire::Options {
+        group: Some(GroupShare { own: per_rank.own(), record: Some(&membership) }),
+        ..options
+    };
+    let acquired = acquire::acquire(nvml, receiver, inherited, &options);
+    match &acquired {
+        Ok(Acquisition { chosen: Err(why), .. }) => membership.failed(why, exit_code::NOT_ENOUGH_GPUS),
+        Ok(_) => {}
+        Err(AcquireError::Interrupted(_)) => {}
+        Err(error) => membership.failed(&error.to_string(), exit_code::GPURUN_ERROR),
+    }
+    drop(options);
+    Ok(Acquisition { group: Some(membership), ..acquired? })
+}
+
+/// For verification and its messages: whose GPU each of the set's is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owners {
+    pub own_rank: u32,
+    /// (NVML index, rank) for every GPU of the set.
+    pub gpus: Vec<(u32, u32)>,
+}
+
+impl Owners {
+    pub fn new(set: &[u32], per_rank: &PerRank) -> Owners {
+        let n = per_rank.gpus_per_rank.max(1) as usize;
+        Owners {
+            own_rank: per_rank.rank.local_rank,
+            gpus: set.iter().enumerate().map(|(position, &index)| (index, (position / n) as u32)).collect(),
+        }
+    }
+
+    pub fn rank_of(&self, index: u32) -> Option<u32> {
+        self.gpus.iter().find(|(gpu, _)| *gpu == index).map(|(_, rank)| *rank)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn per_rank(local_rank: u32, n: u32, own_only: bool) -> PerRank {
+        PerRank {
+            rank: Rank {
+                local_rank,
+                local_size: 4 / n,
+                job: "group:t".to_owned(),
+                launcher: "torchrun",
+                rank_variable: "LOCAL_RANK",
+            },
+            gpus_per_rank: n,
+            timeout: Duration::from_secs(60),
+            own_only,
+        }
+    }
+
+    #[test]
+    fn owners_say_whose_each_gpu_is() {
+        let owners = Owners::new(&[2, 3, 4, 5], &per_rank(1, 2, false));
+        assert_eq!(owners.own_rank, 1);
+        assert_eq!((owners.rank_of(3), owners.rank_of(4), owners.rank_of(7)), (Some(0), Some(1), None));
+        assert_eq!(per_rank(1, 2, false).own(), 2..4);
+        assert_eq!(per_rank(3, 1, false).group_count(), Count::exactly(4));
+    }
+}

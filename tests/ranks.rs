@@ -1,0 +1,515 @@
+//! `--per-rank` (issue 26): the node's ranks choose one set together, each on its own GPU at
+//! position LOCAL_RANK, its own NUMA CPUs and its own lease, verified per rank. Through the
+//! binary on the simulator, with torchrun's variables set as torchrun 2.x sets them for its
+//! workers (torch/distributed/elastic/agent/server/local_elastic_agent.py: LOCAL_RANK,
+//! LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT),
+//! and through Open MPI's real mpirun (tests/slurm.rs has srun).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{available_cpus, scenario_file, sim_cuda, wait_until, Outcome, Run, Sim};
+use serde_json::Value;
+
+/// Rank `rank` of `size` of torchrun job `job`, as torchrun starts its workers.
+fn rank(sim: &Sim, rank: u32, size: u32, job: &str) -> Run {
+    sim.gpurun()
+        .env("LOCAL_RANK", rank.to_string())
+        .env("RANK", rank.to_string())
+        .env("LOCAL_WORLD_SIZE", size.to_string())
+        .env("WORLD_SIZE", size.to_string())
+        .env("TORCHELASTIC_RUN_ID", job)
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", "29500")
+        .env("TORCHELASTIC_RESTART_COUNT", "0")
+}
+
+/// Runs every rank at once; their outcomes in rank order.
+fn all_at_once(runs: Vec<Run>) -> Vec<Outcome> {
+    let threads: Vec<_> = runs.into_iter().map(|run| std::thread::spawn(move || run.run())).collect();
+    threads.into_iter().map(|thread| thread.join().unwrap()).collect()
+}
+
+/// A rank's command: says what it got (one line: CVD, GPURUN_GPUS, its CPUs), then uses
+/// `device` (a CUDA ordinal, like cuda:N) for `seconds`.
+fn rank_command(device: &str, seconds: &str) -> Vec<String> {
+    vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "echo \"$CUDA_VISIBLE_DEVICES|$GPURUN_GPUS|$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)\"; \
+             exec {} --quiet --device {device} --sleep {seconds}",
+            sim_cuda().display()
+        ),
+    ]
+}
+
+fn report(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn group_files(sim: &Sim) -> Vec<String> {
+    std::fs::read_dir(sim.lock_dir())
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with("group."))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn four_ranks_share_one_set_each_on_its_own_gpu_cpus_and_lease() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let dir = sim.dir.path();
+    let runs = (0..4)
+        .map(|r| {
+            rank(&sim, r, 4, "job-a")
+                .args(["--per-rank", "--report-json"])
+                .arg_path(&dir.join(format!("rank{r}.json")))
+                .args(["--"])
+                .args(rank_command("$LOCAL_RANK", "1.5"))
+        })
+        .collect();
+    // While they run: a fifth job that wants a card to itself gets only GPU 5, the one the
+    // group left (GPU 1 is a colleague's busy card).
+    let fifth = std::thread::spawn({
+        let lock_dir = sim.lock_dir();
+        let run = sim.gpurun().args(["--exclusive", "--gpus", "2", "--", "true"]);
+        let single = sim.gpurun().args(["--exclusive", "--dry-run", "--json"]);
+        move || {
+            assert!(
+                wait_until(Duration::from_secs(10), || {
+                    std::fs::read_dir(&lock_dir).map_or(0, |d| {
+                        d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
+                    }) == 4
+                }),
+                "the four leases never appeared"
+            );
+            (run.run(), single.run())
+        }
+    });
+    let outcomes = all_at_once(runs);
+    let (two, single) = fifth.join().unwrap();
+    let mut owners = Vec::new();
+    for (r, outcome) in outcomes.iter().enumerate() {
+        outcome.status(0);
+        let said: Vec<&str> = outcome.stdout.trim().split('|').collect();
+        // Every rank sees the same set, its own GPU at position LOCAL_RANK.
+        assert_eq!(said[0], "0,2,3,4", "rank {r}: {outcome:#?}");
+        let own = ["0", "2", "3", "4"][r];
+        assert_eq!(said[1], own, "rank {r}'s GPURUN_GPUS: {outcome:#?}");
+        if available_cpus() >= 2 {
+            // NUMA node 0 (CPU 0) for GPUs 0 and 2, node 1 (CPU 1) for GPUs 3 and 4.
+            assert_eq!(said[2], if r < 2 { "0" } else { "1" }, "rank {r}'s CPUs: {outcome:#?}");
+        }
+        let report = report(&dir.join(format!("rank{r}.json")));
+        assert_eq!(report["verification"]["verdict"], "verified", "rank {r}: {report}");
+        assert_eq!(report["selected"][0]["index"], own.parse::<u64>().unwrap(), "{report}");
+        assert_eq!(report["rank"]["local_rank"], r as u64, "{report}");
+        assert_eq!(report["rank"]["group"], "torchrun:job-a:127.0.0.1:29500:0", "{report}");
+        assert_eq!(report["rank"]["group_gpus"], serde_json::json!([0, 2, 3, 4]), "{report}");
+        owners.push(report["selected"][0]["uuid"].clone());
+    }
+    owners.dedup();
+    assert_eq!(owners.len(), 4, "each rank its own lease's GPU");
+    // The history keeps each rank's run with its rank and group.
+    let history = sim.gpurun().args(["--history", "--json"]).run();
+    let mut ranks: Vec<u64> = history
+        .status(0)
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["rank"]["group"] == "torchrun:job-a:127.0.0.1:29500:0")
+        .map(|run| run["rank"]["local_rank"].as_u64().unwrap())
+        .collect();
+    ranks.sort_unstable();
+    assert_eq!(ranks, [0, 1, 2, 3], "{history:#?}");
+    two.status(75).stderr_has("GPU 3: in use by PID").stderr_has("reserved by gpurun PID");
+    let chosen: Vec<u64> =
+        single.json()["selected"].as_array().unwrap().iter().map(|g| g["index"].as_u64().unwrap()).collect();
+    assert_eq!(chosen, [5], "{single:#?}");
+    assert!(
+        group_files(&sim).is_empty(),
+        "the last rank removed the group's record: {:?}",
+        group_files(&sim)
+    );
+}
+
+#[test]
+fn a_rank_on_another_ranks_gpu_is_named_with_the_likely_cause() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let dir = sim.dir.path();
+    // Both ranks use cuda:0, the mistake of a missing torch.cuda.set_device(LOCAL_RANK).
+    let runs = (0..2)
+        .map(|r| {
+            rank(&sim, r, 2, "job-b")
+                .args(["--per-rank", "--report-json"])
+                .arg_path(&dir.join(format!("rank{r}.json")))
+                .args(["--"])
+                .args(rank_command("0", "0.5"))
+        })
+        .collect();
+    let outcomes = all_at_once(runs);
+    outcomes[0].status(0);
+    assert!(!outcomes[0].stderr.contains("wrong-gpu"), "rank 0 is right: {:#?}", outcomes[0]);
+    outcomes[1]
+        .status(0)
+        .stderr_has("wrong-gpu")
+        .stderr_has("rank 1 used GPU 0, rank 0's")
+        .stderr_has("torch.cuda.set_device(LOCAL_RANK)");
+    assert_eq!(report(&dir.join("rank1.json"))["verification"]["verdict"], "wrong-gpu");
+    // --verify strict ends such a rank: 125.
+    let runs = (0..2)
+        .map(|r| {
+            rank(&sim, r, 2, "job-c")
+                .args(["--per-rank", "--verify", "strict", "--"])
+                .args(rank_command("0", "5"))
+        })
+        .collect();
+    let outcomes = all_at_once(runs);
+    outcomes[1].status(125).stderr_has("rank 1 used GPU 0, rank 0's");
+}
+
+#[test]
+fn per_rank_own_shows_each_rank_its_own_gpu_alone() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let runs = (0..2)
+        .map(|r| {
+            rank(&sim, r, 2, "job-d")
+                .args(["--per-rank=own", "--gpus", "1", "--"])
+                .args(rank_command("0", "0.3"))
+        })
+        .collect();
+    let outcomes = all_at_once(runs);
+    for (r, outcome) in outcomes.iter().enumerate() {
+        outcome.status(0);
+        let own = ["0", "2"][r];
+        assert!(outcome.stdout.starts_with(&format!("{own}|{own}|")), "rank {r}: {outcome:#?}");
+        assert!(!outcome.stderr.contains("wrong-gpu"), "cuda:0 is its own GPU: {outcome:#?}");
+    }
+}
+
+#[test]
+fn two_gpus_per_rank_are_consecutive_in_the_set() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let runs = (0..2)
+        .map(|r| {
+            rank(&sim, r, 2, "job-e")
+                .args(["--per-rank", "--gpus", "2", "--"])
+                .args(rank_command("$((LOCAL_RANK*2)),$((LOCAL_RANK*2+1))", "0.5"))
+        })
+        .collect();
+    let outcomes = all_at_once(runs);
+    for (r, outcome) in outcomes.iter().enumerate() {
+        outcome.status(0);
+        let said: Vec<&str> = outcome.stdout.trim().split('|').collect();
+        assert_eq!(said[0], "0,2,3,4", "{outcome:#?}");
+        assert_eq!(said[1], ["0,2", "3,4"][r], "{outcome:#?}");
+        outcome.stderr_has("verified");
+    }
+}
+
+#[test]
+fn a_rank_that_never_comes_holds_its_gpu_only_until_the_rank_timeout() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    // Ranks 0-2 of 4: rank 3's GPU (4) stays held for it, so an exclusive pair cannot be had.
+    let three: Vec<_> = (0..3)
+        .map(|r| {
+            let mut command = rank(&sim, r, 4, "job-f")
+                .args(["--per-rank", "--rank-timeout", "2s", "--"])
+                .args(rank_command("$LOCAL_RANK", "6"))
+                .command;
+            command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+            common::Running(command.spawn().unwrap())
+        })
+        .collect();
+    let started = Instant::now();
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
+            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
+        }) == 3
+    }));
+    let list = sim.gpurun().args(["--list"]).run();
+    list.status(0).stdout_has("(for rank 3, not started yet)");
+    if started.elapsed() < Duration::from_millis(1500) {
+        sim.gpurun()
+            .args(["--exclusive", "--gpus", "2", "--", "true"])
+            .run()
+            .status(75)
+            .stderr_has("GPU 4: reserved");
+    }
+    // Past the timeout GPU 4 is anyone's.
+    std::thread::sleep(Duration::from_secs(2).saturating_sub(started.elapsed()) + Duration::from_millis(200));
+    let pair = sim.gpurun().args(["--exclusive", "--gpus", "2", "--dry-run", "--json"]).run();
+    let chosen: Vec<u64> = pair.status(0).json()["selected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(chosen, [4, 5], "{pair:#?}");
+    // A rank 3 that comes now still gets its GPU if nobody took it...
+    let late =
+        rank(&sim, 3, 4, "job-f").args(["--per-rank", "--"]).args(rank_command("$LOCAL_RANK", "0.2")).run();
+    late.status(0);
+    assert!(late.stdout.starts_with("0,2,3,4|4|"), "{late:#?}");
+    // ...and is told why not when somebody did.
+    let _taker = common::background(sim.gpurun().args(["--exclusive", "--devices", "4", "--", "sleep", "5"]));
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
+            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
+        }) == 4
+    }));
+    rank(&sim, 3, 4, "job-f")
+        .args(["--per-rank", "--", "true"])
+        .run()
+        .status(75)
+        .stderr_has("its GPU in the group, GPU 4, is reserved by gpurun PID")
+        .stderr_has("--rank-timeout");
+    drop(three);
+}
+
+#[test]
+fn a_rank_waits_for_the_set_at_most_the_rank_timeout_and_a_dead_chooser_is_replaced() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    // Every card taken: the chooser waits (--wait) with the set not chosen.
+    let _all = common::background(sim.gpurun().args(["--exclusive", "--gpus", "5", "--", "sleep", "30"]));
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
+            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
+        }) == 5
+    }));
+    let mut chooser = rank(&sim, 0, 2, "job-g").args(["--per-rank", "--wait=30s", "--", "true"]).command;
+    let mut chooser =
+        chooser.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || !group_files(&sim).is_empty()),
+        "the chooser made no record"
+    );
+    let started = Instant::now();
+    let other = rank(&sim, 1, 2, "job-g").args(["--per-rank", "--rank-timeout", "1s", "--", "true"]).run();
+    other
+        .status(75)
+        .stderr_has("the group's GPUs were not chosen within --rank-timeout 1s: rank 0 (gpurun PID")
+        .stderr_has("is still choosing");
+    assert!(started.elapsed() < Duration::from_secs(10), "it waited {:?}", started.elapsed());
+    // SIGKILL the chooser: its record dies with it, and the next rank chooses itself.
+    chooser.kill().unwrap();
+    chooser.wait().unwrap();
+    let next = rank(&sim, 1, 2, "job-g").args(["--per-rank", "--", "true"]).run();
+    next.status(75).stderr_has("not enough GPUs: 2 requested");
+    assert!(!next.stderr.contains("still choosing"), "{next:#?}");
+    assert!(group_files(&sim).is_empty(), "{:?}", group_files(&sim));
+}
+
+#[test]
+fn with_fallback_cpu_every_rank_runs_without_a_gpu_when_the_set_cannot_be_had() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let _all = common::background(sim.gpurun().args(["--exclusive", "--gpus", "5", "--", "sleep", "30"]));
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
+            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
+        }) == 5
+    }));
+    let runs = (0..2)
+        .map(|r| {
+            rank(&sim, r, 2, "job-i")
+                .args(["--per-rank", "--exclusive", "--fallback", "cpu", "--", "sh", "-c"])
+                .args(["echo \"[$CUDA_VISIBLE_DEVICES]\""])
+        })
+        .collect();
+    for outcome in all_at_once(runs) {
+        outcome.status(0).stdout_has("[]").stderr_has("no GPU visible");
+    }
+}
+
+#[test]
+fn what_per_rank_cannot_work_with_is_refused() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    sim.gpurun()
+        .env_remove("LOCAL_RANK")
+        .args(["--per-rank", "--", "touch"])
+        .arg_path(&sim.dir.path().join("ran"))
+        .run()
+        .status(125)
+        .stderr_has("gpurun: --per-rank: no launcher's rank variables are set; looked for LOCAL_RANK");
+    assert!(!sim.dir.path().join("ran").exists());
+    rank(&sim, 0, 2, "x")
+        .args(["--per-rank", "--gpus", "1-2", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("--per-rank --gpus 1-2");
+    rank(&sim, 0, 2, "x")
+        .args(["--per-rank", "--no-lock", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("drop --no-lock");
+    sim.gpurun()
+        .args(["--group", "a", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("--group goes with --per-rank");
+    sim.gpurun()
+        .env("LOCAL_RANK", "0")
+        .env("LOCAL_WORLD_SIZE", "2")
+        .args(["--per-rank", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("--group NAME");
+    sim.gpurun()
+        .env("LOCAL_RANK", "2")
+        .env("LOCAL_WORLD_SIZE", "2")
+        .args(["--per-rank", "--group", "g", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2");
+    // --group names the job of plain variables; the dry run shows this rank's part.
+    let plan = sim
+        .gpurun()
+        .env("LOCAL_RANK", "1")
+        .env("LOCAL_WORLD_SIZE", "2")
+        .args(["--per-rank", "--group", "g", "--dry-run", "--json"])
+        .run();
+    let plan = plan.status(0).json();
+    assert_eq!(plan["env"]["CUDA_VISIBLE_DEVICES"], "0,2", "{plan}");
+    assert_eq!(plan["env"]["GPURUN_GPUS"], "2", "{plan}");
+}
+
+#[test]
+fn four_ranks_through_open_mpis_mpirun() {
+    let Some(mpirun) = find_program("mpirun") else {
+        return common::skip("mpirun", "Open MPI is not installed (make test installs openmpi-bin as root)");
+    };
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let dir = sim.dir.path();
+    let script = format!(
+        "exec {} --per-rank --report-json {}/rank$OMPI_COMM_WORLD_RANK.json -- {}",
+        common::gpurun_binary(),
+        dir.display(),
+        rank_command("$OMPI_COMM_WORLD_LOCAL_RANK", "0.5")
+            .iter()
+            .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut command = sim.gpurun_command(&mpirun, &[]).command;
+    // As root (CI), with more ranks than cores (a 2-core machine).
+    command.args(["--allow-run-as-root", "--oversubscribe", "-np", "4", "sh", "-c", &script]);
+    let output = command.stdin(std::process::Stdio::null()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let mut seen: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    seen.sort();
+    let mut gpus = Vec::new();
+    for r in 0..4 {
+        let report = report(&dir.join(format!("rank{r}.json")));
+        assert_eq!(report["verification"]["verdict"], "verified", "{report}");
+        assert_eq!(report["rank"]["launcher"], "Open MPI", "{report}");
+        assert_eq!(report["rank"]["group_gpus"], serde_json::json!([0, 2, 3, 4]), "{report}");
+        gpus.push(report["selected"][0]["index"].as_u64().unwrap());
+    }
+    assert_eq!(gpus, [0, 2, 3, 4], "rank r on the r-th GPU of the set: {seen:?}");
+    assert!(seen.iter().all(|line| line.starts_with("0,2,3,4|")), "{seen:?}");
+}
+
+fn find_program(name: &str) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+}
+
+trait ArgPath {
+    fn arg_path(self, path: &Path) -> Self;
+}
+
+impl ArgPath for Run {
+    fn arg_path(self, path: &Path) -> Run {
+        self.args([path])
+    }
+}
+
+/// The group record's name for `job` of user `uid` (FNV-1a 64 of the job, as gpurun names it).
+fn record_prefix(job: &str, uid: u32) -> String {
+    let hash = job
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3));
+    format!("group.{uid}.{hash:016x}.")
+}
+
+#[test]
+fn another_users_planted_group_records_are_neither_joined_nor_counted() {
+    if !nix_is_root() {
+        return common::skip("another_users_planted_group_records", "a second user needs root (setpriv)");
+    }
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    let job = "torchrun:job-h:127.0.0.1:29500:0";
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let base = serde_json::json!({
+        "job": job, "launcher": "torchrun", "local_size": 2, "per_rank": 1, "uid": 0, "user": "root",
+        "chooser_rank": 0, "chooser_pid": 1, "started": now, "rank_timeout_seconds": 1e9,
+    });
+    // Under root's own name: a failure that would stop every rank of the job if it were read.
+    let mut failed = base.clone();
+    failed["state"] = "failed".into();
+    failed["why"] = "planted".into();
+    failed["status"] = 75.into();
+    // Claiming root's uid: every GPU held for ranks that never come.
+    let mut hold = base;
+    hold["state"] = "chosen".into();
+    hold["exclusive"] = true.into();
+    hold["at"] = now.into();
+    hold["gpus"] = (0..6)
+        .map(|i| serde_json::json!({"uuid": format!("GPU-4a4b0000-0000-4000-8000-00000000000{i}"), "index": i, "reserved_bytes": 0}))
+        .collect::<Vec<_>>()
+        .into();
+    let first = sim.lock_dir().join(format!("{}0badf00d", record_prefix(job, 0)));
+    let second = sim.lock_dir().join(format!("{}0badf00d", record_prefix("torchrun:other", 4242)));
+    let planter = common::background(sim.gpurun_command(
+        "setpriv",
+        &[
+            "--reuid=4242",
+            "--regid=4242",
+            "--clear-groups",
+            "sh",
+            "-c",
+            "printf %s \"$1\" > \"$2\" && printf %s \"$3\" > \"$4\" && exec flock -s \"$2\" flock -s \"$4\" sleep 30",
+            "sh",
+            &failed.to_string(),
+            first.to_str().unwrap(),
+            &hold.to_string(),
+            second.to_str().unwrap(),
+        ],
+    ));
+    assert!(
+        wait_until(Duration::from_secs(5), || first.exists() && second.exists()),
+        "the records were not planted"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let list = sim.gpurun().args(["--list"]).run();
+    assert!(!list.stdout.contains("(for rank"), "a planted hold counted: {list:#?}");
+    let runs = (0..2)
+        .map(|r| {
+            rank(&sim, r, 2, "job-h").args(["--per-rank", "--"]).args(rank_command("$LOCAL_RANK", "0.3"))
+        })
+        .collect();
+    for outcome in all_at_once(runs) {
+        outcome.status(0).stderr_has("verified");
+        assert!(!outcome.stderr.contains("planted"), "{outcome:#?}");
+    }
+    assert!(first.exists(), "another user's file is not removed");
+    drop(planter);
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
