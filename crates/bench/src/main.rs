@@ -1,6 +1,6 @@
 //! `make bench`: what users pay for gpurun, measured side by side on the NVML simulator.
 //!
-//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch]
+//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|ranks]
 //!
 //! `--gpurun PATH` measures another build (an older one, for a before/after in the same run).
 //!
@@ -440,6 +440,54 @@ impl Bench {
 }
 
 impl Bench {
+    /// `ranks` ranks of one job on as many idle GPUs through `--per-rank` (the variables
+    /// torchrun sets), all started at once: from the first rank's start to the last rank's
+    /// command starting, against the same number of independent `--gpus 1` launches.
+    fn ranks(&self, ranks: usize) -> Value {
+        let scenario = self.write_scenario("ranks.toml", &idle_scenario(ranks));
+        let stamp = "date +%s%N".to_owned();
+        let measure = |per_rank: bool, trial: usize| -> Option<Duration> {
+            let started = now_ns();
+            let children: Vec<Child> = (0..ranks)
+                .map(|rank| {
+                    let mut command = self.command(&self.gpurun, &scenario);
+                    if per_rank {
+                        command
+                            .env("LOCAL_RANK", rank.to_string())
+                            .env("LOCAL_WORLD_SIZE", ranks.to_string())
+                            .args(["-q", "--per-rank", "--group", &format!("bench-{trial}")]);
+                    } else {
+                        command.args(["-q", "--exclusive", "--gpus", "1"]);
+                    }
+                    command.args(["--", "sh", "-c", &stamp]).stdout(Stdio::piped());
+                    command.spawn().expect("start a rank")
+                })
+                .collect();
+            let mut last = 0u128;
+            for child in children {
+                let output = child.wait_with_output().ok()?;
+                if !output.status.success() {
+                    return None;
+                }
+                last = last.max(String::from_utf8_lossy(&output.stdout).trim().parse().ok()?);
+            }
+            Some(Duration::from_nanos(last.saturating_sub(started) as u64))
+        };
+        let trials = self.runs(10);
+        let per_rank: Vec<Duration> = (0..trials).filter_map(|trial| measure(true, trial)).collect();
+        let independent: Vec<Duration> = (0..trials).filter_map(|trial| measure(false, trial)).collect();
+        json!({
+            "ranks": ranks,
+            "gpus": ranks,
+            "trials": trials,
+            "failed": 2 * trials - per_rank.len() - independent.len(),
+            "per_rank_median_ms": ms(median(per_rank.clone())),
+            "per_rank_max_ms": ms(per_rank.into_iter().max().unwrap_or_default()),
+            "independent_median_ms": ms(median(independent.clone())),
+            "independent_max_ms": ms(independent.into_iter().max().unwrap_or_default()),
+        })
+    }
+
     /// `jobs` launches of a 0.2 s job queued at once onto 8 idle GPUs (`--exclusive --wait`):
     /// the wall against the ideal, how busy the GPUs were, and the hand-off: from a job's end on
     /// a GPU to the next job's start there (its gpurun's exit, the wake-up, the next gpurun's
@@ -873,6 +921,18 @@ fn print_table(results: &Value) {
         blocked["percent_of_one_core"].as_f64().unwrap_or(0.0),
         blocked["rss_kib_per_waiter"]
     );
+    let ranks = &results["ranks"];
+    println!(
+        "Ranks: {} ranks of one job on {} idle GPUs (--per-rank), first rank's start to the last rank's command: \
+         median {:.1} ms, max {:.1} ms; {} independent --gpus 1 launches at once: median {:.1} ms ({} failed)",
+        ranks["ranks"],
+        ranks["gpus"],
+        ranks["per_rank_median_ms"].as_f64().unwrap_or(f64::NAN),
+        ranks["per_rank_max_ms"].as_f64().unwrap_or(f64::NAN),
+        ranks["ranks"],
+        ranks["independent_median_ms"].as_f64().unwrap_or(f64::NAN),
+        ranks["failed"]
+    );
 }
 
 fn nvml_init_only(library: &str) -> i32 {
@@ -893,7 +953,7 @@ fn main() {
         _ => {}
     }
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch]");
+        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|ranks]");
         return;
     }
     let option = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -913,7 +973,7 @@ fn main() {
         work,
         quick: args.iter().any(|a| a == "--quick"),
     };
-    // `--only queue|burst|launch`: one section's rows as JSON (while working on one of them).
+    // `--only queue|burst|launch|ranks`: one section's rows as JSON (while working on one of them).
     if let Some(only) = option("--only") {
         let rows = match only.as_str() {
             "queue" => {
@@ -924,8 +984,9 @@ fn main() {
             }
             "burst" => json!({"queue": [bench.queue(400, LockFs::Disk), bench.queue(400, LockFs::Tmpfs)]}),
             "launch" => json!({"launch_cost": bench.launch_cost()}),
+            "ranks" => json!({"ranks": bench.ranks(8)}),
             other => {
-                eprintln!("gpurun-bench: --only {other}: expected queue, burst or launch");
+                eprintln!("gpurun-bench: --only {other}: expected queue, burst, launch or ranks");
                 std::process::exit(2);
             }
         };
@@ -956,6 +1017,8 @@ fn main() {
     }
     eprintln!("measuring 100 blocked waiters...");
     let blocked = bench.blocked_waiters();
+    eprintln!("measuring 8 ranks of one job...");
+    let ranks = bench.ranks(8);
     let results = json!({
         "machine": machine(),
         "quick": bench.quick,
@@ -970,6 +1033,7 @@ fn main() {
         "queue": queue,
         "handoff": handoff,
         "blocked_waiters": blocked,
+        "ranks": ranks,
     });
     print_table(&results);
     if let Some(out) = option("--out") {
