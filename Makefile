@@ -22,7 +22,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps shells man lint install install-files clean bench
+.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps container-deps shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -61,13 +61,17 @@ slurm-deps:
 mpi-deps:
 	@tests/mpi/install.sh
 
+# podman, runc and a static busybox for tests/containers.rs, installed when missing (as root).
+container-deps:
+	@tests/containers/install.sh
+
 # Every test: unit, integration through the real binary and the simulator, the simulator
 # checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
 # zsh and fish, to check the completion scripts with the shells themselves (as root, when missing).
 shells:
 	@tests/completions/install-shells.sh
 
-test: venv sim slurm-deps mpi-deps shells
+test: venv sim slurm-deps mpi-deps container-deps shells
 	@CARGO=$(CARGO) tests/run-all.sh
 
 $(BENCH_VENV)/.installed:

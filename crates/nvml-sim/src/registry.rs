@@ -1,6 +1,14 @@
 //! Processes that registered themselves as running on a simulated GPU (what a CUDA context is
 //! to the real driver). One file per process in the state directory; the simulated NVML lists
 //! an entry only while its process is alive and not a zombie, as the driver does.
+//!
+//! A process in a container knows only its PID there, while the driver (and so NVML, on the
+//! host and in the container alike) reports host PIDs. A registration therefore names its PID
+//! namespace (`<pid>.ns<inode>.proc`); a reader in another namespace (the host) finds the
+//! process whose `/proc/PID/ns/pid` is that namespace and whose last `NSpid` is that PID, once
+//! per registration. A reader in the same namespace lists the PID as written: from inside a
+//! container it has no host PIDs to give (a deviation from the driver, which gives host PIDs
+//! there too).
 
 use std::fs;
 use std::io::Write;
@@ -15,7 +23,44 @@ pub struct Registration {
 }
 
 fn entry_path(dir: &Path, pid: u32) -> PathBuf {
-    dir.join(format!("{pid}.proc"))
+    match own_pid_namespace() {
+        Some(namespace) => dir.join(format!("{pid}.ns{namespace}.proc")),
+        None => dir.join(format!("{pid}.proc")),
+    }
+}
+
+/// The inode of a process's PID namespace (`pid:[4026531836]`), "self" for this one.
+fn pid_namespace(process: &str) -> Option<u64> {
+    let link = fs::read_link(format!("/proc/{process}/ns/pid")).ok()?;
+    link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
+fn own_pid_namespace() -> Option<u64> {
+    pid_namespace("self")
+}
+
+/// The host PID of the process that is `pid` in PID namespace `namespace`: the one process
+/// whose namespace that is and whose innermost `NSpid` is `pid`.
+fn host_pid(namespace: u64, pid: u32) -> Option<u32> {
+    fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let host: u32 = entry.file_name().to_str()?.parse().ok()?;
+        if pid_namespace(&host.to_string())? != namespace {
+            return None;
+        }
+        let status = fs::read_to_string(format!("/proc/{host}/status")).ok()?;
+        let innermost: u32 =
+            status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()?;
+        (innermost == pid).then_some(host)
+    })
+}
+
+/// `<pid>.proc` or `<pid>.ns<inode>.proc`: the PID as registered, and its namespace.
+fn parse_entry_name(name: &str) -> Option<(u32, Option<u64>)> {
+    let stem = name.strip_suffix(".proc")?;
+    match stem.split_once(".ns") {
+        Some((pid, namespace)) => Some((pid.parse().ok()?, Some(namespace.parse().ok()?))),
+        None => Some((stem.parse().ok()?, None)),
+    }
 }
 
 /// Field 22 of `/proc/PID/stat`: the start time, which tells a reused PID from the original.
@@ -65,6 +110,8 @@ pub struct Cache {
 
 struct Known {
     inode: u64,
+    /// The PID as this reader's namespace sees it (the host PID of a container's process).
+    pid: u32,
     /// `None`: no pidfd (a kernel before 5.3): the start time in /proc is read at each call.
     pidfd: Option<std::os::fd::OwnedFd>,
     start_time: Option<u64>,
@@ -100,16 +147,31 @@ impl Cache {
         };
         let mut seen = std::collections::HashSet::new();
         let mut found = Vec::new();
+        let own_namespace = own_pid_namespace();
         for entry in listing.flatten() {
             let name = entry.file_name();
-            let Some(pid) =
-                name.to_str().and_then(|n| n.strip_suffix(".proc")).and_then(|n| n.parse::<u32>().ok())
-            else {
+            let Some((registered, namespace)) = name.to_str().and_then(parse_entry_name) else {
                 continue;
             };
             let inode = entry.ino();
             if self.known.get(&name).is_none_or(|known| known.inode != inode) {
-                let Some(known) = read_entry(&entry.path(), pid, inode) else { continue };
+                // Registered in another PID namespace (a container): its host PID, if it lives.
+                let pid = match namespace.filter(|namespace| Some(*namespace) != own_namespace) {
+                    Some(namespace) => host_pid(namespace, registered),
+                    None => Some(registered),
+                };
+                let known = match pid {
+                    Some(pid) => read_entry(&entry.path(), pid, inode),
+                    None => Some(Known {
+                        inode,
+                        pid: registered,
+                        pidfd: None,
+                        start_time: None,
+                        dead: true,
+                        entries: Vec::new(),
+                    }),
+                };
+                let Some(known) = known else { continue };
                 self.known.insert(name.clone(), known);
             }
             seen.insert(name.clone());
@@ -117,7 +179,9 @@ impl Cache {
             let alive = !known.dead
                 && match &known.pidfd {
                     Some(pidfd) => !ended(pidfd),
-                    None => live_start_time(pid).is_some_and(|started| Some(started) == known.start_time),
+                    None => {
+                        live_start_time(known.pid).is_some_and(|started| Some(started) == known.start_time)
+                    }
                 };
             if alive {
                 found.extend(known.entries.iter().cloned());
@@ -144,7 +208,7 @@ fn read_entry(path: &Path, pid: u32, inode: u64) -> Option<Known> {
             Some(Registration { pid, uuid: uuid.to_owned(), used_bytes: bytes.parse().ok()? })
         })
         .collect();
-    Some(Known { inode, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries })
+    Some(Known { inode, pid, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries })
 }
 
 /// Every registration of a live process, read afresh.
@@ -155,6 +219,63 @@ pub fn live(dir: &Path) -> Vec<Registration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_registration_from_a_pid_namespace_is_listed_with_its_host_pid() {
+        // A process that is PID 1 of a new PID namespace (root only; elsewhere nothing to do).
+        let Ok(mut child) = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "sleep", "30"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        else {
+            return;
+        };
+        let unshare = child.id();
+        let mut inner = None;
+        for _ in 0..200 {
+            inner = fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+                .ok()
+                .and_then(|text| text.split_whitespace().next()?.parse::<u32>().ok());
+            if inner.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let Some(host) = inner else {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("SKIPPED: unshare --pid needs root");
+            return;
+        };
+        let namespace = pid_namespace(&host.to_string()).unwrap();
+        assert_ne!(Some(namespace), own_pid_namespace());
+        let dir = std::env::temp_dir().join(format!("nvml-sim-registry-ns-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        // As sim-cuda inside writes it: PID 1 of its namespace, its start time.
+        let started = live_start_time(host).unwrap();
+        fs::write(dir.join(format!("1.ns{namespace}.proc")), format!("start {started}\nGPU-x 5\n")).unwrap();
+        assert_eq!(live(&dir), vec![Registration { pid: host, uuid: "GPU-x".to_owned(), used_bytes: 5 }]);
+        // Gone: not listed.
+        let _ = nix_kill(host);
+        let _ = child.wait();
+        assert!(wait_for(|| live(&dir).is_empty()), "{:?}", live(&dir));
+        let _ = fs::remove_dir_all(dir);
+    }
+
+    fn nix_kill(pid: u32) -> i32 {
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) }
+    }
+
+    fn wait_for(condition: impl Fn() -> bool) -> bool {
+        (0..500).any(|_| {
+            let holds = condition();
+            if !holds {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            holds
+        })
+    }
 
     #[test]
     fn own_process_is_live_until_unregistered() {

@@ -405,10 +405,59 @@ impl Source {
 pub fn parse(text: &str) -> Result<Scenario, String> {
     let scenario: Scenario = toml::from_str(text).map_err(|e| e.to_string())?;
     scenario.validate()?;
-    Ok(scenario)
+    Ok(match container_view() {
+        Some(visible) => scenario.restricted_to(&visible),
+        None => scenario,
+    })
+}
+
+/// In a container, the GPUs its runtime injected: a CDI device of the simulator's spec sets
+/// `NVML_SIM_VISIBLE_<n>=<UUID>`, one variable per device (podman keeps the last value when
+/// two devices set the same variable), as the driver's device nodes are what a container of
+/// the real machine is given.
+pub const VISIBLE_PREFIX: &str = "NVML_SIM_VISIBLE_";
+
+fn container_view() -> Option<Vec<String>> {
+    let visible: Vec<String> = std::env::vars_os()
+        .filter(|(name, _)| name.to_str().is_some_and(|name| name.starts_with(VISIBLE_PREFIX)))
+        .filter_map(|(_, value)| value.into_string().ok())
+        .collect();
+    (!visible.is_empty()).then_some(visible)
 }
 
 impl Scenario {
+    /// The machine as NVML in a container sees it: only the GPUs `visible` names (by UUID),
+    /// renumbered from 0 in the machine's (PCI) order, with what refers to them (processes,
+    /// links, MIG devices, injected errors, Xids, CUDA's order); the rest is not there.
+    pub fn restricted_to(mut self, visible: &[String]) -> Scenario {
+        let kept: Vec<u32> = (0..self.gpus.len() as u32)
+            .filter(|&index| visible.contains(&self.gpus[index as usize].uuid))
+            .collect();
+        let renumber = |old: u32| kept.iter().position(|&k| k == old).map(|new| new as u32);
+        let optional = |gpu: Option<u32>| match gpu {
+            None => Some(None),
+            Some(old) => renumber(old).map(Some),
+        };
+        self.gpus = kept.iter().map(|&index| self.gpus[index as usize].clone()).collect();
+        self.processes.retain_mut(|p| renumber(p.gpu).map(|gpu| p.gpu = gpu).is_some());
+        self.migs.retain_mut(|m| renumber(m.gpu).map(|gpu| m.gpu = gpu).is_some());
+        self.xids.retain_mut(|x| renumber(x.gpu).map(|gpu| x.gpu = gpu).is_some());
+        self.errors.retain_mut(|e| optional(e.gpu).map(|gpu| e.gpu = gpu).is_some());
+        self.hangs.retain_mut(|h| optional(h.gpu).map(|gpu| h.gpu = gpu).is_some());
+        self.crashes.retain_mut(|c| optional(c.gpu).map(|gpu| c.gpu = gpu).is_some());
+        self.links.retain_mut(|link| match (renumber(link.gpus[0]), renumber(link.gpus[1])) {
+            (Some(a), Some(b)) => {
+                link.gpus = [a, b];
+                true
+            }
+            _ => false,
+        });
+        if let Some(order) = &mut self.cuda.fastest_first {
+            *order = order.iter().filter_map(|&old| renumber(old)).collect();
+        }
+        self
+    }
+
     fn validate(&self) -> Result<(), String> {
         let count = self.gpus.len() as u32;
         for (index, gpu) in self.gpus.iter().enumerate() {
@@ -636,6 +685,32 @@ pub fn state_dir(source: &Source) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_container_sees_only_its_gpus_renumbered_with_what_refers_to_them() {
+        let gpu = |n: u32, uuid: &str| {
+            format!(
+                "[[gpu]]\nname = \"A100\"\nuuid = \"{uuid}\"\npci_bus_id = \"00000000:0{n}:00.0\"\nmemory_total = \"80GiB\"\n"
+            )
+        };
+        let gpus = format!("{}{}{}", gpu(1, "GPU-a"), gpu(2, "GPU-b"), gpu(3, "GPU-c"));
+        let machine = parse(&format!(
+            "{gpus}\
+             [[process]]\ngpu = 0\npid = 7\n[[process]]\ngpu = 2\npid = 8\n\
+             [[link]]\ngpus = [0, 2]\nlevel = \"single\"\n[[link]]\ngpus = [0, 1]\nlevel = \"single\"\n\
+             [[error]]\ncall = \"nvmlDeviceGetName\"\ngpu = 2\nerror = \"UNKNOWN\"\n\
+             [[error]]\ncall = \"nvmlDeviceGetName\"\ngpu = 1\nerror = \"UNKNOWN\"\n\
+             [cuda]\nfastest_first = [2, 1, 0]\n"
+        ))
+        .unwrap();
+        // GPUs a and c, given in either order: 0 and 1 in the machine's order.
+        let seen = machine.restricted_to(&["GPU-c".to_owned(), "GPU-a".to_owned()]);
+        assert_eq!(seen.gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>(), ["GPU-a", "GPU-c"]);
+        assert_eq!(seen.processes.iter().map(|p| (p.gpu, p.pid)).collect::<Vec<_>>(), [(0, 7), (1, 8)]);
+        assert_eq!(seen.links.iter().map(|l| l.gpus).collect::<Vec<_>>(), [[0, 1]]);
+        assert_eq!(seen.errors.iter().map(|e| e.gpu).collect::<Vec<_>>(), [Some(1)]);
+        assert_eq!(seen.cuda.fastest_first, Some(vec![1, 0]));
+    }
 
     #[test]
     fn embedded_default_is_valid() {
