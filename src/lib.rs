@@ -94,6 +94,33 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         }
         plan
     });
+    let mut plan = plan;
+    // A container run gets the GPUs as the runtime's options; its client gets no host-index
+    // CUDA_VISIBLE_DEVICES (podman --env-host would pass it in, where it would mean nothing).
+    let prepared = match (&config.container, plan.as_mut(), goal) {
+        (Some(run), Ok(plan), Goal::Run { command } | Goal::DryRun { command, .. })
+            if !plan.selection.is_empty() =>
+        {
+            let uuids: Vec<String> = plan.selection.devices.iter().filter_map(|d| d.uuid.clone()).collect();
+            let indices = plan.variable("GPURUN_GPUS").unwrap_or_default().to_owned();
+            let chosen = launch::container::Chosen {
+                uuids: &uuids,
+                indices: &indices,
+                framework_env: config.framework_env,
+            };
+            let launching = matches!(goal, Goal::Run { .. });
+            let prepared =
+                launch::container::Prepared::new(run, command, &chosen, config.container_use, launching)
+                    .map_err(|error| {
+                        Error::Usage(format!(
+                            "cannot make a private directory for the container's ID: {error}"
+                        ))
+                    })?;
+            plan.variables.retain(|(name, _)| name != "CUDA_VISIBLE_DEVICES" && name != "GPU_DEVICE_ORDINAL");
+            Some(prepared)
+        }
+        _ => None,
+    };
     let json =
         |dry_run| listing::json(&machine, &config.library(), &decision.assessments, &live, &shared, dry_run);
     let show = |text: String| print(&text).map(|()| Exit::Code(0)).map_err(Error::Output);
@@ -111,7 +138,7 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
             let sizing = config.sizing.as_deref();
             let asked = listing::DryRun {
                 requested: config.request.count,
-                command,
+                command: prepared.as_ref().map_or(command, |p| &p.command),
                 plan: plan.as_ref().ok(),
                 sizing,
                 passed_over: &decision.passed_over,
@@ -123,7 +150,7 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
             let sizing = config.sizing.as_deref();
             let asked = listing::DryRun {
                 requested: config.request.count,
-                command,
+                command: prepared.as_ref().map_or(command, |p| &p.command),
                 plan: Some(&chosen),
                 sizing,
                 passed_over: &decision.passed_over,
@@ -132,7 +159,8 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         }
         Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.variables)),
         Goal::Run { command } => Ok(launch::run_command(launch::Job {
-            command,
+            command: prepared.as_ref().map_or(command, |p| &p.command),
+            container: prepared.as_ref(),
             supervision: &config.supervision,
             machine: &machine,
             plan: &plan.map_err(Error::NotEnoughGpus)?,

@@ -50,6 +50,26 @@ fn report(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// How many leases the lock directory holds.
+fn leases(lock_dir: &Path) -> usize {
+    std::fs::read_dir(lock_dir)
+        .map_or(0, |d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count())
+}
+
+/// `size` ranks of `job`, each writing its report to `rank<r>.json` in the simulator's folder,
+/// each using CUDA device `device` for `seconds`.
+fn reporting_ranks(sim: &Sim, size: u32, job: &str, device: &str, seconds: &str) -> Vec<Run> {
+    (0..size)
+        .map(|r| {
+            rank(sim, r, size, job)
+                .args(["--per-rank", "--report-json"])
+                .arg_path(&sim.dir.path().join(format!("rank{r}.json")))
+                .args(["--"])
+                .args(rank_command(device, seconds))
+        })
+        .collect()
+}
+
 fn group_files(sim: &Sim) -> Vec<String> {
     std::fs::read_dir(sim.lock_dir())
         .map(|entries| {
@@ -66,15 +86,7 @@ fn group_files(sim: &Sim) -> Vec<String> {
 fn four_ranks_share_one_set_each_on_its_own_gpu_cpus_and_lease() {
     let sim = Sim::new(&scenario_file("ranks6.toml"));
     let dir = sim.dir.path();
-    let runs = (0..4)
-        .map(|r| {
-            rank(&sim, r, 4, "job-a")
-                .args(["--per-rank", "--report-json"])
-                .arg_path(&dir.join(format!("rank{r}.json")))
-                .args(["--"])
-                .args(rank_command("$LOCAL_RANK", "1.5"))
-        })
-        .collect();
+    let runs = reporting_ranks(&sim, 4, "job-a", "$LOCAL_RANK", "1.5");
     // While they run: a fifth job that wants a card to itself gets only GPU 5, the one the
     // group left (GPU 1 is a colleague's busy card).
     let fifth = std::thread::spawn({
@@ -83,11 +95,7 @@ fn four_ranks_share_one_set_each_on_its_own_gpu_cpus_and_lease() {
         let single = sim.gpurun().args(["--exclusive", "--dry-run", "--json"]);
         move || {
             assert!(
-                wait_until(Duration::from_secs(10), || {
-                    std::fs::read_dir(&lock_dir).map_or(0, |d| {
-                        d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
-                    }) == 4
-                }),
+                wait_until(Duration::from_secs(10), || leases(&lock_dir) == 4),
                 "the four leases never appeared"
             );
             (run.run(), single.run())
@@ -146,15 +154,7 @@ fn a_rank_on_another_ranks_gpu_is_named_with_the_likely_cause() {
     let sim = Sim::new(&scenario_file("ranks6.toml"));
     let dir = sim.dir.path();
     // Both ranks use cuda:0, the mistake of a missing torch.cuda.set_device(LOCAL_RANK).
-    let runs = (0..2)
-        .map(|r| {
-            rank(&sim, r, 2, "job-b")
-                .args(["--per-rank", "--report-json"])
-                .arg_path(&dir.join(format!("rank{r}.json")))
-                .args(["--"])
-                .args(rank_command("0", "0.5"))
-        })
-        .collect();
+    let runs = reporting_ranks(&sim, 2, "job-b", "0", "0.5");
     let outcomes = all_at_once(runs);
     outcomes[0].status(0);
     assert!(!outcomes[0].stderr.contains("wrong-gpu"), "rank 0 is right: {:#?}", outcomes[0]);
@@ -230,11 +230,7 @@ fn a_rank_that_never_comes_holds_its_gpu_only_until_the_rank_timeout() {
         })
         .collect();
     let started = Instant::now();
-    assert!(wait_until(Duration::from_secs(10), || {
-        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
-            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
-        }) == 3
-    }));
+    assert!(wait_until(Duration::from_secs(10), || leases(&sim.lock_dir()) == 3));
     let list = sim.gpurun().args(["--list"]).run();
     list.status(0).stdout_has("(for rank 3, not started yet)");
     if started.elapsed() < Duration::from_millis(1500) {
@@ -261,11 +257,7 @@ fn a_rank_that_never_comes_holds_its_gpu_only_until_the_rank_timeout() {
     assert!(late.stdout.starts_with("0,2,3,4|4|"), "{late:#?}");
     // ...and is told why not when somebody did.
     let _taker = common::background(sim.gpurun().args(["--exclusive", "--devices", "4", "--", "sleep", "5"]));
-    assert!(wait_until(Duration::from_secs(5), || {
-        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
-            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
-        }) == 4
-    }));
+    assert!(wait_until(Duration::from_secs(5), || leases(&sim.lock_dir()) == 4));
     rank(&sim, 3, 4, "job-f")
         .args(["--per-rank", "--", "true"])
         .run()
@@ -280,11 +272,7 @@ fn a_rank_waits_for_the_set_at_most_the_rank_timeout_and_a_dead_chooser_is_repla
     let sim = Sim::new(&scenario_file("ranks6.toml"));
     // Every card taken: the chooser waits (--wait) with the set not chosen.
     let _all = common::background(sim.gpurun().args(["--exclusive", "--gpus", "5", "--", "sleep", "30"]));
-    assert!(wait_until(Duration::from_secs(10), || {
-        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
-            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
-        }) == 5
-    }));
+    assert!(wait_until(Duration::from_secs(10), || leases(&sim.lock_dir()) == 5));
     let mut chooser = rank(&sim, 0, 2, "job-g").args(["--per-rank", "--wait=30s", "--", "true"]).command;
     let mut chooser =
         chooser.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
@@ -312,11 +300,7 @@ fn a_rank_waits_for_the_set_at_most_the_rank_timeout_and_a_dead_chooser_is_repla
 fn with_fallback_cpu_every_rank_runs_without_a_gpu_when_the_set_cannot_be_had() {
     let sim = Sim::new(&scenario_file("ranks6.toml"));
     let _all = common::background(sim.gpurun().args(["--exclusive", "--gpus", "5", "--", "sleep", "30"]));
-    assert!(wait_until(Duration::from_secs(10), || {
-        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
-            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
-        }) == 5
-    }));
+    assert!(wait_until(Duration::from_secs(10), || leases(&sim.lock_dir()) == 5));
     let runs = (0..2)
         .map(|r| {
             rank(&sim, r, 2, "job-i")

@@ -12,8 +12,8 @@ use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, MinFree};
 use crate::options::{
-    duration, CpuBind, Fallback, HealthUse, LogFormat, MigUse, Policy, RankView, TopologyUse, VerifyMode,
-    VisibleAs,
+    duration, ContainerUse, CpuBind, Fallback, HealthUse, LogFormat, MigUse, Policy, RankView, TopologyUse,
+    VerifyMode, VisibleAs,
 };
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
@@ -475,6 +475,18 @@ pub struct Cli {
         help_heading = "Command environment"
     )]
     pub cpu_bind: Option<CpuBind>,
+
+    /// A container run (podman or docker run/create, docker container run) gets the chosen GPUs
+    /// as the runtime's own options, added right after the subcommand: `auto` (CDI devices
+    /// --device nvidia.com/gpu=UUID for podman, and for docker whose daemon has CDI on; docker's
+    /// --gpus "device=UUID,..." otherwise), `cdi`, `gpus` (docker), or `off` (the command is
+    /// left alone). Also -e CUDA_DEVICE_ORDER=PCI_BUS_ID, the framework variables (unless the
+    /// user's -e sets them), -e GPURUN_GPUS, GPURUN_GPU_UUIDS, and a --cidfile; never a host-index
+    /// CUDA_VISIBLE_DEVICES (inside, the GPUs are numbered from 0). The user's own --gpus,
+    /// --device nvidia.com/gpu=..., -e CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES, and
+    /// -d/--detach, are refused (125).
+    #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = ContainerUse::Auto, help_heading = "Command environment")]
+    pub container: ContainerUse,
 
     /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
     #[arg(long, hide_short_help = true, help_heading = "Command environment")]

@@ -76,6 +76,10 @@ pub struct Config {
     pub limits: Limits,
     /// `--per-rank`: this rank, and what the group asks for.
     pub per_rank: Option<PerRank>,
+    /// `--container`, and the container run the command is (checked here: a conflict is
+    /// refused before anything is probed or started).
+    pub container_use: crate::options::ContainerUse,
+    pub container: Option<crate::launch::container::ContainerRun>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +105,8 @@ pub enum ConfigError {
     /// `--per-rank` cannot work as asked (no launcher variables, a range, --no-lock).
     #[error("{0}")]
     PerRank(String),
+    #[error(transparent)]
+    Container(#[from] crate::launch::container::ContainerError),
 }
 
 impl Config {
@@ -127,6 +133,13 @@ impl Config {
             return Err(ConfigError::JsonWithoutMode);
         }
         let per_rank = per_rank(&cli, mode_flag, &origins)?;
+        // A launch, or a dry run of one: only one that takes GPUs is rewritten.
+        let container = match mode_flag {
+            None | Some("--dry-run") if !cli.gpus.is_none() => {
+                crate::launch::container::recognise(&cli.command, cli.container)?
+            }
+            _ => None,
+        };
         let mode = match mode_flag {
             Some("--list") => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
             Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json, command: cli.command }),
@@ -230,6 +243,8 @@ impl Config {
             sizing: None,
             limits,
             per_rank,
+            container_use: cli.container,
+            container,
         })
     }
 

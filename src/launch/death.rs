@@ -9,6 +9,11 @@
 //! comes, closes that pipe, and only then, once, the watcher sends the signal through a pidfd
 //! (which cannot reach a reused PID). When the command ends first, or gpurun stops it, the
 //! watcher just exits. It blocks every signal, like gpurun, and sits in gpurun's process group.
+//!
+//! For a container run the command is the container's client, and the container is the
+//! runtime's: after signalling the client, the watcher becomes `<client> kill --signal N <ID>`
+//! (the ID read from the --cidfile then), so the container gets the signal whatever the
+//! client's --sig-proxy.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -40,8 +45,53 @@ fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) {
     };
 }
 
+/// `<client> <globals> kill --signal N`, prepared before the fork (no allocation after it),
+/// and the file the container's ID is in.
+pub struct ContainerKill {
+    pub argv: Vec<std::ffi::CString>,
+    pub cidfile: std::ffi::CString,
+}
+
+/// At most this many words before the ID (a client with more global options than this is
+/// only signalled).
+const MAX_KILL_WORDS: usize = 30;
+
+/// Becomes the container's `kill`, if its ID is there: async-signal-safe calls only (open,
+/// read, execve), into buffers on the stack.
+fn exec_kill(kill: &ContainerKill) {
+    if kill.argv.is_empty() || kill.argv.len() > MAX_KILL_WORDS {
+        return;
+    }
+    // SAFETY: a NUL-terminated path; the descriptor is ours and closed below.
+    let fd = unsafe { libc::open(kill.cidfile.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return;
+    }
+    let mut id = [0u8; 130];
+    // SAFETY: reads at most 128 bytes into the 130-byte buffer.
+    let read = unsafe { libc::read(fd, id.as_mut_ptr().cast(), 128) };
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+    let length = id[..read.max(0) as usize].iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if length < 12 {
+        return;
+    }
+    id[length] = 0;
+    let mut argv = [std::ptr::null::<libc::c_char>(); MAX_KILL_WORDS + 2];
+    for (slot, word) in argv.iter_mut().zip(&kill.argv) {
+        *slot = word.as_ptr();
+    }
+    argv[kill.argv.len()] = id.as_ptr().cast();
+    extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    // SAFETY: argv is NULL-terminated and points at strings that outlive the call (it only
+    // returns on failure); environ is the process's own.
+    unsafe { libc::execve(argv[0], argv.as_ptr(), environ) };
+}
+
 /// The watcher's whole life, after the fork: async-signal-safe calls only.
-fn watch(pipe: OwnedFd, signal: i32) -> ! {
+fn watch(pipe: OwnedFd, signal: i32, container: Option<ContainerKill>) -> ! {
     let _ = nix::sys::prctl::set_name(c"gpurun-watcher");
     let mut pid = [0u8; 4];
     // The command's PID comes first; EOF before it: gpurun ended before starting it.
@@ -59,6 +109,9 @@ fn watch(pipe: OwnedFd, signal: i32) -> ! {
     };
     if wait_for_end(&pipe, Some(&command)) {
         pidfd_send_signal(&command, signal);
+        if let Some(kill) = &container {
+            exec_kill(kill);
+        }
     }
     signal_hook::low_level::exit(0)
 }
@@ -86,14 +139,14 @@ fn wait_for_end(pipe: &OwnedFd, command: Option<&OwnedFd>) -> bool {
 impl Watcher {
     /// Forks the watcher. Returns None if that fails (the command then runs without a
     /// parent-death signal, which is said).
-    pub fn start(signal: i32) -> Option<Watcher> {
+    pub fn start(signal: i32, container: Option<ContainerKill>) -> Option<Watcher> {
         let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).ok()?;
         // SAFETY: the child runs only `watch`: async-signal-safe calls on descriptors it owns,
         // ending in _exit.
         match unsafe { fork() } {
             Ok(ForkResult::Child) => {
                 drop(write_end);
-                watch(read_end, signal)
+                watch(read_end, signal, container)
             }
             Ok(ForkResult::Parent { child }) => Some(Watcher { pid: child, pipe: write_end }),
             Err(error) => {

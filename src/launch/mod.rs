@@ -3,6 +3,7 @@
 //! leftovers, report, and give back how it ended.
 
 pub mod affinity;
+pub mod container;
 pub mod death;
 pub mod env;
 pub mod hooks;
@@ -59,6 +60,8 @@ pub struct Job<'a> {
     pub plan: &'a Plan,
     /// Held until the command and its leftovers are gone (or handed to it with --exec).
     pub leases: Vec<HeldLease>,
+    /// A container run: its ID's file, and how to end it.
+    pub container: Option<&'a container::Prepared>,
     /// `--per-rank`: the hold on the group's record, released right after the leases.
     pub group: Option<crate::reserve::group::Membership>,
     /// `--per-rank`: this rank, and whose each of the group's GPUs is.
@@ -100,6 +103,7 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
 pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let Job {
         command,
+        container,
         supervision,
         machine,
         plan,
@@ -137,14 +141,19 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         }
         None => None,
     };
-    if !supervision.keep_orphans {
+    // A container's processes are the runtime's (conmon, containerd-shim): gpurun does not
+    // become their reaper, so that the runtime ends and removes its container as it does
+    // without gpurun; gpurun ends a container by its ID when it must.
+    if !supervision.keep_orphans && container.is_none() {
         orphans::become_subreaper();
     }
     // Before the command exists: every child gpurun has now came with it from an exec.
     let inherited = orphans::Inherited::capture();
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
-    let watcher = supervision.parent_death_signal.and_then(Watcher::start);
+    let watcher = supervision
+        .parent_death_signal
+        .and_then(|signal| Watcher::start(signal, container.and_then(|c| c.death_kill(signal))));
     let mut stops = Vec::new();
     let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
         if let Some(watcher) = &watcher {
@@ -207,12 +216,22 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
                 before_launch,
                 plan.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default().to_owned(),
                 supervision.verify_timeout,
-                ranks.as_ref().map(|(_, owners)| owners.clone()),
-            );
+            )
+            .for_rank(ranks.as_ref().map(|(_, owners)| owners.clone()))
+            .for_container(container.map(|c| c.cidfile.clone()));
             supervise::Watch { nvml, monitor }
         });
-    let options =
-        supervise::Options { no_forward: &supervision.no_forward, kill_after: supervision.kill_after };
+    if container.is_some_and(|c| c.run.sig_proxy_off) {
+        tracing::warn!(
+            "--sig-proxy=false: signals reach the {} client, not the container (gpurun still ends the container by its ID when it must)",
+            container.map_or("", |c| c.run.client.name())
+        );
+    }
+    let options = supervise::Options {
+        no_forward: &supervision.no_forward,
+        kill_after: supervision.kill_after,
+        container,
+    };
     let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
     if let Some(watch) = watch.as_mut() {
         watch.last_xids();
@@ -316,6 +335,11 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     summary.diagnosis = diagnosis;
     summary.min_free = sizing.map(str::to_owned);
     summary.cpus = plan.cpus.as_deref().map(crate::options::cpus::list);
+    summary.container = container.map(|c| report::ContainerReport {
+        client: c.run.client.name().to_owned(),
+        image: c.run.image.clone(),
+        id: c.id(),
+    });
     summary.rank = ranks.as_ref().map(|(per_rank, owners)| report::RankReport {
         local_rank: per_rank.rank.local_rank,
         local_size: per_rank.rank.local_size,

@@ -21,6 +21,8 @@ const STRICT_GRACE: Duration = Duration::from_secs(5);
 pub struct Options<'a> {
     pub no_forward: &'a [i32],
     pub kill_after: Option<Duration>,
+    /// A container run: killing its client would leave the container running.
+    pub container: Option<&'a crate::launch::container::Prepared>,
 }
 
 /// Verification beside supervision: the monitor and the thread that makes its NVML calls.
@@ -109,6 +111,9 @@ pub fn run(
                 options.kill_after.unwrap_or(STRICT_GRACE)
             );
             send(child, libc::SIGKILL);
+            if let Some(container) = options.container {
+                container.kill();
+            }
             kill_deadline = None;
         }
         if let Some(watch) = watch.as_deref_mut() {

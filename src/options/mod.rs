@@ -113,6 +113,21 @@ pub enum CpuBind {
     Numa,
 }
 
+/// `--container`: whether a container run gets the chosen GPUs as the runtime's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ContainerUse {
+    /// podman and docker run/create: CDI devices for podman (and docker whose daemon has CDI
+    /// on), docker's --gpus otherwise.
+    #[default]
+    Auto,
+    /// CDI devices (--device nvidia.com/gpu=UUID) for docker too.
+    Cdi,
+    /// docker's --gpus "device=UUID,..." (podman takes CDI devices whatever this says).
+    Gpus,
+    /// Leave the command alone.
+    Off,
+}
+
 /// `--visible-as`: how `CUDA_VISIBLE_DEVICES` names the chosen GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum VisibleAs {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::options::VerifyMode;
 use crate::probe::nvml::{Call, Listed, Xid};
 use crate::process::procfs;
+use crate::verify::container;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 
 /// The first poll comes this soon after launch; the interval then grows by half each time.
@@ -37,6 +38,10 @@ pub struct Monitor {
     visible_given: String,
     /// `--per-rank`: whose each GPU of the group is, to name the rank a wrong GPU belongs to.
     owners: Option<crate::rank::Owners>,
+    /// A container run: the file its ID comes in, and the ID once read. Its processes are the
+    /// runtime's children, not gpurun's: a process NVML lists is the container's when its
+    /// cgroup path names the container's ID (podman's libpod-<ID>, docker's docker-<ID>).
+    container: Option<(std::path::PathBuf, Option<String>)>,
     tracker: Tracker,
     interval: Duration,
     next_poll: Instant,
@@ -56,7 +61,6 @@ impl Monitor {
         before_launch: HashSet<u32>,
         visible_given: String,
         timeout: Duration,
-        owners: Option<crate::rank::Owners>,
     ) -> Monitor {
         let now = Instant::now();
         Monitor {
@@ -66,7 +70,8 @@ impl Monitor {
             watched,
             before_launch,
             visible_given,
-            owners,
+            owners: None,
+            container: None,
             tracker: Tracker::new(selected),
             interval: FIRST_INTERVAL,
             next_poll: now + FIRST_INTERVAL,
@@ -75,6 +80,18 @@ impl Monitor {
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
             xids: Vec::new(),
         }
+    }
+
+    /// `--per-rank`: a process on another rank's GPU names that rank.
+    pub fn for_rank(mut self, owners: Option<crate::rank::Owners>) -> Monitor {
+        self.owners = owners;
+        self
+    }
+
+    /// A container run: its processes are found by the ID the runtime writes to `cidfile`.
+    pub fn for_container(mut self, cidfile: Option<std::path::PathBuf>) -> Monitor {
+        self.container = cidfile.map(|cidfile| (cidfile, None));
+        self
     }
 
     /// The selected GPUs a process of the tree was seen on.
@@ -123,11 +140,18 @@ impl Monitor {
         let poll = self.poll(lists);
         let visible_given = self.visible_given.clone();
         let owners = self.owners.clone();
+        let in_container = self.container.is_some();
         self.tracker.observe(poll, |sighting| {
             let another_ranks =
                 owners.as_ref().and_then(|owners| Some((owners.own_rank, owners.rank_of(sighting.gpu)?)));
             match another_ranks {
                 Some((own, theirs)) => rank_cause(sighting, own, theirs, &visible_given),
+                // Inside, the container sees only the devices its runtime gave it.
+                None if in_container => {
+                    "the container was given that GPU besides gpurun's: a device node or \
+                    volume passed by hand, --privileged, or a runtime that injects every GPU by default"
+                        .to_owned()
+                }
                 None => likely_cause(sighting, &visible_given),
             }
         });
@@ -178,6 +202,15 @@ impl Monitor {
     /// "not observed" but "could not be checked".
     fn verdict(&self, stuck: Option<Option<Call>>) -> (Verdict, String) {
         let (verdict, detail) = self.tracker.verdict();
+        if let (Some((cidfile, None)), Verdict::NotObserved) = (&self.container, verdict) {
+            return (
+                Verdict::Unverifiable,
+                format!(
+                    "the container runtime never wrote the container's ID to {}, so its processes could not be found",
+                    cidfile.display()
+                ),
+            );
+        }
         match stuck {
             Some(call) if verdict == Verdict::NotObserved => (
                 Verdict::Unverifiable,
@@ -209,6 +242,10 @@ impl Monitor {
 
     fn poll(&mut self, lists: Lists) -> Poll {
         let mut poll = Poll::default();
+        if let Some((cidfile, id @ None)) = &mut self.container {
+            *id = crate::verify::container::read_id(cidfile);
+        }
+        let container_id = self.container.as_ref().and_then(|(_, id)| id.clone());
         for (gpu, listed) in lists {
             let selected = self.selected.contains(&gpu);
             match listed {
@@ -216,7 +253,12 @@ impl Monitor {
                     let mut tree_bytes = 0u64;
                     for process in listed {
                         // The few PIDs NVML lists are walked up to gpurun: nothing scans /proc.
-                        if process.pid != self.own_pid && procfs::descends_from(process.pid, self.own_pid) {
+                        let in_tree = process.pid != self.own_pid
+                            && (procfs::descends_from(process.pid, self.own_pid)
+                                || container_id
+                                    .as_deref()
+                                    .is_some_and(|id| container::runs_in(process.pid, id)));
+                        if in_tree {
                             tree_bytes += process.used_bytes.unwrap_or(0);
                             let command = procfs::command_line(process.pid).unwrap_or_else(|| "?".to_owned());
                             poll.sightings.push(Sighting { pid: process.pid, command: clip(&command), gpu });

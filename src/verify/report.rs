@@ -56,9 +56,21 @@ pub struct Report {
     /// What `--min-free auto` asked for, and why (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_free: Option<String>,
+    /// A container run: the client, the image and the container's ID (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerReport>,
     /// `--per-rank`: which rank this was, of which group (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<RankReport>,
+}
+
+/// The container a run was.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerReport {
+    pub client: String,
+    pub image: String,
+    /// Its ID (null if the runtime never wrote it).
+    pub id: Option<String>,
 }
 
 /// A rank's place in its group.
@@ -111,6 +123,7 @@ impl Report {
             cpus: None,
             min_free: None,
             rank: None,
+            container: None,
         }
     }
 
@@ -138,6 +151,10 @@ impl Report {
             }
         }
         .expect("writing to a String");
+        if let Some(container) = &self.container {
+            let id = container.id.as_deref().map_or("no ID", |id| &id[..12.min(id.len())]);
+            let _ = write!(text, "\n  container:    {} ({}, {})", container.image, container.client, id);
+        }
         if let Some(rank) = &self.rank {
             let _ = write!(
                 text,
