@@ -497,3 +497,37 @@ fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+#[test]
+fn two_ranks_claiming_the_same_local_rank_are_told_so() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let first = common::background(rank(&sim, 0, 2, "job-j").args(["--per-rank", "--", "sleep", "5"]));
+    assert!(wait_until(Duration::from_secs(10), || leases(&sim.lock_dir()) == 1));
+    rank(&sim, 0, 2, "job-j")
+        .args(["--per-rank", "--", "true"])
+        .run()
+        .status(75)
+        .stderr_has("rank 0 of 2 (torchrun): its GPU in the group, GPU 0, is reserved by gpurun PID")
+        .stderr_has("another rank has the same LOCAL_RANK");
+    // Rank 1 still gets its own.
+    rank(&sim, 1, 2, "job-j").args(["--per-rank", "--", "true"]).run().status(0);
+    drop(first);
+}
+
+#[test]
+fn with_exec_the_commands_hold_the_group_and_their_leases() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            common::background(rank(&sim, r, 2, "job-k").args(["--per-rank", "--exec", "--", "sleep", "3"]))
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || leases(&sim.lock_dir()) == 2));
+    assert_eq!(group_files(&sim).len(), 1, "the exec'd commands hold the record");
+    // gpurun is gone (replaced by sleep), the reservation is not.
+    let list = sim.gpurun().args(["--exclusive", "--gpus", "5", "--", "true"]).run();
+    list.status(75);
+    drop(ranks);
+    // Their end frees both (the files stay until a launch clears them: a dead lease is unlocked).
+    sim.gpurun().args(["--exclusive", "--gpus", "5", "--dry-run"]).run().status(0);
+}
