@@ -501,6 +501,10 @@ fn if_gpurun_dies_the_container_gets_the_parent_death_signal_by_its_id() {
         "{:?}",
         podman.containers()
     );
+    // stdout is the command's: nothing of the kill (podman kill prints the ID) comes there.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut rest).unwrap();
+    assert!(rest.trim().is_empty(), "stdout got {rest:?}");
 }
 
 #[test]
@@ -539,4 +543,28 @@ fn docker_runs_get_gpus_or_cdi_devices_as_container_says() {
     // No host-index CUDA_VISIBLE_DEVICES for the client either.
     let json = sim.gpurun().args(["--dry-run", "--json", "--", "docker", "run", "img"]).run();
     assert!(json.status(0).json()["env"].get("CUDA_VISIBLE_DEVICES").is_none(), "{}", json.stdout);
+}
+
+#[test]
+fn a_cidfile_that_never_gets_an_id_is_unverifiable_and_holds_nothing() {
+    let sim = Sim::new(&scenario(9));
+    let Some(podman) = Podman::start(&sim, 9) else { return };
+    // The user's own --cidfile is a FIFO: podman refuses a cidfile that exists, and gpurun,
+    // which reads that file for the ID, must neither block on it nor read a device whole.
+    let fifo = sim.dir.path().join("cid-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let report = sim.dir.path().join("report.json");
+    let started = std::time::Instant::now();
+    let cidfile = fifo.display().to_string();
+    let report_arg = report.display().to_string();
+    let run = podman.gpurun(&sim, &["--report-json", &report_arg], &["--cidfile", &cidfile], &["true"]).run();
+    assert_ne!(run.code, Some(0), "{run:#?}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    let report = read_report(&report);
+    assert_eq!(report["verification"]["verdict"], "unverifiable", "{report}");
+    assert!(
+        report["verification"]["detail"].as_str().unwrap().contains("never wrote the container's ID"),
+        "{report}"
+    );
+    assert_eq!(report["container"]["id"], Value::Null, "{report}");
 }

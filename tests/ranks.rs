@@ -15,8 +15,12 @@ use serde_json::Value;
 
 /// Rank `rank` of `size` of torchrun job `job`, as torchrun starts its workers.
 fn rank(sim: &Sim, rank: u32, size: u32, job: &str) -> Run {
-    sim.gpurun()
-        .env("LOCAL_RANK", rank.to_string())
+    as_rank(sim.gpurun(), rank, size, job)
+}
+
+/// `run` with the variables torchrun gives rank `rank` of `size` of job `job`.
+fn as_rank(run: Run, rank: u32, size: u32, job: &str) -> Run {
+    run.env("LOCAL_RANK", rank.to_string())
         .env("RANK", rank.to_string())
         .env("LOCAL_WORLD_SIZE", size.to_string())
         .env("WORLD_SIZE", size.to_string())
@@ -530,4 +534,62 @@ fn with_exec_the_commands_hold_the_group_and_their_leases() {
     drop(ranks);
     // Their end frees both (the files stay until a launch clears them: a dead lease is unlocked).
     sim.gpurun().args(["--exclusive", "--gpus", "5", "--dry-run"]).run().status(0);
+}
+
+#[test]
+fn a_record_another_user_holds_locked_holds_no_rank_and_no_launch() {
+    if !nix_is_root() {
+        return common::skip("a_record_another_user_holds_locked", "a second user needs root (setpriv)");
+    }
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    // A dead record: its only rank's gpurun was SIGKILLed, so nobody removed it.
+    let mut crashed = rank(&sim, 0, 2, "job-l")
+        .args(["--per-rank", "--parent-death-signal", "KILL", "--", "sleep", "30"])
+        .command;
+    let mut crashed =
+        crashed.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || group_files(&sim).len() == 1));
+    crashed.kill().unwrap();
+    crashed.wait().unwrap();
+    let record = sim.lock_dir().join(&group_files(&sim)[0]);
+    // Another user opens it (it is world-readable, as every launch must count its GPUs) and
+    // holds an exclusive flock on it, so that it looks live and cannot be shared.
+    let holder = common::background(sim.gpurun_command(
+        "setpriv",
+        &[
+            "--reuid=4242",
+            "--regid=4242",
+            "--clear-groups",
+            // perl-base is in every Debian; open(2) without O_CREAT (flock(1) would create, which
+            // fs.protected_regular forbids on another user's file in a sticky directory).
+            "perl",
+            "-e",
+            "use Fcntl ':flock'; open(my $f, '<', $ARGV[0]) or die $!; flock($f, LOCK_EX) or die $!; sleep 30",
+            record.to_str().unwrap(),
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    let probe = std::fs::File::open(&record).unwrap();
+    let locked = nix::fcntl::Flock::lock(probe, nix::fcntl::FlockArg::LockSharedNonblock).is_err();
+    if !locked {
+        drop(holder);
+        return common::skip("a_record_another_user_holds_locked", "setpriv or perl is unavailable");
+    }
+    // The job's ranks neither wait for it nor join it: they make a record of their own.
+    let started = Instant::now();
+    let runs = (0..2)
+        .map(|r| {
+            // Bounded: the build before this test waited for the lock forever.
+            as_rank(sim.gpurun_command("timeout", &["20", &common::gpurun_binary()]), r, 2, "job-l")
+                .args(["--per-rank", "--"])
+                .args(rank_command("$LOCAL_RANK", "0.3"))
+        })
+        .collect();
+    for outcome in all_at_once(runs) {
+        outcome.status(0).stderr_has("verified");
+    }
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    // Another launch meanwhile is not held either.
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    drop(holder);
 }

@@ -62,14 +62,21 @@ fn exec_kill(kill: &ContainerKill) {
     if kill.argv.is_empty() || kill.argv.len() > MAX_KILL_WORDS {
         return;
     }
+    // Without blocking, and a regular file only: the user's own --cidfile may be a FIFO.
     // SAFETY: a NUL-terminated path; the descriptor is ours and closed below.
-    let fd = unsafe { libc::open(kill.cidfile.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let fd =
+        unsafe { libc::open(kill.cidfile.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) };
     if fd < 0 {
         return;
     }
+    // SAFETY: a stat buffer is plain data, valid when zeroed.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of our descriptor into our buffer.
+    let status = unsafe { libc::fstat(fd, &mut stat) };
+    let regular = status == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFREG;
     let mut id = [0u8; 130];
     // SAFETY: reads at most 128 bytes into the 130-byte buffer.
-    let read = unsafe { libc::read(fd, id.as_mut_ptr().cast(), 128) };
+    let read = if regular { unsafe { libc::read(fd, id.as_mut_ptr().cast(), 128) } } else { 0 };
     // SAFETY: closes the descriptor opened above.
     unsafe { libc::close(fd) };
     let length = id[..read.max(0) as usize].iter().take_while(|b| b.is_ascii_hexdigit()).count();
@@ -82,6 +89,15 @@ fn exec_kill(kill: &ContainerKill) {
         *slot = word.as_ptr();
     }
     argv[kill.argv.len()] = id.as_ptr().cast();
+    // stdout belongs to the command: the client's kill prints the ID there.
+    // SAFETY: a NUL-terminated path; dup2 onto 1 and closing our copy touch no memory.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if null >= 0 {
+            libc::dup2(null, 1);
+            libc::close(null);
+        }
+    }
     extern "C" {
         static environ: *const *const libc::c_char;
     }

@@ -14,6 +14,12 @@ pub fn one_malloc_arena() {
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
 }
 
+/// 32 random bits (std's per-process hash keys, salted), for names made exclusively, that
+/// another user should not guess: the retry after a name already taken uses another `salt`.
+pub fn random_bits(salt: u32) -> u32 {
+    std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), salt) as u32
+}
+
 /// A change in a child's state, as waitpid(2) reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildEvent {

@@ -114,14 +114,7 @@ impl Acquisition {
                 topology: None,
                 excluded: Vec::new(),
             },
-            decision: Decision {
-                assessments: Vec::new(),
-                outcome: Outcome::Selected(Vec::new()),
-                never: None,
-                set_reason: None,
-                min_free_note: None,
-                passed_over: Vec::new(),
-            },
+            decision: Decision::selected(Vec::new()),
             chosen: Ok(Selection::none(requested)),
             leases: Vec::new(),
             live: Vec::new(),
@@ -449,10 +442,7 @@ pub fn acquire(
             }
         }
         let guard = match (&lock_dir, options.hold) {
-            (Some(dir), true) => Some(dir.lock(&mut |fd, timeout| {
-                let (received, _) = receiver.wait(Some(fd), Some(timeout));
-                receiver.act_before_launch(&received)
-            })?),
+            (Some(dir), true) => Some(lock(dir, receiver)?),
             _ => None,
         };
         let live = lock_dir.as_ref().map(|dir| live_and_unclaimed(dir, options.hold)).unwrap_or_default();
@@ -584,11 +574,23 @@ pub fn acquire(
     unreachable!("the loop returns")
 }
 
+/// The directory lock, waited for as a launch waits: a signal that would end gpurun ends the
+/// wait.
+pub fn lock(dir: &LockDir, receiver: &Receiver) -> Result<crate::reserve::lockdir::DirLock, LockDirError> {
+    dir.lock(&mut |fd, timeout| {
+        let (received, _) = receiver.wait(Some(fd), Some(timeout));
+        receiver.act_before_launch(&received)
+    })
+}
+
 /// The live leases, and the GPUs of `--per-rank` groups whose ranks have not taken theirs yet
 /// (counted as the leases they are about to be).
 pub fn live_and_unclaimed(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
-    let mut live = lease::live(dir, may_clean);
-    let unclaimed = crate::reserve::group::unclaimed(dir, &live);
+    // One listing of the directory for both.
+    let names = dir.entries();
+    let groups: Vec<Vec<u8>> = names.iter().filter(|name| name.starts_with(b"group.")).cloned().collect();
+    let mut live = lease::live_among(dir, names, may_clean);
+    let unclaimed = crate::reserve::group::unclaimed(dir, groups, &live);
     live.extend(unclaimed);
     live
 }

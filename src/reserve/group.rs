@@ -14,7 +14,6 @@
 //!   names, and a rank only looks at records its own user owns.
 
 use std::fs::File;
-use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -66,12 +65,6 @@ pub struct Chosen {
 }
 
 impl Record {
-    /// Rank `rank`'s positions in the set.
-    pub fn positions(&self, rank: u32) -> Range<usize> {
-        let n = self.per_rank as usize;
-        rank as usize * n..(rank as usize + 1) * n
-    }
-
     /// Whose GPU `position` is.
     pub fn rank_of(&self, position: usize) -> u32 {
         (position / self.per_rank.max(1) as usize) as u32
@@ -100,6 +93,24 @@ fn is_live(file: &File) -> bool {
         Ok(_probe) => false,
         Err(_) => true,
     }
+}
+
+/// A shared lock on a record, never waited for: the only exclusive locks on a record are other
+/// launches' liveness probes, which last a moment, or one held on purpose (any user may flock a
+/// file they can read), which must not hold this launch, and the directory lock with it, for
+/// ever. `None` when it stays locked for a few milliseconds.
+fn lock_shared(mut file: File) -> Option<Flock<File>> {
+    for _ in 0..20 {
+        match Flock::lock(file, FlockArg::LockSharedNonblock) {
+            Ok(lock) => return Some(lock),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) => {
+                file = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 /// This rank's hold on its group's record: dropped after its leases; the last rank to drop its
@@ -213,7 +224,13 @@ pub fn find_or_make(dir: &LockDir, rank: &Member) -> Result<Found, LockDirError>
             dir.remove_if_mine(name.as_bytes(), uid);
             continue;
         }
-        let Ok(lock) = Flock::lock(file, FlockArg::LockShared) else { continue };
+        let Some(lock) = lock_shared(file) else {
+            tracing::debug!(
+                "{name} in {}: locked exclusively by another process; not joining it",
+                dir.path().display()
+            );
+            continue;
+        };
         // Removed by its last rank between the look and the lock: not this job's any more.
         if lock.metadata().map_or(true, |m| m.nlink() == 0) {
             continue;
@@ -237,14 +254,18 @@ pub fn find_or_make(dir: &LockDir, rank: &Member) -> Result<Found, LockDirError>
         rank_timeout_seconds: rank.timeout.as_secs_f64(),
     };
     for attempt in 0..16u32 {
-        let random = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), attempt) & 0xffff_ffff;
+        let random = crate::process::random_bits(attempt);
         let name = format!("{prefix}{random:08x}");
         let file = match dir.create(&name) {
             Ok(file) => file,
             Err(nix::errno::Errno::EEXIST) => continue,
             Err(error) => return Err(dir.io(error)),
         };
-        let lock = Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| dir.io(e))?;
+        let Some(lock) = lock_shared(file) else {
+            // Locked by someone else in the moment after it was made: not a record of ours.
+            dir.remove_if_mine(name.as_bytes(), uid);
+            continue;
+        };
         let membership = Membership { lock: Some(lock), name, dir: dir.duplicate()?, record: record.clone() };
         membership.write(State::Choosing)?;
         return Ok(Found::Choose(membership));
@@ -260,11 +281,11 @@ fn read(file: &File) -> Option<Record> {
 
 /// Every group's GPUs that no rank has a lease on yet, within its rank timeout, as the leases
 /// they are about to be: everyone else's selection, --list and the house rules count them.
-/// `live`: the real leases.
-pub fn unclaimed(dir: &LockDir, live: &[Lease]) -> Vec<Lease> {
+/// `names`: the directory's `group.` entries; `live`: the real leases.
+pub fn unclaimed(dir: &LockDir, names: Vec<Vec<u8>>, live: &[Lease]) -> Vec<Lease> {
     let mut held = Vec::new();
     let now = now();
-    for name in dir.entries() {
+    for name in names {
         if !name.starts_with(b"group.") {
             continue;
         }
@@ -326,14 +347,14 @@ mod tests {
         };
         chooser.chosen(&[("GPU-a".to_owned(), 0, 0), ("GPU-b".to_owned(), 0, 1)], false).unwrap();
         // Rank 1 has no lease yet: its GPU counts as reserved for everyone else.
-        let unclaimed = unclaimed(&dir, &[]);
+        let unclaimed = unclaimed(&dir, dir.entries(), &[]);
         assert_eq!(unclaimed.iter().map(|l| l.uuid.as_str()).collect::<Vec<_>>(), ["GPU-a", "GPU-b"]);
         assert!(unclaimed[1].command.contains("rank 1"), "{}", unclaimed[1].command);
         let Found::Joined(joined) = find_or_make(&dir, &rank(1)).unwrap() else {
             panic!("the second rank joins")
         };
         assert!(matches!(&joined.record.state, State::Chosen { gpus, .. } if gpus.len() == 2));
-        assert_eq!(joined.record.positions(1), 1..2);
+        assert_eq!(joined.record.rank_of(1), 1);
         drop(chooser);
         assert_eq!(std::fs::read_dir(base.path().join("locks")).unwrap().count(), 1, "rank 1 still holds it");
         drop(joined);

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
 use crate::process::procfs;
@@ -130,8 +130,15 @@ fn parse_name(name: &str) -> Option<(String, u32)> {
 /// Every live lease. `may_clean`: the caller holds the directory lock, so dead leases of this
 /// user can be removed.
 pub fn live(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
+    live_among(dir, dir.entries(), may_clean)
+}
+
+/// `live` among `names`, a listing of the directory.
+pub fn live_among(dir: &LockDir, names: Vec<Vec<u8>>, may_clean: bool) -> Vec<Lease> {
     let mut leases = Vec::new();
-    for HeldEntry { name, metadata, text } in dir.held_entries(|name| name.ends_with(".lease"), may_clean) {
+    for HeldEntry { name, metadata, text } in
+        dir.held_entries_among(names, |name| name.ends_with(".lease"), may_clean)
+    {
         let owner = metadata.uid();
         let parsed = text.as_ref().map(|text| serde_json::from_str::<Lease>(text));
         let why = match parsed {
@@ -191,8 +198,7 @@ pub fn reserve(
             for_rank: None,
         };
         let safe_uuid: String = uuid.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-        let (file, entry) = create_unique(dir, &format!("{safe_uuid}.{pid}"), ".lease")?;
-        let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| dir.io(e))?;
+        let (lock, entry) = create_unique(dir, &format!("{safe_uuid}.{pid}"), ".lease")?;
         let text = serde_json::to_string(&lease).expect("plain data serialises");
         (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
         let waker = (dir.duplicate()?, crate::reserve::ticket::mask_of([*index]));
@@ -201,14 +207,15 @@ pub fn reserve(
     Ok(held)
 }
 
-/// Creates `<stem>.<random><suffix>` exclusively; the entry is removed again when dropped.
-fn create_unique(dir: &LockDir, stem: &str, suffix: &str) -> Result<(File, Entry), LockDirError> {
+/// Creates `<stem>.<random><suffix>` exclusively and locked (`LockDir::create_locked`); the
+/// entry is removed again when dropped.
+fn create_unique(dir: &LockDir, stem: &str, suffix: &str) -> Result<(Flock<File>, Entry), LockDirError> {
     for attempt in 0..16u32 {
-        let random = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), attempt) & 0xffff_ffff;
+        let random = crate::process::random_bits(attempt);
         let name = format!("{stem}.{random:08x}{suffix}");
-        match dir.create(&name) {
-            Ok(file) => return Ok((file, Entry::new(dir, name)?)),
-            Err(nix::errno::Errno::EEXIST) => continue,
+        match dir.create_locked(&name) {
+            Ok(lock) => return Ok((lock, Entry::new(dir, name)?)),
+            Err(nix::errno::Errno::EEXIST | nix::errno::Errno::EWOULDBLOCK) => continue,
             Err(error) => return Err(dir.io(error)),
         }
     }
@@ -218,6 +225,7 @@ fn create_unique(dir: &LockDir, stem: &str, suffix: &str) -> Result<(File, Entry
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::fcntl::FlockArg;
 
     #[test]
     fn names_give_the_gpu_and_the_pid() {

@@ -234,8 +234,18 @@ impl LockDir {
     /// that is live), with their metadata and content (at most 64 KiB; the error if unreadable).
     /// `may_clean`: the caller holds the directory lock, so dead entries of this user go.
     pub fn held_entries(&self, wanted: impl Fn(&str) -> bool, may_clean: bool) -> Vec<HeldEntry> {
+        self.held_entries_among(self.entries(), wanted, may_clean)
+    }
+
+    /// `held_entries` among `names` (one listing of the directory, shared by several readers).
+    pub fn held_entries_among(
+        &self,
+        names: Vec<Vec<u8>>,
+        wanted: impl Fn(&str) -> bool,
+        may_clean: bool,
+    ) -> Vec<HeldEntry> {
         let mut held = Vec::new();
-        for name in self.entries() {
+        for name in names {
             let Ok(name) = String::from_utf8(name) else { continue };
             if !wanted(&name) {
                 continue;
@@ -289,6 +299,21 @@ impl LockDir {
             Mode::from_bits_truncate(0o644),
         )
         .map(File::from)
+    }
+
+    /// Creates `name` as `create` does and takes its exclusive lock without waiting. Any user
+    /// may open a fresh entry (it is world-readable) and flock it before its maker does: a
+    /// blocking lock would then wait for ever, the directory lock held behind it. Such an entry
+    /// is removed again and EWOULDBLOCK returned, for the caller to try another name.
+    pub fn create_locked(&self, name: &str) -> Result<Flock<File>, Errno> {
+        let file = self.create(name)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(lock),
+            Err((_, error)) => {
+                let _ = nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+                Err(error)
+            }
+        }
     }
 
     /// Makes the FIFO `name` (mode 0622 whatever the umask: any user's gpurun may pass the turn
@@ -390,6 +415,18 @@ pub fn resolve_dir(flag: Option<&Path>) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_is_made_locked_and_never_over_another() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(&base.path().join("locks"), true).unwrap();
+        let lock = dir.create_locked("x.lease").unwrap();
+        assert_eq!(dir.create_locked("x.lease").err(), Some(Errno::EEXIST));
+        let (other, _) = dir.open_foreign(b"x.lease").unwrap();
+        assert!(LockDir::is_held(&other), "made locked");
+        drop(lock);
+        assert!(!LockDir::is_held(&other));
+    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

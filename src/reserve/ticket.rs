@@ -32,7 +32,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
 use crate::options::count::Count;
@@ -127,18 +127,25 @@ pub fn take(
     request: &str,
     needs: Needs,
 ) -> Result<Ticket, LockDirError> {
-    let since_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let pid = std::process::id();
     let uid = current_uid();
-    // The FIFO first: a waker that sees the ticket finds its FIFO.
-    let wake = dir
-        .make_fifo(&wake_name((since_ns, pid)))
-        .ok()
-        .and_then(|fifo| Some((fifo, Entry::new(dir, wake_name((since_ns, pid))).ok()?)));
-    let name = format!("ticket.{since_ns:020}.{pid}.{mask:016x}");
-    let file = dir.create(&name).map_err(|e| dir.io(e))?;
-    let entry = Entry::new(dir, name)?;
-    let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| dir.io(e))?;
+    // A ticket someone else locked the moment it was made (`create_locked`) is given up for
+    // one a little later.
+    let mut tries = 0;
+    let (since_ns, wake, entry, lock) = loop {
+        let since_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        // The FIFO first: a waker that sees the ticket finds its FIFO.
+        let wake = dir
+            .make_fifo(&wake_name((since_ns, pid)))
+            .ok()
+            .and_then(|fifo| Some((fifo, Entry::new(dir, wake_name((since_ns, pid))).ok()?)));
+        let name = format!("ticket.{since_ns:020}.{pid}.{mask:016x}");
+        match dir.create_locked(&name) {
+            Ok(lock) => break (since_ns, wake, Entry::new(dir, name)?, lock),
+            Err(nix::errno::Errno::EWOULDBLOCK | nix::errno::Errno::EEXIST) if tries < 16 => tries += 1,
+            Err(error) => return Err(dir.io(error)),
+        }
+    };
     let waiter =
         Waiter { pid, uid, user: procfs::user_name(uid), since_ns, gpus, request: request.to_owned(), needs };
     let text = serde_json::to_string(&waiter).expect("plain data serialises");
@@ -326,6 +333,7 @@ pub fn ahead<'a>(waiters: &'a [Waiter], ticket: Option<&Ticket>) -> impl Iterato
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::fcntl::FlockArg;
 
     fn needs() -> Needs {
         Needs {

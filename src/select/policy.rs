@@ -29,6 +29,19 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A selection made without assessing (no GPU asked for, or a `--per-rank` rank's part of
+    /// the set its group chose).
+    pub fn selected(chosen: Vec<u32>) -> Decision {
+        Decision {
+            assessments: Vec::new(),
+            outcome: Outcome::Selected(chosen),
+            never: None,
+            set_reason: None,
+            min_free_note: None,
+            passed_over: Vec::new(),
+        }
+    }
+
     /// The `--min-free` this decision applied: `asked`, or what `--min-free auto` was lowered to.
     /// Leases and tickets record this one, so that other launches replay the same request.
     pub fn min_free(&self, asked: Option<Threshold>) -> Option<Threshold> {
