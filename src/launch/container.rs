@@ -291,15 +291,15 @@ impl ContainerRun {
         self.user_cidfile.clone().unwrap_or_else(|| ours.to_owned())
     }
 
-    /// The command with gpurun's options added right after the subcommand; `added`: just
-    /// those, for the log and --dry-run.
+    /// The command with gpurun's options added right after the subcommand (the log and
+    /// --dry-run show it whole).
     pub fn rewrite(
         &self,
         command: &[OsString],
         chosen: &Chosen,
         injection: Injection,
         cidfile: &Path,
-    ) -> (Vec<OsString>, Vec<OsString>) {
+    ) -> Vec<OsString> {
         let mut added: Vec<OsString> = Vec::new();
         let mut push = |words: &[&str]| added.extend(words.iter().map(OsString::from));
         match injection {
@@ -335,7 +335,7 @@ impl ContainerRun {
         let mut rewritten = command[..self.insert_at].to_vec();
         rewritten.extend(added.iter().cloned());
         rewritten.extend(command[self.insert_at..].iter().cloned());
-        (rewritten, added)
+        rewritten
     }
 
     /// `<client> <its global options> <words>` (`kill <id>`, `wait <id>`).
@@ -383,19 +383,19 @@ pub fn docker_has_cdi(daemon_json: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// A container run as it is launched: the command with gpurun's options, those options alone
-/// (for the log), and the file the container's ID comes in, in a directory of gpurun's own
+/// A container run as it is launched: the command with gpurun's options, and the file the
+/// container's ID comes in: the user's own `--cidfile`, or one in a directory of gpurun's own
 /// (mode 0700 in the temporary directory, removed at the end).
 pub struct Prepared {
     pub run: ContainerRun,
     pub command: Vec<OsString>,
-    pub added: Vec<OsString>,
     pub cidfile: PathBuf,
     own_dir: Option<PathBuf>,
 }
 
 impl Prepared {
-    /// `create`: make the private directory (a launch); a dry run only names it.
+    /// `create`: make the private directory (a launch, without the user's own --cidfile); a dry
+    /// run only names it.
     pub fn new(
         run: &ContainerRun,
         command: &[OsString],
@@ -403,12 +403,9 @@ impl Prepared {
         mode: ContainerUse,
         create: bool,
     ) -> std::io::Result<Prepared> {
-        let name = format!(
-            "gpurun-{}-{:08x}",
-            std::process::id(),
-            std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0) & 0xffff_ffff
-        );
+        let name = format!("gpurun-{}-{:08x}", std::process::id(), crate::process::random_bits(0));
         let own_dir = std::env::temp_dir().join(name);
+        let create = create && run.user_cidfile.is_none();
         if create {
             // Never an existing directory: one made by someone else could be read or swapped.
             nix::unistd::mkdir(&own_dir, nix::sys::stat::Mode::from_bits_truncate(0o700))?;
@@ -416,8 +413,8 @@ impl Prepared {
         let cidfile = run.cidfile(&own_dir.join("cid"));
         let docker_cdi = run.client == Client::Docker
             && std::fs::read_to_string("/etc/docker/daemon.json").is_ok_and(|text| docker_has_cdi(&text));
-        let (command, added) = run.rewrite(command, chosen, run.injection(mode, docker_cdi), &cidfile);
-        Ok(Prepared { run: run.clone(), command, added, cidfile, own_dir: create.then_some(own_dir) })
+        let command = run.rewrite(command, chosen, run.injection(mode, docker_cdi), &cidfile);
+        Ok(Prepared { run: run.clone(), command, cidfile, own_dir: create.then_some(own_dir) })
     }
 
     /// What the parent-death watcher becomes if gpurun dies: `<client> <globals> kill --signal
@@ -515,7 +512,7 @@ mod tests {
         let run = found("podman --runtime runc run --rm -v /d:/d img python train.py -d");
         let chosen =
             Chosen { uuids: &["GPU-a".to_owned(), "GPU-b".to_owned()], indices: "3,5", framework_env: true };
-        let (rewritten, added) = run.rewrite(
+        let rewritten = run.rewrite(
             &words("podman --runtime runc run --rm -v /d:/d img python train.py -d"),
             &chosen,
             Injection::Cdi,
@@ -528,7 +525,6 @@ mod tests {
              -e TF_FORCE_GPU_ALLOW_GROWTH=true -e XLA_PYTHON_CLIENT_PREALLOCATE=false --cidfile /t/cid \
              --rm -v /d:/d img python train.py -d"
         );
-        assert!(shown(&added).starts_with("--device nvidia.com/gpu=GPU-a"));
         // The user's -e wins; no host-index CUDA_VISIBLE_DEVICES is ever added.
         let run =
             found("podman run -e TF_FORCE_GPU_ALLOW_GROWTH=false --env=XLA_PYTHON_CLIENT_PREALLOCATE img");
@@ -537,7 +533,7 @@ mod tests {
             indices: "0",
             framework_env: true,
         };
-        let (rewritten, _) = run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Path::new("/c"));
+        let rewritten = run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Path::new("/c"));
         let text = shown(&rewritten);
         assert!(
             !text.contains("TF_FORCE") && !text.contains("XLA_") && !text.contains("CUDA_VISIBLE"),
@@ -556,12 +552,10 @@ mod tests {
         assert_eq!(found("podman run img").injection(ContainerUse::Gpus, false), Injection::Cdi);
         let two = ["GPU-a".to_owned(), "GPU-b".to_owned()];
         let chosen = Chosen { uuids: &two, indices: "0,1", framework_env: false };
-        let (rewritten, _) =
-            run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Path::new("/c"));
+        let rewritten = run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Path::new("/c"));
         assert_eq!(rewritten[2..4], [OsString::from("--gpus"), OsString::from("\"device=GPU-a,GPU-b\"")]);
         let chosen = Chosen { uuids: &two[..1], indices: "0", framework_env: false };
-        let (rewritten, _) =
-            run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Path::new("/c"));
+        let rewritten = run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Path::new("/c"));
         assert_eq!(rewritten[2..4], [OsString::from("--gpus"), OsString::from("device=GPU-a")]);
         assert!(docker_has_cdi(r#"{"features": {"cdi": true}}"#));
         assert!(!docker_has_cdi(r#"{"runtimes": {}}"#) && !docker_has_cdi("not json"));
@@ -622,8 +616,7 @@ mod tests {
         assert!(run.sig_proxy_off);
         assert_eq!(run.cidfile(Path::new("/ours")), PathBuf::from("/mine"));
         let chosen = Chosen { uuids: &["GPU-a".to_owned()], indices: "0", framework_env: false };
-        let (_, added) = run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Path::new("/ours"));
-        assert!(!shown(&added).contains("--cidfile"), "{}", shown(&added));
-        assert_eq!(crate::verify::container::read_id(Path::new("/nonexistent")), None);
+        let rewritten = run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Path::new("/ours"));
+        assert!(!shown(&rewritten).contains("--cidfile"), "{}", shown(&rewritten));
     }
 }

@@ -14,6 +14,7 @@ use crate::launch::env::Plan;
 use crate::options::size::human;
 use crate::probe::gpu::{Gpu, Machine};
 use crate::process::procfs;
+use crate::process::stdio::clip;
 use crate::reserve::acquire::Queued;
 use crate::reserve::lease::{self, Lease};
 use crate::select::policy::Assessment;
@@ -339,17 +340,6 @@ fn links_between(topology: &crate::probe::gpu::Topology, gpus: &[u32]) -> Vec<St
 
 fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map(|v| v.to_string()).unwrap_or_else(|| "-".to_owned())
-}
-
-/// Keeps a table cell to `width` characters.
-fn clip(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_owned()
-    } else {
-        let mut clipped: String = text.chars().take(width.saturating_sub(1)).collect();
-        clipped.push('…');
-        clipped
-    }
 }
 
 /// `--list --topology`: the link between every pair, as `nvidia-smi topo -m` shows it.

@@ -57,18 +57,23 @@ pub fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
 /// `text` cut to fit in `columns` without reaching the last one (where a terminal would wrap
 /// at the next character), ending in `…` when cut.
 pub fn fit(text: &str, columns: usize) -> String {
-    let room = columns.saturating_sub(1).max(2);
-    if text.chars().count() <= room {
+    clip(text, columns.saturating_sub(1).max(2))
+}
+
+/// `text` in at most `width` characters, ending in `…` when cut (a table cell, a command
+/// line in a verdict).
+pub fn clip(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
         return text.to_owned();
     }
-    let mut cut: String = text.chars().take(room - 1).collect();
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
     cut.push('…');
     cut
 }
 
 #[cfg(test)]
 mod tests {
-    use super::fit;
+    use super::{clip, fit};
 
     #[test]
     fn fit_cuts_with_an_ellipsis_before_the_last_column() {
@@ -77,5 +82,7 @@ mod tests {
         assert_eq!(fit("abcdefghij", 6).chars().count(), 5);
         assert_eq!(fit("abcde", 6), "abcde");
         assert_eq!(fit("ééééééé", 5).chars().count(), 4);
+        assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("abcd", 4), "abcd");
     }
 }

@@ -18,13 +18,15 @@ use crate::reserve::acquire::{self, AcquireError, Acquisition, GroupShare};
 use crate::reserve::group::{self, Found, Member, Membership, State};
 use crate::reserve::lease;
 use crate::reserve::lockdir::LockDir;
-use crate::select::policy::{Decision, Outcome};
+use crate::select::policy::Decision;
 use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited};
 
 /// How long a rank that is not the chooser sleeps between looks at the group's record while
 /// the set is being chosen (a few ranks, a cheap look: no NVML).
 const LOOK_AGAIN: Duration = Duration::from_millis(20);
+/// After this long waiting for the set, a rank says whom it waits for.
+const SAY_WAITING_AFTER: Duration = Duration::from_secs(1);
 
 /// What `--per-rank` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,19 +82,16 @@ pub fn acquire(
     };
     let mut machine: Option<Machine> = None;
     let mut said_waiting = false;
+    let member = Member {
+        job: &per_rank.rank.job,
+        launcher: per_rank.rank.launcher,
+        local_rank: per_rank.rank.local_rank,
+        local_size: per_rank.rank.local_size,
+        per_rank: per_rank.gpus_per_rank,
+        timeout: per_rank.timeout,
+    };
     loop {
-        let guard = dir.lock(&mut |fd, timeout| {
-            let (received, _) = receiver.wait(Some(fd), Some(timeout));
-            receiver.act_before_launch(&received)
-        })?;
-        let member = Member {
-            job: &per_rank.rank.job,
-            launcher: per_rank.rank.launcher,
-            local_rank: per_rank.rank.local_rank,
-            local_size: per_rank.rank.local_size,
-            per_rank: per_rank.gpus_per_rank,
-            timeout: per_rank.timeout,
-        };
+        let guard = acquire::lock(&dir, receiver)?;
         let membership = match group::find_or_make(&dir, &member)? {
             Found::Choose(membership) => {
                 drop(guard);
@@ -130,7 +129,8 @@ pub fn acquire(
                         status: exit_code::NOT_ENOUGH_GPUS,
                     });
                 }
-                if !said_waiting {
+                // The set normally comes within milliseconds: said only when it does not.
+                if !said_waiting && started.elapsed() >= SAY_WAITING_AFTER {
                     tracing::info!(
                         "{}: waiting for rank {} (gpurun PID {}) to choose the group's GPUs",
                         per_rank.rank,
@@ -220,14 +220,7 @@ pub fn acquire(
                 let leases = lease::reserve(&dir, &reserve, *exclusive, &options.command)?;
                 drop(guard);
                 let selection = Selection::new(&probed, &indices, per_rank.group_count());
-                let decision = Decision {
-                    assessments: Vec::new(),
-                    outcome: Outcome::Selected(indices),
-                    never: None,
-                    set_reason: None,
-                    min_free_note: None,
-                    passed_over: Vec::new(),
-                };
+                let decision = Decision::selected(indices);
                 return Ok(Acquisition {
                     machine: probed,
                     decision,

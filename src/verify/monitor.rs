@@ -261,7 +261,11 @@ impl Monitor {
                         if in_tree {
                             tree_bytes += process.used_bytes.unwrap_or(0);
                             let command = procfs::command_line(process.pid).unwrap_or_else(|| "?".to_owned());
-                            poll.sightings.push(Sighting { pid: process.pid, command: clip(&command), gpu });
+                            poll.sightings.push(Sighting {
+                                pid: process.pid,
+                                command: crate::process::stdio::clip(&command, 60),
+                                gpu,
+                            });
                         } else if selected
                             && !self.before_launch.contains(&process.pid)
                             && !procfs::exists(process.pid)
@@ -281,14 +285,6 @@ impl Monitor {
             }
         }
         poll
-    }
-}
-
-fn clip(command: &str) -> String {
-    if command.chars().count() <= 60 {
-        command.to_owned()
-    } else {
-        format!("{}…", command.chars().take(59).collect::<String>())
     }
 }
 
