@@ -4,8 +4,10 @@
 //! Not through PR_SET_PDEATHSIG in the command: that signal is sent each time the command is
 //! reparented, and gpurun has more than one thread (its NVML thread, and any thread the NVML
 //! library starts), so a dying gpurun would hand the command the signal once per thread that
-//! outlived the one that forked it. Instead a small watcher process, forked before the command,
-//! holds the read end of a pipe whose write end only gpurun holds. The end of gpurun, however it
+//! outlived the one that forked it. Instead a small watcher process, started once the command
+//! exists (before gpurun tells it to go), holds the read end of a pipe whose write end only
+//! gpurun holds. It runs in gpurun's memory (`vm_child`): a fork's copy of gpurun's page
+//! tables cost a fifth of a launch. The end of gpurun, however it
 //! comes, closes that pipe, and only then, once, the watcher sends the signal through a pidfd
 //! (which cannot reach a reused PID). When the command ends first, or gpurun stops it, the
 //! watcher just exits. It blocks every signal, like gpurun, and sits in gpurun's process group.
@@ -15,11 +17,13 @@
 //! (the ID read from the --cidfile then), so the container gets the signal whatever the
 //! client's --sig-proxy.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::unistd::{fork, pipe2, ForkResult, Pid};
+use nix::unistd::{pipe2, Pid};
+
+use crate::process::vm_child::{self, Stack};
 
 /// The watcher, from gpurun's side.
 pub struct Watcher {
@@ -38,14 +42,14 @@ fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     }
 }
 
-fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) {
+fn pidfd_send_signal(pidfd: BorrowedFd, signal: i32) {
     // SAFETY: pidfd_send_signal with a valid descriptor, a signal number and no siginfo.
     unsafe {
         libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<u8>(), 0)
     };
 }
 
-/// `<client> <globals> kill --signal N`, prepared before the fork (no allocation after it),
+/// `<client> <globals> kill --signal N`, prepared before the watcher starts (it allocates nothing),
 /// and the file the container's ID is in.
 pub struct ContainerKill {
     pub argv: Vec<std::ffi::CString>,
@@ -106,39 +110,50 @@ fn exec_kill(kill: &ContainerKill) {
     unsafe { libc::execve(argv[0], argv.as_ptr(), environ) };
 }
 
-/// The watcher's whole life, after the fork: async-signal-safe calls only.
-fn watch(pipe: OwnedFd, signal: i32, container: Option<ContainerKill>) -> ! {
+/// The watcher's whole life: in gpurun's memory (`vm_child`), on descriptors of its own.
+/// While gpurun lives it makes no call that can fail (and so writes no errno it shares with
+/// gpurun's main thread): it names itself and waits in poll(2), with every signal blocked.
+fn watch(
+    pipe: RawFd,
+    gpuruns_end: RawFd,
+    command: Target,
+    signal: i32,
+    container: Option<&ContainerKill>,
+) -> i32 {
     let _ = nix::sys::prctl::set_name(c"gpurun-watcher");
-    let mut pid = [0u8; 4];
-    // The command's PID comes first; EOF before it: gpurun ended before starting it.
-    if nix::unistd::read(&pipe, &mut pid) != Ok(4) {
-        signal_hook::low_level::exit(0);
-    }
-    let pid = i32::from_ne_bytes(pid);
-    let Some(command) = pidfd_open(pid) else {
-        // No pidfds: the PID is safe to use while the command is gpurun's unreaped child,
-        // which it is until gpurun (which then tells us to stop) or its death.
-        if wait_for_end(&pipe, None) {
-            crate::process::signals::send(pid as u32, signal);
-        }
-        signal_hook::low_level::exit(0)
+    // Its copy of gpurun's end: with it open, gpurun's death would never read as end of file.
+    // SAFETY: closes a descriptor of the watcher's own table.
+    unsafe { libc::close(gpuruns_end) };
+    // SAFETY: the watcher's own copies of descriptors gpurun made for it.
+    let pipe = unsafe { BorrowedFd::borrow_raw(pipe) };
+    let pidfd = match command {
+        // SAFETY: as above.
+        Target::Pidfd(fd) => Some(unsafe { BorrowedFd::borrow_raw(fd) }),
+        Target::Pid(_) => None,
     };
-    if wait_for_end(&pipe, Some(&command)) {
-        pidfd_send_signal(&command, signal);
-        if let Some(kill) = &container {
+    if wait_for_end(pipe, pidfd) {
+        match (command, pidfd) {
+            (_, Some(pidfd)) => pidfd_send_signal(pidfd, signal),
+            // No pidfds: the PID is safe to use while the command is gpurun's unreaped child,
+            // which it is until gpurun (which then tells us to stop) or its death.
+            (Target::Pid(pid), None) => {
+                crate::process::signals::send(pid, signal);
+            }
+            (Target::Pidfd(_), None) => {}
+        }
+        if let Some(kill) = container {
             exec_kill(kill);
         }
     }
-    signal_hook::low_level::exit(0)
+    // SAFETY: ends the watcher alone (it is no thread of gpurun's).
+    unsafe { libc::_exit(0) }
 }
 
 /// Waits until gpurun dies (true), or says stop, or the command ends (false).
-fn wait_for_end(pipe: &OwnedFd, command: Option<&OwnedFd>) -> bool {
+fn wait_for_end(pipe: BorrowedFd, command: Option<BorrowedFd>) -> bool {
     loop {
-        let mut fds = [
-            PollFd::new(std::os::fd::AsFd::as_fd(pipe), PollFlags::POLLIN),
-            PollFd::new(std::os::fd::AsFd::as_fd(command.unwrap_or(pipe)), PollFlags::POLLIN),
-        ];
+        let mut fds =
+            [PollFd::new(pipe, PollFlags::POLLIN), PollFd::new(command.unwrap_or(pipe), PollFlags::POLLIN)];
         if poll(&mut fds, PollTimeout::NONE).is_err() {
             continue;
         }
@@ -152,29 +167,43 @@ fn wait_for_end(pipe: &OwnedFd, command: Option<&OwnedFd>) -> bool {
     }
 }
 
+/// How the watcher reaches the command.
+#[derive(Clone, Copy)]
+enum Target {
+    Pidfd(RawFd),
+    /// A kernel older than 5.3.
+    Pid(u32),
+}
+
 impl Watcher {
-    /// Forks the watcher. Returns None if that fails (the command then runs without a
-    /// parent-death signal, which is said).
-    pub fn start(signal: i32, container: Option<ContainerKill>) -> Option<Watcher> {
-        let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).ok()?;
-        // SAFETY: the child runs only `watch`: async-signal-safe calls on descriptors it owns,
-        // ending in _exit.
-        match unsafe { fork() } {
-            Ok(ForkResult::Child) => {
-                drop(write_end);
-                watch(read_end, signal, container)
-            }
-            Ok(ForkResult::Parent { child }) => Some(Watcher { pid: child, pipe: write_end }),
-            Err(error) => {
-                tracing::warn!("no parent-death signal for the command: cannot start its watcher: {error}");
-                None
-            }
+    /// Starts the watcher of `command` (gpurun's child, not yet told to go). Returns None if
+    /// that fails (the command then runs without a parent-death signal, which is said).
+    pub fn start(command: u32, signal: i32, container: Option<ContainerKill>) -> Option<Watcher> {
+        let started = Self::clone_watcher(command, signal, container);
+        if let Err(error) = &started {
+            tracing::warn!("no parent-death signal for the command: cannot start its watcher: {error}");
         }
+        started.ok()
     }
 
-    /// Tells the watcher which process to signal.
-    pub fn track(&self, command: u32) {
-        let _ = nix::unistd::write(&self.pipe, &(command as i32).to_ne_bytes());
+    fn clone_watcher(command: u32, signal: i32, container: Option<ContainerKill>) -> nix::Result<Watcher> {
+        let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC)?;
+        // Opened here, not in the watcher: a pidfd_open that fails there would write the errno
+        // it shares with gpurun's main thread.
+        let pidfd = pidfd_open(command as i32);
+        let target = pidfd.as_ref().map_or(Target::Pid(command), |fd| Target::Pidfd(fd.as_raw_fd()));
+        let stack = Stack::new(64 * 1024)?;
+        // The watcher may outlive gpurun, so what it reads is never freed: its stack, its
+        // arguments (a few hundred bytes, once per run).
+        let container: Option<&'static ContainerKill> = container.map(|kill| &*Box::leak(Box::new(kill)));
+        let (pipe, gpuruns_end) = (read_end.as_raw_fd(), write_end.as_raw_fd());
+        let body: &'static _ =
+            Box::leak(Box::new(move || watch(pipe, gpuruns_end, target, signal, container)));
+        // SAFETY: the body and the stack are never freed, and `watch` keeps to vm_child's
+        // rules (async-signal-safe calls, none failing while gpurun lives).
+        let pid = unsafe { vm_child::start(&stack, body) }?;
+        stack.keep();
+        Ok(Watcher { pid, pipe: write_end })
     }
 
     /// gpurun lives on to the end: the watcher leaves, and is reaped.

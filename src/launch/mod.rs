@@ -151,14 +151,13 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let inherited = orphans::Inherited::capture();
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
-    let watcher = supervision
-        .parent_death_signal
-        .and_then(|signal| Watcher::start(signal, container.and_then(|c| c.death_kill(signal))));
+    // Prepared before the command exists: it looks the client up on PATH.
+    let death_kill = supervision.parent_death_signal.and_then(|signal| container?.death_kill(signal));
+    let mut watcher = None;
     let mut stops = Vec::new();
     let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
-        if let Some(watcher) = &watcher {
-            watcher.track(child);
-        }
+        watcher =
+            supervision.parent_death_signal.and_then(|signal| Watcher::start(child, signal, death_kill));
         // Before the go: the command starts (and execs) on these CPUs.
         if let Some(cpus) = &plan.cpus {
             if let Err(error) = affinity::bind(child, cpus) {

@@ -1,9 +1,11 @@
-//! Starting the command: fork, then exec in the child with the caller's signal state, the
-//! parent-death signal and the chosen environment; or `--exec`, which replaces gpurun.
+//! Starting the command: a child in gpurun's memory (`vm_child`: no copy of its page tables),
+//! then exec in the child with the caller's signal state and the chosen environment; or
+//! `--exec`, which replaces gpurun.
 //!
-//! gpurun forks by hand rather than through `std::process::Command` for one reason: a terminal
-//! signal (Ctrl-C) that reaches gpurun just before the fork was never seen by the command, one
-//! that arrives just after reaches both, and from the signalfd the two look the same. So the
+//! gpurun starts its child by hand rather than through `std::process::Command` for one reason:
+//! a terminal signal (Ctrl-C) that reaches gpurun just before the clone was never seen by the
+//! command, one that arrives just after reaches both, and from the signalfd the two look the
+//! same. So the
 //! child waits, its signals still blocked, until gpurun has read every signal that arrived so
 //! far and passed those on (`before_go`); a signal sent to the child that it already has is
 //! merged with the pending one by the kernel, so it arrives exactly once either way. Only then
@@ -13,15 +15,16 @@
 
 use std::ffi::{c_char, CString, OsStr, OsString};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::unistd::{fork, pipe2, ForkResult};
+use nix::unistd::pipe2;
 
 use crate::exit_code;
 use crate::process::signals::CallerState;
+use crate::process::vm_child::{self, Stack};
 
 /// How to start the command.
 pub struct Launch<'a> {
@@ -61,8 +64,8 @@ impl LaunchError {
     }
 }
 
-/// Everything exec needs, built before the fork: the child must not allocate (another thread
-/// may hold the allocator's lock at the moment of the fork).
+/// Everything exec needs, built before the child starts: the child must not allocate (another
+/// thread may hold the allocator's lock, and the allocator is gpurun's own).
 struct Prepared {
     program: CString,
     _argv: Vec<CString>,
@@ -134,16 +137,34 @@ fn restore_and_exec(prepared: &Prepared, caller: &CallerState) -> Errno {
     Errno::last()
 }
 
-/// The child's side of the fork. Async-signal-safe calls only: no allocation, no locks.
-fn child(prepared: &Prepared, caller: &CallerState, go: OwnedFd, report: OwnedFd) -> ! {
+/// The pipes' descriptors in the child's copy of the table: its own ends, and the parent's.
+#[derive(Clone, Copy)]
+struct ChildEnds {
+    go: RawFd,
+    report: RawFd,
+    parents: [RawFd; 2],
+}
+
+/// The child's side: async-signal-safe calls only, no allocation, no locks, on memory the
+/// parent keeps until the child has exec'd or exited (`vm_child`).
+fn child(prepared: &Prepared, caller: &CallerState, ends: ChildEnds) -> i32 {
+    let ChildEnds { go, report, parents } = ends;
     let mut byte = [0u8];
-    if nix::unistd::read(&go, &mut byte) != Ok(1) {
-        // gpurun is gone before saying go.
-        signal_hook::low_level::exit(i32::from(exit_code::GPURUN_ERROR));
+    // SAFETY: the child's own copies of descriptors the parent made for it, read into and
+    // written from its stack; the parent's ends are closed first (else gpurun's death would
+    // never read as the end of the go pipe).
+    unsafe {
+        parents.iter().for_each(|fd| {
+            libc::close(*fd);
+        });
+        if libc::read(go, byte.as_mut_ptr().cast(), 1) != 1 {
+            // gpurun is gone before saying go.
+            libc::_exit(i32::from(exit_code::GPURUN_ERROR));
+        }
+        let errno = restore_and_exec(prepared, caller) as i32;
+        libc::write(report, (&errno as *const i32).cast(), 4);
+        libc::_exit(i32::from(exit_code::NOT_FOUND))
     }
-    let errno = restore_and_exec(prepared, caller);
-    let _ = nix::unistd::write(&report, &(errno as i32).to_ne_bytes());
-    signal_hook::low_level::exit(i32::from(exit_code::NOT_FOUND))
 }
 
 /// Starts the command as gpurun's child and returns its PID once it has exec'd. `before_go`
@@ -154,34 +175,34 @@ pub fn spawn(launch: &Launch, caller: &CallerState, before_go: impl FnOnce(u32))
     let setup = |error: Errno| LaunchError::Setup(shown(), io::Error::from(error));
     let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC).map_err(setup)?;
     let (report_read, report_write) = pipe2(OFlag::O_CLOEXEC).map_err(setup)?;
-    // SAFETY: the child runs only `child`, which makes async-signal-safe calls on memory
-    // prepared before the fork, and ends in exec or _exit.
-    match unsafe { fork() }.map_err(setup)? {
-        ForkResult::Child => {
-            drop(go_write);
-            drop(report_read);
-            child(&prepared, caller, go_read, report_write)
+    // Room for execvpe's own: a path buffer, and the argument vector it builds for a script
+    // without a #! line (what glibc's posix_spawn allows for).
+    let stack =
+        Stack::new(64 * 1024 + (launch.command.len() + 2) * std::mem::size_of::<usize>()).map_err(setup)?;
+    let ends = ChildEnds {
+        go: go_read.as_raw_fd(),
+        report: report_write.as_raw_fd(),
+        parents: [go_write.as_raw_fd(), report_read.as_raw_fd()],
+    };
+    let body = || child(&prepared, caller, ends);
+    // SAFETY: `body` and `stack` live until the child has exec'd (the report pipe's end of
+    // file) or has exited (it is reaped below), and `child` keeps to vm_child's rules. Its
+    // failed execs write this thread's errno: meanwhile this thread only writes the go byte,
+    // closes its end and blocks reading the report, none of which reads errno.
+    let pid = unsafe { vm_child::start(&stack, &body) }.map_err(setup)?;
+    drop(go_read);
+    drop(report_write);
+    before_go(pid.as_raw() as u32);
+    let _ = nix::unistd::write(&go_write, &[1]);
+    drop(go_write);
+    let mut errno = [0u8; 4];
+    match read_full(&report_read, &mut errno) {
+        4 => {
+            // The child has ended (it wrote and _exited): collect it.
+            let _ = nix::sys::wait::waitpid(pid, None);
+            Err(LaunchError::from_errno(&launch.command[0], Errno::from_raw(i32::from_ne_bytes(errno))))
         }
-        ForkResult::Parent { child } => {
-            drop(go_read);
-            drop(report_write);
-            let pid = child.as_raw() as u32;
-            before_go(pid);
-            let _ = nix::unistd::write(&go_write, &[1]);
-            drop(go_write);
-            let mut errno = [0u8; 4];
-            match read_full(&report_read, &mut errno) {
-                4 => {
-                    // The child has ended (it wrote and _exited): collect it.
-                    let _ = nix::sys::wait::waitpid(child, None);
-                    Err(LaunchError::from_errno(
-                        &launch.command[0],
-                        Errno::from_raw(i32::from_ne_bytes(errno)),
-                    ))
-                }
-                _ => Ok(pid),
-            }
-        }
+        _ => Ok(pid.as_raw() as u32),
     }
 }
 

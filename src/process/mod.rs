@@ -5,6 +5,7 @@ pub mod logging;
 pub mod procfs;
 pub mod signals;
 pub mod stdio;
+pub mod vm_child;
 
 /// One malloc arena for all of gpurun's threads: the NVML thread (and any thread the library
 /// starts) would otherwise get an arena of its own, a few hundred KiB of resident memory that

@@ -1,0 +1,121 @@
+//! Children that share gpurun's memory until they exec or exit: clone(2) with CLONE_VM, as
+//! glibc's posix_spawn does, but without CLONE_VFORK, so gpurun runs on meanwhile (the
+//! command's child waits for gpurun's go, and the watcher waits for gpurun's end).
+//!
+//! A fork copies gpurun's page tables (the NVML library, its heap), makes every page gpurun
+//! writes afterwards fault once more for its copy, and tears the copy down again at the exec or
+//! the exit: about a third of a millisecond per child, which was most of what a launch cost
+//! beyond the command itself (doc/performance.md). Such a child costs what a thread does.
+//!
+//! What the child may do is narrower than after a fork, and every caller keeps to it:
+//! - Memory it reads (its body and what the body borrows) must stay valid until it has exec'd
+//!   or exited: gpurun frees nothing the child uses before then, or never frees it.
+//! - It shares its thread-local storage with the thread that cloned it, errno included: a
+//!   failing call in the child writes the parent thread's errno. Each caller says why the
+//!   parent thread reads no errno while its child can fail a call (or makes none that fail).
+//! - No allocation, no locks (as after a fork): async-signal-safe calls only.
+//! - Signal dispositions are the child's own copy (no CLONE_SIGHAND), its mask its own.
+
+use std::ffi::c_void;
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+use nix::sys::mman::{mmap_anonymous, mprotect, munmap, MapFlags, ProtFlags};
+use nix::unistd::Pid;
+
+/// A child's stack: mapped without reserving memory (only the pages it touches are
+/// resident), with a guard page below it, so that an overflow faults instead of writing
+/// over gpurun's memory.
+pub struct Stack {
+    base: NonNull<c_void>,
+    length: usize,
+}
+
+const GUARD: usize = 4096;
+
+impl Stack {
+    pub fn new(length: usize) -> nix::Result<Stack> {
+        let length = length.max(2 * GUARD);
+        // SAFETY: a new private anonymous mapping, aliasing nothing.
+        let base = unsafe {
+            mmap_anonymous(
+                None,
+                NonZeroUsize::new(length).expect("a stack has a length"),
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_STACK | MapFlags::MAP_NORESERVE,
+            )?
+        };
+        // SAFETY: the lowest page of the mapping just made, which nothing uses yet.
+        if let Err(error) = unsafe { mprotect(base, GUARD, ProtFlags::PROT_NONE) } {
+            // SAFETY: the mapping just made, unused.
+            let _ = unsafe { munmap(base, length) };
+            return Err(error);
+        }
+        Ok(Stack { base, length })
+    }
+
+    /// Kept for as long as gpurun lives: for a child that may outlive every point at which
+    /// gpurun could know it no longer needs its stack.
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
+
+    fn top(&self) -> *mut c_void {
+        // SAFETY: one past the end of the mapping, 16-byte aligned (mappings are page-aligned).
+        unsafe { self.base.as_ptr().cast::<u8>().add(self.length).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours, and (by `start`'s contract) no child uses it any more.
+        let _ = unsafe { munmap(self.base, self.length) };
+    }
+}
+
+/// Starts `body` as a child process on `stack`, in gpurun's memory; the child's exit status
+/// is what `body` returns, if it returns.
+///
+/// # Safety
+/// The module's rules: `body` and `stack` outlive the child's use of them (until its exec or
+/// exit), and `body` makes async-signal-safe calls only, whose errno the parent thread does
+/// not read meanwhile.
+pub unsafe fn start<F: Fn() -> i32>(stack: &Stack, body: &F) -> nix::Result<Pid> {
+    extern "C" fn run<F: Fn() -> i32>(body: *mut c_void) -> libc::c_int {
+        // SAFETY: `start`'s caller keeps the body alive while the child runs.
+        let body = unsafe { &*(body as *const F) };
+        body()
+    }
+    // SAFETY: the flags share only memory (not descriptors, handlers or the thread group);
+    // the stack and the argument are valid for the child's life, by the caller's promise.
+    let pid = unsafe {
+        libc::clone(run::<F>, stack.top(), libc::CLONE_VM | libc::SIGCHLD, body as *const F as *mut c_void)
+    };
+    Errno::result(pid).map(Pid::from_raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn the_child_writes_the_parents_memory_and_exits_with_its_status() {
+        let seen = AtomicU32::new(0);
+        let stack = Stack::new(64 * 1024).unwrap();
+        let body = || {
+            seen.store(std::process::id() + 1, Ordering::SeqCst);
+            // SAFETY: ends the child alone.
+            unsafe { libc::_exit(7) }
+        };
+        // SAFETY: `body` and `stack` outlive the child (it is reaped below); it makes one store
+        // and _exit, which fails no call.
+        let child = unsafe { start(&stack, &body) }.unwrap();
+        let status = nix::sys::wait::waitpid(child, None).unwrap();
+        assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 7));
+        // A process of its own (getpid there was the child's), writing the parent's memory.
+        assert_ne!(child.as_raw() as u32, std::process::id());
+        assert_eq!(seen.load(Ordering::SeqCst), child.as_raw() as u32 + 1);
+    }
+}
