@@ -66,11 +66,16 @@ pub fn completion_script(shell: CompletionShell) -> String {
 pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliError> {
     let args = shebang::expand(args).map_err(CliError::Usage)?;
     // One definition, built once, for the user's own words and for all of them.
-    let mut definition = command();
+    let mut definition = args::parsing_command();
     let user_only = definition.try_get_matches_from_mut(args.clone());
     if let Err(error) = &user_only {
         if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            crate::process::stdio::print(&error.render().to_string()).map_err(CliError::Output)?;
+            // Rendered by the definition that holds --help's reference sections.
+            let rendered = match command().try_get_matches_from(args) {
+                Err(full) => full.render().to_string(),
+                Ok(_) => error.render().to_string(),
+            };
+            crate::process::stdio::print(&rendered).map_err(CliError::Output)?;
             return Ok(None);
         }
     }
@@ -84,13 +89,23 @@ pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliErro
         }
     }
     let layered = settings::layered(&mut definition, args.clone())?;
-    let matches =
-        definition.try_get_matches_from_mut(layered.args.clone()).map_err(|error| usage(error, &args))?;
+    // Without settings the user's words are the whole command line, already parsed.
+    let (matches, user_only) = match layered.settings.is_empty() {
+        true => (user_only, None),
+        false => (definition.try_get_matches_from_mut(layered.args.clone()), Some(user_only)),
+    };
+    let matches = match matches {
+        Ok(matches) => matches,
+        Err(error) => {
+            layered.blame(&mut definition)?;
+            return Err(usage(error, &args));
+        }
+    };
     let cli =
         <Cli as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|error| usage(error, &args))?;
     let mut origins = layered.origins();
     // A setting the user's own words give again is the command line's.
-    if let Ok(matches) = user_only {
+    if let Some(Ok(matches)) = user_only {
         origins.retain(|long, _| {
             let id = definition
                 .get_arguments()

@@ -280,7 +280,7 @@ pub fn file_settings(
         }
     }
     if bad.is_empty() {
-        check(command, &all)?;
+        // Checked against each other only if the command line does not parse (`Layered::blame`).
         return Ok(all);
     }
     // The lines that parsed may still hold bad values: each is checked on its own.
@@ -327,7 +327,6 @@ pub fn environment_settings(
         };
         all.extend(setting(command, &key, value, &name)?);
     }
-    check(command, &all)?;
     Ok(all)
 }
 
@@ -412,6 +411,8 @@ pub struct Layered {
     pub settings: Vec<Setting>,
     /// The house rules of the system file.
     pub limits: Limits,
+    /// Each layer's settings in order (the system file's with --no-config too), for `blame`.
+    layers: Vec<Vec<Setting>>,
 }
 
 impl Layered {
@@ -420,6 +421,20 @@ impl Layered {
     pub fn origins(&self) -> BTreeMap<String, String> {
         self.settings.iter().map(|s| (s.key.clone(), s.origin.clone())).collect()
     }
+
+    /// The setting to blame, once the layered command line did not parse: each layer's
+    /// settings on their own, in order, then all of them together. Only then: each of these is
+    /// a part of that command line (every option overrides itself, and no option overrides
+    /// another), so a part that fails makes the whole fail, and a command line that parses
+    /// has no part to blame. That spares three parses of every launch (0.2 ms).
+    pub fn blame(&self, command: &mut clap::Command) -> Result<(), SettingsError> {
+        blame_layers(command, &self.layers)?;
+        check(command, &self.settings)
+    }
+}
+
+fn blame_layers(command: &mut clap::Command, layers: &[Vec<Setting>]) -> Result<(), SettingsError> {
+    layers.iter().try_for_each(|layer| check(command, layer))
 }
 
 /// The layers under the user's own words (`args[0]` is the program name), checked against the
@@ -429,6 +444,7 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
     let mut settings = Vec::new();
+    let mut layers = Vec::new();
     let (system, ignored) = system_file();
     let named_system = system.as_os_str() != SYSTEM_FILE;
     let system_text = read_text(&system, named_system)?;
@@ -442,14 +458,29 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
         let system_settings = file_settings(command, &system, text, true)?;
         limits.lock_dir = system_lock_dir(&system_settings);
         if !skip_files {
-            settings.extend(system_settings);
+            settings.extend(system_settings.iter().cloned());
         }
+        layers.push(system_settings);
     }
+    // A later layer's own error comes after an earlier layer's bad value, as the layers read.
+    let blamed_first = |layers: &[Vec<Setting>], command: &mut clap::Command, error: SettingsError| {
+        blame_layers(command, layers).and(Err(error))
+    };
     if !skip_files {
         if let Some(path) = user_file() {
             let named = std::env::var_os("GPURUN_CONFIG").is_some_and(|p| !p.is_empty());
-            if let Some(text) = read_text(&path, named)? {
-                settings.extend(file_settings(command, &path, &text, false)?);
+            let text = match read_text(&path, named) {
+                Ok(text) => text,
+                Err(error) => return blamed_first(&layers, command, error),
+            };
+            if let Some(text) = text {
+                match file_settings(command, &path, &text, false) {
+                    Ok(user_settings) => {
+                        settings.extend(user_settings.iter().cloned());
+                        layers.push(user_settings);
+                    }
+                    Err(error) => return blamed_first(&layers, command, error),
+                }
             }
         }
     }
@@ -461,19 +492,29 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
             Err(value) => Some((name, value.to_string_lossy().into_owned())),
         }
     });
-    settings.extend(environment_settings(command, variables)?);
-    check(command, &settings)?;
+    match environment_settings(command, variables) {
+        Ok(variable_settings) => {
+            settings.extend(variable_settings.iter().cloned());
+            layers.push(variable_settings);
+        }
+        Err(error) => return blamed_first(&layers, command, error),
+    }
     let mut merged = Vec::with_capacity(args.len() + settings.len());
     merged.extend(args.first().cloned());
     merged.extend(settings.iter().flat_map(|s| s.words.iter().cloned()));
     merged.extend(user_words.iter().cloned());
-    Ok(Layered { args: merged, settings, limits })
+    Ok(Layered { args: merged, settings, limits, layers })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli;
+
+    /// One layer, as `layered` would hold it.
+    fn layered_of(layer: Vec<Setting>) -> Layered {
+        Layered { args: Vec::new(), settings: layer.clone(), limits: Limits::default(), layers: vec![layer] }
+    }
 
     fn words(settings: Vec<Setting>) -> Vec<String> {
         settings.into_iter().flat_map(|s| s.words).map(|w| w.into_string().unwrap()).collect()
@@ -513,8 +554,11 @@ mod tests {
             ("exclusive = true\npolicy = \n", "c.toml:2: "),
         ];
         for (text, expected) in cases {
-            let error =
-                file_settings(&mut cli::command(), Path::new("c.toml"), text, false).unwrap_err().to_string();
+            let mut command = cli::command();
+            let error = file_settings(&mut command, Path::new("c.toml"), text, false)
+                .and_then(|layer| Layered::blame(&layered_of(layer), &mut command))
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(expected), "{text:?}: {error}");
         }
     }
@@ -535,7 +579,9 @@ mod tests {
         let settings = environment_settings(&mut cli::command(), variables.into_iter()).unwrap();
         assert_eq!(words(settings), vec!["--exclusive", "--model=-SXM4", "--policy=index"]);
         let bad = |name: &str, value: &str| {
-            environment_settings(&mut cli::command(), vec![(name.to_owned(), value.to_owned())].into_iter())
+            let mut command = cli::command();
+            environment_settings(&mut command, vec![(name.to_owned(), value.to_owned())].into_iter())
+                .and_then(|layer| layered_of(layer).blame(&mut command))
                 .unwrap_err()
                 .to_string()
         };
