@@ -5,6 +5,7 @@
 //! Nothing here walks all of `/proc`: the cost of a question depends on the processes it is
 //! about, never on how many processes the host runs.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 
 /// The fields of `/proc/PID/stat` gpurun uses.
@@ -64,11 +65,20 @@ pub fn owner(pid: u32) -> Option<String> {
 
 /// A uid as a name, or as the number when it has no passwd entry.
 pub fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map(|user| user.name)
-        .unwrap_or_else(|| uid.to_string())
+    // Looked up once per uid: each lookup is a walk through NSS (nscd's socket, nsswitch.conf,
+    // /etc/passwd), and a launch names its own user for every lease and for the history.
+    static KNOWN: std::sync::Mutex<BTreeMap<u32, String>> = std::sync::Mutex::new(BTreeMap::new());
+    let mut known = KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    known
+        .entry(uid)
+        .or_insert_with(|| {
+            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .ok()
+                .flatten()
+                .map(|user| user.name)
+                .unwrap_or_else(|| uid.to_string())
+        })
+        .clone()
 }
 
 /// `alice (uid 1001)`, or `uid 4242` for a uid without a passwd entry.
@@ -206,11 +216,6 @@ fn has_open(pid: u32, dev: u64, inode: u64) -> bool {
     })
 }
 
-/// Whether descriptor `fd` of this process is open (it has a `/proc/self/fd` entry).
-pub fn is_open(fd: i32) -> bool {
-    std::fs::symlink_metadata(format!("/proc/self/fd/{fd}")).is_ok()
-}
-
 /// Whether this process sees the host's PID namespace: PID 2 is the kernel's kthreadd there.
 pub fn in_host_pid_namespace() -> bool {
     short_name(2).is_some_and(|name| name == "kthreadd")
@@ -219,9 +224,13 @@ pub fn in_host_pid_namespace() -> bool {
 /// gpurun's own ignored and blocked signals as `/proc/self/status` shows them (`SigIgn`,
 /// `SigBlk`): bit N-1 is signal N, real-time signals included.
 pub fn own_signal_sets() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/thread-self/status")
-        .or_else(|_| std::fs::read_to_string("/proc/self/status"))
-        .unwrap_or_default();
+    // In one read: the file is about 1.5 KB, and read_to_string takes it in eight.
+    let mut buffer = [0u8; 8192];
+    let length = ["/proc/thread-self/status", "/proc/self/status"]
+        .iter()
+        .find_map(|path| std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut buffer).ok())
+        .unwrap_or(0);
+    let status = String::from_utf8_lossy(&buffer[..length]);
     let field = |name: &str| {
         status
             .lines()

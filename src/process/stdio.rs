@@ -10,14 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
 
-use crate::process::procfs;
-
 /// Whether the caller left stdout closed: then a mode's output cannot be written.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// Fills every closed descriptor among 0-2 with `/dev/null`.
 pub fn ensure_open() {
-    for fd in (0..3).filter(|fd| !procfs::is_open(*fd)) {
+    for fd in (0..3).filter(|fd| !is_open(*fd)) {
         if fd == 1 {
             STDOUT_CLOSED.store(true, Ordering::Relaxed);
         }
@@ -30,6 +28,13 @@ pub fn ensure_open() {
             }
         }
     }
+}
+
+/// Without /proc: F_GETFD fails (EBADF) only on a descriptor that is not open.
+fn is_open(fd: i32) -> bool {
+    // SAFETY: a borrowed descriptor that is only asked for its flags.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_ok()
 }
 
 /// Writes a mode's output (`--list`, `--export`, help...) to stdout. Failing to write it is an
