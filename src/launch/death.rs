@@ -122,8 +122,7 @@ fn watch(
 ) -> i32 {
     let _ = nix::sys::prctl::set_name(c"gpurun-watcher");
     // Its copy of gpurun's end: with it open, gpurun's death would never read as end of file.
-    // SAFETY: closes a descriptor of the watcher's own table.
-    unsafe { libc::close(gpuruns_end) };
+    let _ = nix::unistd::close(gpuruns_end);
     // SAFETY: the watcher's own copies of descriptors gpurun made for it.
     let pipe = unsafe { BorrowedFd::borrow_raw(pipe) };
     let pidfd = match command {
@@ -145,8 +144,8 @@ fn watch(
             exec_kill(kill);
         }
     }
-    // SAFETY: ends the watcher alone (it is no thread of gpurun's).
-    unsafe { libc::_exit(0) }
+    // _exit: the watcher alone (it is no thread of gpurun's), running no exit handler.
+    signal_hook::low_level::exit(0)
 }
 
 /// Waits until gpurun dies (true), or says stop, or the command ends (false).
