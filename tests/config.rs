@@ -157,6 +157,24 @@ fn variables_for_switches_and_the_commands_own_variables() {
 }
 
 #[test]
+fn a_bad_setting_is_an_error_even_where_the_command_line_sets_it_again() {
+    // The user's --min-free would win, but the file's value is still refused, naming its line.
+    let sim = with_user_file("min-free = \"8X\"\n");
+    let outcome = sim.gpurun().args(["--min-free", "8G", "--export"]).run();
+    outcome.status(125).stderr_has("config.toml:1: key min-free: invalid value '8X'");
+    // The system file's settings are checked with --no-config too, which only leaves them out.
+    let sim = Sim::new(&default_scenario());
+    std::fs::write(sim.system_file(), "policy = \"biggest\"\n").unwrap();
+    for words in [&["--export"][..], &["--no-config", "--export"][..]] {
+        sim.gpurun()
+            .args(words)
+            .run()
+            .status(125)
+            .stderr_has("system.toml:1: key policy: invalid value 'biggest'");
+    }
+}
+
+#[test]
 fn settings_that_conflict_name_where_they_came_from() {
     let sim = with_user_file("report = true\n");
     // A setting whose option conflicts with another is fine alone...

@@ -411,7 +411,7 @@ pub struct Layered {
     pub settings: Vec<Setting>,
     /// The house rules of the system file.
     pub limits: Limits,
-    /// Each layer's settings in order (the system file's with --no-config too), for `blame`.
+    /// Each layer's settings in order, for `blame`.
     layers: Vec<Vec<Setting>>,
 }
 
@@ -457,10 +457,13 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
     if let Some(text) = &system_text {
         let system_settings = file_settings(command, &system, text, true)?;
         limits.lock_dir = system_lock_dir(&system_settings);
-        if !skip_files {
+        if skip_files {
+            // Not a part of the command line, which therefore cannot stand for it: checked now.
+            check(command, &system_settings)?;
+        } else {
             settings.extend(system_settings.iter().cloned());
+            layers.push(system_settings);
         }
-        layers.push(system_settings);
     }
     // A later layer's own error comes after an earlier layer's bad value, as the layers read.
     let blamed_first = |layers: &[Vec<Setting>], command: &mut clap::Command, error: SettingsError| {

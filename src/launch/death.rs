@@ -113,32 +113,23 @@ fn exec_kill(kill: &ContainerKill) {
 /// The watcher's whole life: in gpurun's memory (`vm_child`), on descriptors of its own.
 /// While gpurun lives it makes no call that can fail (and so writes no errno it shares with
 /// gpurun's main thread): it names itself and waits in poll(2), with every signal blocked.
-fn watch(
-    pipe: RawFd,
-    gpuruns_end: RawFd,
-    command: Target,
-    signal: i32,
-    container: Option<&ContainerKill>,
-) -> i32 {
+fn watch(fds: WatcherFds, command: u32, signal: i32, container: Option<&ContainerKill>) -> i32 {
     let _ = nix::sys::prctl::set_name(c"gpurun-watcher");
     // Its copy of gpurun's end: with it open, gpurun's death would never read as end of file.
-    let _ = nix::unistd::close(gpuruns_end);
+    let _ = nix::unistd::close(fds.gpuruns_end);
     // SAFETY: the watcher's own copies of descriptors gpurun made for it.
-    let pipe = unsafe { BorrowedFd::borrow_raw(pipe) };
-    let pidfd = match command {
-        // SAFETY: as above.
-        Target::Pidfd(fd) => Some(unsafe { BorrowedFd::borrow_raw(fd) }),
-        Target::Pid(_) => None,
-    };
+    let pipe = unsafe { BorrowedFd::borrow_raw(fds.pipe) };
+    // SAFETY: as above.
+    let pidfd = fds.pidfd.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
     if wait_for_end(pipe, pidfd) {
-        match (command, pidfd) {
-            (_, Some(pidfd)) => pidfd_send_signal(pidfd, signal),
-            // No pidfds: the PID is safe to use while the command is gpurun's unreaped child,
-            // which it is until gpurun (which then tells us to stop) or its death.
-            (Target::Pid(pid), None) => {
-                crate::process::signals::send(pid, signal);
+        match pidfd {
+            Some(pidfd) => pidfd_send_signal(pidfd, signal),
+            // No pidfds (a kernel older than 5.3): the PID is safe to use while the command is
+            // gpurun's unreaped child, which it is until gpurun (which then tells us to stop)
+            // or its death.
+            None => {
+                crate::process::signals::send(command, signal);
             }
-            (Target::Pidfd(_), None) => {}
         }
         if let Some(kill) = container {
             exec_kill(kill);
@@ -166,12 +157,14 @@ fn wait_for_end(pipe: BorrowedFd, command: Option<BorrowedFd>) -> bool {
     }
 }
 
-/// How the watcher reaches the command.
+/// The descriptors in the watcher's copy of gpurun's table.
 #[derive(Clone, Copy)]
-enum Target {
-    Pidfd(RawFd),
-    /// A kernel older than 5.3.
-    Pid(u32),
+struct WatcherFds {
+    /// The read end of the pipe whose write end only gpurun holds.
+    pipe: RawFd,
+    gpuruns_end: RawFd,
+    /// The command's, where the kernel has pidfds.
+    pidfd: Option<RawFd>,
 }
 
 impl Watcher {
@@ -190,14 +183,16 @@ impl Watcher {
         // Opened here, not in the watcher: a pidfd_open that fails there would write the errno
         // it shares with gpurun's main thread.
         let pidfd = pidfd_open(command as i32);
-        let target = pidfd.as_ref().map_or(Target::Pid(command), |fd| Target::Pidfd(fd.as_raw_fd()));
+        let fds = WatcherFds {
+            pipe: read_end.as_raw_fd(),
+            gpuruns_end: write_end.as_raw_fd(),
+            pidfd: pidfd.as_ref().map(AsRawFd::as_raw_fd),
+        };
         let stack = Stack::new(64 * 1024)?;
         // The watcher may outlive gpurun, so what it reads is never freed: its stack, its
         // arguments (a few hundred bytes, once per run).
         let container: Option<&'static ContainerKill> = container.map(|kill| &*Box::leak(Box::new(kill)));
-        let (pipe, gpuruns_end) = (read_end.as_raw_fd(), write_end.as_raw_fd());
-        let body: &'static _ =
-            Box::leak(Box::new(move || watch(pipe, gpuruns_end, target, signal, container)));
+        let body: &'static _ = Box::leak(Box::new(move || watch(fds, command, signal, container)));
         // SAFETY: the body and the stack are never freed, and `watch` keeps to vm_child's
         // rules (async-signal-safe calls, none failing while gpurun lives).
         let pid = unsafe { vm_child::start(&stack, body) }?;

@@ -5,12 +5,11 @@
 //! gpurun starts its child by hand rather than through `std::process::Command` for one reason:
 //! a terminal signal (Ctrl-C) that reaches gpurun just before the clone was never seen by the
 //! command, one that arrives just after reaches both, and from the signalfd the two look the
-//! same. So the
-//! child waits, its signals still blocked, until gpurun has read every signal that arrived so
-//! far and passed those on (`before_go`); a signal sent to the child that it already has is
-//! merged with the pending one by the kernel, so it arrives exactly once either way. Only then
-//! does the child restore the caller's mask and exec. The exec's own failure (not found, not
-//! executable) comes back through a close-on-exec pipe, so gpurun knows the command really
+//! same. So the child waits, its signals still blocked, until gpurun has read every signal that
+//! arrived so far and passed those on (`before_go`); a signal sent to the child that it already
+//! has is merged with the pending one by the kernel, so it arrives exactly once either way. Only
+//! then does the child restore the caller's mask and exec. The exec's own failure (not found,
+//! not executable) comes back through a close-on-exec pipe, so gpurun knows the command really
 //! started before it says so.
 
 use std::ffi::{c_char, CString, OsStr, OsString};

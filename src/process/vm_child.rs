@@ -4,8 +4,8 @@
 //!
 //! A fork copies gpurun's page tables (the NVML library, its heap), makes every page gpurun
 //! writes afterwards fault once more for its copy, and tears the copy down again at the exec or
-//! the exit: about a third of a millisecond per child, which was most of what a launch cost
-//! beyond the command itself (doc/performance.md). Such a child costs what a thread does.
+//! the exit: about 0.3 ms per child, and the command's child and the watcher were a fifth of a
+//! launch (doc/performance.md). Such a child costs what a thread does.
 //!
 //! What the child may do is narrower than after a fork, and every caller keeps to it:
 //! - Memory it reads (its body and what the body borrows) must stay valid until it has exec'd
@@ -15,6 +15,9 @@
 //!   parent thread reads no errno while its child can fail a call (or makes none that fail).
 //! - No allocation, no locks (as after a fork): async-signal-safe calls only.
 //! - Signal dispositions are the child's own copy (no CLONE_SIGHAND), its mask its own.
+//! - Its descriptors are a copy of gpurun's table (no CLONE_FILES), gpurun's ends of the pipes
+//!   made for it included: it closes those first, or gpurun's death would not read as their
+//!   end of file.
 
 use std::ffi::c_void;
 use std::num::NonZeroUsize;
