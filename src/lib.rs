@@ -77,7 +77,7 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         _ => None,
     };
     // What the command gets, or exit 75's explanation.
-    let plan = chosen.map(|selection| {
+    let mut plan = chosen.map(|selection| {
         let mut plan = match &config.per_rank {
             Some(per_rank) => Plan::for_rank(
                 selection,
@@ -94,7 +94,6 @@ pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
         }
         plan
     });
-    let mut plan = plan;
     // A container run gets the GPUs as the runtime's options; its client gets no host-index
     // CUDA_VISIBLE_DEVICES (podman --env-host would pass it in, where it would mean nothing).
     let prepared = match (&config.container, plan.as_mut(), goal) {

@@ -90,7 +90,7 @@ pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliErro
     }
     let layered = settings::layered(&mut definition, args.clone())?;
     // Without settings the user's words are the whole command line, already parsed.
-    let (matches, user_only) = match layered.settings.is_empty() {
+    let (matches, user_only) = match layered.settings().next().is_none() {
         true => (user_only, None),
         false => (definition.try_get_matches_from_mut(layered.args.clone()), Some(user_only)),
     };

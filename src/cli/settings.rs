@@ -408,10 +408,9 @@ fn system_lock_dir(settings: &[Setting]) -> Option<PathBuf> {
 /// option that came from a layer was set.
 pub struct Layered {
     pub args: Vec<OsString>,
-    pub settings: Vec<Setting>,
     /// The house rules of the system file.
     pub limits: Limits,
-    /// Each layer's settings in order, for `blame`.
+    /// Each layer's settings, lowest first (the system file's only where it is read).
     layers: Vec<Vec<Setting>>,
 }
 
@@ -419,7 +418,12 @@ impl Layered {
     /// Long option -> origin, for the options a layer set (the last layer wins); the caller
     /// removes those the user's own words set.
     pub fn origins(&self) -> BTreeMap<String, String> {
-        self.settings.iter().map(|s| (s.key.clone(), s.origin.clone())).collect()
+        self.settings().map(|s| (s.key.clone(), s.origin.clone())).collect()
+    }
+
+    /// Every layer's settings, lowest first.
+    pub fn settings(&self) -> impl Iterator<Item = &Setting> {
+        self.layers.iter().flatten()
     }
 
     /// The setting to blame, once the layered command line did not parse: each layer's
@@ -429,7 +433,7 @@ impl Layered {
     /// has no part to blame. That spares three parses of every launch (0.2 ms).
     pub fn blame(&self, command: &mut clap::Command) -> Result<(), SettingsError> {
         blame_layers(command, &self.layers)?;
-        check(command, &self.settings)
+        check(command, &self.layers.concat())
     }
 }
 
@@ -443,7 +447,6 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
     let user_words = &args[1.min(args.len())..];
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");
-    let mut settings = Vec::new();
     let mut layers = Vec::new();
     let (system, ignored) = system_file();
     let named_system = system.as_os_str() != SYSTEM_FILE;
@@ -461,7 +464,6 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
             // Not a part of the command line, which therefore cannot stand for it: checked now.
             check(command, &system_settings)?;
         } else {
-            settings.extend(system_settings.iter().cloned());
             layers.push(system_settings);
         }
     }
@@ -478,10 +480,7 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
             };
             if let Some(text) = text {
                 match file_settings(command, &path, &text, false) {
-                    Ok(user_settings) => {
-                        settings.extend(user_settings.iter().cloned());
-                        layers.push(user_settings);
-                    }
+                    Ok(user_settings) => layers.push(user_settings),
                     Err(error) => return blamed_first(&layers, command, error),
                 }
             }
@@ -496,17 +495,13 @@ pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layer
         }
     });
     match environment_settings(command, variables) {
-        Ok(variable_settings) => {
-            settings.extend(variable_settings.iter().cloned());
-            layers.push(variable_settings);
-        }
+        Ok(variable_settings) => layers.push(variable_settings),
         Err(error) => return blamed_first(&layers, command, error),
     }
-    let mut merged = Vec::with_capacity(args.len() + settings.len());
-    merged.extend(args.first().cloned());
-    merged.extend(settings.iter().flat_map(|s| s.words.iter().cloned()));
+    let mut merged: Vec<OsString> = args.first().cloned().into_iter().collect();
+    merged.extend(layers.iter().flatten().flat_map(|s| s.words.iter().cloned()));
     merged.extend(user_words.iter().cloned());
-    Ok(Layered { args: merged, settings, limits, layers })
+    Ok(Layered { args: merged, limits, layers })
 }
 
 #[cfg(test)]
@@ -516,7 +511,7 @@ mod tests {
 
     /// One layer, as `layered` would hold it.
     fn layered_of(layer: Vec<Setting>) -> Layered {
-        Layered { args: Vec::new(), settings: layer.clone(), limits: Limits::default(), layers: vec![layer] }
+        Layered { args: Vec::new(), limits: Limits::default(), layers: vec![layer] }
     }
 
     fn words(settings: Vec<Setting>) -> Vec<String> {

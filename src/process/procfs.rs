@@ -224,13 +224,13 @@ pub fn in_host_pid_namespace() -> bool {
 /// gpurun's own ignored and blocked signals as `/proc/self/status` shows them (`SigIgn`,
 /// `SigBlk`): bit N-1 is signal N, real-time signals included.
 pub fn own_signal_sets() -> (u64, u64) {
-    // In one read: the file is about 1.5 KB, and read_to_string takes it in eight.
-    let mut buffer = [0u8; 8192];
-    let length = ["/proc/thread-self/status", "/proc/self/status"]
-        .iter()
-        .find_map(|path| std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut buffer).ok())
-        .unwrap_or(0);
-    let status = String::from_utf8_lossy(&buffer[..length]);
+    // Into room for the usual 1.5 KB at once (read_to_string alone starts at 32 bytes and
+    // doubles: eight reads), to the end however long (a Groups line can be long).
+    let read = |path: &str| {
+        let mut text = String::with_capacity(4096);
+        std::io::Read::read_to_string(&mut std::fs::File::open(path)?, &mut text).map(|_| text)
+    };
+    let status = read("/proc/thread-self/status").or_else(|_| read("/proc/self/status")).unwrap_or_default();
     let field = |name: &str| {
         status
             .lines()
