@@ -341,6 +341,44 @@ fn the_child_starts_with_the_callers_ignored_signals_and_mask() {
 }
 
 #[test]
+fn the_callers_ignored_signals_reach_the_child_however_long_its_status_is() {
+    // /proc/PID/status lists the supplementary groups before SigIgn: 3000 of them make that
+    // line some 15 KB, past any single read a fixed buffer would take.
+    if !nix::unistd::geteuid().is_root() {
+        return common::skip("a caller in 3000 groups", "setgroups needs root");
+    }
+    let sim = Sim::new(&default_scenario());
+    let groups: Vec<libc::gid_t> = (10_000..13_000).collect();
+    let mut run = sim.gpurun().args(["-q", "--", "cat", "/proc/self/status"]);
+    // SAFETY: setgroups and signal are async-signal-safe; the array was made before the fork.
+    unsafe {
+        run.command.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The one gpurun must change for itself (it reaps) and give the command back.
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    // Bounded: a gpurun that missed the caller's ignored SIGCHLD would wait for ever for a
+    // child the kernel reaped for it.
+    let child = run.command.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let waited = std::thread::spawn(move || child.wait_with_output().unwrap());
+    if !wait_until(Duration::from_secs(20), || waited.is_finished()) {
+        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+        panic!("gpurun did not end: it missed the caller's ignored SIGCHLD");
+    }
+    let output = waited.join().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let status = String::from_utf8_lossy(&output.stdout);
+    assert!(status.lines().find(|l| l.starts_with("Groups:")).unwrap().len() > 10_000);
+    let (ignored, _) = signal_sets(&status);
+    assert_eq!(ignored & !GLIBC_INTERNAL, bit(libc::SIGCHLD), "SigIgn {ignored:x}");
+}
+
+#[test]
 fn a_signal_the_caller_ignored_stays_ignored_in_gpurun_too() {
     let sim = Sim::new(&default_scenario());
     let recorded = Recorded::start_with(&sim, &[], &[], |command| {
