@@ -22,7 +22,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps container-deps shells man lint install install-files clean bench
+.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps container-deps emulation-deps shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -65,13 +65,17 @@ mpi-deps:
 container-deps:
 	@tests/containers/install.sh
 
+# valgrind and qemu-user-static for tests/emulation.rs, installed when missing (as root).
+emulation-deps:
+	@tests/emulation/install.sh
+
 # Every test: unit, integration through the real binary and the simulator, the simulator
 # checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
 # zsh and fish, to check the completion scripts with the shells themselves (as root, when missing).
 shells:
 	@tests/completions/install-shells.sh
 
-test: venv sim slurm-deps mpi-deps container-deps shells
+test: venv sim slurm-deps mpi-deps container-deps emulation-deps shells
 	@CARGO=$(CARGO) tests/run-all.sh
 
 $(BENCH_VENV)/.installed:
@@ -91,7 +95,7 @@ test-gpu:
 	tests/gpu/check.sh
 
 man:
-	GPURUN_BLESS=1 $(CARGO) test --test man_page
+	GPURUN_BLESS=1 $(CARGO) test --test tests man_page
 
 lint:
 	$(CARGO) fmt --all -- --check

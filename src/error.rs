@@ -4,14 +4,14 @@ use crate::cli::config::{Config, ConfigError};
 use crate::cli::settings::SettingsError;
 use crate::cli::CliError;
 use crate::exit_code;
-use crate::launch::spawn::LaunchError;
 use crate::probe::nvml::OpenError;
+use crate::process::spawn::LaunchError;
 use crate::reserve::acquire::AcquireError;
 use crate::reserve::lockdir::LockDirError;
 use crate::select::policy::DeviceError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error("{0}")]
     Usage(String),
     #[error(transparent)]
@@ -46,7 +46,7 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Error::NotEnoughGpus(_) => exit_code::NOT_ENOUGH_GPUS,
             Error::Launch(launch) => launch.exit_code(),
@@ -56,7 +56,7 @@ impl Error {
 
     /// `--devices`/`--exclude` errors name where the list came from when it was not the
     /// command line (a configuration file and line, or a variable).
-    pub fn devices(error: DeviceError, origin: Option<&str>) -> Error {
+    pub(crate) fn devices(error: DeviceError, origin: Option<&str>) -> Error {
         match origin {
             Some(origin) => {
                 Error::Devices(format!("{origin}: key {}: {error}", error.flag.trim_start_matches('-')))
@@ -68,7 +68,7 @@ impl Error {
 
 impl Error {
     /// An acquisition failure, with where a `--devices`/`--exclude` list came from.
-    pub fn acquire(error: AcquireError, config: &Config) -> Error {
+    pub(crate) fn acquire(error: AcquireError, config: &Config) -> Error {
         match error {
             AcquireError::Nvml(error) => Error::Nvml(error),
             AcquireError::Stalled(why) => Error::Stalled(why),

@@ -2,17 +2,17 @@
 //! into gpurun's own exit status.
 
 /// Not enough GPUs satisfy the request (sysexits EX_TEMPFAIL: retry later, or use `--wait`).
-pub const NOT_ENOUGH_GPUS: u8 = 75;
+pub(crate) const NOT_ENOUGH_GPUS: u8 = 75;
 /// gpurun's own failure: usage, NVML, lock directory, strict verification, a request no state
 /// of the machine can meet.
-pub const GPURUN_ERROR: u8 = 125;
+pub(crate) const GPURUN_ERROR: u8 = 125;
 /// The command was found but could not be executed.
-pub const NOT_EXECUTABLE: u8 = 126;
+pub(crate) const NOT_EXECUTABLE: u8 = 126;
 /// The command was not found.
-pub const NOT_FOUND: u8 = 127;
+pub(crate) const NOT_FOUND: u8 = 127;
 
 /// The exit-status table of `--help` and the man page (a test ties it to the constants).
-pub const TABLE: &[(&str, &str)] = &[
+pub(crate) const TABLE: &[(&str, &str)] = &[
     ("75", "not enough GPUs satisfy the request now (retry later, or --wait)"),
     (
         "125",
@@ -26,14 +26,14 @@ pub const TABLE: &[(&str, &str)] = &[
 
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     Exited(u8),
     Signaled(i32),
 }
 
 /// What gpurun does at the end of a supervised run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
+pub(crate) enum Exit {
     Code(u8),
     /// Die by this signal (or, where that cannot work, exit 128+N).
     Signal(i32),
@@ -41,7 +41,7 @@ pub enum Exit {
 
 impl Exit {
     /// The command's end, unless `--verify strict` ended it (then gpurun's own failure).
-    pub fn of(end: End, strict_failure: bool) -> Exit {
+    pub(crate) fn of(end: End, strict_failure: bool) -> Exit {
         match (strict_failure, end) {
             (true, _) => Exit::Code(GPURUN_ERROR),
             (false, End::Exited(code)) => Exit::Code(code),
@@ -50,7 +50,7 @@ impl Exit {
     }
 
     /// The status a shell sees: the code, or 128+N.
-    pub fn status(self) -> i32 {
+    pub(crate) fn status(self) -> i32 {
         match self {
             Exit::Code(code) => i32::from(code),
             Exit::Signal(signal) => 128 + signal,

@@ -6,182 +6,220 @@
 //! vocabulary they share and `process` is gpurun's own process (descriptors, signals, /proc).
 
 pub mod cli;
-pub mod error;
-pub mod exit_code;
-pub mod history;
-pub mod launch;
-pub mod options;
-pub mod output;
-pub mod probe;
-pub mod process;
-pub mod rank;
-pub mod reserve;
-pub mod select;
-pub mod verify;
+pub(crate) mod error;
+pub(crate) mod exit_code;
+pub(crate) mod history;
+pub(crate) mod launch;
+pub(crate) mod options;
+pub(crate) mod output;
+pub(crate) mod probe;
+pub(crate) mod process;
+pub(crate) mod rank;
+pub(crate) mod reserve;
+pub(crate) mod select;
+pub(crate) mod verify;
 
 use std::ffi::OsString;
 
 use crate::cli::config::{Config, Goal, Mode};
 use crate::error::Error;
 use crate::exit_code::Exit;
-use crate::launch::env::{self, Plan};
-use crate::options::{CpuBind, Fallback, HealthUse};
+use crate::launch::env;
+use crate::launch::plan::{Plan, PlanInput};
+use crate::options::size::Threshold;
+use crate::options::{Fallback, HealthUse, Verbosity};
 use crate::output::{doctor, listing};
+use crate::probe::gpu::Machine;
 use crate::probe::nvml::OpenError;
 use crate::probe::worker::NvmlThread;
 use crate::process::logging;
 use crate::process::signals::{die_by, CallerState, Receiver};
 use crate::process::stdio::print;
+use crate::reserve::acquire::Queued;
 use crate::reserve::acquire::{self, AcquireError, Acquisition};
+use crate::reserve::lease::Lease;
+use crate::select::policy::Decision;
+use crate::select::selection::Selection;
 use crate::select::visibility::Inherited;
 
-/// The pipeline: command line -> settings -> logging -> (doctor) -> probe -> acquire (select and
-/// reserve) -> one plan -> the goal: list, dry run, export, or launch the command.
-pub fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
+/// The pipeline: command line -> settings, resolved once -> logging -> the mode: doctor,
+/// history, or probe, choose and reserve (`select`), then the goal.
+pub(crate) fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     let Some(parsed) = cli::parse_command_line(args)? else { return Ok(Exit::Code(0)) };
-    let mut config = Config::from_cli(parsed.cli, parsed.origins, parsed.request_text, parsed.limits)?;
-    logging::init(&config.verbosity, config.log_format);
-    config.log_origins();
+    let settings = Config::from_cli(parsed.cli, parsed.origins, parsed.request_text, parsed.limits)?;
+    logging::init(&settings.verbosity, settings.log_format);
+    settings.log_origins();
+    let config = settings.resolve();
     match &config.mode {
-        Mode::Doctor => return doctor(&config, receiver),
-        Mode::History { json, pattern } => return show_history(*json, pattern.as_deref()),
-        Mode::Select(_) => {}
+        Mode::Doctor => doctor(&config, receiver),
+        Mode::History { json, pattern } => show_history(*json, pattern.as_deref()),
+        Mode::Select(goal) => select(&config, goal, receiver),
     }
-    config.size_min_free();
-    config.apply_limits();
-    let (mut nvml, acquired) = acquire(&config, receiver)?;
+}
+
+/// What the goals show beside the plan: the machine, the decision and everyone's holds.
+struct Seen<'a> {
+    config: &'a Config,
+    machine: &'a Machine,
+    decision: &'a Decision,
+    live: &'a [Lease],
+    queue: &'a [Queued],
+    /// What `--min-free auto` decided, and why.
+    sizing: Option<String>,
+}
+
+/// probe -> select -> reserve -> one plan -> the goal: list, dry run, export or launch.
+fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Error> {
+    let (mut nvml, acquired) = acquire(config, receiver)?;
     let Acquisition { machine, decision, chosen, leases, live, queue, group } = acquired;
-    if let Some((_, note)) = &decision.min_free_note {
-        tracing::info!("--min-free {note}");
-        config.request.min_free = decision.min_free(config.request.min_free);
-        config.sizing = config.sizing.take().map(|why| format!("{why}; {note}"));
-    }
-    let Mode::Select(goal) = &config.mode else { unreachable!("the other modes returned above") };
+    let sizing = match &decision.min_free_note {
+        Some((_, note)) => {
+            tracing::info!("--min-free {note}");
+            config.sizing.as_ref().map(|why| format!("{why}; {note}"))
+        }
+        None => config.sizing.clone(),
+    };
     if !matches!(goal, Goal::List { .. }) {
-        for (index, why) in &decision.passed_over {
-            tracing::debug!("passed over {}: {why}", crate::probe::gpu::label(*index));
+        explain_choice(&machine, &decision, &chosen, config.request.health);
+    }
+    // What the command gets, or exit 75's explanation.
+    let plan = match chosen {
+        Ok(selection) => {
+            Ok(Plan::build(&plan_input(config, goal), &machine, selection).map_err(|error| {
+                Error::Usage(format!("cannot make a private directory for the container's ID: {error}"))
+            })?)
         }
-        if let Ok(selection) = &chosen {
-            warn_sick(&machine, selection, config.request.health);
+        Err(why) => Err(why),
+    };
+    let seen = Seen { config, machine: &machine, decision: &decision, live: &live, queue: &queue, sizing };
+    match goal {
+        Goal::List { json, links } => list(&seen, *json, *links),
+        Goal::DryRun { json, command } => dry_run(&seen, command, plan, *json),
+        Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.gpus.variables)),
+        Goal::Run { command } => {
+            let plan = plan.map_err(Error::NotEnoughGpus)?;
+            let min_free = decision.min_free(config.request.min_free);
+            let held = launch::Held { leases, group };
+            launch(&seen, &plan, command, held, min_free, nvml.as_mut(), receiver)
         }
     }
-    let verbose =
-        matches!(config.verbosity, crate::options::Verbosity::Debug | crate::options::Verbosity::Trace);
-    // `--list` on a terminal fits it; piped or to a file (no window size), nothing is cut.
-    let columns = matches!(goal, Goal::List { json: false, .. })
-        .then(|| crate::process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())))
-        .flatten();
-    let shared = listing::Shared { queue: &queue, rules: config.limits.describe(), verbose, columns };
-    let owners = match (&config.per_rank, &chosen) {
-        (Some(per_rank), Ok(set)) => Some(rank::Owners::new(&set.indices(), per_rank)),
-        _ => None,
+}
+
+/// The settings that shape what the command gets, for this goal.
+fn plan_input<'a>(config: &'a Config, goal: &'a Goal) -> PlanInput<'a> {
+    PlanInput {
+        visible_as: config.visible_as,
+        framework_env: config.framework_env,
+        cpu_bind: config.cpu_bind,
+        cpu_bind_asked: config.cpu_bind_asked,
+        per_rank: config.per_rank.as_ref(),
+        container: config.container.as_ref().map(|run| (run, config.container_use)),
+        command: match goal {
+            Goal::Run { command } => Some((command.as_slice(), true)),
+            Goal::DryRun { command, .. } => Some((command.as_slice(), false)),
+            Goal::List { .. } | Goal::Export => None,
+        },
+    }
+}
+
+fn show(text: String) -> Result<Exit, Error> {
+    print(&text).map(|()| Exit::Code(0)).map_err(Error::Output)
+}
+
+impl Seen<'_> {
+    fn shared(&self, columns: Option<usize>) -> listing::Shared<'_> {
+        let verbose = matches!(self.config.verbosity, Verbosity::Debug | Verbosity::Trace);
+        listing::Shared { queue: self.queue, rules: self.config.limits.describe(), verbose, columns }
+    }
+
+    fn json(&self, dry_run: Option<&listing::DryRun>) -> String {
+        let library = self.config.library();
+        listing::json(
+            self.machine,
+            &library,
+            &self.decision.assessments,
+            self.live,
+            &self.shared(None),
+            dry_run,
+        )
+    }
+}
+
+/// `--list`: the table (fitted to a terminal; piped or to a file, nothing is cut), or JSON.
+fn list(seen: &Seen, json: bool, links: bool) -> Result<Exit, Error> {
+    if json {
+        return show(seen.json(None));
+    }
+    let columns = process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout()));
+    let mut text = listing::table(seen.machine, &seen.decision.assessments, seen.live, &seen.shared(columns));
+    if links {
+        text.push_str(&listing::link_matrix(seen.machine));
+    }
+    show(text)
+}
+
+/// `--dry-run`: the choice, the environment and the command; JSON is printed on exit 75 too,
+/// with a null selection and environment.
+fn dry_run(seen: &Seen, command: &[OsString], plan: Result<Plan, String>, json: bool) -> Result<Exit, Error> {
+    let chosen = plan.as_ref().ok();
+    let asked = listing::DryRun {
+        requested: seen.config.request.count,
+        command: chosen.map_or(command, |plan| plan.command(command)),
+        plan: chosen.map(|plan| &plan.gpus),
+        sizing: seen.sizing.as_deref(),
+        passed_over: &seen.decision.passed_over,
     };
-    // What the command gets, or exit 75's explanation.
-    let mut plan = chosen.map(|selection| {
-        let mut plan = match &config.per_rank {
-            Some(per_rank) => Plan::for_rank(
-                selection,
-                per_rank.own(),
-                per_rank.own_only,
-                config.visible_as,
-                config.framework_env,
-            ),
-            None => Plan::new(selection, config.visible_as, config.framework_env),
-        };
-        if config.cpu_bind == CpuBind::Numa {
-            let own = launch::affinity::own_cpus();
-            plan.cpus = launch::affinity::numa_cpus(&plan.selection, &machine, &own, config.cpu_bind_asked);
-        }
-        plan
-    });
-    // A container run gets the GPUs as the runtime's options; its client gets no host-index
-    // CUDA_VISIBLE_DEVICES (podman --env-host would pass it in, where it would mean nothing).
-    let prepared = match (&config.container, plan.as_mut(), goal) {
-        (Some(run), Ok(plan), Goal::Run { command } | Goal::DryRun { command, .. })
-            if !plan.selection.is_empty() =>
-        {
-            let uuids: Vec<String> = plan.selection.devices.iter().filter_map(|d| d.uuid.clone()).collect();
-            let indices = plan.variable("GPURUN_GPUS").unwrap_or_default().to_owned();
-            let chosen = launch::container::Chosen {
-                uuids: &uuids,
-                indices: &indices,
-                framework_env: config.framework_env,
-            };
-            let launching = matches!(goal, Goal::Run { .. });
-            let prepared =
-                launch::container::Prepared::new(run, command, &chosen, config.container_use, launching)
-                    .map_err(|error| {
-                        Error::Usage(format!(
-                            "cannot make a private directory for the container's ID: {error}"
-                        ))
-                    })?;
-            plan.variables.retain(|(name, _)| name != "CUDA_VISIBLE_DEVICES" && name != "GPU_DEVICE_ORDINAL");
-            Some(prepared)
-        }
-        _ => None,
-    };
-    let json =
-        |dry_run| listing::json(&machine, &config.library(), &decision.assessments, &live, &shared, dry_run);
-    let show = |text: String| print(&text).map(|()| Exit::Code(0)).map_err(Error::Output);
-    match goal {
-        Goal::List { json: false, links } => {
-            let mut text = listing::table(&machine, &decision.assessments, &live, &shared);
-            if *links {
-                text.push_str(&listing::link_matrix(&machine));
-            }
-            show(text)
-        }
-        Goal::List { json: true, .. } => show(json(None)),
-        // Printed on exit 75 too, with a null selection and environment.
-        Goal::DryRun { json: true, command } => {
-            let sizing = config.sizing.as_deref();
-            let asked = listing::DryRun {
-                requested: config.request.count,
-                command: prepared.as_ref().map_or(command, |p| &p.command),
-                plan: plan.as_ref().ok(),
-                sizing,
-                passed_over: &decision.passed_over,
-            };
-            show(json(Some(&asked))).and_then(|exit| plan.map(|_| exit).map_err(Error::NotEnoughGpus))
-        }
-        Goal::DryRun { json: false, command } => {
-            let chosen = plan.map_err(Error::NotEnoughGpus)?;
-            let sizing = config.sizing.as_deref();
-            let asked = listing::DryRun {
-                requested: config.request.count,
-                command: prepared.as_ref().map_or(command, |p| &p.command),
-                plan: Some(&chosen),
-                sizing,
-                passed_over: &decision.passed_over,
-            };
-            show(listing::dry_run(&machine, &decision.assessments, &live, &chosen, &asked))
-        }
-        Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.variables)),
-        Goal::Run { command } => Ok(launch::run_command(launch::Job {
-            command: prepared.as_ref().map_or(command, |p| &p.command),
-            container: prepared.as_ref(),
-            supervision: &config.supervision,
-            machine: &machine,
-            plan: &plan.map_err(Error::NotEnoughGpus)?,
-            leases,
-            group,
-            ranks: config.per_rank.as_ref().zip(owners),
-            nvml: nvml.as_mut(),
-            receiver,
-            request: &config.request,
-            request_text: &config.request_text,
-            sizing: config.sizing.as_deref(),
-        })?),
+    if json {
+        let exit = show(seen.json(Some(&asked)))?;
+        return plan.map(|_| exit).map_err(Error::NotEnoughGpus);
+    }
+    let Some(chosen) = chosen else { return Err(Error::NotEnoughGpus(plan.err().unwrap_or_default())) };
+    show(listing::dry_run(seen.machine, &seen.decision.assessments, seen.live, &chosen.gpus, &asked))
+}
+
+/// Runs the command on the plan.
+fn launch(
+    seen: &Seen,
+    plan: &Plan,
+    command: &[OsString],
+    held: launch::Held,
+    min_free: Option<Threshold>,
+    nvml: Option<&mut NvmlThread>,
+    receiver: &Receiver,
+) -> Result<Exit, Error> {
+    let config = seen.config;
+    Ok(launch::run_command(launch::Job {
+        command: plan.command(command),
+        plan,
+        supervision: &config.supervision,
+        machine: seen.machine,
+        held,
+        nvml,
+        receiver,
+        min_free,
+        request_text: &config.request_text,
+        sizing: seen.sizing.as_deref(),
+    })?)
+}
+
+/// `-v` says what was passed over, and a sick GPU that was chosen is said so.
+fn explain_choice(
+    machine: &Machine,
+    decision: &Decision,
+    chosen: &Result<Selection, String>,
+    health: HealthUse,
+) {
+    for (index, why) in &decision.passed_over {
+        tracing::debug!("passed over {}: {why}", crate::probe::gpu::label(*index));
+    }
+    if let Ok(selection) = chosen {
+        warn_sick(machine, selection, health);
     }
 }
 
 /// A sick GPU that was chosen is said so: degraded ones come after every healthy one, and
 /// `--health ignore` takes unhealthy ones too.
-fn warn_sick(
-    machine: &crate::probe::gpu::Machine,
-    selection: &crate::select::selection::Selection,
-    health: HealthUse,
-) {
+fn warn_sick(machine: &Machine, selection: &Selection, health: HealthUse) {
     for device in &selection.devices {
         let Some(gpu) = machine.device(device.index).filter(|gpu| !gpu.health.is_ok()) else { continue };
         let label = crate::probe::gpu::label(device.index);

@@ -4,7 +4,7 @@
 //! in GiB: 0: 31.7, 1: 2.3, 2: 70.7, 3: 79.4, 4: 7.6, 5: 79.1, 6: 39.5, 7: 39.5); a second user
 //! through `setpriv`, the machine's /etc/gpurun through a private mount namespace.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

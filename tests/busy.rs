@@ -3,7 +3,7 @@
 //! `--dry-run` says why each eligible GPU was passed over. Through the binary, on simulated
 //! machines written here; the colleague's processes are real ones of the user `nobody`.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command};
 

@@ -1,7 +1,7 @@
 //! The command-line surface: usage errors exit 125 with a `gpurun:` message and never start a
 //! child or touch NVML; help and version work on a machine without any NVML.
 
-mod common;
+use crate::common;
 
 use common::Sim;
 

@@ -2,7 +2,7 @@
 //! `gpustat` and `nvitop -1` (installed by `make venv`). Each must run without an error and
 //! show the scenario: every GPU, its model and memory, and a live process with its owner.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

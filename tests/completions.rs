@@ -2,7 +2,7 @@
 //! new user touch first. Each completion script is checked by its own shell (zsh and fish are
 //! installed by `make test` where it can: tests/completions/install-shells.sh).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

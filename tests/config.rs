@@ -1,7 +1,7 @@
 //! Configuration (DESIGN 11): command line > GPURUN_* variables > user file > system file >
 //! built-in; GPURUN_CONFIG; --no-config; errors naming file, line and key.
 
-mod common;
+use crate::common;
 
 use common::{default_scenario, Outcome, Sim};
 

@@ -5,7 +5,7 @@
 //! simulated CUDA program there registers from its PID namespace, and NVML on the host lists
 //! it with its host PID, as the driver does.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

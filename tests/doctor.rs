@@ -1,6 +1,6 @@
 //! `gpurun --doctor`: what it checks and says, on healthy and broken simulated machines.
 
-mod common;
+use crate::common;
 
 use common::{default_scenario, scenario_file, Sim};
 

@@ -5,7 +5,7 @@
 //! the interpreter as one argument, and gpurun splits it), and as `env -S'<dir>/args CASE'`.
 //! `args` prints each argument it gets; the two outputs, exit statuses and refusals must match.
 
-mod common;
+use crate::common;
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;

@@ -3,7 +3,7 @@
 //! health, `--list`, its JSON, excluded GPUs and `--doctor`. Through the binary, on scenarios
 //! written here.
 
-mod common;
+use crate::common;
 
 use common::Sim;
 use serde_json::{json, Value};

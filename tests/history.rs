@@ -2,7 +2,7 @@
 //! diagnosis at exit, through the binary on the default simulated machine (free memory in GiB:
 //! 0: 31.7, 1: 2.3, 2: 70.7, 3: 79.4, 4: 7.6, 5: 79.1, 6: 39.5, 7: 39.5).
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 

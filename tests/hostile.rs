@@ -3,7 +3,7 @@
 //! options, configuration files that are not files, full disks, unwritable output, and signals
 //! from the command's own processes.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

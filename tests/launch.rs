@@ -2,7 +2,7 @@
 //! 125/126/127, signal forwarding exactly once, the caller's signal state, parent death, orphan
 //! cleanup, shebang use, --exec, and the child's environment.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;

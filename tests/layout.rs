@@ -123,3 +123,79 @@ fn the_stages_have_their_folders() {
         assert!(src.join(stage).join("mod.rs").exists(), "src/{stage}/ is missing");
     }
 }
+
+/// The gpurun crate's sources, as (path relative to src/, text without its unit tests).
+fn crate_sources() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default().to_owned();
+            (file.strip_prefix(&src).unwrap().display().to_string(), code)
+        })
+        .collect()
+}
+
+/// DESIGN 1: `unsafe` lives only at the seams, the kernel's (src/process/) and the driver's
+/// (src/probe/nvml.rs); the rest of the tree calls safe functions from there.
+#[test]
+fn unsafe_code_lives_only_at_the_seams() {
+    let mut outside = Vec::new();
+    for (path, code) in crate_sources() {
+        if path.starts_with("process/") || path == "probe/nvml.rs" {
+            continue;
+        }
+        for (number, line) in code.lines().enumerate() {
+            let code_part = line.split("//").next().unwrap_or_default();
+            if code_part.split(|c: char| !c.is_alphanumeric() && c != '_').any(|word| word == "unsafe") {
+                outside.push(format!("src/{path}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(outside.is_empty(), "unsafe outside src/process/ and src/probe/nvml.rs:\n{}", outside.join("\n"));
+}
+
+/// DESIGN 1: nothing is `pub` that main.rs and the tests do not need (the rest is
+/// `pub(crate)`, so rustc reports what nobody uses); `run()` stays a short dispatch, and no
+/// function grows past a hundred lines.
+#[test]
+fn the_public_surface_is_small_and_functions_are_short() {
+    let mut public = Vec::new();
+    let mut long = Vec::new();
+    for (path, code) in crate_sources() {
+        let lines: Vec<&str> = code.lines().collect();
+        for (number, line) in lines.iter().enumerate() {
+            let trimmed = line.trim_start();
+            if trimmed.starts_with("pub ") && path != "main.rs" {
+                public.push(format!("src/{path}:{}", number + 1));
+            }
+            let Some(at) = trimmed.find("fn ").filter(|_| !trimmed.starts_with("//")) else { continue };
+            let head = &trimmed[..at];
+            let is_item = head.split_whitespace().all(|w| {
+                ["pub", "pub(crate)", "pub(super)", "const", "unsafe", "extern", "\"C\"", "async"]
+                    .contains(&w)
+            });
+            if !is_item || line.trim_end().ends_with(';') {
+                continue;
+            }
+            let indent = line.len() - trimmed.len();
+            let close = format!("{}}}", " ".repeat(indent));
+            let length = lines[number..].iter().position(|l| l.starts_with(&close) && l.trim().len() <= 2);
+            let name: String =
+                trimmed[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            match length.map(|n| n + 1) {
+                Some(n) if name == "run" && path == "lib.rs" && n > 40 => {
+                    long.push(format!("run() is {n} lines"))
+                }
+                Some(n) if n > 100 => long.push(format!("src/{path}:{} {name}: {n} lines", number + 1)),
+                _ => {}
+            }
+        }
+    }
+    assert!(public.len() <= 60, "{} bare pub items (at most 60): {public:?}", public.len());
+    assert!(long.is_empty(), "functions too long:\n{}", long.join("\n"));
+}

@@ -1,6 +1,6 @@
 //! `gpurun --list`: every field as the scenario implies, unreadable GPUs, NVML failures.
 
-mod common;
+use crate::common;
 
 use common::{scenario_file, Sim};
 use nvml_sim::scenario::{self, Scenario};

@@ -3,7 +3,7 @@
 //! GPU 0 whole, idle; GPU 1 in MIG mode (pending: disabled): 1:0 3g.40gb with a 30 GiB process,
 //! 1:1 2g.20gb, 1:2 1g.10gb; GPU 2 in MIG mode: 2:0 4g.40gb, 2:1 3g.40gb; GPU 3 whole, busy.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;

@@ -3,7 +3,7 @@
 //! for the GPU's own memory node on coherent platforms. Through the binary on the simulator,
 //! which answers `nvmlDeviceGetNumaNodeId` NOT_SUPPORTED on a PCIe host as real drivers do.
 
-mod common;
+use crate::common;
 
 use common::{default_scenario, gpurun_binary, Sim};
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! exit or signals; a probe that hangs ends in one line naming the call; a library thread
 //! cannot take a signal meant for the command; a real fault in the driver still kills gpurun.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;

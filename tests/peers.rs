@@ -2,7 +2,7 @@
 //! process, and a Ctrl-C typed in the moment before the command starts. (Leftovers that die
 //! while gpurun ends them: tests/reaping.rs.)
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};

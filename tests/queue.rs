@@ -2,7 +2,7 @@
 //! lease ends or the waiter ahead leaves; only a head polls NVML, every 2 s, for GPUs freed
 //! outside gpurun. Through the binary on the simulator.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

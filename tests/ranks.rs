@@ -5,7 +5,7 @@
 //! LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT),
 //! and through Open MPI's real mpirun (tests/slurm.rs has srun).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

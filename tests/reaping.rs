@@ -3,6 +3,7 @@
 //! anything gpurun leaves unreaped comes to the test (as it would to PID 1) and is seen; it has
 //! this file to itself, since it reaps every child of the test process.
 
+#[allow(dead_code)] // the harness is shared with tests/tests.rs, which uses the rest of it
 mod common;
 
 use std::os::unix::process::ExitStatusExt;

@@ -2,7 +2,7 @@
 //! concurrent launches, leases that die with their holder, a lock directory that cannot be
 //! abused, first come first served among waiters.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs::File;

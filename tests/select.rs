@@ -3,7 +3,7 @@
 //! 8-GPU server (crates/nvml-sim/scenarios/default.toml); free memory there, in GiB:
 //! 0: 31.7, 1: 2.3 (busy), 2: 70.7 (busy), 3: 79.4, 4: 7.6 (busy), 5: 79.1, 6: 39.5, 7: 39.5.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Shared servers (issue 18): who holds what, who waits and why, house rules, hooks. Through
 //! the binary on simulated machines; a second user through `setpriv`.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! what its scenario says, with NVML's documented semantics. This keeps the simulator honest:
 //! it cannot drift into agreeing only with gpurun's reading of NVML.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

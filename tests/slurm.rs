@@ -3,7 +3,7 @@
 //! match the simulator's scenario. Each test starts its own one-node cluster (about a second).
 //! Where the machine cannot run the daemons (not root, no mknod) each test says why it skips.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

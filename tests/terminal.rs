@@ -1,7 +1,7 @@
 //! Terminal behaviour through a real pseudo-terminal: an interactive bash with job control runs
 //! gpurun, and the test types Ctrl-C and Ctrl-Z at it like a person. Every wait is bounded.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -2,7 +2,7 @@
 //! tests/scenarios/topo8.toml: NUMA 0 holds A100s 0-3, NUMA 1 H100s 4-7; PCIe switches join
 //! 0+1, 2+3, 4+5 and 6+7; NVLink joins 2+3 and 6+7. Most-free ranks 0, 4, 6, 7, 2, 3, 1, 5.
 
-mod common;
+use crate::common;
 
 use common::{scenario_file, Sim};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! Verification and the report, end to end on the simulator: every verdict of DESIGN 8, its log
 //! line, `--verify strict`, the 535 driver quirk, `--report` and `--report-json`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -37,7 +37,7 @@ Every option and the reference: gpurun --help, man gpurun; the guide: share/doc/
 
 /// `--completions`: the shells a script is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CompletionShell {
+pub(crate) enum CompletionShell {
     Bash,
     Zsh,
     Fish,
@@ -319,7 +319,7 @@ fn reference_text() -> String {
                       gpurun --history [--json] [PATTERN]\n       \
                       gpurun --completions bash|zsh|fish",
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// How many GPUs: N, MIN-MAX or all.
     ///
     /// N: exactly N; MIN-MAX: as many as qualify within the range (2-4); all: every GPU that
@@ -332,7 +332,7 @@ pub struct Cli {
         allow_negative_numbers = true,
         help_heading = "Selection"
     )]
-    pub gpus: Count,
+    pub(crate) gpus: Count,
 
     /// Only GPUs with this much free memory (8G, 50%, auto).
     ///
@@ -341,59 +341,59 @@ pub struct Cli {
     /// 10%, at most what the largest allowed card can have free, no filter when there is none;
     /// `auto:SIZE`: SIZE when there is none.
     #[arg(long, value_name = "SIZE|P%|auto", value_parser = size::parse_min_free, allow_negative_numbers = true, help_heading = "Selection")]
-    pub min_free: Option<MinFree>,
+    pub(crate) min_free: Option<MinFree>,
 
     /// Only GPUs with at least this much memory in total (a SIZE).
     #[arg(long, hide_short_help = true, value_name = "SIZE", value_parser = size::parse_bytes, allow_negative_numbers = true, help_heading = "Selection")]
-    pub min_total: Option<u64>,
+    pub(crate) min_total: Option<u64>,
 
     /// Only GPUs whose utilization is at most P percent.
     #[arg(long, hide_short_help = true, value_name = "P", value_parser = size::parse_util_percent, allow_negative_numbers = true, help_heading = "Selection")]
-    pub max_util: Option<u32>,
+    pub(crate) max_util: Option<u32>,
 
     /// Only GPUs with no compute process on them.
     #[arg(long, help_heading = "Selection")]
-    pub exclusive: bool,
+    pub(crate) exclusive: bool,
 
     /// Choose only among these GPUs.
     ///
     /// NVML indices, GPU- or MIG- UUIDs and unique prefixes, or PCI bus ids, comma-separated.
     #[arg(long, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
-    pub devices: Option<DeviceList>,
+    pub(crate) devices: Option<DeviceList>,
 
     /// Never choose these GPUs (same forms as --devices).
     #[arg(long, hide_short_help = true, value_name = "LIST", value_parser = devices::parse_device_list, help_heading = "Selection")]
-    pub exclude: Option<DeviceList>,
+    pub(crate) exclude: Option<DeviceList>,
 
     /// Only GPUs whose model matches (A100, *80GB).
     ///
     /// Case-insensitive, anywhere in the name (A100), or a whole-name pattern with * and ?
     /// (*80GB).
     #[arg(long, value_name = "PATTERN", help_heading = "Selection")]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
 
     /// How to rank the GPUs that qualify.
     #[arg(long, value_enum, default_value_t = Policy::MostFree, help_heading = "Selection")]
-    pub policy: Policy,
+    pub(crate) policy: Policy,
 
     /// Whether MIG devices may be chosen: `auto` (a request for one device considers whole GPUs
     /// and MIG devices alike; one that may take more, whole GPUs only), `only`, `never`.
     #[arg(long, hide_short_help = true, value_enum, value_name = "WHEN", default_value_t = MigUse::Auto, help_heading = "Selection")]
-    pub mig: MigUse,
+    pub(crate) mig: MigUse,
 
     /// For more than one GPU, take only GPUs of one model (same name and memory size).
     ///
     /// Without it, sets of one model are preferred; with it, a request no model can meet is
     /// refused with that reason.
     #[arg(long, hide_short_help = true, help_heading = "Selection")]
-    pub same_model: bool,
+    pub(crate) same_model: bool,
 
     /// How the links between the chosen GPUs count: `prefer` (the default: the best worst link
     /// among the sets that qualify), `ignore`, or a level every pair must have: `nvlink`,
     /// `switch` (one PCIe switch or better), `node` (one NUMA node or better). With --list, shows
     /// the link matrix.
     #[arg(long, hide_short_help = true, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "prefer", help_heading = "Selection")]
-    pub topology: Option<TopologyUse>,
+    pub(crate) topology: Option<TopologyUse>,
 
     /// How GPU health counts: `normal` (unhealthy GPUs are never chosen, degraded ones only
     /// after every healthy one, with a warning), `strict` (degraded ones are not chosen
@@ -403,21 +403,21 @@ pub struct Cli {
     /// Degraded: row remapping or retired pages pending, hardware slowdown (HW slowdown, HW
     /// thermal, power brake), a PCIe link narrower than its maximum.
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = HealthUse::Normal, help_heading = "Selection")]
-    pub health: HealthUse,
+    pub(crate) health: HealthUse,
 
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
     /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible,
     /// also on a machine without NVML (no library, no driver, no access: a laptop, a CI box)
     /// and when NVML hangs, with a warning. Without it gpurun exits 75 (125 without NVML).
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", help_heading = "Selection")]
-    pub fallback: Option<Fallback>,
+    pub(crate) fallback: Option<Fallback>,
 
     /// If too few GPUs qualify, wait (forever, or --wait=10m).
     ///
     /// Waits until enough qualify, forever or at most DURATION (attached with =), first come,
     /// first served among waiters, then exits 75 if the time is up.
     #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true, default_missing_value = "forever", value_parser = parse_wait, help_heading = "Selection")]
-    pub wait: Option<WaitLimit>,
+    pub(crate) wait: Option<WaitLimit>,
 
     /// One GPU set for the node's ranks, each rank on its own GPUs (under torchrun, mpirun,
     /// srun).
@@ -428,29 +428,29 @@ pub struct Cli {
     /// is right and CUDA IPC between ranks works); `own`: only its own GPUs (for programs that use
     /// cuda:0). GPURUN_GPUS names its own; --cpu-bind numa is the default.
     #[arg(long, hide_short_help = true, value_enum, value_name = "VIEW", num_args = 0..=1, require_equals = true, default_missing_value = "all", help_heading = "Distributed jobs")]
-    pub per_rank: Option<RankView>,
+    pub(crate) per_rank: Option<RankView>,
 
     /// With --per-rank: how long a rank waits for the group's set to be chosen, and how long
     /// a rank's GPUs stay held for it before it arrives (default 60s; --wait lengthens the
     /// first).
     #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Distributed jobs")]
-    pub rank_timeout: Option<Duration>,
+    pub(crate) rank_timeout: Option<Duration>,
 
     /// With --per-rank: the job's name, the same for every rank of one launch, where the
     /// launcher gives none (plain LOCAL_RANK and LOCAL_WORLD_SIZE).
     #[arg(long, hide_short_help = true, value_name = "NAME", help_heading = "Distributed jobs")]
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
 
     /// Directory of the reservations shared by all gpurun launches on this machine
     /// (default: $GPURUN_LOCK_DIR, else /run/lock/gpurun; created with mode 1777). While the
     /// house rule max-gpus-per-user is set, only root may name another than the system's.
     #[arg(long, hide_short_help = true, value_name = "DIR", help_heading = "Reservations")]
-    pub lock_dir: Option<PathBuf>,
+    pub(crate) lock_dir: Option<PathBuf>,
 
     /// Take no reservation and ignore other launches' reservations (refused for users other
     /// than root while the house rule max-gpus-per-user is set).
     #[arg(long, hide_short_help = true, help_heading = "Reservations")]
-    pub no_lock: bool,
+    pub(crate) no_lock: bool,
 
     /// Write CUDA_VISIBLE_DEVICES as PCI-order indices (the default) or as GPU UUIDs; a MIG
     /// device is always written as its MIG- UUID, so an explicit `index` rules MIG devices out.
@@ -461,7 +461,7 @@ pub struct Cli {
         value_name = "FORM",
         help_heading = "Command environment"
     )]
-    pub visible_as: Option<VisibleAs>,
+    pub(crate) visible_as: Option<VisibleAs>,
 
     /// Which CPUs the command may run on: `none` (gpurun's own, as inherited; the default) or
     /// `numa` (the CPUs NVML reports as local to the chosen GPUs, within gpurun's own affinity,
@@ -474,7 +474,7 @@ pub struct Cli {
         value_name = "MODE",
         help_heading = "Command environment"
     )]
-    pub cpu_bind: Option<CpuBind>,
+    pub(crate) cpu_bind: Option<CpuBind>,
 
     /// A container run (podman or docker run/create, docker container run) gets the chosen GPUs
     /// as the runtime's own options, added right after the subcommand: `auto` (CDI devices
@@ -486,35 +486,35 @@ pub struct Cli {
     /// --device nvidia.com/gpu=..., -e CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES, and
     /// -d/--detach, are refused (125).
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = ContainerUse::Auto, help_heading = "Command environment")]
-    pub container: ContainerUse,
+    pub(crate) container: ContainerUse,
 
     /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
     #[arg(long, hide_short_help = true, help_heading = "Command environment")]
-    pub no_framework_env: bool,
+    pub(crate) no_framework_env: bool,
 
     /// Never forward these signals (comma-separated names or numbers), for launchers that
     /// already signal the whole process group, such as Slurm with proctrack/pgid.
     #[arg(long, hide_short_help = true, value_name = "SIG,...", value_parser = signal::parse_list, help_heading = "Supervision")]
-    pub no_forward: Option<SignalList>,
+    pub(crate) no_forward: Option<SignalList>,
 
     /// After a TERM, INT or HUP reaches the command, SIGKILL it if it is still running after
     /// DURATION (30, 1.5s, 500ms, 2m).
     #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Supervision")]
-    pub kill_after: Option<Duration>,
+    pub(crate) kill_after: Option<Duration>,
 
     /// Signal the command gets if gpurun itself is killed (SIGKILL, OOM), or `none`.
     #[arg(long, hide_short_help = true, value_name = "SIG|none", default_value = "TERM", value_parser = parse_death_signal, help_heading = "Supervision")]
-    pub parent_death_signal: DeathSignal,
+    pub(crate) parent_death_signal: DeathSignal,
 
     /// Leave processes the command left running when it exits (by default they get SIGTERM,
     /// then SIGKILL 3 seconds later, so no orphaned worker keeps holding GPU memory).
     #[arg(long, hide_short_help = true, help_heading = "Supervision")]
-    pub keep_orphans: bool,
+    pub(crate) keep_orphans: bool,
 
     /// Replace gpurun with the command (exec) once the GPUs are chosen: no supervision, no
     /// orphan cleanup, no parent-death signal.
     #[arg(long, hide_short_help = true, help_heading = "Supervision")]
-    pub exec: bool,
+    pub(crate) exec: bool,
 
     /// Run CMD with /bin/sh -c once the command has started (after any --wait).
     ///
@@ -524,7 +524,7 @@ pub struct Cli {
     /// running when the command ends. Not with --exec. Example: --on-start 'echo started |
     /// mail -s "job started" me'.
     #[arg(long, hide_short_help = true, value_name = "CMD", help_heading = "Supervision")]
-    pub on_start: Option<String>,
+    pub(crate) on_start: Option<String>,
 
     /// Run CMD with /bin/sh -c after the command ended.
     ///
@@ -533,25 +533,25 @@ pub struct Cli {
     /// most 30 s (then kills it, with a warning); it never changes gpurun's exit status. Not
     /// with --exec.
     #[arg(long, hide_short_help = true, value_name = "CMD", help_heading = "Supervision")]
-    pub on_exit: Option<String>,
+    pub(crate) on_exit: Option<String>,
 
     /// Check through NVML that the command's processes run on the selected GPUs: `warn` logs
     /// the verdict, `strict` also ends the command (TERM, KILL after 5 s or --kill-after) and
     /// exits 125 if one is on another GPU.
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = VerifyMode::Warn, help_heading = "Verification")]
-    pub verify: VerifyMode,
+    pub(crate) verify: VerifyMode,
 
     /// How long to wait for the command's processes to appear on a GPU before the verdict
     /// (polling continues, slower, for the report).
     #[arg(long, hide_short_help = true, value_name = "DURATION", default_value = "120s", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Verification")]
-    pub verify_timeout: Duration,
+    pub(crate) verify_timeout: Duration,
 
     /// Print a summary on stderr when the command ends.
     ///
     /// GPUs (taken of requested), verdict, peak GPU memory of the command's processes per GPU,
     /// wall time, exit status.
     #[arg(long, conflicts_with = "exec", help_heading = "Verification")]
-    pub report: bool,
+    pub(crate) report: bool,
 
     /// Keep no record of this run in the history (config: history = false).
     ///
@@ -559,7 +559,7 @@ pub struct Cli {
     /// $XDG_STATE_HOME/gpurun/history.jsonl (~/.local/state/gpurun/history.jsonl), which
     /// --history lists and --min-free auto reads.
     #[arg(long, hide_short_help = true, help_heading = "Verification")]
-    pub no_history: bool,
+    pub(crate) no_history: bool,
 
     /// Write the summary as JSON to FILE (schema below); FILE is created before the command starts
     /// (a FIFO that no process reads is an error then, not a hang).
@@ -570,35 +570,35 @@ pub struct Cli {
         conflicts_with = "exec",
         help_heading = "Verification"
     )]
-    pub report_json: Option<PathBuf>,
+    pub(crate) report_json: Option<PathBuf>,
 
     /// Show the GPUs, and which qualify, then exit.
     ///
     /// Index, model, memory, utilization, temperature, processes and reservations and, with
     /// selection options, whether each GPU qualifies and why not.
     #[arg(long, help_heading = "Modes", conflicts_with_all = ["dry_run", "export", "doctor"])]
-    pub list: bool,
+    pub(crate) list: bool,
 
     /// Show which GPUs would be chosen, then exit.
     ///
     /// Also the environment the command would get, and the command if one is given
     /// (gpurun --dry-run -- python train.py). Holds no reservation.
     #[arg(long, help_heading = "Modes", conflicts_with_all = ["export", "doctor"])]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 
     /// Print export lines for eval, then exit.
     ///
     /// `export VAR='value'` lines for eval "$(gpurun --export ...)". Holds no reservation: the
     /// GPUs are not protected against other launches.
     #[arg(long, help_heading = "Modes")]
-    pub export: bool,
+    pub(crate) export: bool,
 
     /// Check what decides whether jobs land on the right GPU, then exit.
     ///
     /// NVML and driver, /dev/nvidia*, inherited variables, container and Slurm, the lock
     /// directory, the CUDA version of torch and tensorflow; exit 125 if NVML is unusable, else 0.
     #[arg(long, help_heading = "Modes", conflicts_with = "export")]
-    pub doctor: bool,
+    pub(crate) doctor: bool,
 
     /// List recent runs from the history, then exit.
     ///
@@ -606,13 +606,13 @@ pub struct Cli {
     /// runs (--json: every run kept, one JSON array). A word after it keeps the runs whose
     /// command contains it: gpurun --history train.py.
     #[arg(long, help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor"])]
-    pub history: bool,
+    pub(crate) history: bool,
 
     /// With --list, --dry-run or --history: print JSON.
     ///
     /// One object instead of text (schema below).
     #[arg(long, help_heading = "Modes")]
-    pub json: bool,
+    pub(crate) json: bool,
 
     /// Print a completion script for SHELL, then exit.
     ///
@@ -621,45 +621,45 @@ pub struct Cli {
     /// $fpath; fish: ~/.config/fish/completions/gpurun.fish. `make install` puts all three in
     /// place.
     #[arg(long, value_enum, value_name = "SHELL", help_heading = "Modes")]
-    pub completions: Option<CompletionShell>,
+    pub(crate) completions: Option<CompletionShell>,
 
     /// Read no configuration file (the GPURUN_* variables still apply).
     #[arg(long, hide_short_help = true, help_heading = "Configuration")]
-    pub no_config: bool,
+    pub(crate) no_config: bool,
 
     /// Load NVML from PATH instead of libnvidia-ml.so.1 (unusual installs, WSL, the simulator).
     /// Default: $GPURUN_NVML_LIB, else libnvidia-ml.so.1 through the dynamic loader's path.
     #[arg(long, hide_short_help = true, value_name = "PATH", help_heading = "NVML")]
-    pub nvml_lib: Option<PathBuf>,
+    pub(crate) nvml_lib: Option<PathBuf>,
 
     /// Give up when loading NVML, nvmlInit or the probe takes longer than DURATION (a GPU off
     /// the bus or a wedged driver can hang NVML): one line naming the call, exit 125, or no GPU
     /// with --fallback cpu; with --wait, keep waiting until its time is up.
     #[arg(long, hide_short_help = true, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_positive, allow_negative_numbers = true, help_heading = "NVML")]
-    pub nvml_timeout: Duration,
+    pub(crate) nvml_timeout: Duration,
 
     /// More log detail on stderr: -v for debug, -vv for trace.
     #[arg(short, long, action = ArgAction::Count, help_heading = "Logging")]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
 
     /// Log only errors (wins over -v).
     #[arg(short, long, help_heading = "Logging")]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 
     /// How log lines look on stderr: `text` (gpurun: warning: ...) or `json` (one object per
     /// line: time, level, message; level is error, warn, info, debug or trace, the words
     /// GPURUN_LOG takes; the --report summary adds `report`). Never coloured.
     #[arg(long, hide_short_help = true, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, help_heading = "Logging")]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
 
     /// The command to run, and its arguments.
     #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = false, value_hint = clap::ValueHint::CommandWithArguments)]
-    pub command: Vec<OsString>,
+    pub(crate) command: Vec<OsString>,
 }
 
 /// `--wait`: how long; `None` is forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitLimit(pub Option<Duration>);
+pub(crate) struct WaitLimit(pub Option<Duration>);
 
 fn parse_wait(text: &str) -> Result<WaitLimit, String> {
     if text == "forever" {
@@ -670,7 +670,7 @@ fn parse_wait(text: &str) -> Result<WaitLimit, String> {
 
 /// `--parent-death-signal`: a signal, or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeathSignal(pub Option<libc::c_int>);
+pub(crate) struct DeathSignal(pub Option<libc::c_int>);
 
 fn parse_death_signal(text: &str) -> Result<DeathSignal, String> {
     if text.eq_ignore_ascii_case("none") {
@@ -686,16 +686,8 @@ pub fn command() -> clap::Command {
 
 /// The definition without `--help`'s reference sections, which only `--help` shows: 35 KB of
 /// text, a tenth of a millisecond of every launch to format.
-pub fn parsing_command() -> clap::Command {
+pub(crate) fn parsing_command() -> clap::Command {
     // A later occurrence of an option overrides an earlier one: configuration files and
     // GPURUN_* variables are placed before the user's own options (see settings.rs).
     <Cli as clap::CommandFactory>::command().args_override_self(true)
-}
-
-/// Parses argv with the full definition (reference sections included in `--help`); the
-/// matches say where each value stood in argv.
-pub fn parse(args: Vec<OsString>) -> Result<(Cli, clap::ArgMatches), clap::Error> {
-    let matches = command().try_get_matches_from(args)?;
-    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
-    Ok((cli, matches))
 }

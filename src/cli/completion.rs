@@ -9,7 +9,7 @@ use clap::Command;
 use crate::cli::args::CompletionShell;
 
 /// The script for `shell`, generated from the definition.
-pub fn script(shell: CompletionShell, mut command: Command) -> String {
+pub(crate) fn script(shell: CompletionShell, mut command: Command) -> String {
     let generator = match shell {
         CompletionShell::Bash => clap_complete::Shell::Bash,
         CompletionShell::Zsh => clap_complete::Shell::Zsh,

@@ -21,7 +21,7 @@ use crate::select::policy::Request;
 
 /// What gpurun was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// `--doctor`: check the machine and say what is wrong.
     Doctor,
     /// `--history [PATTERN]`: list recent runs.
@@ -31,7 +31,7 @@ pub enum Mode {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Goal {
+pub(crate) enum Goal {
     /// `--list`: show the machine (and, with filters, what qualifies) and exit; `links`: the
     /// link matrix too (`--list --topology`).
     List { json: bool, links: bool },
@@ -44,46 +44,46 @@ pub enum Goal {
 }
 
 #[derive(Debug, Clone)]
-pub struct Config {
-    pub mode: Mode,
-    pub request: Request,
+pub(crate) struct Config {
+    pub(crate) mode: Mode,
+    pub(crate) request: Request,
     /// `None`: indices, and MIG devices by UUID.
-    pub visible_as: Option<VisibleAs>,
-    pub cpu_bind: CpuBind,
+    pub(crate) visible_as: Option<VisibleAs>,
+    pub(crate) cpu_bind: CpuBind,
     /// `--cpu-bind` was given (not `--per-rank`'s default).
-    pub cpu_bind_asked: bool,
-    pub framework_env: bool,
-    pub nvml_lib: Option<PathBuf>,
-    pub nvml_timeout: Duration,
-    pub verbosity: Verbosity,
-    pub log_format: LogFormat,
+    pub(crate) cpu_bind_asked: bool,
+    pub(crate) framework_env: bool,
+    pub(crate) nvml_lib: Option<PathBuf>,
+    pub(crate) nvml_timeout: Duration,
+    pub(crate) verbosity: Verbosity,
+    pub(crate) log_format: LogFormat,
     /// `None`: `--no-lock`.
-    pub lock_dir: Option<PathBuf>,
+    pub(crate) lock_dir: Option<PathBuf>,
     /// `Some(None)`: wait forever.
-    pub wait: Option<Option<Duration>>,
-    pub supervision: Supervision,
+    pub(crate) wait: Option<Option<Duration>>,
+    pub(crate) supervision: Supervision,
     /// Options whose value came from a configuration file or a variable: long name -> where
     /// (`/etc/gpurun/config.toml:3` or `GPURUN_MIN_FREE`).
-    pub origins: BTreeMap<String, String>,
+    pub(crate) origins: BTreeMap<String, String>,
     /// The user's own option words, for the wait queue ("--gpus 2 --min-free 20G").
-    pub request_text: String,
+    pub(crate) request_text: String,
     /// `--min-free auto[:SIZE]`: the size for when there is no history (request.min_free is
     /// filled in by `size_min_free`).
-    pub min_free_auto: Option<Option<Threshold>>,
+    pub(crate) min_free_auto: Option<Option<Threshold>>,
     /// What `--min-free auto` decided, and why.
-    pub sizing: Option<String>,
+    pub(crate) sizing: Option<String>,
     /// The house rules (applied by `apply_limits`).
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// `--per-rank`: this rank, and what the group asks for.
-    pub per_rank: Option<PerRank>,
+    pub(crate) per_rank: Option<PerRank>,
     /// `--container`, and the container run the command is (checked here: a conflict is
     /// refused before anything is probed or started).
-    pub container_use: crate::options::ContainerUse,
-    pub container: Option<crate::launch::container::ContainerRun>,
+    pub(crate) container_use: crate::options::ContainerUse,
+    pub(crate) container: Option<crate::launch::container::ContainerRun>,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     #[error("no COMMAND given; usage: gpurun [OPTIONS] [--] COMMAND [ARGS]..., or gpurun --list")]
     NoCommand,
     #[error("{flag} takes no COMMAND, but got {command:?}")]
@@ -110,24 +110,17 @@ pub enum ConfigError {
 }
 
 impl Config {
-    pub fn from_cli(
-        cli: Cli,
+    pub(crate) fn from_cli(
+        mut cli: Cli,
         origins: BTreeMap<String, String>,
         request_text: String,
         limits: Limits,
     ) -> Result<Config, ConfigError> {
-        let mode_flag = [
-            (cli.list, "--list"),
-            (cli.dry_run, "--dry-run"),
-            (cli.export, "--export"),
-            (cli.doctor, "--doctor"),
-            (cli.history, "--history"),
-        ]
-        .into_iter()
-        .find_map(|(set, flag)| set.then_some(flag));
-        let takes_words = |flag: &&str| *flag != "--dry-run" && *flag != "--history";
-        if let (Some(flag), Some(first)) = (mode_flag.filter(takes_words), cli.command.first()) {
-            return Err(ConfigError::CommandWithMode { flag, command: first.to_string_lossy().into_owned() });
+        let mode_flag = ModeFlag::of(&cli);
+        let takes_words = |flag: &ModeFlag| matches!(flag, ModeFlag::DryRun | ModeFlag::History);
+        if let (Some(flag), Some(first)) = (mode_flag.filter(|f| !takes_words(f)), cli.command.first()) {
+            let command = first.to_string_lossy().into_owned();
+            return Err(ConfigError::CommandWithMode { flag: flag.name(), command });
         }
         if cli.json && !(cli.list || cli.dry_run || cli.history) {
             return Err(ConfigError::JsonWithoutMode);
@@ -135,37 +128,12 @@ impl Config {
         let per_rank = per_rank(&cli, mode_flag, &origins)?;
         // A launch, or a dry run of one: only one that takes GPUs is rewritten.
         let container = match mode_flag {
-            None | Some("--dry-run") if !cli.gpus.is_none() => {
+            None | Some(ModeFlag::DryRun) if !cli.gpus.is_none() => {
                 crate::launch::container::recognise(&cli.command, cli.container)?
             }
             _ => None,
         };
-        let mode = match mode_flag {
-            Some("--list") => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
-            Some("--dry-run") => Mode::Select(Goal::DryRun { json: cli.json, command: cli.command }),
-            Some("--doctor") => Mode::Doctor,
-            // `--history train.py --json` as well as `--history --json train.py`: the words
-            // after a PATTERN would be a command's, but --history runs none.
-            Some("--history") => match &cli.command[..] {
-                [] => Mode::History { json: cli.json, pattern: None },
-                [word] => {
-                    Mode::History { json: cli.json, pattern: Some(word.to_string_lossy().into_owned()) }
-                }
-                [word, json] if json == "--json" => {
-                    Mode::History { json: true, pattern: Some(word.to_string_lossy().into_owned()) }
-                }
-                words => return Err(ConfigError::HistoryPatterns(shell::quote(words))),
-            },
-            Some(_) => Mode::Select(Goal::Export),
-            None if cli.command.is_empty() => return Err(ConfigError::NoCommand),
-            None if cli.wait == Some(WaitLimit(None)) && !origins.contains_key("wait") => {
-                if let Some(word) = duration_taken_for_a_command(&cli.command[0]) {
-                    return Err(ConfigError::WaitLimitAsCommand { word });
-                }
-                Mode::Select(Goal::Run { command: cli.command })
-            }
-            None => Mode::Select(Goal::Run { command: cli.command }),
-        };
+        let mode = mode(mode_flag, &mut cli, &origins)?;
         if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             let origin = origins.get("model").map(|o| format!("{o}: ")).unwrap_or_default();
             return Err(ConfigError::EmptyModel { origin });
@@ -187,6 +155,7 @@ impl Config {
             Some(MinFree::Auto { fallback }) => (None, Some(fallback)),
             None => (None, None),
         };
+        let supervision = supervision(&mut cli);
         let request = Request {
             count: per_rank.as_ref().map_or(cli.gpus, PerRank::group_count),
             min_free,
@@ -223,20 +192,7 @@ impl Config {
             log_format: cli.log_format,
             lock_dir: (!cli.no_lock).then_some(lock_dir),
             wait: cli.wait.map(|limit| limit.0),
-            supervision: Supervision {
-                no_forward: cli.no_forward.map(|list| list.0).unwrap_or_default(),
-                kill_after: cli.kill_after,
-                parent_death_signal: cli.parent_death_signal.0,
-                keep_orphans: cli.keep_orphans,
-                exec: cli.exec,
-                verify: cli.verify,
-                verify_timeout: cli.verify_timeout,
-                report: cli.report,
-                report_json: cli.report_json,
-                history: if cli.no_history { None } else { history::path() },
-                on_start: cli.on_start,
-                on_exit: cli.on_exit,
-            },
+            supervision,
             origins,
             request_text,
             min_free_auto,
@@ -248,10 +204,20 @@ impl Config {
         })
     }
 
+    /// The settings resolved against the world before anything is probed: for a mode that
+    /// chooses GPUs, `--min-free auto` sized from the history and the house rules applied.
+    pub(crate) fn resolve(mut self) -> Config {
+        if let Mode::Select(_) = self.mode {
+            self.size_min_free();
+            self.apply_limits();
+        }
+        self
+    }
+
     /// Sizes `--min-free auto` from the history for the command run (or shown by --dry-run),
     /// in the working directory: `request.min_free` and `sizing` are set, and the reason is
     /// logged.
-    pub fn size_min_free(&mut self) {
+    fn size_min_free(&mut self) {
         let Some(fallback) = self.min_free_auto else { return };
         let command: Vec<&str> = match &self.mode {
             Mode::Select(Goal::Run { command } | Goal::DryRun { command, .. }) => {
@@ -280,7 +246,7 @@ impl Config {
 
     /// The house rules over what was asked: --wait within max-wait, --min-free at least
     /// default-min-free. Each change is said once.
-    pub fn apply_limits(&mut self) {
+    fn apply_limits(&mut self) {
         let capped = self.limits.cap_wait(self.wait);
         if capped != self.wait {
             let rule =
@@ -301,17 +267,17 @@ impl Config {
     }
 
     /// The NVML library to load, as the user named it.
-    pub fn library(&self) -> PathBuf {
+    pub(crate) fn library(&self) -> PathBuf {
         self.nvml_lib.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY))
     }
 
     /// Where an option's value came from, when not from the command line.
-    pub fn origin(&self, long: &str) -> Option<&str> {
+    pub(crate) fn origin(&self, long: &str) -> Option<&str> {
         self.origins.get(long).map(String::as_str)
     }
 
     /// `-v`: which settings came from which file or variable.
-    pub fn log_origins(&self) {
+    pub(crate) fn log_origins(&self) {
         if let Some(notice) = &self.limits.notice {
             tracing::debug!("{notice}");
         }
@@ -320,7 +286,7 @@ impl Config {
         }
     }
 
-    pub fn acquire_options(&self) -> acquire::Options<'_> {
+    pub(crate) fn acquire_options(&self) -> acquire::Options<'_> {
         // Leases are world-readable: the program's name, never the arguments.
         let command = match &self.mode {
             Mode::Select(Goal::Run { command }) => crate::reserve::lease::program_name(command),
@@ -351,6 +317,92 @@ impl Config {
     }
 }
 
+/// How the command is run and watched, as the command line says.
+fn supervision(cli: &mut Cli) -> Supervision {
+    Supervision {
+        no_forward: cli.no_forward.take().map(|list| list.0).unwrap_or_default(),
+        kill_after: cli.kill_after,
+        parent_death_signal: cli.parent_death_signal.0,
+        keep_orphans: cli.keep_orphans,
+        exec: cli.exec,
+        verify: cli.verify,
+        verify_timeout: cli.verify_timeout,
+        report: cli.report,
+        report_json: cli.report_json.take(),
+        history: if cli.no_history { None } else { history::path() },
+        on_start: cli.on_start.take(),
+        on_exit: cli.on_exit.take(),
+    }
+}
+
+/// A mode flag: what gpurun was asked to do instead of running a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModeFlag {
+    List,
+    DryRun,
+    Export,
+    Doctor,
+    History,
+}
+
+impl ModeFlag {
+    /// The first mode flag given (clap lets only one through).
+    fn of(cli: &Cli) -> Option<ModeFlag> {
+        [
+            (cli.list, ModeFlag::List),
+            (cli.dry_run, ModeFlag::DryRun),
+            (cli.export, ModeFlag::Export),
+            (cli.doctor, ModeFlag::Doctor),
+            (cli.history, ModeFlag::History),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ModeFlag::List => "--list",
+            ModeFlag::DryRun => "--dry-run",
+            ModeFlag::Export => "--export",
+            ModeFlag::Doctor => "--doctor",
+            ModeFlag::History => "--history",
+        }
+    }
+}
+
+/// The mode, with the command's words (taken from `cli`) where it has them.
+fn mode(
+    mode_flag: Option<ModeFlag>,
+    cli: &mut Cli,
+    origins: &BTreeMap<String, String>,
+) -> Result<Mode, ConfigError> {
+    let command = std::mem::take(&mut cli.command);
+    Ok(match mode_flag {
+        Some(ModeFlag::List) => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
+        Some(ModeFlag::DryRun) => Mode::Select(Goal::DryRun { json: cli.json, command }),
+        Some(ModeFlag::Doctor) => Mode::Doctor,
+        // `--history train.py --json` as well as `--history --json train.py`: the words
+        // after a PATTERN would be a command's, but --history runs none.
+        Some(ModeFlag::History) => match &command[..] {
+            [] => Mode::History { json: cli.json, pattern: None },
+            [word] => Mode::History { json: cli.json, pattern: Some(word.to_string_lossy().into_owned()) },
+            [word, json] if json == "--json" => {
+                Mode::History { json: true, pattern: Some(word.to_string_lossy().into_owned()) }
+            }
+            words => return Err(ConfigError::HistoryPatterns(shell::quote(words))),
+        },
+        Some(ModeFlag::Export) => Mode::Select(Goal::Export),
+        None if command.is_empty() => return Err(ConfigError::NoCommand),
+        None if cli.wait == Some(WaitLimit(None)) && !origins.contains_key("wait") => {
+            if let Some(word) = duration_taken_for_a_command(&command[0]) {
+                return Err(ConfigError::WaitLimitAsCommand { word });
+            }
+            Mode::Select(Goal::Run { command })
+        }
+        None => Mode::Select(Goal::Run { command }),
+    })
+}
+
 /// The default `--rank-timeout`.
 const RANK_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -359,12 +411,13 @@ const RANK_TIMEOUT: Duration = Duration::from_secs(60);
 /// the command line without it are a mistake; from a file or variable they are defaults.
 fn per_rank(
     cli: &Cli,
-    mode_flag: Option<&str>,
+    mode_flag: Option<ModeFlag>,
     origins: &BTreeMap<String, String>,
 ) -> Result<Option<PerRank>, ConfigError> {
     let typed = |long: &str| !origins.contains_key(long);
     let runs = mode_flag.is_none();
-    let Some(view) = cli.per_rank.filter(|_| matches!(mode_flag, None | Some("--dry-run" | "--export")))
+    let Some(view) =
+        cli.per_rank.filter(|_| matches!(mode_flag, None | Some(ModeFlag::DryRun | ModeFlag::Export)))
     else {
         if cli.per_rank.is_none() {
             for (given, flag) in

@@ -15,32 +15,28 @@ use crate::options::duration;
 use crate::options::size::{self, Threshold};
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Limits {
-    pub max_gpus_per_user: Option<u32>,
-    pub max_wait: Option<Duration>,
-    pub default_min_free: Option<Threshold>,
+pub(crate) struct Limits {
+    pub(crate) max_gpus_per_user: Option<u32>,
+    pub(crate) max_wait: Option<Duration>,
+    pub(crate) default_min_free: Option<Threshold>,
     /// The file they came from, for messages.
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
     /// The system file's own `lock-dir`: reservations there are the ones the rules count.
-    pub lock_dir: Option<PathBuf>,
+    pub(crate) lock_dir: Option<PathBuf>,
     /// A line for `-v`: a user's GPURUN_SYSTEM_CONFIG that was set aside.
-    pub notice: Option<String>,
+    pub(crate) notice: Option<String>,
 }
 
 impl Limits {
-    pub fn is_empty(&self) -> bool {
-        self.max_gpus_per_user.is_none() && self.max_wait.is_none() && self.default_min_free.is_none()
-    }
-
     /// `max-gpus-per-user = 2 (/etc/gpurun/config.toml)`.
-    pub fn rule(&self, key: &str, value: &str) -> String {
+    pub(crate) fn rule(&self, key: &str, value: &str) -> String {
         let file =
             self.file.as_deref().map_or_else(|| "the system file".to_owned(), |f| f.display().to_string());
         format!("{key} = {value} ({file} [limits])")
     }
 
     /// The rules in force, one per line, for --list and --doctor.
-    pub fn describe(&self) -> Vec<String> {
+    pub(crate) fn describe(&self) -> Vec<String> {
         let mut rules = Vec::new();
         if let Some(max) = self.max_gpus_per_user {
             rules.push(self.rule("max-gpus-per-user", &max.to_string()));
@@ -58,7 +54,7 @@ impl Limits {
     /// max-gpus-per-user is set (leases elsewhere cannot be counted): `no_lock`, or the lock
     /// directory the launch would use (`--lock-dir`, its variable, or the default: `--no-config`
     /// drops the system file's `lock-dir` from the settings, not from the rule).
-    pub fn lock_escape(&self, no_lock: bool, lock_dir: &Path, root: bool) -> Option<String> {
+    pub(crate) fn lock_escape(&self, no_lock: bool, lock_dir: &Path, root: bool) -> Option<String> {
         let max = self.max_gpus_per_user?;
         if root {
             return None;
@@ -78,12 +74,12 @@ impl Limits {
     }
 
     /// The lock directory the rules count in: the system file's `lock-dir`, else the default.
-    pub fn system_lock_dir(&self) -> PathBuf {
+    pub(crate) fn system_lock_dir(&self) -> PathBuf {
         self.lock_dir.clone().unwrap_or_else(|| PathBuf::from(crate::reserve::lockdir::DEFAULT_DIR))
     }
 
     /// `--wait` within max-wait: forever becomes max-wait, a longer wait is shortened.
-    pub fn cap_wait(&self, wait: Option<Option<Duration>>) -> Option<Option<Duration>> {
+    pub(crate) fn cap_wait(&self, wait: Option<Option<Duration>>) -> Option<Option<Duration>> {
         match (wait, self.max_wait) {
             (Some(None), Some(max)) => Some(Some(max)),
             (Some(Some(asked)), Some(max)) => Some(Some(asked.min(max))),
@@ -102,7 +98,7 @@ fn same_directory(a: &Path, b: &Path) -> bool {
 }
 
 /// Reads the `[limits]` table (`table`: its keys and values, with the line of each key).
-pub fn parse(path: &Path, entries: &[(String, usize, toml::Value)]) -> Result<Limits, String> {
+pub(crate) fn parse(path: &Path, entries: &[(String, usize, toml::Value)]) -> Result<Limits, String> {
     let mut limits = Limits { file: Some(path.to_owned()), ..Limits::default() };
     for (key, line, value) in entries {
         let at = format!("{}:{line}: [limits] {key}", path.display());

@@ -3,10 +3,10 @@
 
 mod args;
 mod completion;
-pub mod config;
-pub mod limits;
+pub(crate) mod config;
+pub(crate) mod limits;
 pub mod settings;
-pub mod shebang;
+pub(crate) mod shebang;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -14,12 +14,13 @@ use std::ffi::OsString;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 
-pub use args::{command, parse, Cli, CompletionShell, DeathSignal, WaitLimit, REFERENCE, SEE_ALSO};
+pub use args::{command, REFERENCE, SEE_ALSO};
+pub(crate) use args::{Cli, CompletionShell, WaitLimit};
 
 use crate::cli::settings::SettingsError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     #[error("{0}")]
     Usage(String),
     #[error(transparent)]
@@ -29,14 +30,14 @@ pub enum CliError {
 }
 
 /// The parsed command line and what the settings contributed.
-pub struct Parsed {
-    pub cli: Cli,
+pub(crate) struct Parsed {
+    pub(crate) cli: Cli,
     /// Long option -> the file:line or variable its value came from (not the command line).
-    pub origins: BTreeMap<String, String>,
+    pub(crate) origins: BTreeMap<String, String>,
     /// The user's own option words, shell-quoted.
-    pub request_text: String,
+    pub(crate) request_text: String,
     /// The house rules of the system file.
-    pub limits: limits::Limits,
+    pub(crate) limits: limits::Limits,
 }
 
 /// clap's error as one line in gpurun's style, naming a non-UTF-8 argument if that was it.
@@ -56,14 +57,14 @@ fn usage(error: clap::Error, args: &[OsString]) -> CliError {
 }
 
 /// A completion script for `shell`, generated from the definition itself.
-pub fn completion_script(shell: CompletionShell) -> String {
+pub(crate) fn completion_script(shell: CompletionShell) -> String {
     completion::script(shell, command())
 }
 
 /// Parses argv under the configuration layers. `Ok(None)`: help, version or a completion
 /// script was printed. These are answered from the user's own words before any setting is
 /// read, so that they work on a machine with a broken configuration.
-pub fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliError> {
+pub(crate) fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, CliError> {
     let args = shebang::expand(args).map_err(CliError::Usage)?;
     // One definition, built once, for the user's own words and for all of them.
     let mut definition = args::parsing_command();

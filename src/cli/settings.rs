@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::limits::{self, Limits};
 
-pub const SYSTEM_FILE: &str = "/etc/gpurun/config.toml";
+pub(crate) const SYSTEM_FILE: &str = "/etc/gpurun/config.toml";
 
 /// A configuration file larger than this is not a configuration file.
 const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -52,7 +52,7 @@ const NOT_SETTING_VARIABLES: &[&str] =
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct SettingsError(String);
+pub(crate) struct SettingsError(String);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OptionKind {
@@ -87,11 +87,11 @@ enum SettingValue {
 
 /// One setting from one layer: its option words and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Setting {
-    pub key: String,
-    pub words: Vec<OsString>,
+pub(crate) struct Setting {
+    pub(crate) key: String,
+    pub(crate) words: Vec<OsString>,
     /// `path:line` or the variable's name.
-    pub origin: String,
+    pub(crate) origin: String,
 }
 
 /// The words one setting stands for (checked later, see `check`). `Ok(None)`: a switch set to
@@ -236,7 +236,7 @@ fn file_limits(path: &Path, text: &str) -> Result<Limits, SettingsError> {
 }
 
 /// The settings a configuration file stands for. Only the system file may hold `[limits]`.
-pub fn file_settings(
+pub(crate) fn file_settings(
     command: &mut clap::Command,
     path: &Path,
     text: &str,
@@ -295,7 +295,7 @@ pub fn file_settings(
 }
 
 /// The settings the `GPURUN_*` variables stand for.
-pub fn environment_settings(
+pub(crate) fn environment_settings(
     command: &mut clap::Command,
     variables: impl Iterator<Item = (String, String)>,
 ) -> Result<Vec<Setting>, SettingsError> {
@@ -406,10 +406,10 @@ fn system_lock_dir(settings: &[Setting]) -> Option<PathBuf> {
 
 /// argv with the lower layers' option words placed before the user's own, and where each
 /// option that came from a layer was set.
-pub struct Layered {
-    pub args: Vec<OsString>,
+pub(crate) struct Layered {
+    pub(crate) args: Vec<OsString>,
     /// The house rules of the system file.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Each layer's settings, lowest first (the system file's only where it is read).
     layers: Vec<Vec<Setting>>,
 }
@@ -417,12 +417,12 @@ pub struct Layered {
 impl Layered {
     /// Long option -> origin, for the options a layer set (the last layer wins); the caller
     /// removes those the user's own words set.
-    pub fn origins(&self) -> BTreeMap<String, String> {
+    pub(crate) fn origins(&self) -> BTreeMap<String, String> {
         self.settings().map(|s| (s.key.clone(), s.origin.clone())).collect()
     }
 
     /// Every layer's settings, lowest first.
-    pub fn settings(&self) -> impl Iterator<Item = &Setting> {
+    pub(crate) fn settings(&self) -> impl Iterator<Item = &Setting> {
         self.layers.iter().flatten()
     }
 
@@ -431,7 +431,7 @@ impl Layered {
     /// a part of that command line (every option overrides itself, and no option overrides
     /// another), so a part that fails makes the whole fail, and a command line that parses
     /// has no part to blame. That spares three parses of every launch (0.2 ms).
-    pub fn blame(&self, command: &mut clap::Command) -> Result<(), SettingsError> {
+    pub(crate) fn blame(&self, command: &mut clap::Command) -> Result<(), SettingsError> {
         blame_layers(command, &self.layers)?;
         check(command, &self.layers.concat())
     }
@@ -443,7 +443,7 @@ fn blame_layers(command: &mut clap::Command, layers: &[Vec<Setting>]) -> Result<
 
 /// The layers under the user's own words (`args[0]` is the program name), checked against the
 /// command line's definition.
-pub fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layered, SettingsError> {
+pub(crate) fn layered(command: &mut clap::Command, args: Vec<OsString>) -> Result<Layered, SettingsError> {
     let user_words = &args[1.min(args.len())..];
     let options_end = user_words.iter().position(|w| w == "--" || !w.to_string_lossy().starts_with('-'));
     let skip_files = user_words[..options_end.unwrap_or(user_words.len())].iter().any(|w| w == "--no-config");

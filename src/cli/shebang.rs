@@ -52,7 +52,7 @@ fn trim(bytes: &[u8]) -> &[u8] {
 }
 
 /// Splits argv[1] when it is a shebang's packed options; otherwise returns argv unchanged.
-pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+pub(crate) fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let (Some(first), Some(script)) = (args.get(1), args.get(2)) else { return Ok(args) };
     let bytes = first.as_bytes();
     let packed = bytes.first() == Some(&b'-') && bytes.iter().any(|b| b.is_ascii_whitespace());

@@ -14,7 +14,7 @@
 //! and renames it; opens never block (a FIFO), reads take the tail only and go byte by byte, so
 //! one bad line costs that line and a 2 GiB file costs no more than an 8 MiB one.
 
-pub mod sizing;
+pub(crate) mod sizing;
 
 use std::fs::File;
 use std::io::Write;
@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 /// The file is trimmed back to half of this when a record takes it past it (about 10,000 runs);
 /// reading looks at no more than this much of its end.
-pub const LIMIT_BYTES: u64 = 8 << 20;
+pub(crate) const LIMIT_BYTES: u64 = 8 << 20;
 
 const FILE_NAME: &str = "history.jsonl";
 
@@ -41,21 +41,21 @@ fn split(path: &Path) -> (&Path, &std::ffi::OsStr) {
 }
 /// One run, as the file holds it: the `--report-json` object plus these.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// Unix time the command started, in seconds.
-    pub started: f64,
-    pub user: String,
+    pub(crate) started: f64,
+    pub(crate) user: String,
     /// The working directory it ran in.
-    pub directory: String,
+    pub(crate) directory: String,
     /// gpurun's own options, as typed (`--gpus 2 --min-free 20G`).
-    pub request: String,
+    pub(crate) request: String,
     #[serde(flatten)]
-    pub report: serde_json::Map<String, serde_json::Value>,
+    pub(crate) report: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Record {
     /// The command's words.
-    pub fn command(&self) -> Vec<&str> {
+    pub(crate) fn command(&self) -> Vec<&str> {
         self.report
             .get("command")
             .and_then(|c| c.as_array())
@@ -64,7 +64,7 @@ impl Record {
     }
 
     /// The tree's peak memory on each GPU, by UUID.
-    pub fn peaks(&self) -> Vec<(String, u64)> {
+    pub(crate) fn peaks(&self) -> Vec<(String, u64)> {
         self.report
             .get("peak_memory_bytes")
             .and_then(|p| p.as_object())
@@ -78,7 +78,7 @@ impl Record {
 /// `$XDG_STATE_HOME/gpurun/history.jsonl`, else `~/.local/state/gpurun/history.jsonl`. A
 /// relative `XDG_STATE_HOME` is ignored, as the XDG specification says (the history would
 /// depend on the directory gpurun runs in).
-pub fn path() -> Option<PathBuf> {
+pub(crate) fn path() -> Option<PathBuf> {
     let absolute = |p: &PathBuf| p.is_absolute();
     let base = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(absolute).or_else(|| {
         std::env::var_os("HOME").map(PathBuf::from).filter(absolute).map(|h| h.join(".local/state"))
@@ -156,7 +156,7 @@ fn open_file(folder: &OwnedFd, shown: &Path, flags: OFlag) -> std::io::Result<Fi
 
 /// Appends `record` to the file at `path` (creating it and its folder, private to the user).
 /// A torn last line (a full disk cut a record) is closed first, so this record stays whole.
-pub fn append(path: &Path, record: &Record) -> std::io::Result<()> {
+pub(crate) fn append(path: &Path, record: &Record) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
     let folder = open_folder(split(path).0, true)?;
@@ -256,7 +256,7 @@ fn create_exclusive(folder: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result
 
 /// Every record in the newest `LIMIT_BYTES` of the file, oldest first; lines that are not a
 /// record (torn, not UTF-8, not JSON) are skipped. Nothing when the file cannot be trusted.
-pub fn read(path: &Path) -> Vec<Record> {
+pub(crate) fn read(path: &Path) -> Vec<Record> {
     let Ok(folder) = open_folder(split(path).0, false) else { return Vec::new() };
     let Ok(file) = open_file(&folder, path, OFlag::O_RDONLY) else { return Vec::new() };
     let length = file.metadata().map_or(0, |m| m.len());

@@ -10,17 +10,17 @@ use crate::history::Record;
 use crate::options::size::{human, Threshold};
 
 /// How many of the latest matching runs count.
-pub const RUNS: usize = 5;
+pub(crate) const RUNS: usize = 5;
 /// Added to the largest peak: allocators round up, and inputs vary from run to run.
-pub const MARGIN_PERCENT: u64 = 10;
+pub(crate) const MARGIN_PERCENT: u64 = 10;
 
 /// What auto decided: the threshold (None: no memory filter) and a line saying why.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sizing {
-    pub threshold: Option<Threshold>,
-    pub why: String,
+pub(crate) struct Sizing {
+    pub(crate) threshold: Option<Threshold>,
+    pub(crate) why: String,
     /// Sized from recorded peaks (then selection may lower it to what a card can have free).
-    pub from_history: bool,
+    pub(crate) from_history: bool,
 }
 
 fn base(word: &str) -> &str {
@@ -91,7 +91,7 @@ fn launched_script(words: &[&str]) -> Option<String> {
 /// `uv run`, `poetry run`, `pipenv run`) and launchers (`torchrun`, `accelerate launch`,
 /// `deepspeed`, `python -m torch.distributed.run`). A `.py` script is run by "python" whatever
 /// started it. `python train.py --lr 3` -> ("python", "train.py").
-pub fn program_and_script(command: &[&str]) -> (String, Option<String>) {
+pub(crate) fn program_and_script(command: &[&str]) -> (String, Option<String>) {
     let mut words = command;
     loop {
         let Some((first, rest)) = words.split_first() else { return (String::new(), None) };
@@ -134,7 +134,7 @@ fn with_margin(peak: u64) -> u64 {
     u64::try_from(grown).unwrap_or(u64::MAX)
 }
 
-pub fn size_for(
+pub(crate) fn size_for(
     records: &[Record],
     command: &[&str],
     directory: &str,

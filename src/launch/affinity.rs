@@ -9,7 +9,7 @@ use crate::probe::gpu::{label, Machine};
 use crate::select::selection::Selection;
 
 /// The CPUs gpurun itself may run on.
-pub fn own_cpus() -> Vec<u32> {
+pub(crate) fn own_cpus() -> Vec<u32> {
     let Ok(set) = sched_getaffinity(Pid::from_raw(0)) else { return Vec::new() };
     (0..CpuSet::count() as u32).filter(|&cpu| set.is_set(cpu as usize).unwrap_or(false)).collect()
 }
@@ -17,7 +17,12 @@ pub fn own_cpus() -> Vec<u32> {
 /// The union of the chosen devices' local CPUs, within `own`. `None`, with a warning (a line
 /// with -v where the binding is `--per-rank`'s default, not asked for), where NVML does not
 /// say or nothing is left: the command keeps gpurun's CPUs.
-pub fn numa_cpus(selection: &Selection, machine: &Machine, own: &[u32], asked: bool) -> Option<Vec<u32>> {
+pub(crate) fn numa_cpus(
+    selection: &Selection,
+    machine: &Machine,
+    own: &[u32],
+    asked: bool,
+) -> Option<Vec<u32>> {
     let say = |text: String| match asked {
         true => tracing::warn!("{text}"),
         false => tracing::debug!("{text}"),
@@ -50,7 +55,7 @@ pub fn numa_cpus(selection: &Selection, machine: &Machine, own: &[u32], asked: b
 }
 
 /// Sets process `pid`'s CPUs (the command, between its fork and its exec).
-pub fn bind(pid: u32, cpus: &[u32]) -> nix::Result<()> {
+pub(crate) fn bind(pid: u32, cpus: &[u32]) -> nix::Result<()> {
     let mut set = CpuSet::new();
     for &cpu in cpus {
         set.set(cpu as usize)?;

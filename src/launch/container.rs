@@ -16,13 +16,13 @@ use crate::options::ContainerUse;
 
 /// The container client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Client {
+pub(crate) enum Client {
     Podman,
     Docker,
 }
 
 impl Client {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Client::Podman => "podman",
             Client::Docker => "docker",
@@ -32,7 +32,7 @@ impl Client {
 
 /// How the GPUs are given to the container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Injection {
+pub(crate) enum Injection {
     /// `--device nvidia.com/gpu=<UUID>` per GPU (CDI).
     Cdi,
     /// docker's `--gpus "device=<UUID>,<UUID>"` (nvidia-container-toolkit).
@@ -41,20 +41,20 @@ pub enum Injection {
 
 /// A container run, as found in the command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerRun {
-    pub client: Client,
+pub(crate) struct ContainerRun {
+    pub(crate) client: Client,
     /// Where the options gpurun adds go: right after the subcommand.
     insert_at: usize,
     /// The client's global options (before the subcommand), for `kill` and the like.
-    pub globals: Vec<OsString>,
+    pub(crate) globals: Vec<OsString>,
     /// The image, as the user named it.
-    pub image: String,
+    pub(crate) image: String,
     /// Variables the user's own `-e`/`--env` set (their names).
     user_env: Vec<String>,
     /// The user's own `--cidfile`, if any.
     user_cidfile: Option<PathBuf>,
     /// `--sig-proxy=false`: signals reach the client, not the container.
-    pub sig_proxy_off: bool,
+    pub(crate) sig_proxy_off: bool,
 }
 
 /// podman's and docker's global options that take a value (the rest are switches).
@@ -130,7 +130,7 @@ const RUN_SWITCHES: &[&str] = &[
 const SHORT_SWITCHES: &[char] = &['d', 'i', 't', 'P', 'q'];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ContainerError {
+pub(crate) enum ContainerError {
     #[error(
         "{option}: gpurun gives the container its chosen GPUs itself (remove {option}, or run with --container off to \
          leave the command alone)"
@@ -151,7 +151,44 @@ fn long_name(word: &str) -> &str {
 
 /// Finds a container run in `command`. `None`: not one (another program, another
 /// subcommand, or `--container off`).
-pub fn recognise(command: &[OsString], mode: ContainerUse) -> Result<Option<ContainerRun>, ContainerError> {
+/// The run option at `words[at]`: its name, its value (attached or the next word) and how
+/// many words it takes. A cluster of short switches may end in one that takes a value.
+fn option_at(words: &[&str], at: usize) -> Result<(String, Option<String>, usize), ContainerError> {
+    let word = words[at];
+    Ok(if let Some(long) = word.strip_prefix("--") {
+        let name = long_name(word);
+        match long.split_once('=') {
+            Some((_, value)) => (name.to_owned(), Some(value.to_owned()), 1),
+            None if RUN_SWITCHES.contains(&name) => (name.to_owned(), None, 1),
+            None => (name.to_owned(), words.get(at + 1).map(|v| (*v).to_owned()), 2),
+        }
+    } else {
+        // A cluster of short switches, possibly ending in one that takes a value (-it,
+        // -e NAME, -eNAME, -de NAME).
+        let letters: Vec<char> = word[1..].chars().collect();
+        let mut found = None;
+        for (position, letter) in letters.iter().enumerate() {
+            if SHORT_SWITCHES.contains(letter) {
+                if *letter == 'd' {
+                    return Err(ContainerError::Detached { option: word.to_owned() });
+                }
+                continue;
+            }
+            let rest: String = letters[position + 1..].iter().collect();
+            found = Some(match rest.is_empty() {
+                true => (format!("-{letter}"), words.get(at + 1).map(|v| (*v).to_owned()), 2),
+                false => (format!("-{letter}"), Some(rest.trim_start_matches('=').to_owned()), 1),
+            });
+            break;
+        }
+        found.unwrap_or_else(|| (word.to_owned(), None, 1))
+    })
+}
+
+pub(crate) fn recognise(
+    command: &[OsString],
+    mode: ContainerUse,
+) -> Result<Option<ContainerRun>, ContainerError> {
     if mode == ContainerUse::Off {
         return Ok(None);
     }
@@ -198,35 +235,7 @@ pub fn recognise(command: &[OsString], mode: ContainerUse) -> Result<Option<Cont
             image = Some(word.to_owned());
             break;
         }
-        // The option and its value (attached or the next word).
-        let (name, value, width) = if let Some(long) = word.strip_prefix("--") {
-            let name = long_name(word);
-            match long.split_once('=') {
-                Some((_, value)) => (name.to_owned(), Some(value.to_owned()), 1),
-                None if RUN_SWITCHES.contains(&name) => (name.to_owned(), None, 1),
-                None => (name.to_owned(), words.get(at + 1).map(|v| (*v).to_owned()), 2),
-            }
-        } else {
-            // A cluster of short switches, possibly ending in one that takes a value (-it,
-            // -e NAME, -eNAME, -de NAME).
-            let letters: Vec<char> = word[1..].chars().collect();
-            let mut found = None;
-            for (position, letter) in letters.iter().enumerate() {
-                if SHORT_SWITCHES.contains(letter) {
-                    if *letter == 'd' {
-                        return Err(ContainerError::Detached { option: word.to_owned() });
-                    }
-                    continue;
-                }
-                let rest: String = letters[position + 1..].iter().collect();
-                found = Some(match rest.is_empty() {
-                    true => (format!("-{letter}"), words.get(at + 1).map(|v| (*v).to_owned()), 2),
-                    false => (format!("-{letter}"), Some(rest.trim_start_matches('=').to_owned()), 1),
-                });
-                break;
-            }
-            found.unwrap_or_else(|| (word.to_owned(), None, 1))
-        };
+        let (name, value, width) = option_at(&words, at)?;
         let value_text = value.clone().unwrap_or_default();
         match name.as_str() {
             "--detach" if value.as_deref() != Some("false") => {
@@ -266,17 +275,17 @@ fn is_gpu_device(value: &str) -> bool {
 }
 
 /// The device of each chosen GPU or MIG device, by UUID.
-pub struct Chosen<'a> {
-    pub uuids: &'a [String],
+pub(crate) struct Chosen<'a> {
+    pub(crate) uuids: &'a [String],
     /// The host's NVML indices (GPURUN_GPUS).
-    pub indices: &'a str,
-    pub framework_env: bool,
+    pub(crate) indices: &'a str,
+    pub(crate) framework_env: bool,
 }
 
 impl ContainerRun {
     /// How the GPUs are given: CDI for podman; for docker, CDI with `--container cdi` or
     /// where its daemon has CDI on (`docker_cdi`), else `--gpus`.
-    pub fn injection(&self, mode: ContainerUse, docker_cdi: bool) -> Injection {
+    pub(crate) fn injection(&self, mode: ContainerUse, docker_cdi: bool) -> Injection {
         match (self.client, mode) {
             (Client::Podman, _) | (_, ContainerUse::Cdi) => Injection::Cdi,
             (Client::Docker, ContainerUse::Gpus) => Injection::Gpus,
@@ -287,13 +296,13 @@ impl ContainerRun {
 
     /// The file the container's ID is written to: the user's own `--cidfile`, or `ours`
     /// (which is then added).
-    pub fn cidfile(&self, ours: &Path) -> PathBuf {
+    pub(crate) fn cidfile(&self, ours: &Path) -> PathBuf {
         self.user_cidfile.clone().unwrap_or_else(|| ours.to_owned())
     }
 
     /// The command with gpurun's options added right after the subcommand (the log and
     /// --dry-run show it whole).
-    pub fn rewrite(
+    pub(crate) fn rewrite(
         &self,
         command: &[OsString],
         chosen: &Chosen,
@@ -339,7 +348,7 @@ impl ContainerRun {
     }
 
     /// `<client> <its global options> <words>` (`kill <id>`, `wait <id>`).
-    pub fn client_command(&self, words: &[&str]) -> Vec<OsString> {
+    pub(crate) fn client_command(&self, words: &[&str]) -> Vec<OsString> {
         let mut command = vec![OsString::from(self.client.name())];
         command.extend(self.globals.iter().cloned());
         command.extend(words.iter().map(OsString::from));
@@ -376,7 +385,7 @@ fn run_briefly(words: &[OsString]) -> std::io::Result<()> {
 
 /// Whether docker's daemon has CDI on (`"features": {"cdi": true}` in /etc/docker/daemon.json,
 /// docker 25 and later), so that docker takes CDI devices as podman does.
-pub fn docker_has_cdi(daemon_json: &str) -> bool {
+pub(crate) fn docker_has_cdi(daemon_json: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(daemon_json)
         .ok()
         .and_then(|config| config["features"]["cdi"].as_bool())
@@ -386,17 +395,17 @@ pub fn docker_has_cdi(daemon_json: &str) -> bool {
 /// A container run as it is launched: the command with gpurun's options, and the file the
 /// container's ID comes in: the user's own `--cidfile`, or one in a directory of gpurun's own
 /// (mode 0700 in the temporary directory, removed at the end).
-pub struct Prepared {
-    pub run: ContainerRun,
-    pub command: Vec<OsString>,
-    pub cidfile: PathBuf,
+pub(crate) struct Prepared {
+    pub(crate) run: ContainerRun,
+    pub(crate) command: Vec<OsString>,
+    pub(crate) cidfile: PathBuf,
     own_dir: Option<PathBuf>,
 }
 
 impl Prepared {
     /// `create`: make the private directory (a launch, without the user's own --cidfile); a dry
     /// run only names it.
-    pub fn new(
+    pub(crate) fn new(
         run: &ContainerRun,
         command: &[OsString],
         chosen: &Chosen,
@@ -420,7 +429,7 @@ impl Prepared {
     /// What the parent-death watcher becomes if gpurun dies: `<client> <globals> kill --signal
     /// N` and the ID from the cidfile (the client found on PATH now, so that the watcher needs
     /// no search). `None` where a word holds a NUL or the client is not on PATH.
-    pub fn death_kill(&self, signal: i32) -> Option<crate::launch::death::ContainerKill> {
+    pub(crate) fn death_kill(&self, signal: i32) -> Option<crate::process::death::ContainerKill> {
         use std::os::unix::ffi::OsStrExt;
         let program = std::env::var_os("PATH").and_then(|path| {
             std::env::split_paths(&path).map(|dir| dir.join(self.run.client.name())).find(|p| p.is_file())
@@ -431,18 +440,18 @@ impl Prepared {
         let argv =
             words.iter().map(|w| std::ffi::CString::new(w.as_bytes()).ok()).collect::<Option<Vec<_>>>()?;
         let cidfile = std::ffi::CString::new(self.cidfile.as_os_str().as_bytes()).ok()?;
-        Some(crate::launch::death::ContainerKill { argv, cidfile })
+        Some(crate::process::death::ContainerKill { argv, cidfile })
     }
 
     /// The container's ID, once the runtime has written it.
-    pub fn id(&self) -> Option<String> {
+    pub(crate) fn id(&self) -> Option<String> {
         crate::verify::container::read_id(&self.cidfile)
     }
 
     /// Ends the container itself (`<client> kill <id>`, then `<client> wait <id>`), where gpurun
     /// had to kill the client, which would leave it running: the reservation then ends with
     /// the container. Each is waited for at most `CLIENT_TIMEOUT`.
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         let Some(id) = self.id() else { return };
         let kill = self.run.client_command(&["kill", &id]);
         tracing::warn!(

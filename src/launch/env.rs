@@ -9,16 +9,16 @@ use crate::select::selection::Selection;
 
 /// What the command gets: the chosen GPUs and the variables that name them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub selection: Selection,
-    pub variables: Vec<(String, String)>,
+pub(crate) struct Plan {
+    pub(crate) selection: Selection,
+    pub(crate) variables: Vec<(String, String)>,
     /// `--cpu-bind numa`: the command's CPUs (None: gpurun's own).
-    pub cpus: Option<Vec<u32>>,
+    pub(crate) cpus: Option<Vec<u32>>,
 }
 
 impl Plan {
     /// The plan for `selection` in this process's environment.
-    pub fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
+    pub(crate) fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
         let visible_as = visible_as.unwrap_or(VisibleAs::Index);
         let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
         Plan { selection, variables, cpus: None }
@@ -30,7 +30,7 @@ impl Plan {
     /// between the ranks work), or with `own_only` (`--per-rank=own`) its own GPUs alone.
     /// `GPURUN_GPUS` and `GPURUN_GPU_UUIDS` name its own, and the plan's selection is its own:
     /// the lease, the CPUs, verification and the report are about them.
-    pub fn for_rank(
+    pub(crate) fn for_rank(
         set: Selection,
         own: std::ops::Range<usize>,
         own_only: bool,
@@ -56,7 +56,7 @@ impl Plan {
         plan
     }
 
-    pub fn variable(&self, name: &str) -> Option<&str> {
+    pub(crate) fn variable(&self, name: &str) -> Option<&str> {
         self.variables.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
@@ -68,7 +68,7 @@ const FRAMEWORK_DEFAULTS: &[(&str, &str)] =
 
 /// The variables to set in the child, in a stable order. `inherited` answers for the caller's
 /// environment (a function, so tests need not touch the real one).
-pub fn child_variables(
+pub(crate) fn child_variables(
     selection: &Selection,
     visible_as: VisibleAs,
     framework_env: bool,
@@ -112,7 +112,7 @@ pub fn child_variables(
 }
 
 /// `export NAME='value'` lines for `eval`: values in single quotes, a quote as `'\''`.
-pub fn export_lines(variables: &[(String, String)]) -> String {
+pub(crate) fn export_lines(variables: &[(String, String)]) -> String {
     variables.iter().map(|(name, value)| format!("export {name}={}\n", shell::single_quoted(value))).collect()
 }
 

@@ -15,10 +15,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use std::os::unix::process::CommandExt;
-
 use nix::errno::Errno;
-use nix::sys::signal::{SigSet, SigmaskHow};
+use nix::sys::signal::SigSet;
 use nix::sys::socket::{socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 
 use crate::process::procfs;
@@ -26,10 +24,10 @@ use crate::process::signals::send;
 use crate::process::{reap, ChildEvent, Reaped};
 
 /// How long a hook may run.
-pub const LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 
-pub struct Hook {
-    pub pid: u32,
+pub(crate) struct Hook {
+    pub(crate) pid: u32,
     /// `--on-start` or `--on-exit`, for messages.
     name: &'static str,
     deadline: Instant,
@@ -50,7 +48,7 @@ impl Hook {
     /// cannot start.
     /// `mask`: the caller's signal mask, which the hook starts with like the command (gpurun's
     /// own has every forwarded signal blocked; a hook with those blocked could not be ended).
-    pub fn start(
+    pub(crate) fn start(
         name: &'static str,
         line: &str,
         input: &str,
@@ -76,13 +74,7 @@ impl Hook {
             .envs(variables.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::from(theirs))
             .stdout(to_stderr);
-        // SAFETY: the closure runs in the forked child before exec and makes one system call
-        // (sigprocmask, async-signal-safe) on a mask copied in by value; it allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
-                nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&mask), None).map_err(Into::into)
-            })
-        };
+        crate::process::signals::exec_with_mask(&mut command, mask);
         let spawned = command.spawn();
         let child = match spawned {
             Ok(child) => child,
@@ -107,7 +99,7 @@ impl Hook {
 
     /// Writes what the hook's stdin takes now, never waiting; closes it when all went, when the
     /// hook stopped reading for good, or at the deadline.
-    pub fn feed(&mut self) {
+    pub(crate) fn feed(&mut self) {
         let Some(stdin) = &self.stdin else { return };
         while self.written < self.input.len() {
             let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
@@ -133,18 +125,18 @@ impl Hook {
 
     /// When the supervisor must look at the hook again (its deadline, or soon while input is
     /// left to give), while it runs.
-    pub fn wake(&self) -> Option<Instant> {
+    pub(crate) fn wake(&self) -> Option<Instant> {
         let feed = self.stdin.as_ref().map(|_| (Instant::now() + FEED_EVERY).min(self.deadline));
         (!self.done).then_some(feed.unwrap_or(self.deadline))
     }
 
     /// Whether this hook is still running.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         !self.done
     }
 
     /// The reaping loop found `pid` ended: whether it was this hook.
-    pub fn reaped(&mut self, pid: u32, event: ChildEvent) -> bool {
+    pub(crate) fn reaped(&mut self, pid: u32, event: ChildEvent) -> bool {
         if self.done || pid != self.pid {
             return false;
         }
@@ -163,7 +155,7 @@ impl Hook {
 
     /// Past the deadline: SIGKILL to the hook and what it started (`sh -c 'sleep 300'` forks
     /// the sleep); the hook's PID is still ours until it is reaped.
-    pub fn enforce(&mut self, now: Instant) {
+    pub(crate) fn enforce(&mut self, now: Instant) {
         self.feed();
         if !self.done && now >= self.deadline {
             tracing::warn!("{} hook still running after {} s: killing it", self.name, LIMIT.as_secs());
@@ -176,7 +168,7 @@ impl Hook {
     }
 
     /// Waits for the hook to end (killing it at its deadline) and reaps it.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         while !self.done {
             match reap(Some(self.pid), false) {
                 Reaped::Child(pid, event) => {

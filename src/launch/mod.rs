@@ -2,78 +2,89 @@
 //! signal state, supervise it (signals, reaping, job control, verification beside it), end its
 //! leftovers, report, and give back how it ended.
 
-pub mod affinity;
-pub mod container;
-pub mod death;
-pub mod env;
-pub mod hooks;
-pub mod orphans;
-pub mod signals;
-pub mod spawn;
-pub mod supervise;
+pub(crate) mod affinity;
+pub(crate) mod container;
+pub(crate) mod env;
+pub(crate) mod hooks;
+pub(crate) mod orphans;
+pub(crate) mod plan;
+pub(crate) mod signals;
+pub(crate) mod supervise;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::exit_code::{End, Exit};
 use crate::history;
-use crate::launch::death::Watcher;
-use crate::launch::env::Plan;
 use crate::launch::hooks::Hook;
-use crate::launch::spawn::{Launch, LaunchError};
-use crate::options::VerifyMode;
+use crate::launch::plan::{Member, Plan};
+use crate::options::size::Threshold;
+use crate::options::{cpus, shell, VerifyMode};
 use crate::probe::gpu::Machine;
+use crate::probe::nvml::Xid;
 use crate::probe::worker::NvmlThread;
+use crate::process::death::Watcher;
 use crate::process::procfs;
 use crate::process::signals::{default_action, send, DefaultAction, Receiver};
+use crate::process::spawn::{self, Launch, LaunchError};
 use crate::reserve::lease::HeldLease;
-use crate::select::policy::Request;
 use crate::verify::diagnosis::{self, Card};
 use crate::verify::monitor::Monitor;
 use crate::verify::report::{self, Report};
 
 /// How the command is run and watched.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Supervision {
-    pub no_forward: Vec<i32>,
-    pub kill_after: Option<Duration>,
-    pub parent_death_signal: Option<i32>,
-    pub keep_orphans: bool,
-    pub exec: bool,
-    pub verify: VerifyMode,
-    pub verify_timeout: Duration,
-    pub report: bool,
-    pub report_json: Option<PathBuf>,
+pub(crate) struct Supervision {
+    pub(crate) no_forward: Vec<i32>,
+    pub(crate) kill_after: Option<Duration>,
+    pub(crate) parent_death_signal: Option<i32>,
+    pub(crate) keep_orphans: bool,
+    pub(crate) exec: bool,
+    pub(crate) verify: VerifyMode,
+    pub(crate) verify_timeout: Duration,
+    pub(crate) report: bool,
+    pub(crate) report_json: Option<PathBuf>,
     /// Where the run's record goes (None: --no-history).
-    pub history: Option<PathBuf>,
+    pub(crate) history: Option<PathBuf>,
     /// `--on-start`, `--on-exit`: shell command lines.
-    pub on_start: Option<String>,
-    pub on_exit: Option<String>,
+    pub(crate) on_start: Option<String>,
+    pub(crate) on_exit: Option<String>,
+}
+
+/// What gpurun holds for the command: released once the command and its leftovers are gone,
+/// or handed to it with `--exec`.
+pub(crate) struct Held {
+    pub(crate) leases: Vec<HeldLease>,
+    /// `--per-rank`: the hold on the group's record, released right after the leases.
+    pub(crate) group: Option<crate::reserve::group::Membership>,
+}
+
+impl Held {
+    /// The locked descriptors are inherited: the reservation lives as long as the command.
+    fn hand_over_to_exec(self) {
+        self.leases.into_iter().for_each(HeldLease::hand_over_to_exec);
+        self.group.into_iter().for_each(crate::reserve::group::Membership::hand_over_to_exec);
+    }
 }
 
 /// Everything the launch step needs.
-pub struct Job<'a> {
-    pub command: &'a [OsString],
-    pub supervision: &'a Supervision,
-    pub machine: &'a Machine,
-    pub plan: &'a Plan,
-    /// Held until the command and its leftovers are gone (or handed to it with --exec).
-    pub leases: Vec<HeldLease>,
-    /// A container run: its ID's file, and how to end it.
-    pub container: Option<&'a container::Prepared>,
-    /// `--per-rank`: the hold on the group's record, released right after the leases.
-    pub group: Option<crate::reserve::group::Membership>,
-    /// `--per-rank`: this rank, and whose each of the group's GPUs is.
-    pub ranks: Option<(&'a crate::rank::PerRank, crate::rank::Owners)>,
+pub(crate) struct Job<'a> {
+    /// As it is run (a container run's with gpurun's options in it).
+    pub(crate) command: &'a [OsString],
+    pub(crate) plan: &'a Plan,
+    pub(crate) supervision: &'a Supervision,
+    pub(crate) machine: &'a Machine,
+    pub(crate) held: Held,
     /// The NVML thread, for verification (None: NVML was never needed).
-    pub nvml: Option<&'a mut NvmlThread>,
-    pub receiver: &'a Receiver,
-    /// What was asked, for the diagnosis and the history.
-    pub request: &'a Request,
-    pub request_text: &'a str,
+    pub(crate) nvml: Option<&'a mut NvmlThread>,
+    pub(crate) receiver: &'a Receiver,
+    /// The `--min-free` applied (for the diagnosis) and the user's words (for the history).
+    pub(crate) min_free: Option<Threshold>,
+    pub(crate) request_text: &'a str,
     /// What `--min-free auto` decided, and why.
-    pub sizing: Option<&'a str>,
+    pub(crate) sizing: Option<&'a str>,
 }
 
 /// Signals that reached gpurun in the moment before the command existed go to the command,
@@ -98,41 +109,19 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
     after_exec
 }
 
-/// spawn -> supervise (and verify) -> end leftovers -> release the GPUs -> report -> how it
-/// ended. With `--exec`, gpurun becomes the command instead (returns only if that failed).
-pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
-    let Job {
-        command,
-        container,
-        supervision,
-        machine,
-        plan,
-        leases,
-        group,
-        ranks,
-        nvml,
-        receiver,
-        request,
-        request_text,
-        sizing,
-    } = job;
-    let launch = Launch { command, variables: &plan.variables };
+/// start -> supervise (and verify) -> finish (report, history, hook) -> how it ended. With
+/// `--exec`, gpurun becomes the command instead (returns only if that failed).
+pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
+    let Job { command, plan, supervision, held, receiver, .. } = job;
     if supervision.exec {
-        // The locked lease descriptors are inherited: the reservation lives as long as the
-        // command.
-        tracing::info!(
-            "running {} on {} (exec)",
-            crate::options::shell::quote(command),
-            plan.selection.describe()
-        );
+        tracing::info!("running {} on {} (exec)", shell::quote(command), plan.gpus.selection.describe());
         if supervision.on_start.is_some() || supervision.on_exit.is_some() {
             tracing::warn!(
                 "--on-start and --on-exit do not run with --exec: gpurun is replaced by the command"
             );
         }
-        leases.into_iter().for_each(HeldLease::hand_over_to_exec);
-        group.into_iter().for_each(crate::reserve::group::Membership::hand_over_to_exec);
-        return Err(spawn::exec(&launch, receiver.caller()));
+        held.hand_over_to_exec();
+        return Err(spawn::exec(&Launch { command, variables: &plan.gpus.variables }, receiver.caller()));
     }
     // Created first: an unwritable path fails before the command starts.
     let report_file = match &supervision.report_json {
@@ -141,6 +130,36 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         }
         None => None,
     };
+    let Job { machine, nvml, min_free, request_text, sizing, .. } = job;
+    let running = start(command, plan, supervision, receiver, machine, nvml)?;
+    let ended = supervise_to_the_end(running, plan, supervision, receiver, held);
+    let about = Finish { command, plan, supervision, machine, receiver, min_free, request_text, sizing };
+    Ok(finish(&about, ended, report_file))
+}
+
+/// The command, started, with what watches it.
+struct Running<'a> {
+    child: u32,
+    /// The parent-death watcher.
+    watcher: Option<Watcher>,
+    on_start: Option<Hook>,
+    watch: Option<supervise::Watch<'a>>,
+    leftovers: orphans::Leftovers,
+    started: Instant,
+    started_at: SystemTime,
+}
+
+/// Starts the command (bound to its CPUs, with the signals that came meanwhile passed on),
+/// its parent-death watcher, the --on-start hook and the verification beside it.
+fn start<'a>(
+    command: &[OsString],
+    plan: &Plan,
+    supervision: &Supervision,
+    receiver: &Receiver,
+    machine: &Machine,
+    nvml: Option<&'a mut NvmlThread>,
+) -> Result<Running<'a>, LaunchError> {
+    let container = plan.container();
     // A container's processes are the runtime's (conmon, containerd-shim): gpurun does not
     // become their reaper, so that the runtime ends and removes its container as it does
     // without gpurun; gpurun ends a container by its ID when it must.
@@ -149,21 +168,21 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     }
     // Before the command exists: every child gpurun has now came with it from an exec.
     let inherited = orphans::Inherited::capture();
-    let started = Instant::now();
-    let started_at = std::time::SystemTime::now();
+    let (started, started_at) = (Instant::now(), SystemTime::now());
     // Prepared before the command exists: it looks the client up on PATH.
     let death_kill = supervision.parent_death_signal.and_then(|signal| container?.death_kill(signal));
     let mut watcher = None;
     let mut stops = Vec::new();
+    let launch = Launch { command, variables: &plan.gpus.variables };
     let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
         watcher =
             supervision.parent_death_signal.and_then(|signal| Watcher::start(child, signal, death_kill));
         // Before the go: the command starts (and execs) on these CPUs.
-        if let Some(cpus) = &plan.cpus {
+        if let Some(cpus) = &plan.gpus.cpus {
             if let Err(error) = affinity::bind(child, cpus) {
                 tracing::warn!(
                     "--cpu-bind numa: cannot bind the command to CPUs {}: {error}",
-                    crate::options::cpus::list(cpus)
+                    cpus::list(cpus)
                 );
             }
         }
@@ -179,57 +198,98 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     for signal in stops {
         send(child, signal);
     }
-    let mut leftovers = orphans::Leftovers {
-        inherited,
-        command_started: procfs::stat(child).map_or(0, |stat| stat.start_ticks),
-        announced: Vec::new(),
-    };
-    tracing::info!("running {} on {}", crate::options::shell::quote(command), plan.selection.describe());
-    let mut on_start = supervision.on_start.as_deref().and_then(|line| {
-        let input = serde_json::json!({
-            "command": command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>(),
-            "pid": child,
-            "requested": plan.selection.requested.to_string(),
-            "count": plan.selection.devices.len(),
-            "selected": plan.selection.devices,
-        });
-        Hook::start(
-            "--on-start",
-            line,
-            &format!("{input}\n"),
-            &hook_variables(plan, None),
-            receiver.caller().mask,
-        )
-    });
-    let mut watch =
-        nvml.filter(|_| supervision.verify != VerifyMode::Off && !plan.selection.is_empty()).map(|nvml| {
-            let watched =
-                // A GPU in MIG mode lists its MIG devices' processes again: its devices are watched.
-                machine.devices().filter(|gpu| gpu.error.is_none() && !gpu.in_mig_mode()).map(|gpu| gpu.index).collect();
-            let before_launch =
-                machine.devices().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
-            let monitor = Monitor::new(
-                supervision.verify,
-                &plan.selection.indices(),
-                watched,
-                before_launch,
-                plan.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default().to_owned(),
-                supervision.verify_timeout,
-            )
-            .for_rank(ranks.as_ref().map(|(_, owners)| owners.clone()))
-            .for_container(container.map(|c| c.cidfile.clone()));
-            supervise::Watch { nvml, monitor }
-        });
-    if container.is_some_and(|c| c.run.sig_proxy_off) {
+    let command_started = procfs::stat(child).map_or(0, |stat| stat.start_ticks);
+    let leftovers = orphans::Leftovers { inherited, command_started, announced: Vec::new() };
+    tracing::info!("running {} on {}", shell::quote(command), plan.gpus.selection.describe());
+    let on_start =
+        supervision.on_start.as_deref().and_then(|line| start_hook(line, command, child, plan, receiver));
+    let watch = nvml
+        .filter(|_| supervision.verify != VerifyMode::Off && !plan.gpus.selection.is_empty())
+        .map(|nvml| supervise::Watch { nvml, monitor: monitor(plan, supervision, machine) });
+    if let Some(container) = container.filter(|c| c.run.sig_proxy_off) {
         tracing::warn!(
             "--sig-proxy=false: signals reach the {} client, not the container (gpurun still ends the container by its ID when it must)",
-            container.map_or("", |c| c.run.client.name())
+            container.run.client.name()
         );
     }
+    Ok(Running { child, watcher, on_start, watch, leftovers, started, started_at })
+}
+
+/// `--on-start`: the command line, with the launch in JSON on its input.
+fn start_hook(
+    line: &str,
+    command: &[OsString],
+    child: u32,
+    plan: &Plan,
+    receiver: &Receiver,
+) -> Option<Hook> {
+    let selection = &plan.gpus.selection;
+    let input = serde_json::json!({
+        "command": command.iter().map(|w| w.to_string_lossy()).collect::<Vec<_>>(),
+        "pid": child,
+        "requested": selection.requested.to_string(),
+        "count": selection.devices.len(),
+        "selected": selection.devices,
+    });
+    Hook::start(
+        "--on-start",
+        line,
+        &format!("{input}\n"),
+        &hook_variables(plan, None),
+        receiver.caller().mask,
+    )
+}
+
+/// Verification of the plan's GPUs: what NVML showed before the launch is not the command's.
+fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor {
+    // A GPU in MIG mode lists its MIG devices' processes again: its devices are watched.
+    let watched = machine
+        .devices()
+        .filter(|gpu| gpu.error.is_none() && !gpu.in_mig_mode())
+        .map(|gpu| gpu.index)
+        .collect();
+    let before_launch =
+        machine.devices().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
+    Monitor::new(
+        supervision.verify,
+        &plan.gpus.selection.indices(),
+        watched,
+        before_launch,
+        plan.gpus.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default().to_owned(),
+        supervision.verify_timeout,
+    )
+    .for_rank(plan.rank.as_ref().map(|member| member.owners.clone()))
+    .for_container(plan.container().map(|c| c.cidfile.clone()))
+}
+
+/// How the command ended, and what verification saw.
+struct Ended {
+    end: End,
+    exit: Exit,
+    verification: report::Verification,
+    /// Whether NVML watched the run (without it nothing was seen: nothing to diagnose).
+    watched: bool,
+    peaks: BTreeMap<u32, u64>,
+    used: Vec<u32>,
+    xids: Vec<(Xid, SystemTime)>,
+    wall: Duration,
+    started_at: SystemTime,
+}
+
+/// Supervises the command to its end, ends its leftovers (and a hook still running), then
+/// releases the GPUs: they are free once the command and its leftovers are gone.
+fn supervise_to_the_end(
+    running: Running,
+    plan: &Plan,
+    supervision: &Supervision,
+    receiver: &Receiver,
+    held: Held,
+) -> Ended {
+    let Running { child, watcher, mut on_start, mut watch, mut leftovers, started, started_at } = running;
     let options = supervise::Options {
         no_forward: &supervision.no_forward,
         kill_after: supervision.kill_after,
-        container,
+        container: plan.container(),
     };
     let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
     if let Some(watch) = watch.as_mut() {
@@ -250,9 +310,7 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
     if !supervision.keep_orphans {
         orphans::end_all(&leftovers);
     }
-    // The GPUs are free once the command and its leftovers are gone.
-    drop(leases);
-    drop(group);
+    drop(held);
     let exit = Exit::of(supervised.end, supervised.strict_failure.is_some());
     let verification = match watch.as_mut() {
         Some(watch) => {
@@ -265,81 +323,55 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         }
         None => report::Verification { verdict: None, detail: "no GPU was selected".to_owned() },
     };
-    let peaks = watch.as_ref().map(|w| w.monitor.peak_bytes.clone()).unwrap_or_default();
-    let used = watch.as_ref().map(|w| w.monitor.used()).unwrap_or_default();
-    let wall = started.elapsed();
-    let cards: Vec<Card> = plan
-        .selection
-        .devices
-        .iter()
-        .map(|device| {
-            let gpu = machine.device(device.index);
-            let total = gpu.and_then(|gpu| gpu.memory).map(|m| m.total_bytes);
-            // Only --min-free is a memory request: --exclusive asks for the card unshared (a
-            // benchmark, a job that must not meet another), whatever its peak.
-            let reserved = match (request.min_free, total) {
-                (Some(threshold), Some(total)) => Some((threshold.bytes_on(total), "--min-free")),
-                _ => None,
-            };
-            Card {
-                index: device.index,
-                free_at_launch: gpu.and_then(|gpu| gpu.memory).map(|m| m.free_bytes),
-                peak: peaks.get(&device.index).copied().unwrap_or(0),
-                used: used.contains(&device.index),
-                reserved,
-            }
-        })
-        .collect();
-    // Without verification nothing was seen: nothing to diagnose.
-    let mut diagnosis = match watch.is_some() {
-        true => {
-            diagnosis::diagnose(&cards, supervised.end != End::Exited(0), wall >= supervision.verify_timeout)
-        }
-        false => Vec::new(),
-    };
-    let xids = watch.as_ref().map(|w| w.monitor.xids.clone()).unwrap_or_default();
-    let into_run =
-        |at: std::time::SystemTime| at.duration_since(started_at).unwrap_or_default().as_secs_f64();
-    if let (Some((last, at)), false) = (xids.last(), supervised.end == End::Exited(0)) {
-        // The exit line: a command that died right after an Xid most likely died of it.
-        tracing::warn!(
-            "the command {} {:.1} s after {}",
-            match supervised.end {
-                End::Exited(code) => format!("exited with status {code}"),
-                End::Signaled(signal) => format!("was killed by {}", crate::options::signal::name(signal)),
-            },
-            wall.as_secs_f64() - into_run(*at),
-            crate::verify::xid::describe(last.code, last.gpu)
-        );
+    Ended {
+        end: supervised.end,
+        exit,
+        verification,
+        watched: watch.is_some(),
+        peaks: watch.as_ref().map(|w| w.monitor.peak_bytes.clone()).unwrap_or_default(),
+        used: watch.as_ref().map(|w| w.monitor.used()).unwrap_or_default(),
+        xids: watch.as_ref().map(|w| w.monitor.xids.clone()).unwrap_or_default(),
+        wall: started.elapsed(),
+        started_at,
     }
-    // Logged when they were seen: here only into the report and the history.
-    let logged = diagnosis.len();
-    diagnosis.extend(
-        xids.iter().map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &utc_clock(*at))),
-    );
-    for found in &diagnosis[..logged] {
-        tracing::warn!("{}: {}", found.kind, found.detail);
-    }
+}
+
+/// What the end of a run reports about.
+struct Finish<'a> {
+    command: &'a [OsString],
+    plan: &'a Plan,
+    supervision: &'a Supervision,
+    machine: &'a Machine,
+    receiver: &'a Receiver,
+    min_free: Option<Threshold>,
+    request_text: &'a str,
+    sizing: Option<&'a str>,
+}
+
+/// The diagnosis, the report (logged, as JSON), the history and the --on-exit hook.
+fn finish(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> Exit {
+    let Finish { command, plan, supervision, machine, .. } = *about;
+    let diagnosis = diagnose(about, &ended);
     let uuid_of = |index: u32| machine.device(index).and_then(|gpu| gpu.uuid.clone());
     let mut summary = Report::new(
         command,
-        &plan.selection,
-        verification,
-        &peaks,
+        &plan.gpus.selection,
+        ended.verification,
+        &ended.peaks,
         &uuid_of,
-        wall.as_secs_f64(),
-        supervised.end,
-        exit,
+        ended.wall.as_secs_f64(),
+        ended.end,
+        ended.exit,
     );
     summary.diagnosis = diagnosis;
-    summary.min_free = sizing.map(str::to_owned);
-    summary.cpus = plan.cpus.as_deref().map(crate::options::cpus::list);
-    summary.container = container.map(|c| report::ContainerReport {
+    summary.min_free = about.sizing.map(str::to_owned);
+    summary.cpus = plan.gpus.cpus.as_deref().map(cpus::list);
+    summary.container = plan.container().map(|c| report::ContainerReport {
         client: c.run.client.name().to_owned(),
         image: c.run.image.clone(),
         id: c.id(),
     });
-    summary.rank = ranks.as_ref().map(|(per_rank, owners)| report::RankReport {
+    summary.rank = plan.rank.as_ref().map(|Member { per_rank, owners }| report::RankReport {
         local_rank: per_rank.rank.local_rank,
         local_size: per_rank.rank.local_size,
         launcher: per_rank.rank.launcher.to_owned(),
@@ -353,16 +385,70 @@ pub fn run_command(job: Job) -> Result<Exit, LaunchError> {
         summary.write_json(file);
     }
     if let Some(path) = &supervision.history {
-        keep_history(path, &summary, started_at, request_text);
+        keep_history(path, &summary, ended.started_at, about.request_text);
     }
     if let Some(line) = &supervision.on_exit {
         let verdict = summary.verification.verdict.map(|v| v.to_string()).unwrap_or_default();
-        let variables = hook_variables(plan, Some((exit.status(), verdict)));
-        Hook::start("--on-exit", line, &summary.json(), &variables, receiver.caller().mask)
+        let variables = hook_variables(plan, Some((ended.exit.status(), verdict)));
+        Hook::start("--on-exit", line, &summary.json(), &variables, about.receiver.caller().mask)
             .into_iter()
             .for_each(Hook::finish);
     }
-    Ok(exit)
+    ended.exit
+}
+
+/// What the run's end says of it: near-oom, idle GPUs and the like (logged now), and the Xid
+/// errors seen (logged when they were seen; a command that died right after one most likely
+/// died of it).
+fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
+    if !ended.watched {
+        return Vec::new();
+    }
+    let cards: Vec<Card> = about
+        .plan
+        .gpus
+        .selection
+        .devices
+        .iter()
+        .map(|device| {
+            let gpu = about.machine.device(device.index);
+            let total = gpu.and_then(|gpu| gpu.memory).map(|m| m.total_bytes);
+            // Only --min-free is a memory request: --exclusive asks for the card unshared (a
+            // benchmark, a job that must not meet another), whatever its peak.
+            let reserved = match (about.min_free, total) {
+                (Some(threshold), Some(total)) => Some((threshold.bytes_on(total), "--min-free")),
+                _ => None,
+            };
+            Card {
+                index: device.index,
+                free_at_launch: gpu.and_then(|gpu| gpu.memory).map(|m| m.free_bytes),
+                peak: ended.peaks.get(&device.index).copied().unwrap_or(0),
+                used: ended.used.contains(&device.index),
+                reserved,
+            }
+        })
+        .collect();
+    let failed = ended.end != End::Exited(0);
+    let mut found = diagnosis::diagnose(&cards, failed, ended.wall >= about.supervision.verify_timeout);
+    let into_run = |at: SystemTime| at.duration_since(ended.started_at).unwrap_or_default().as_secs_f64();
+    if let (Some((last, at)), true) = (ended.xids.last(), failed) {
+        tracing::warn!(
+            "the command {} {:.1} s after {}",
+            match ended.end {
+                End::Exited(code) => format!("exited with status {code}"),
+                End::Signaled(signal) => format!("was killed by {}", crate::options::signal::name(signal)),
+            },
+            ended.wall.as_secs_f64() - into_run(*at),
+            crate::verify::xid::describe(last.code, last.gpu)
+        );
+    }
+    for finding in &found {
+        tracing::warn!("{}: {}", finding.kind, finding.detail);
+    }
+    found.extend(
+        ended.xids.iter().map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &utc_clock(*at))),
+    );
+    found
 }
 
 /// `12:34:56 UTC`: when an Xid was seen, as dmesg and the driver's logs can be matched to it.
@@ -397,7 +483,7 @@ fn open_report(path: &std::path::Path) -> std::io::Result<std::fs::File> {
 fn hook_variables(plan: &Plan, ended: Option<(i32, String)>) -> Vec<(String, String)> {
     let mut variables: Vec<(String, String)> = ["GPURUN_GPUS", "GPURUN_GPU_UUIDS"]
         .into_iter()
-        .map(|name| (name.to_owned(), plan.variable(name).unwrap_or_default().to_owned()))
+        .map(|name| (name.to_owned(), plan.gpus.variable(name).unwrap_or_default().to_owned()))
         .collect();
     if let Some((status, verdict)) = ended {
         variables.push(("GPURUN_EXIT_STATUS".to_owned(), status.to_string()));

@@ -19,18 +19,18 @@ use crate::process::signals::send;
 use crate::process::{procfs, reap, Reaped};
 
 /// How long orphans get between SIGTERM and SIGKILL.
-pub const GRACE: Duration = Duration::from_secs(3);
+pub(crate) const GRACE: Duration = Duration::from_secs(3);
 /// How long gpurun waits for SIGKILLed leftovers to be gone (a process in an uninterruptible
 /// wait dies only when the kernel lets it).
 const AFTER_KILL: Duration = Duration::from_secs(2);
 
-pub fn become_subreaper() {
+pub(crate) fn become_subreaper() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
 /// Reaps every child that has ended, without blocking. Returns false once gpurun has no child
 /// left at all.
-pub fn reap_ended() -> bool {
+pub(crate) fn reap_ended() -> bool {
     loop {
         match reap(None, false) {
             Reaped::Child(pid, _) => tracing::debug!("reaped PID {pid}"),
@@ -47,13 +47,13 @@ fn listed(pids: &[u32]) -> String {
 /// The children gpurun had before it started the command, each by PID and start time (a PID
 /// alone could be reused).
 #[derive(Debug, Clone, Default)]
-pub struct Inherited {
+pub(crate) struct Inherited {
     children: Vec<(u32, u64)>,
 }
 
 impl Inherited {
     /// Call before the command is started.
-    pub fn capture() -> Inherited {
+    pub(crate) fn capture() -> Inherited {
         let children = procfs::children(std::process::id())
             .into_iter()
             .filter_map(|pid| Some((pid, procfs::stat(pid)?.start_ticks)))
@@ -68,13 +68,13 @@ impl Inherited {
 
 /// Who the leftovers are: below gpurun, not inherited (nor below an inherited child), started
 /// no earlier than the command.
-pub struct Leftovers {
-    pub inherited: Inherited,
+pub(crate) struct Leftovers {
+    pub(crate) inherited: Inherited,
     /// The command's start time, in clock ticks after boot.
-    pub command_started: u64,
+    pub(crate) command_started: u64,
     /// Processes already said to be ended (an --on-start hook): ended like the rest, not named
     /// as the command's.
-    pub announced: Vec<u32>,
+    pub(crate) announced: Vec<u32>,
 }
 
 impl Leftovers {
@@ -106,7 +106,7 @@ impl Leftovers {
 
 /// TERM, grace, KILL for the command's processes still running below gpurun; returns once they
 /// are gone and reaped (or, for one the kernel will not let die, after a bounded wait).
-pub fn end_all(leftovers: &Leftovers) {
+pub(crate) fn end_all(leftovers: &Leftovers) {
     reap_ended();
     let mut signalled = leftovers.remaining();
     if signalled.is_empty() {

@@ -25,7 +25,7 @@ const TREE_SIGNALLERS: &[&str] = &["slurmstepd"];
 
 /// Where a signal came from, relative to the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sender {
+pub(crate) enum Sender {
     /// gpurun itself, the command, or a process of the command's tree.
     Tree,
     /// A launcher that signalled the command's processes too.
@@ -39,7 +39,7 @@ pub enum Sender {
 }
 
 /// Places the sender of a signal (reads /proc for processes).
-pub fn sender(received: &Received, child: u32, own_pid: u32) -> Sender {
+pub(crate) fn sender(received: &Received, child: u32, own_pid: u32) -> Sender {
     match received.origin {
         Origin::Process(pid) if pid == own_pid || pid == child => Sender::Tree,
         Origin::Process(pid) if procfs::descends_from(pid, own_pid) => Sender::Tree,
@@ -56,7 +56,7 @@ pub fn sender(received: &Received, child: u32, own_pid: u32) -> Sender {
 
 /// What to do with one signal received while the command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Forward,
     /// The command already has it, or it is not the command's business.
     Drop,
@@ -65,7 +65,7 @@ pub enum Action {
 }
 
 /// The forwarding rule, pure.
-pub fn decide(signal: i32, sender: Sender, child_in_our_group: bool, no_forward: &[i32]) -> Action {
+pub(crate) fn decide(signal: i32, sender: Sender, child_in_our_group: bool, no_forward: &[i32]) -> Action {
     if signal == libc::SIGCHLD {
         return Action::Reap;
     }
@@ -81,7 +81,7 @@ pub fn decide(signal: i32, sender: Sender, child_in_our_group: bool, no_forward:
 
 /// Whether a dropped signal nevertheless reached the command (for `--kill-after`, which counts
 /// from the moment a TERM, INT or HUP reached it).
-pub fn reached_anyway(sender: Sender, child_in_our_group: bool) -> bool {
+pub(crate) fn reached_anyway(sender: Sender, child_in_our_group: bool) -> bool {
     match sender {
         Sender::Terminal => child_in_our_group,
         Sender::Launcher => true,

@@ -18,17 +18,17 @@ use crate::verify::monitor::{Monitor, SLOW_CALL};
 const STRICT_GRACE: Duration = Duration::from_secs(5);
 
 /// What the supervisor needs from the options.
-pub struct Options<'a> {
-    pub no_forward: &'a [i32],
-    pub kill_after: Option<Duration>,
+pub(crate) struct Options<'a> {
+    pub(crate) no_forward: &'a [i32],
+    pub(crate) kill_after: Option<Duration>,
     /// A container run: killing its client would leave the container running.
-    pub container: Option<&'a crate::launch::container::Prepared>,
+    pub(crate) container: Option<&'a crate::launch::container::Prepared>,
 }
 
 /// Verification beside supervision: the monitor and the thread that makes its NVML calls.
-pub struct Watch<'a> {
-    pub nvml: &'a mut NvmlThread,
-    pub monitor: Monitor,
+pub(crate) struct Watch<'a> {
+    pub(crate) nvml: &'a mut NvmlThread,
+    pub(crate) monitor: Monitor,
 }
 
 /// How long the end of a run waits for NVML's last word on Xid errors (a healthy driver answers
@@ -38,7 +38,7 @@ const LAST_XIDS: Duration = Duration::from_millis(50);
 impl Watch<'_> {
     /// After the command ended: the poll that was still out, and the Xid errors raised since
     /// the last poll (an Xid often comes just before the crash it explains).
-    pub fn last_xids(&mut self) {
+    pub(crate) fn last_xids(&mut self) {
         if let Some(Answer::Polled { lists, xids }) = self.nvml.try_answer() {
             self.monitor.absorb_xids(xids);
             let _ = self.monitor.absorb(lists);
@@ -50,16 +50,16 @@ impl Watch<'_> {
     }
 
     /// The NVML call that has not returned for a while, if one is hanging.
-    pub fn stuck(&self) -> Option<Option<crate::probe::nvml::Call>> {
+    pub(crate) fn stuck(&self) -> Option<Option<crate::probe::nvml::Call>> {
         self.nvml.stuck(SLOW_CALL)
     }
 }
 
 /// How supervision ended.
-pub struct Supervised {
-    pub end: End,
+pub(crate) struct Supervised {
+    pub(crate) end: End,
     /// `--verify strict` ended the command for being on the wrong GPU: this detail.
-    pub strict_failure: Option<String>,
+    pub(crate) strict_failure: Option<String>,
 }
 
 fn in_our_process_group(pid: u32) -> bool {
@@ -73,7 +73,7 @@ fn ends_the_job(signal: i32) -> bool {
 
 /// Runs until the command ends; reaps any other child (orphans, an --on-start hook) on the way,
 /// and kills a hook that outlives its time.
-pub fn run(
+pub(crate) fn run(
     child: u32,
     receiver: &Receiver,
     options: &Options,

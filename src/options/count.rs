@@ -4,23 +4,23 @@ use std::fmt;
 
 /// At least `min`, at most `max` (`None`: every one that qualifies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Count {
-    pub min: u32,
-    pub max: Option<u32>,
+pub(crate) struct Count {
+    pub(crate) min: u32,
+    pub(crate) max: Option<u32>,
 }
 
 impl Count {
-    pub const fn exactly(n: u32) -> Count {
+    pub(crate) const fn exactly(n: u32) -> Count {
         Count { min: n, max: Some(n) }
     }
 
     /// Whether the command runs with no GPU at all (`--gpus 0`).
-    pub fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         self.max == Some(0)
     }
 
     /// How many of `qualifying` GPUs to take, or `None` when they are too few.
-    pub fn take(&self, qualifying: usize) -> Option<usize> {
+    pub(crate) fn take(&self, qualifying: usize) -> Option<usize> {
         let most = self.max.map_or(usize::MAX, |max| max as usize);
         (qualifying >= self.min as usize).then(|| qualifying.min(most))
     }
@@ -46,7 +46,7 @@ impl fmt::Display for Count {
 const GRAMMAR: &str = "a number of GPUs (0 runs with none), a range MIN-MAX such as 2-4, or all";
 
 /// Parses `N`, `MIN-MAX` or `all`.
-pub fn parse(text: &str) -> Result<Count, String> {
+pub(crate) fn parse(text: &str) -> Result<Count, String> {
     let number = |part: &str| -> Result<u32, String> {
         match part.parse::<u32>() {
             Ok(n) if part.bytes().all(|b| b.is_ascii_digit()) => Ok(n),

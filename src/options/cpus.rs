@@ -1,7 +1,7 @@
 //! CPU lists as Linux writes them (`0-15,32-47`), for `--cpu-bind` and the GPUs' local CPUs.
 
 /// `0-15,32-47` from CPU numbers (in any order, repeats allowed); empty for none.
-pub fn list(cpus: &[u32]) -> String {
+pub(crate) fn list(cpus: &[u32]) -> String {
     let mut sorted = cpus.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
@@ -21,7 +21,7 @@ pub fn list(cpus: &[u32]) -> String {
 }
 
 /// The CPUs set in an affinity bitmask of machine words (NVML's `cpuSet`), word 0 first.
-pub fn from_mask(words: &[u64]) -> Vec<u32> {
+pub(crate) fn from_mask(words: &[u64]) -> Vec<u32> {
     words
         .iter()
         .enumerate()
@@ -32,7 +32,10 @@ pub fn from_mask(words: &[u64]) -> Vec<u32> {
 }
 
 /// For serde: a CPU list as its text.
-pub fn serialize<S: serde::Serializer>(cpus: &Option<Vec<u32>>, serializer: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn serialize<S: serde::Serializer>(
+    cpus: &Option<Vec<u32>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     match cpus {
         Some(cpus) => serializer.serialize_str(&list(cpus)),
         None => serializer.serialize_none(),

@@ -4,7 +4,7 @@ use std::fmt;
 
 /// One entry of `--devices`/`--exclude`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceRef {
+pub(crate) enum DeviceRef {
     Index(u32),
     /// A full UUID or a unique prefix, `GPU-` included.
     Uuid(String),
@@ -23,7 +23,7 @@ impl fmt::Display for DeviceRef {
 }
 
 /// `0000:07:00.0`, `00000000:07:00.0`, `07:00.0` -> `00000000:07:00.0`.
-pub fn normalize_pci_bus_id(text: &str) -> Option<String> {
+pub(crate) fn normalize_pci_bus_id(text: &str) -> Option<String> {
     let (rest, function) = text.trim().rsplit_once('.')?;
     let mut parts: Vec<&str> = rest.split(':').collect();
     if parts.len() == 2 {
@@ -44,10 +44,10 @@ pub fn normalize_pci_bus_id(text: &str) -> Option<String> {
 
 /// A `--devices`/`--exclude` list (one value to clap, so a newtype).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceList(pub Vec<DeviceRef>);
+pub(crate) struct DeviceList(pub Vec<DeviceRef>);
 
 /// Parses a `--devices`/`--exclude` list: indices, UUIDs, unique UUID prefixes, PCI bus ids.
-pub fn parse_device_list(text: &str) -> Result<DeviceList, String> {
+pub(crate) fn parse_device_list(text: &str) -> Result<DeviceList, String> {
     text.split(',')
         .map(|entry| {
             let entry = entry.trim();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
@@ -29,7 +29,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// A duration that must not be zero (a deadline of nothing fails every time).
-pub fn parse_positive(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_positive(text: &str) -> Result<Duration, String> {
     match parse(text)? {
         zero if zero.is_zero() => Err(format!("{text:?} is no time at all: expected more than 0, like 30s")),
         duration => Ok(duration),
@@ -37,7 +37,7 @@ pub fn parse_positive(text: &str) -> Result<Duration, String> {
 }
 
 /// A duration as the options take it: `4h`, `30m`, `90s`, `1.5s`.
-pub fn compact(duration: Duration) -> String {
+pub(crate) fn compact(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();
     match duration.as_secs() {
         whole if seconds.fract() != 0.0 || whole == 0 => format!("{seconds}s"),
@@ -48,7 +48,7 @@ pub fn compact(duration: Duration) -> String {
 }
 
 /// A duration as gpurun writes it in messages: `30 s`, `1.5 s`, `250 ms`.
-pub fn shown(duration: Duration) -> String {
+pub(crate) fn shown(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();
     if seconds < 1.0 && !duration.is_zero() {
         format!("{} ms", duration.as_millis())

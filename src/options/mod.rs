@@ -2,21 +2,21 @@
 //! small grammars that read them (sizes, durations, signals, device references, model patterns).
 //! Nothing here depends on the rest of gpurun, so any stage may use it without a cycle.
 
-pub mod count;
-pub mod cpus;
-pub mod devices;
-pub mod duration;
-pub mod model;
-pub mod shell;
-pub mod signal;
-pub mod size;
+pub(crate) mod count;
+pub(crate) mod cpus;
+pub(crate) mod devices;
+pub(crate) mod duration;
+pub(crate) mod model;
+pub(crate) mod shell;
+pub(crate) mod signal;
+pub(crate) mod size;
 
 use clap::ValueEnum;
 
 /// `--policy`: how the GPUs that qualify are ranked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Policy {
+pub(crate) enum Policy {
     /// Most free memory first, then lowest utilization, then lowest index.
     MostFree,
     /// Lowest utilization first, then most free memory.
@@ -33,7 +33,7 @@ pub enum Policy {
 
 /// `--fallback`: what to do when too few GPUs qualify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Fallback {
+pub(crate) enum Fallback {
     /// Take the best-ranked GPUs anyway, relaxing --min-free, --max-util and --exclusive.
     Best,
     /// Run the command with no GPU visible.
@@ -42,7 +42,7 @@ pub enum Fallback {
 
 /// `--verify`: what to do about where the command landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum VerifyMode {
+pub(crate) enum VerifyMode {
     /// Do not check.
     Off,
     /// Log the verdict.
@@ -53,7 +53,7 @@ pub enum VerifyMode {
 
 /// `--mig`: whether MIG devices are candidates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum MigUse {
+pub(crate) enum MigUse {
     /// Whole GPUs and, for a one-device request, MIG devices alike.
     #[default]
     Auto,
@@ -65,7 +65,7 @@ pub enum MigUse {
 
 /// `--topology`: how the links between the chosen GPUs count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum TopologyUse {
+pub(crate) enum TopologyUse {
     /// Among the sets that qualify, the one with the best worst link (then the policy's order).
     #[default]
     Prefer,
@@ -82,7 +82,7 @@ pub enum TopologyUse {
 /// `--health`: how a GPU's health counts (DESIGN 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum HealthUse {
+pub(crate) enum HealthUse {
     /// Unhealthy GPUs are never chosen; degraded ones only after every healthy one, with a
     /// warning.
     #[default]
@@ -95,7 +95,7 @@ pub enum HealthUse {
 
 /// `--per-rank[=VIEW]`: what each rank's CUDA_VISIBLE_DEVICES holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum RankView {
+pub(crate) enum RankView {
     /// The whole group's GPUs, the rank's own at position LOCAL_RANK.
     #[default]
     All,
@@ -105,7 +105,7 @@ pub enum RankView {
 
 /// `--cpu-bind`: which CPUs the command may run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum CpuBind {
+pub(crate) enum CpuBind {
     /// gpurun's own CPUs (the inherited affinity).
     #[default]
     None,
@@ -115,7 +115,7 @@ pub enum CpuBind {
 
 /// `--container`: whether a container run gets the chosen GPUs as the runtime's options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum ContainerUse {
+pub(crate) enum ContainerUse {
     /// podman and docker run/create: CDI devices for podman (and docker whose daemon has CDI
     /// on), docker's --gpus otherwise.
     #[default]
@@ -130,7 +130,7 @@ pub enum ContainerUse {
 
 /// `--visible-as`: how `CUDA_VISIBLE_DEVICES` names the chosen GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum VisibleAs {
+pub(crate) enum VisibleAs {
     /// PCI-order indices (what nvidia-smi shows), with CUDA_DEVICE_ORDER=PCI_BUS_ID.
     Index,
     /// GPU-... UUIDs: immune to any renumbering.
@@ -139,7 +139,7 @@ pub enum VisibleAs {
 
 /// `--log-format`: how stderr lines look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// `gpurun: warning: message`.
     Text,
     /// `{"time": .., "level": "warn", "message": ..}`, one object per line.
@@ -148,7 +148,7 @@ pub enum LogFormat {
 
 /// `-q`, `-v`, `-vv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verbosity {
+pub(crate) enum Verbosity {
     Quiet,
     Normal,
     Debug,

@@ -2,10 +2,10 @@
 //! the pattern may match anywhere in it (`A100` matches `NVIDIA A100-SXM4-80GB`).
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelPattern(pub String);
+pub(crate) struct ModelPattern(pub String);
 
 impl ModelPattern {
-    pub fn matches(&self, name: &str) -> bool {
+    pub(crate) fn matches(&self, name: &str) -> bool {
         let pattern: Vec<char> = self.0.to_lowercase().chars().collect();
         let name: Vec<char> = name.to_lowercase().chars().collect();
         if pattern.iter().any(|c| *c == '*' || *c == '?') {

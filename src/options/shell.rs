@@ -4,12 +4,12 @@
 use std::ffi::OsString;
 
 /// `text` in single quotes, a quote inside as `'\''`: one word to any POSIX shell.
-pub fn single_quoted(text: &str) -> String {
+pub(crate) fn single_quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// The words as a shell would take them back: words with blanks or quotes are single-quoted.
-pub fn quote(command: &[OsString]) -> String {
+pub(crate) fn quote(command: &[OsString]) -> String {
     command
         .iter()
         .map(|word| {

@@ -1,7 +1,7 @@
 //! Signal names and numbers: `TERM`, `SIGTERM`, `15`, `RTMIN+2`, as `kill -l` spells them.
 
 /// `(number, name)` of the standard signals gpurun knows by name.
-pub const NAMES: &[(libc::c_int, &str)] = &[
+pub(crate) const NAMES: &[(libc::c_int, &str)] = &[
     (libc::SIGHUP, "HUP"),
     (libc::SIGINT, "INT"),
     (libc::SIGQUIT, "QUIT"),
@@ -35,7 +35,7 @@ pub const NAMES: &[(libc::c_int, &str)] = &[
     (libc::SIGSYS, "SYS"),
 ];
 
-pub fn name(signal: libc::c_int) -> String {
+pub(crate) fn name(signal: libc::c_int) -> String {
     if let Some((_, name)) = NAMES.iter().find(|(number, _)| *number == signal) {
         return format!("SIG{name}");
     }
@@ -47,7 +47,7 @@ pub fn name(signal: libc::c_int) -> String {
 }
 
 /// Parses `TERM`, `SIGTERM`, `term`, `15`, `RTMIN+2`.
-pub fn parse(text: &str) -> Result<libc::c_int, String> {
+pub(crate) fn parse(text: &str) -> Result<libc::c_int, String> {
     let trimmed = text.trim();
     let upper = trimmed.to_ascii_uppercase();
     let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
@@ -73,13 +73,13 @@ pub fn parse(text: &str) -> Result<libc::c_int, String> {
 }
 
 /// A comma-separated list of signals, for `--no-forward`.
-pub fn parse_list(text: &str) -> Result<SignalList, String> {
+pub(crate) fn parse_list(text: &str) -> Result<SignalList, String> {
     text.split(',').map(parse).collect::<Result<Vec<_>, _>>().map(SignalList)
 }
 
 /// A list of signal numbers (one value to clap, so a newtype).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SignalList(pub Vec<libc::c_int>);
+pub(crate) struct SignalList(pub Vec<libc::c_int>);
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! Byte counts as people read them.
 
 /// `31.7 GiB`, `512 MiB`, `0 B`: binary units, as nvidia-smi and the size options use.
-pub fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -33,7 +33,7 @@ mod tests {
 /// A memory requirement: bytes, or a percentage of each card's total.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Threshold {
+pub(crate) enum Threshold {
     Bytes(u64),
     PercentOfTotal(f64),
     /// Whichever of the two is more on each card (a request under a house-rule floor).
@@ -45,7 +45,7 @@ pub enum Threshold {
 
 impl Threshold {
     /// The bytes this means on a card with `total_bytes`.
-    pub fn bytes_on(&self, total_bytes: u64) -> u64 {
+    pub(crate) fn bytes_on(&self, total_bytes: u64) -> u64 {
         let share = |percent: f64| (total_bytes as f64 * percent / 100.0).ceil() as u64;
         match *self {
             Threshold::Bytes(bytes) => bytes,
@@ -55,7 +55,7 @@ impl Threshold {
     }
 
     /// At least `floor` on every card, and at least this.
-    pub fn at_least(self, floor: Threshold) -> Threshold {
+    pub(crate) fn at_least(self, floor: Threshold) -> Threshold {
         let parts = |t: Threshold| match t {
             Threshold::Bytes(bytes) => (bytes, 0.0),
             Threshold::PercentOfTotal(percent) => (0, percent),
@@ -91,7 +91,7 @@ KB, MB, GB, TB (decimal: 1KB = 1000), B (bytes); for example 8G, 8GiB, 8192M, 0.
 /// other than 0 is refused: nobody means `--min-free 8` as 8 bytes, and `--min-free 8 GB` must
 /// not go on to run a command called `GB`. Fractions are exact in decimal and rounded down to
 /// whole bytes.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
@@ -131,7 +131,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 }
 
 /// `--min-free`: a SIZE, or `P%` of each card's total memory (0 to 100).
-pub fn parse_threshold(text: &str) -> Result<Threshold, String> {
+pub(crate) fn parse_threshold(text: &str) -> Result<Threshold, String> {
     match text.trim().strip_suffix('%') {
         Some(percent) => parse_percent(percent)
             .map(Threshold::PercentOfTotal)
@@ -144,13 +144,13 @@ pub fn parse_threshold(text: &str) -> Result<Threshold, String> {
 
 /// `--min-free`: a threshold, or `auto` sized from history (with a size for when there is none).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum MinFree {
+pub(crate) enum MinFree {
     Given(Threshold),
     Auto { fallback: Option<Threshold> },
 }
 
 /// Parses `8G`, `50%`, `auto` or `auto:8G`.
-pub fn parse_min_free(text: &str) -> Result<MinFree, String> {
+pub(crate) fn parse_min_free(text: &str) -> Result<MinFree, String> {
     match text.trim().strip_prefix("auto") {
         Some("") => Ok(MinFree::Auto { fallback: None }),
         Some(rest) => match rest.strip_prefix(':') {
@@ -180,7 +180,7 @@ fn parse_percent(text: &str) -> Result<f64, ()> {
 }
 
 /// `--max-util`: a whole percentage, `50` or `50%`.
-pub fn parse_util_percent(text: &str) -> Result<u32, String> {
+pub(crate) fn parse_util_percent(text: &str) -> Result<u32, String> {
     let digits = text.trim().strip_suffix('%').unwrap_or(text.trim());
     digits
         .parse::<u32>()

@@ -17,9 +17,9 @@ use crate::reserve::lockdir::LockDir;
 use crate::select::visibility::{self, Inherited};
 
 /// The report, and whether gpurun can run a job here at all (NVML usable).
-pub struct Diagnosis {
-    pub text: String,
-    pub usable: bool,
+pub(crate) struct Diagnosis {
+    pub(crate) text: String,
+    pub(crate) usable: bool,
 }
 
 struct Out {
@@ -47,7 +47,11 @@ impl Out {
 }
 
 /// The findings. `Err(signal)`: a signal that ends gpurun arrived while NVML was asked.
-pub fn diagnose(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> Result<Diagnosis, i32> {
+pub(crate) fn diagnose(
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    config: &Config,
+) -> Result<Diagnosis, i32> {
     let mut out = Out { text: String::from("gpurun doctor\n"), problems: 0 };
     out.section("NVML and driver");
     let library = config.library().display().to_string();

@@ -7,16 +7,16 @@ use crate::options::shell;
 use crate::options::size::human;
 
 /// How many runs the table shows (the JSON has every one kept).
-pub const SHOWN: usize = 20;
+pub(crate) const SHOWN: usize = 20;
 
 /// The records whose command contains `pattern`, oldest first.
-pub fn matching<'a>(records: &'a [Record], pattern: Option<&str>) -> Vec<&'a Record> {
+pub(crate) fn matching<'a>(records: &'a [Record], pattern: Option<&str>) -> Vec<&'a Record> {
     records.iter().filter(|r| pattern.is_none_or(|p| r.command().join(" ").contains(p))).collect()
 }
 
 /// `2026-11-30 18:44:12` (UTC) from Unix seconds: days to a civil date (Howard Hinnant's
 /// algorithm), no time zone database needed.
-pub fn utc(seconds: f64) -> String {
+pub(crate) fn utc(seconds: f64) -> String {
     let seconds = seconds.max(0.0) as i64;
     let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
     let z = days + 719_468;
@@ -36,7 +36,7 @@ fn field<'a>(record: &'a Record, name: &str) -> &'a serde_json::Value {
 }
 
 /// The table: one run per line, newest last.
-pub fn table(records: &[&Record]) -> String {
+pub(crate) fn table(records: &[&Record]) -> String {
     let mut out = String::from(
         "STARTED (UTC)        WALL      GPUS    VERDICT       PEAK              EXIT     COMMAND\n",
     );
@@ -86,7 +86,7 @@ pub fn table(records: &[&Record]) -> String {
 }
 
 /// Every matching record, as one JSON array.
-pub fn json(records: &[&Record]) -> String {
+pub(crate) fn json(records: &[&Record]) -> String {
     let mut text = serde_json::to_string_pretty(records).expect("plain data serialises");
     text.push('\n');
     text

@@ -21,9 +21,9 @@ use crate::select::policy::Assessment;
 
 /// Whether a GPU qualifies, and if not, every reason why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Eligibility {
-    pub eligible: bool,
-    pub reasons: Vec<String>,
+pub(crate) struct Eligibility {
+    pub(crate) eligible: bool,
+    pub(crate) reasons: Vec<String>,
 }
 
 impl Eligibility {
@@ -59,7 +59,7 @@ struct GpuEntry {
 
 /// The live reservation (its gpurun's PID) a process on `gpu` belongs to: the gpurun itself or
 /// one of its descendants. `None`: started by hand or by another tool ("not via gpurun").
-pub fn reservation_of(gpu: &Gpu, pid: u32, live: &[Lease]) -> Option<u32> {
+pub(crate) fn reservation_of(gpu: &Gpu, pid: u32, live: &[Lease]) -> Option<u32> {
     live.iter()
         .filter(|lease| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))
         .find(|lease| lease.pid == pid || procfs::descends_from(pid, lease.pid))
@@ -131,13 +131,13 @@ fn gpu_entry(
 
 /// What `--list` shows beside the machine: the wait queue and the house rules.
 #[derive(Default)]
-pub struct Shared<'a> {
-    pub queue: &'a [Queued],
-    pub rules: Vec<String>,
+pub(crate) struct Shared<'a> {
+    pub(crate) queue: &'a [Queued],
+    pub(crate) rules: Vec<String>,
     /// `-v`: every waiter, and the oldest wait (else the first `SHOWN_WAITERS`).
-    pub verbose: bool,
+    pub(crate) verbose: bool,
     /// The width of the terminal the table goes to; `None` (a pipe, a file): nothing is cut.
-    pub columns: Option<usize>,
+    pub(crate) columns: Option<usize>,
 }
 
 /// The table's columns before PROCESSES, and the narrowest terminal they are shown on with
@@ -243,16 +243,16 @@ struct PlanEntry<'a> {
 }
 
 /// What a dry run shows besides the machine.
-pub struct DryRun<'a> {
-    pub requested: Count,
+pub(crate) struct DryRun<'a> {
+    pub(crate) requested: Count,
     /// The command it was asked about (may be empty).
-    pub command: &'a [OsString],
+    pub(crate) command: &'a [OsString],
     /// `None`: nothing could be selected (exit 75).
-    pub plan: Option<&'a Plan>,
+    pub(crate) plan: Option<&'a Plan>,
     /// What `--min-free auto` decided, and why.
-    pub sizing: Option<&'a str>,
+    pub(crate) sizing: Option<&'a str>,
     /// Each GPU (or MIG device) that qualified and was not chosen, and why.
-    pub passed_over: &'a [(u32, String)],
+    pub(crate) passed_over: &'a [(u32, String)],
 }
 
 /// Why a GPU that qualified was not chosen, if it was passed over.
@@ -262,7 +262,7 @@ fn passed_over_of(passed_over: &[(u32, String)], index: u32) -> Option<&str> {
 
 /// The `--list --json` object; a dry run adds `requested`, `count`, `command`, `selected` and
 /// `env` (`count`, `selected` and `env` are null when nothing could be selected).
-pub fn json(
+pub(crate) fn json(
     machine: &Machine,
     library: &Path,
     assessments: &[Assessment],
@@ -343,7 +343,7 @@ fn or_dash<T: ToString>(value: Option<T>) -> String {
 }
 
 /// `--list --topology`: the link between every pair, as `nvidia-smi topo -m` shows it.
-pub fn link_matrix(machine: &Machine) -> String {
+pub(crate) fn link_matrix(machine: &Machine) -> String {
     let Some(topology) = &machine.topology else { return String::new() };
     let gpus: Vec<u32> = machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect();
     let mut out = String::from("\nlinks      ");
@@ -369,23 +369,10 @@ pub fn link_matrix(machine: &Machine) -> String {
     out
 }
 
-/// One row of the table (and its continuation lines) for a GPU or a MIG device. `compact`:
-/// the layout of a narrow terminal (no temperature or power, a shorter name, every process on
-/// the row as `PID user (memory)`).
-fn device_rows(
-    out: &mut String,
-    gpu: &Gpu,
-    (first, name): (&str, &str),
-    live: &[Lease],
-    assessments: &[Assessment],
-    compact: bool,
-) {
-    let memory = gpu.memory.map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
-    let free = gpu.memory.map(|m| human(m.free_bytes));
-    let util = gpu.utilization.map(|u| format!("{}%", u.gpu_percent));
-    let temperature = gpu.temperature_c.map(|t| format!("{t}C"));
-    let power = gpu.power_watts.map(|w| format!("{w:.0}W"));
-    let processes: Vec<String> = match &gpu.processes {
+/// The PROCESSES column of a device: a line per process (`PID user command (memory)` and whose
+/// reservation it is), or all on one line as `PID user (memory)` in the compact layout.
+fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
+    match &gpu.processes {
         None => vec!["?".to_owned()],
         Some(list) if list.is_empty() => vec!["-".to_owned()],
         Some(list) if compact => vec![list
@@ -416,7 +403,26 @@ fn device_rows(
                 )
             })
             .collect(),
-    };
+    }
+}
+
+/// One row of the table (and its continuation lines) for a GPU or a MIG device. `compact`:
+/// the layout of a narrow terminal (no temperature or power, a shorter name, every process on
+/// the row as `PID user (memory)`).
+fn device_rows(
+    out: &mut String,
+    gpu: &Gpu,
+    (first, name): (&str, &str),
+    live: &[Lease],
+    assessments: &[Assessment],
+    compact: bool,
+) {
+    let memory = gpu.memory.map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
+    let free = gpu.memory.map(|m| human(m.free_bytes));
+    let util = gpu.utilization.map(|u| format!("{}%", u.gpu_percent));
+    let temperature = gpu.temperature_c.map(|t| format!("{t}C"));
+    let power = gpu.power_watts.map(|w| format!("{w:.0}W"));
+    let processes = process_cells(gpu, live, compact);
     if compact {
         // The model without the vendor's words, so that its memory size fits.
         let model = name.trim_start_matches("NVIDIA ").trim_start_matches("Tesla ");
@@ -474,7 +480,52 @@ fn device_rows(
     }
 }
 
-pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shared: &Shared) -> String {
+/// The wait queue under the table: who waits, in turn, and for what.
+fn queue_rows(out: &mut String, shared: &Shared) {
+    if shared.queue.is_empty() {
+        return;
+    }
+    let entries = waiter_entries(shared.queue);
+    let _ = writeln!(
+        out,
+        "\nwaiting (first come, first served): {} launch{}",
+        entries.len(),
+        if entries.len() == 1 { "" } else { "es" }
+    );
+    if shared.verbose {
+        let oldest = entries.iter().map(|entry| entry.waited_seconds).max().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  the oldest has waited {}",
+            crate::options::duration::shown(std::time::Duration::from_secs(oldest))
+        );
+    }
+    let shown = if shared.verbose { entries.len() } else { SHOWN_WAITERS };
+    let hidden = entries.len().saturating_sub(shown);
+    for entry in entries.into_iter().take(shown) {
+        let waiter = &entry.queued.waiter;
+        let _ = writeln!(
+            out,
+            "  {}. {} PID {}, waiting {}: {}: {}",
+            entry.position,
+            waiter.user,
+            waiter.pid,
+            crate::options::duration::shown(std::time::Duration::from_secs(entry.waited_seconds)),
+            if waiter.request.is_empty() { "(no options)" } else { &waiter.request },
+            entry.queued.reason
+        );
+    }
+    if hidden > 0 {
+        let _ = writeln!(out, "  ... and {hidden} more (-v lists them all)");
+    }
+}
+
+pub(crate) fn table(
+    machine: &Machine,
+    assessments: &[Assessment],
+    live: &[Lease],
+    shared: &Shared,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -514,41 +565,7 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
             device_rows(&mut out, mig, (&first, &name), live, assessments, compact);
         }
     }
-    if !shared.queue.is_empty() {
-        let entries = waiter_entries(shared.queue);
-        let _ = writeln!(
-            out,
-            "\nwaiting (first come, first served): {} launch{}",
-            entries.len(),
-            if entries.len() == 1 { "" } else { "es" }
-        );
-        if shared.verbose {
-            let oldest = entries.iter().map(|entry| entry.waited_seconds).max().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "  the oldest has waited {}",
-                crate::options::duration::shown(std::time::Duration::from_secs(oldest))
-            );
-        }
-        let shown = if shared.verbose { entries.len() } else { SHOWN_WAITERS };
-        let hidden = entries.len().saturating_sub(shown);
-        for entry in entries.into_iter().take(shown) {
-            let waiter = &entry.queued.waiter;
-            let _ = writeln!(
-                out,
-                "  {}. {} PID {}, waiting {}: {}: {}",
-                entry.position,
-                waiter.user,
-                waiter.pid,
-                crate::options::duration::shown(std::time::Duration::from_secs(entry.waited_seconds)),
-                if waiter.request.is_empty() { "(no options)" } else { &waiter.request },
-                entry.queued.reason
-            );
-        }
-        if hidden > 0 {
-            let _ = writeln!(out, "  ... and {hidden} more (-v lists them all)");
-        }
-    }
+    queue_rows(&mut out, shared);
     for excluded in &machine.excluded {
         let _ = writeln!(
             out,
@@ -572,7 +589,7 @@ pub fn table(machine: &Machine, assessments: &[Assessment], live: &[Lease], shar
 }
 
 /// `--dry-run` for people: the table, the choice, the environment.
-pub fn dry_run(
+pub(crate) fn dry_run(
     machine: &Machine,
     assessments: &[Assessment],
     live: &[Lease],

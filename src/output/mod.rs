@@ -1,5 +1,5 @@
 //! What gpurun shows on stdout: `--list` and `--dry-run`, `--doctor` and `--history`.
 
-pub mod doctor;
-pub mod history;
-pub mod listing;
+pub(crate) mod doctor;
+pub(crate) mod history;
+pub(crate) mod listing;

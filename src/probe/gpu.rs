@@ -5,19 +5,19 @@ use serde::Serialize;
 
 /// MIG devices share the key space of GPUs (`Gpu::index`), above every NVML index: the
 /// device in slot S of GPU P is `MIG_KEYS + 8 x P + S` (a GPU has at most 7 slots).
-pub const MIG_KEYS: u32 = 1 << 16;
+pub(crate) const MIG_KEYS: u32 = 1 << 16;
 
-pub fn mig_key(parent: u32, slot: u32) -> u32 {
+pub(crate) fn mig_key(parent: u32, slot: u32) -> u32 {
     MIG_KEYS + parent * 8 + slot
 }
 
 /// (parent NVML index, slot) of a MIG device's key; `None` for a GPU.
-pub fn mig_parts(key: u32) -> Option<(u32, u32)> {
+pub(crate) fn mig_parts(key: u32) -> Option<(u32, u32)> {
     (key >= MIG_KEYS).then(|| ((key - MIG_KEYS) / 8, (key - MIG_KEYS) % 8))
 }
 
 /// How messages name a device: `GPU 3`, or `MIG 1:0` (slot 0 of GPU 1, as nvitop shows it).
-pub fn label(key: u32) -> String {
+pub(crate) fn label(key: u32) -> String {
     match mig_parts(key) {
         Some((parent, slot)) => format!("MIG {parent}:{slot}"),
         None => format!("GPU {key}"),
@@ -25,7 +25,7 @@ pub fn label(key: u32) -> String {
 }
 
 /// `GPU 3`, `GPUs 3, 5` for plain GPUs; each device by its label otherwise (`MIG 1:0`).
-pub fn labels(keys: &[u32]) -> String {
+pub(crate) fn labels(keys: &[u32]) -> String {
     match keys {
         [_, _, ..] if keys.iter().all(|&key| mig_parts(key).is_none()) => {
             format!("GPUs {}", keys.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
@@ -36,63 +36,63 @@ pub fn labels(keys: &[u32]) -> String {
 
 /// What makes a MIG device one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MigInfo {
+pub(crate) struct MigInfo {
     /// The parent GPU's NVML index.
-    pub parent: u32,
+    pub(crate) parent: u32,
     /// Its MIG device index on the parent (nvmlDeviceGetMigDeviceHandleByIndex).
-    pub slot: u32,
+    pub(crate) slot: u32,
     /// `3g.40gb`, from the name NVML gives it (`NVIDIA A100-SXM4-80GB MIG 3g.40gb`).
-    pub profile: Option<String>,
-    pub gpu_instance_id: Option<u32>,
-    pub compute_instance_id: Option<u32>,
+    pub(crate) profile: Option<String>,
+    pub(crate) gpu_instance_id: Option<u32>,
+    pub(crate) compute_instance_id: Option<u32>,
 }
 
 /// One GPU, or one MIG device (`mig` set), as probed. One with `error` set is listed but never
 /// eligible.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Gpu {
+pub(crate) struct Gpu {
     /// NVML index: PCI bus order, the order `nvidia-smi` shows; for a MIG device, its key
     /// (`mig_key`).
-    pub index: u32,
-    pub uuid: Option<String>,
-    pub name: Option<String>,
-    pub pci_bus_id: Option<String>,
-    pub memory: Option<Memory>,
-    pub utilization: Option<Utilization>,
-    pub temperature_c: Option<u32>,
-    pub power_watts: Option<f64>,
-    pub compute_mode: Option<ComputeMode>,
-    pub mig_enabled: Option<bool>,
+    pub(crate) index: u32,
+    pub(crate) uuid: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) pci_bus_id: Option<String>,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) utilization: Option<Utilization>,
+    pub(crate) temperature_c: Option<u32>,
+    pub(crate) power_watts: Option<f64>,
+    pub(crate) compute_mode: Option<ComputeMode>,
+    pub(crate) mig_enabled: Option<bool>,
     /// The MIG mode after the next GPU reset, when NVML tells (differs from `mig_enabled`
     /// until then).
-    pub mig_pending: Option<bool>,
+    pub(crate) mig_pending: Option<bool>,
     /// Set for a MIG device.
     #[serde(skip)]
-    pub mig: Option<MigInfo>,
+    pub(crate) mig: Option<MigInfo>,
     /// The host NUMA node the GPU hangs off (nvidia-smi's "NUMA Affinity": NVML's memory
     /// affinity, else sysfs), and the CPUs local to it (NVML's CPU affinity, else the node's).
-    pub numa_node: Option<u32>,
+    pub(crate) numa_node: Option<u32>,
     /// The NUMA node that is the GPU's own memory, on coherent systems where GPU memory is one
     /// (nvidia-smi's "GPU NUMA ID"); `None` on PCIe hosts.
-    pub gpu_numa_id: Option<u32>,
+    pub(crate) gpu_numa_id: Option<u32>,
     #[serde(serialize_with = "crate::options::cpus::serialize")]
-    pub cpus: Option<Vec<u32>>,
+    pub(crate) cpus: Option<Vec<u32>>,
     /// ECC, row remapping, retired pages, clock events, link width, lost (a MIG device: its
     /// GPU's).
-    pub health: crate::probe::health::Health,
+    pub(crate) health: crate::probe::health::Health,
     /// Compute processes on this GPU; `None` when NVML cannot list them.
-    pub processes: Option<Vec<GpuProcess>>,
+    pub(crate) processes: Option<Vec<GpuProcess>>,
     /// The first query that failed, if any: the GPU is then not eligible.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// NVML refused a handle with NO_PERMISSION: the device node is outside this process's
     /// device cgroup (Slurm, containers), so CUDA does not enumerate it either.
     #[serde(skip)]
-    pub handle_refused: bool,
+    pub(crate) handle_refused: bool,
 }
 
 impl Gpu {
     /// A GPU NVML gave nothing about but its index.
-    pub fn unknown(index: u32) -> Gpu {
+    pub(crate) fn unknown(index: u32) -> Gpu {
         Gpu {
             index,
             uuid: None,
@@ -117,7 +117,7 @@ impl Gpu {
     }
 
     /// A GPU in MIG mode: not a device of its own (its MIG devices are).
-    pub fn in_mig_mode(&self) -> bool {
+    pub(crate) fn in_mig_mode(&self) -> bool {
         self.mig.is_none() && self.mig_enabled == Some(true)
     }
 }
@@ -125,22 +125,22 @@ impl Gpu {
 /// NVML's own numbers (the v2 view): `free = total - reserved - used`, and `used` does not
 /// include the driver's reservation. gpurun reports `free` as NVML gives it, never `total - used`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Memory {
-    pub total_bytes: u64,
-    pub reserved_bytes: u64,
-    pub used_bytes: u64,
-    pub free_bytes: u64,
+pub(crate) struct Memory {
+    pub(crate) total_bytes: u64,
+    pub(crate) reserved_bytes: u64,
+    pub(crate) used_bytes: u64,
+    pub(crate) free_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Utilization {
-    pub gpu_percent: u32,
-    pub memory_percent: u32,
+pub(crate) struct Utilization {
+    pub(crate) gpu_percent: u32,
+    pub(crate) memory_percent: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ComputeMode {
+pub(crate) enum ComputeMode {
     Default,
     ExclusiveThread,
     Prohibited,
@@ -149,13 +149,13 @@ pub enum ComputeMode {
 
 /// A process with a compute context on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GpuProcess {
-    pub pid: u32,
+pub(crate) struct GpuProcess {
+    pub(crate) pid: u32,
     /// `None`: NVML reports the value as not available.
-    pub used_bytes: Option<u64>,
+    pub(crate) used_bytes: Option<u64>,
     /// Owner and command line from `/proc`, where readable (not for other PID namespaces).
-    pub user: Option<String>,
-    pub command: Option<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) command: Option<String>,
 }
 
 /// How two GPUs are connected, best first: NVLink, then the closest common PCIe ancestor
@@ -163,7 +163,7 @@ pub struct GpuProcess {
 /// the host bridge, the NUMA node, across sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum Link {
+pub(crate) enum Link {
     Nvlink,
     Board,
     Switch,
@@ -175,7 +175,7 @@ pub enum Link {
 
 impl Link {
     /// As `nvidia-smi topo -m` writes it.
-    pub fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             Link::Nvlink => "NV",
             Link::Board => "BRD",
@@ -187,7 +187,7 @@ impl Link {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Link::Nvlink => "nvlink",
             Link::Board => "board",
@@ -203,26 +203,26 @@ impl Link {
 /// The links between pairs of GPUs, by NVML index. A pair NVML did not answer for is across
 /// sockets (the worst: nothing is assumed).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Topology {
+pub(crate) struct Topology {
     links: std::collections::BTreeMap<(u32, u32), Link>,
 }
 
 impl Topology {
-    pub fn insert(&mut self, a: u32, b: u32, link: Link) {
+    pub(crate) fn insert(&mut self, a: u32, b: u32, link: Link) {
         self.links.insert((a.min(b), a.max(b)), link);
     }
 
-    pub fn link(&self, a: u32, b: u32) -> Link {
+    pub(crate) fn link(&self, a: u32, b: u32) -> Link {
         self.links.get(&(a.min(b), a.max(b))).copied().unwrap_or(Link::System)
     }
 
     /// Every pair known, lower index first.
-    pub fn pairs(&self) -> impl Iterator<Item = (u32, u32, Link)> + '_ {
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (u32, u32, Link)> + '_ {
         self.links.iter().map(|(&(a, b), &link)| (a, b, link))
     }
 
     /// The worst link among `gpus` (`Nvlink` for fewer than two).
-    pub fn worst(&self, gpus: &[u32]) -> Link {
+    pub(crate) fn worst(&self, gpus: &[u32]) -> Link {
         let mut worst = Link::Nvlink;
         for (at, &a) in gpus.iter().enumerate() {
             for &b in &gpus[at + 1..] {
@@ -235,42 +235,42 @@ impl Topology {
 
 /// What the machine looks like, once, at the start of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Machine {
-    pub driver_version: Option<String>,
+pub(crate) struct Machine {
+    pub(crate) driver_version: Option<String>,
     /// CUDA version the driver supports, as `12.4`.
-    pub cuda_driver_version: Option<String>,
+    pub(crate) cuda_driver_version: Option<String>,
     /// The physical GPUs, in NVML index order.
-    pub gpus: Vec<Gpu>,
+    pub(crate) gpus: Vec<Gpu>,
     /// The MIG devices of the GPUs in MIG mode (each with `mig` set and a `mig_key` index).
-    pub migs: Vec<Gpu>,
+    pub(crate) migs: Vec<Gpu>,
     /// The links between the GPUs, when the probe was asked for them (multi-GPU requests,
     /// `--list --topology`, `--list --json`).
     #[serde(skip)]
-    pub topology: Option<Topology>,
+    pub(crate) topology: Option<Topology>,
     /// GPUs the driver excluded (not among the GPUs above).
-    pub excluded: Vec<crate::probe::health::Excluded>,
+    pub(crate) excluded: Vec<crate::probe::health::Excluded>,
 }
 
 impl Machine {
     /// Every device a job could be given: the GPUs, then the MIG devices.
-    pub fn devices(&self) -> impl Iterator<Item = &Gpu> {
+    pub(crate) fn devices(&self) -> impl Iterator<Item = &Gpu> {
         self.gpus.iter().chain(&self.migs)
     }
 
     /// The GPU or MIG device with this key.
-    pub fn device(&self, key: u32) -> Option<&Gpu> {
+    pub(crate) fn device(&self, key: u32) -> Option<&Gpu> {
         self.devices().find(|gpu| gpu.index == key)
     }
 
     /// The devices, as a slice selection works on.
-    pub fn all_devices(&self) -> Vec<Gpu> {
+    pub(crate) fn all_devices(&self) -> Vec<Gpu> {
         self.devices().cloned().collect()
     }
 }
 
 /// A healthy, idle 80 GiB test GPU; tests change what they need.
 #[cfg(test)]
-pub fn test_gpu(index: u32) -> Gpu {
+pub(crate) fn test_gpu(index: u32) -> Gpu {
     Gpu {
         index,
         uuid: Some(format!("GPU-0000{index:04}-1111-4222-8333-444455556666")),
@@ -301,7 +301,7 @@ pub fn test_gpu(index: u32) -> Gpu {
 
 /// A test MIG device of `profile` with `total_gib`, in slot `slot` of GPU `parent`.
 #[cfg(test)]
-pub fn test_mig(parent: u32, slot: u32, profile: &str, total_gib: u64) -> Gpu {
+pub(crate) fn test_mig(parent: u32, slot: u32, profile: &str, total_gib: u64) -> Gpu {
     Gpu {
         index: mig_key(parent, slot),
         uuid: Some(format!("MIG-0000{parent:02}{slot:02}-1111-4222-8333-444455556666")),

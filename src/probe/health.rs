@@ -7,7 +7,7 @@ use serde::Serialize;
 /// The three states, worst last.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum HealthState {
+pub(crate) enum HealthState {
     #[default]
     Ok,
     /// Takes work, but after every healthy GPU: remap pending, retired pages pending,
@@ -19,18 +19,18 @@ pub enum HealthState {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Health {
-    pub state: HealthState,
-    pub reasons: Vec<String>,
+pub(crate) struct Health {
+    pub(crate) state: HealthState,
+    pub(crate) reasons: Vec<String>,
 }
 
 impl Health {
-    pub fn is_ok(&self) -> bool {
+    pub(crate) fn is_ok(&self) -> bool {
         self.state == HealthState::Ok
     }
 
     /// `degraded: row remapping pending (...)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let state = match self.state {
             HealthState::Ok => "ok",
             HealthState::Degraded => "degraded",
@@ -44,27 +44,27 @@ impl Health {
 }
 
 /// `nvmlClocksEventReason*` bits that mean the hardware is holding the clocks down.
-pub const HW_SLOWDOWN: u64 = 0x8;
-pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
-pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
+pub(crate) const HW_SLOWDOWN: u64 = 0x8;
+pub(crate) const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+pub(crate) const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
 
 /// What the probe read; `None`: NVML could not say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Findings {
+pub(crate) struct Findings {
     /// Volatile uncorrectable ECC errors, while ECC is on.
-    pub ecc_volatile_uncorrected: Option<u64>,
-    pub remap_pending: Option<bool>,
-    pub remap_failure: Option<bool>,
-    pub retired_pages_pending: Option<bool>,
+    pub(crate) ecc_volatile_uncorrected: Option<u64>,
+    pub(crate) remap_pending: Option<bool>,
+    pub(crate) remap_failure: Option<bool>,
+    pub(crate) retired_pages_pending: Option<bool>,
     /// Active clock event reasons.
-    pub clock_events: Option<u64>,
+    pub(crate) clock_events: Option<u64>,
     /// Current and maximum PCIe link width.
-    pub pcie_width: Option<(u32, u32)>,
+    pub(crate) pcie_width: Option<(u32, u32)>,
     /// A query answered GPU_IS_LOST.
-    pub lost: bool,
+    pub(crate) lost: bool,
 }
 
-pub fn classify(found: &Findings) -> Health {
+pub(crate) fn classify(found: &Findings) -> Health {
     let mut unhealthy = Vec::new();
     let mut degraded = Vec::new();
     if found.lost {
@@ -115,9 +115,9 @@ pub fn classify(found: &Findings) -> Health {
 
 /// A GPU the driver excluded from use: it is not among NVML's devices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Excluded {
-    pub pci_bus_id: Option<String>,
-    pub uuid: Option<String>,
+pub(crate) struct Excluded {
+    pub(crate) pci_bus_id: Option<String>,
+    pub(crate) uuid: Option<String>,
 }
 
 #[cfg(test)]

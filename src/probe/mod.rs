@@ -1,8 +1,8 @@
 //! Stage 2, the probe: what the machine looks like, from NVML (the only user of nvml-wrapper)
 //! and /proc, as plain data.
 
-pub mod gpu;
-pub mod health;
-pub mod numa;
-pub mod nvml;
-pub mod worker;
+pub(crate) mod gpu;
+pub(crate) mod health;
+pub(crate) mod numa;
+pub(crate) mod nvml;
+pub(crate) mod worker;

@@ -9,14 +9,14 @@
 use std::path::Path;
 
 /// `NVML_AFFINITY_SCOPE_NODE` (nvml.h): affinity by NUMA node rather than by socket.
-pub const AFFINITY_SCOPE_NODE: u32 = 0;
+pub(crate) const AFFINITY_SCOPE_NODE: u32 = 0;
 
 /// Words of the node mask asked for: 64 x 16 = 1024 nodes.
-pub const NODE_WORDS: usize = 16;
+pub(crate) const NODE_WORDS: usize = 16;
 
 /// The lowest node set in NVML's node mask (a GPU is local to one node; a mask with several,
 /// as on some multi-die packages, names the first as numactl would show it first).
-pub fn first_node(mask: &[u64]) -> Option<u32> {
+pub(crate) fn first_node(mask: &[u64]) -> Option<u32> {
     mask.iter()
         .enumerate()
         .find(|(_, word)| **word != 0)
@@ -32,13 +32,13 @@ fn sysfs_name(bus_id: &str) -> Option<String> {
 
 /// The kernel's NUMA node of the PCI device `bus_id` (NVML's form); `None` where the kernel
 /// says -1 (no NUMA, or firmware that does not tell) or the device is not there.
-pub fn sysfs_node(bus_id: &str) -> Option<u32> {
+pub(crate) fn sysfs_node(bus_id: &str) -> Option<u32> {
     let path = Path::new("/sys/bus/pci/devices").join(sysfs_name(bus_id)?).join("numa_node");
     std::fs::read_to_string(path).ok()?.trim().parse::<i64>().ok().and_then(|node| u32::try_from(node).ok())
 }
 
 /// The CPUs of NUMA node `node`, from the kernel.
-pub fn node_cpus(node: u32) -> Option<Vec<u32>> {
+pub(crate) fn node_cpus(node: u32) -> Option<Vec<u32>> {
     let text = std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist")).ok()?;
     parse_cpu_list(text.trim())
 }

@@ -28,11 +28,11 @@ use crate::probe::numa;
 use crate::process::procfs;
 
 /// The library NVML is normally loaded as (what the driver package installs).
-pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+pub(crate) const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// Why NVML could not be opened. Each has its own one-line message with a hint.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error(
         "cannot load the NVML library {library}: {detail}; is the NVIDIA driver installed? \
          Name the library with --nvml-lib PATH or GPURUN_NVML_LIB"
@@ -63,11 +63,11 @@ pub enum OpenError {
 
 /// The NVML call in progress, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
+pub(crate) struct Call {
     /// The C function, as in nvml.h and `dmesg`/driver bug reports.
-    pub name: &'static str,
-    pub gpu: Option<u32>,
-    pub since: Instant,
+    pub(crate) name: &'static str,
+    pub(crate) gpu: Option<u32>,
+    pub(crate) since: Instant,
 }
 
 impl std::fmt::Display for Call {
@@ -83,7 +83,7 @@ impl std::fmt::Display for Call {
 /// Shared between the NVML thread, which records each call it makes, and the main thread,
 /// which reads it when a call does not come back.
 #[derive(Clone, Default)]
-pub struct Calls(Arc<Mutex<Option<Call>>>);
+pub(crate) struct Calls(Arc<Mutex<Option<Call>>>);
 
 impl Calls {
     fn run<T>(&self, name: &'static str, gpu: Option<u32>, call: impl FnOnce() -> T) -> T {
@@ -94,13 +94,13 @@ impl Calls {
     }
 
     /// The call in progress now.
-    pub fn current(&self) -> Option<Call> {
+    pub(crate) fn current(&self) -> Option<Call> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
 /// An open NVML library.
-pub struct Session {
+pub(crate) struct Session {
     /// Opened once per run and kept to the end (NVML's own reference count ends with the
     /// process), so that an event set can borrow it for as long as the run lasts.
     nvml: &'static Nvml,
@@ -113,11 +113,11 @@ pub struct Session {
 
 /// An Xid error NVML raised on a GPU (`nvmlEventTypeXidCriticalError`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Xid {
+pub(crate) struct Xid {
     /// NVML index.
-    pub gpu: u32,
+    pub(crate) gpu: u32,
     /// The Xid; 999 where the driver does not know it.
-    pub code: u64,
+    pub(crate) code: u64,
 }
 
 /// Drivers 535.43 to 535.86 write 32-byte `_v3` process entries where nvml.h (and nvml-wrapper
@@ -129,13 +129,13 @@ fn has_535_v3_bug(driver_version: &str) -> bool {
 
 /// A process with a compute context on one GPU, as NVML lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listed {
-    pub pid: u32,
-    pub used_bytes: Option<u64>,
+pub(crate) struct Listed {
+    pub(crate) pid: u32,
+    pub(crate) used_bytes: Option<u64>,
 }
 
 /// Opens NVML from `library` (default: `libnvidia-ml.so.1`, found like any shared library).
-pub fn open(library: Option<&Path>, calls: Calls) -> Result<Session, OpenError> {
+pub(crate) fn open(library: Option<&Path>, calls: Calls) -> Result<Session, OpenError> {
     let library = library.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY));
     let shown = library.display().to_string();
     let nvml = calls
@@ -321,7 +321,7 @@ fn describe(error: &NvmlError) -> String {
 impl Session {
     /// Everything gpurun needs to know about the machine, in one pass (the links between GPUs
     /// are asked for apart: `links`).
-    pub fn probe(&mut self) -> Result<Machine, OpenError> {
+    pub(crate) fn probe(&mut self) -> Result<Machine, OpenError> {
         let count = self
             .calls
             .run("nvmlDeviceGetCount_v2", None, || self.nvml.device_count())
@@ -356,7 +356,7 @@ impl Session {
 
     /// The link between every pair of `gpus` (two NVML calls a pair: NVLink by P2P status, else
     /// the common PCIe ancestor).
-    pub fn links(&mut self, gpus: &[u32]) -> Topology {
+    pub(crate) fn links(&mut self, gpus: &[u32]) -> Topology {
         let calls = self.calls.clone();
         let mut topology = Topology::default();
         let readable: Vec<(u32, Device)> = gpus
@@ -573,7 +573,7 @@ impl Session {
     /// The Xid errors raised on `gpus` since the last call, without waiting. The first call
     /// registers for them (GPUs that cannot report Xids are left out); none where events are
     /// not supported at all.
-    pub fn xids(&mut self, gpus: &[u32]) -> Vec<Xid> {
+    pub(crate) fn xids(&mut self, gpus: &[u32]) -> Vec<Xid> {
         let nvml: &'static Nvml = self.nvml;
         let calls = self.calls.clone();
         let set = self.xid_events.get_or_insert_with(|| {
@@ -627,7 +627,7 @@ impl Session {
     }
 
     /// The compute processes on GPU or MIG device `key`.
-    pub fn processes(&mut self, key: u32) -> Result<Vec<Listed>, NvmlError> {
+    pub(crate) fn processes(&mut self, key: u32) -> Result<Vec<Listed>, NvmlError> {
         let calls = self.calls.clone();
         let (index, slot) = mig_parts(key).map_or((key, None), |(parent, slot)| (parent, Some(slot)));
         let mut device =

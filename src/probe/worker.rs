@@ -20,7 +20,7 @@ use crate::process::signals::Receiver;
 /// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).
 const STACK_SIZE: usize = 512 * 1024;
 
-pub enum Job {
+pub(crate) enum Job {
     Open(Option<PathBuf>),
     Probe,
     /// The links between every pair of these GPUs.
@@ -33,7 +33,7 @@ pub enum Job {
     },
 }
 
-pub enum Answer {
+pub(crate) enum Answer {
     Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
     Links(Topology),
@@ -50,7 +50,7 @@ enum NoAnswer {
 }
 
 /// The main thread's side.
-pub struct NvmlThread {
+pub(crate) struct NvmlThread {
     jobs: mpsc::Sender<Job>,
     answers: mpsc::Receiver<Answer>,
     ready: std::sync::Arc<EventFd>,
@@ -97,7 +97,7 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
 impl NvmlThread {
     /// Starts the thread. Call after the signals are blocked: the thread, and any thread the
     /// NVML library starts from it, inherit the mask.
-    pub fn start() -> std::io::Result<NvmlThread> {
+    pub(crate) fn start() -> std::io::Result<NvmlThread> {
         let (jobs, job_queue) = mpsc::channel();
         let (answer_queue, answers) = mpsc::channel();
         let ready = std::sync::Arc::new(
@@ -114,23 +114,23 @@ impl NvmlThread {
     }
 
     /// Becomes readable when an answer is waiting.
-    pub fn ready_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn ready_fd(&self) -> BorrowedFd<'_> {
         self.ready.as_fd()
     }
 
-    pub fn is_busy(&self) -> bool {
+    pub(crate) fn is_busy(&self) -> bool {
         self.busy_since.is_some()
     }
 
     /// Hands the thread a job; ignored while it is busy with another (one at a time).
-    pub fn send(&mut self, job: Job) {
+    pub(crate) fn send(&mut self, job: Job) {
         if self.busy_since.is_none() && self.jobs.send(job).is_ok() {
             self.busy_since = Some(Instant::now());
         }
     }
 
     /// The answer, if it has come.
-    pub fn try_answer(&mut self) -> Option<Answer> {
+    pub(crate) fn try_answer(&mut self) -> Option<Answer> {
         let _ = self.ready.read();
         let answer = self.answers.try_recv().ok()?;
         self.busy_since = None;
@@ -138,14 +138,14 @@ impl NvmlThread {
     }
 
     /// What the thread is stuck on, if a job has been running for at least `longer_than`.
-    pub fn stuck(&self, longer_than: Duration) -> Option<Option<Call>> {
+    pub(crate) fn stuck(&self, longer_than: Duration) -> Option<Option<Call>> {
         let since = self.busy_since?;
         (since.elapsed() >= longer_than).then(|| self.calls.current())
     }
 
     /// `job`'s answer if it comes within `within`; `None` if the thread is busy with another (a
     /// hanging call) or is slower. Signals are left pending for whoever reads them next.
-    pub fn ask_briefly(&mut self, job: Job, within: Duration) -> Option<Answer> {
+    pub(crate) fn ask_briefly(&mut self, job: Job, within: Duration) -> Option<Answer> {
         if self.is_busy() {
             return None;
         }
@@ -184,7 +184,7 @@ impl NvmlThread {
     }
 
     /// Loads the library and calls `nvmlInit`, within `timeout`.
-    pub fn open(
+    pub(crate) fn open(
         &mut self,
         library: Option<PathBuf>,
         receiver: &Receiver,
@@ -199,7 +199,7 @@ impl NvmlThread {
     }
 
     /// The links between every pair of `gpus`, within `timeout`.
-    pub fn links(
+    pub(crate) fn links(
         &mut self,
         receiver: &Receiver,
         timeout: Duration,
@@ -216,7 +216,7 @@ impl NvmlThread {
     /// Probes the machine within `timeout`. While `waiting_until` allows (`--wait`; `Some(None)`:
     /// forever), a probe that has not answered is waited for further, and `waiting` is told why
     /// every few seconds: it counts as a failed attempt, not as the end.
-    pub fn probe(
+    pub(crate) fn probe(
         &mut self,
         receiver: &Receiver,
         timeout: Duration,
@@ -253,7 +253,7 @@ const WAITING_NOTE_EVERY: Duration = Duration::from_secs(5);
 
 /// Why the NVML thread gave no usable answer.
 #[derive(Debug, thiserror::Error)]
-pub enum Failure {
+pub(crate) enum Failure {
     #[error(transparent)]
     Nvml(OpenError),
     /// It did not answer in time: the one-line message naming the call.

@@ -19,7 +19,7 @@ use crate::options::{LogFormat, Verbosity};
 /// final error, the report).
 static JSON: AtomicBool = AtomicBool::new(false);
 
-pub fn is_json() -> bool {
+pub(crate) fn is_json() -> bool {
     JSON.load(Ordering::Relaxed)
 }
 
@@ -104,7 +104,7 @@ fn json_line(level: &str, fields: serde_json::Map<String, serde_json::Value>) ->
 }
 
 /// Prints one message outside tracing, in the format in force (the final error, for one).
-pub fn print_outside(level: &str, message: &str, extra: Option<(&str, serde_json::Value)>) {
+pub(crate) fn print_outside(level: &str, message: &str, extra: Option<(&str, serde_json::Value)>) {
     if is_json() {
         let mut fields = serde_json::Map::new();
         fields.insert("message".to_owned(), serde_json::Value::from(message));
@@ -124,7 +124,7 @@ pub fn print_outside(level: &str, message: &str, extra: Option<(&str, serde_json
 /// Installs the stderr logger. `GPURUN_LOG` (a level, or `target=level,...` directives) wins
 /// over -q/-v. (`Targets` rather than `EnvFilter`: no regex engine in a process that stays
 /// resident for the whole job.)
-pub fn init(verbosity: &Verbosity, format: LogFormat) {
+pub(crate) fn init(verbosity: &Verbosity, format: LogFormat) {
     JSON.store(format == LogFormat::Json, Ordering::Relaxed);
     let level = match verbosity {
         Verbosity::Quiet => LevelFilter::ERROR,

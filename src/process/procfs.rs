@@ -10,28 +10,28 @@ use std::os::unix::fs::MetadataExt;
 
 /// The fields of `/proc/PID/stat` gpurun uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// `R`, `S`, `D`, `T`, `t`, `Z`, `X`...
-    pub state: char,
-    pub parent: u32,
+    pub(crate) state: char,
+    pub(crate) parent: u32,
     /// When it started, in clock ticks after boot: with the PID, names one process for good.
-    pub start_ticks: u64,
+    pub(crate) start_ticks: u64,
 }
 
 impl Stat {
-    pub fn is_zombie(&self) -> bool {
+    pub(crate) fn is_zombie(&self) -> bool {
         matches!(self.state, 'Z' | 'X')
     }
 
     /// In a job-control stop (or traced).
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         matches!(self.state, 'T' | 't')
     }
 }
 
 /// Parses a `stat` line. The command name may hold spaces and parentheses, so the fields resume
 /// after the last `)`.
-pub fn parse_stat(line: &str) -> Option<Stat> {
+pub(crate) fn parse_stat(line: &str) -> Option<Stat> {
     let mut fields = line[line.rfind(')')? + 1..].split_whitespace();
     let state = fields.next()?.chars().next()?;
     let parent = fields.next()?.parse().ok()?;
@@ -40,31 +40,31 @@ pub fn parse_stat(line: &str) -> Option<Stat> {
     Some(Stat { state, parent, start_ticks })
 }
 
-pub fn stat(pid: u32) -> Option<Stat> {
+pub(crate) fn stat(pid: u32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// Whether a process with this PID exists in this PID namespace (zombies included).
-pub fn exists(pid: u32) -> bool {
+pub(crate) fn exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// A live process: it exists and is not a zombie.
-pub fn is_alive(pid: u32) -> bool {
+pub(crate) fn is_alive(pid: u32) -> bool {
     stat(pid).is_some_and(|stat| !stat.is_zombie())
 }
 
-pub fn uid_of(pid: u32) -> Option<u32> {
+pub(crate) fn uid_of(pid: u32) -> Option<u32> {
     Some(std::fs::metadata(format!("/proc/{pid}")).ok()?.uid())
 }
 
 /// The owning user's name, or the numeric uid when it has no passwd entry.
-pub fn owner(pid: u32) -> Option<String> {
+pub(crate) fn owner(pid: u32) -> Option<String> {
     uid_of(pid).map(user_name)
 }
 
 /// A uid as a name, or as the number when it has no passwd entry.
-pub fn user_name(uid: u32) -> String {
+pub(crate) fn user_name(uid: u32) -> String {
     // Looked up once per uid: each lookup is a walk through NSS (nscd's socket, nsswitch.conf,
     // /etc/passwd), and a launch names its own user for every lease and for the history.
     static KNOWN: std::sync::Mutex<BTreeMap<u32, String>> = std::sync::Mutex::new(BTreeMap::new());
@@ -82,7 +82,7 @@ pub fn user_name(uid: u32) -> String {
 }
 
 /// `alice (uid 1001)`, or `uid 4242` for a uid without a passwd entry.
-pub fn describe_uid(uid: u32) -> String {
+pub(crate) fn describe_uid(uid: u32) -> String {
     let name = user_name(uid);
     if name == uid.to_string() {
         format!("uid {uid}")
@@ -92,13 +92,13 @@ pub fn describe_uid(uid: u32) -> String {
 }
 
 /// The short name (`comm`).
-pub fn short_name(pid: u32) -> Option<String> {
+pub(crate) fn short_name(pid: u32) -> Option<String> {
     Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end().to_owned())
 }
 
 /// The command line, arguments joined by spaces; `[name]` for kernel threads and processes
 /// whose cmdline is empty.
-pub fn command_line(pid: u32) -> Option<String> {
+pub(crate) fn command_line(pid: u32) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let words: Vec<String> = raw
         .split(|&b| b == 0)
@@ -113,7 +113,7 @@ pub fn command_line(pid: u32) -> Option<String> {
 
 /// One variable of a process's initial environment: `None` when the environment cannot be read
 /// (another user's process), `Some(None)` when the variable is not set.
-pub fn environment_variable(pid: u32, name: &str) -> Option<Option<String>> {
+pub(crate) fn environment_variable(pid: u32, name: &str) -> Option<Option<String>> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let prefix = format!("{name}=");
     Some(
@@ -125,7 +125,7 @@ pub fn environment_variable(pid: u32, name: &str) -> Option<Option<String>> {
 
 /// The children of `pid` (zombies included), from `/proc/PID/task/*/children`: a child belongs
 /// to the thread that forked it, or that it was reparented to, so every thread is read.
-pub fn children(pid: u32) -> Vec<u32> {
+pub(crate) fn children(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
     let mut found = Vec::new();
     for task in tasks.flatten() {
@@ -136,7 +136,7 @@ pub fn children(pid: u32) -> Vec<u32> {
 }
 
 /// Every descendant of `root`, found from `root` down (zombies included).
-pub fn descendants(root: u32) -> Vec<u32> {
+pub(crate) fn descendants(root: u32) -> Vec<u32> {
     let mut found = Vec::new();
     let mut queue = vec![root];
     while let Some(pid) = queue.pop() {
@@ -152,7 +152,7 @@ pub fn descendants(root: u32) -> Vec<u32> {
 }
 
 /// Whether `ancestor` is `pid` or one of its ancestors.
-pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+pub(crate) fn descends_from(pid: u32, ancestor: u32) -> bool {
     let mut current = pid;
     // A bounded walk: PID chains are short, and a loop in a racing /proc must not hang us.
     for _ in 0..256 {
@@ -175,7 +175,7 @@ pub fn descends_from(pid: u32, ancestor: u32) -> bool {
 /// filesystems), so a line with the same inode on another device counts when its PID has the
 /// file open. Empty where the kernel lists no such lock: a holder in a PID namespace the
 /// mounted /proc does not show, a lock that only a file server keeps.
-pub fn flock_holders(dev: u64, inode: u64) -> Vec<u32> {
+pub(crate) fn flock_holders(dev: u64, inode: u64) -> Vec<u32> {
     let Ok(text) = std::fs::read_to_string("/proc/locks") else { return Vec::new() };
     let locks: Vec<(u32, u64, u64)> =
         text.lines().filter(|line| !line.contains("->")).filter_map(lock_line).collect();
@@ -217,13 +217,13 @@ fn has_open(pid: u32, dev: u64, inode: u64) -> bool {
 }
 
 /// Whether this process sees the host's PID namespace: PID 2 is the kernel's kthreadd there.
-pub fn in_host_pid_namespace() -> bool {
+pub(crate) fn in_host_pid_namespace() -> bool {
     short_name(2).is_some_and(|name| name == "kthreadd")
 }
 
 /// gpurun's own ignored and blocked signals as `/proc/self/status` shows them (`SigIgn`,
 /// `SigBlk`): bit N-1 is signal N, real-time signals included.
-pub fn own_signal_sets() -> (u64, u64) {
+pub(crate) fn own_signal_sets() -> (u64, u64) {
     // Into room for the usual 1.5 KB at once (read_to_string alone starts at 32 bytes and
     // doubles: eight reads), to the end however long (a Groups line can be long).
     let read = |path: &str| {

@@ -25,34 +25,34 @@ use crate::process::procfs;
 
 /// The caller's signal state, captured before gpurun changes anything, for the command.
 #[derive(Clone)]
-pub struct CallerState {
+pub(crate) struct CallerState {
     /// The caller's signal mask, as the kernel holds it (real-time signals included).
-    pub mask: SigSet,
+    pub(crate) mask: SigSet,
     /// Signals the caller ignored: bit N-1 is signal N.
     ignored: u64,
 }
 
 impl CallerState {
-    pub fn capture() -> CallerState {
+    pub(crate) fn capture() -> CallerState {
         let mask = SigSet::thread_get_mask().unwrap_or_else(|_| SigSet::empty());
         let (ignored, _) = procfs::own_signal_sets();
         CallerState { mask, ignored }
     }
 
-    pub fn is_ignored(&self, signal: i32) -> bool {
+    pub(crate) fn is_ignored(&self, signal: i32) -> bool {
         (1..=64).contains(&signal) && self.ignored & (1u64 << (signal - 1)) != 0
     }
 }
 
 /// What the default action of a signal does (signal(7)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DefaultAction {
+pub(crate) enum DefaultAction {
     Terminate,
     Stop,
     Ignore,
 }
 
-pub fn default_action(signal: i32) -> DefaultAction {
+pub(crate) fn default_action(signal: i32) -> DefaultAction {
     match signal {
         libc::SIGCHLD | libc::SIGCONT | libc::SIGURG | libc::SIGWINCH => DefaultAction::Ignore,
         libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU | libc::SIGSTOP => DefaultAction::Stop,
@@ -65,7 +65,7 @@ const SI_KERNEL: i32 = 0x80;
 
 /// Who sent a signal, as far as the kernel says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// kill(2) and friends, by this PID.
     Process(u32),
     /// The kernel: terminal keys, hangup, window size.
@@ -75,13 +75,13 @@ pub enum Origin {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Received {
-    pub signal: i32,
-    pub origin: Origin,
+pub(crate) struct Received {
+    pub(crate) signal: i32,
+    pub(crate) origin: Origin,
 }
 
 /// The signals gpurun reads instead of letting them act.
-pub struct Receiver {
+pub(crate) struct Receiver {
     fd: SignalFd,
     caller: CallerState,
 }
@@ -89,7 +89,7 @@ pub struct Receiver {
 impl Receiver {
     /// Blocks every catchable signal the caller did not ignore (SIGCHLD always, to reap) and
     /// opens a signalfd for them. Call before any thread exists.
-    pub fn open(caller: CallerState) -> io::Result<Receiver> {
+    pub(crate) fn open(caller: CallerState) -> io::Result<Receiver> {
         // sigfillset: glibc leaves out its own internal signals (thread cancellation, setxid).
         let mut blocked = SigSet::all();
         for signal in Signal::iterator() {
@@ -110,12 +110,12 @@ impl Receiver {
         Ok(Receiver { fd, caller })
     }
 
-    pub fn caller(&self) -> &CallerState {
+    pub(crate) fn caller(&self) -> &CallerState {
         &self.caller
     }
 
     /// Every signal that has arrived, without waiting.
-    pub fn drain(&self) -> Vec<Received> {
+    pub(crate) fn drain(&self) -> Vec<Received> {
         let mut received = Vec::new();
         while let Ok(Some(info)) = self.fd.read_signal() {
             let signal = info.ssi_signo as i32;
@@ -131,7 +131,11 @@ impl Receiver {
 
     /// Waits until a signal arrives, `also` becomes readable, or `timeout` passes (None:
     /// forever). Returns the signals and whether `also` is readable.
-    pub fn wait(&self, also: Option<BorrowedFd<'_>>, timeout: Option<Duration>) -> (Vec<Received>, bool) {
+    pub(crate) fn wait(
+        &self,
+        also: Option<BorrowedFd<'_>>,
+        timeout: Option<Duration>,
+    ) -> (Vec<Received>, bool) {
         let mut fds = vec![PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
         if let Some(fd) = also {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
@@ -156,7 +160,7 @@ impl Receiver {
     /// caller's ignored ones stay ignored): `Err(signal)` for one that ends gpurun, so that the
     /// caller can clean up (queue tickets, the progress line) and then `die_by` it; a stop
     /// signal stops gpurun until it is continued.
-    pub fn act_before_launch(&self, received: &[Received]) -> Result<(), i32> {
+    pub(crate) fn act_before_launch(&self, received: &[Received]) -> Result<(), i32> {
         for signal in received.iter().map(|r| r.signal).filter(|s| !self.caller.is_ignored(*s)) {
             match default_action(signal) {
                 DefaultAction::Terminate => return Err(signal),
@@ -168,7 +172,7 @@ impl Receiver {
     }
 
     /// Sleeps up to `duration`, acting on signals as before the launch.
-    pub fn pause(&self, duration: Duration) -> Result<(), i32> {
+    pub(crate) fn pause(&self, duration: Duration) -> Result<(), i32> {
         let deadline = std::time::Instant::now() + duration;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -182,20 +186,20 @@ impl Receiver {
 }
 
 /// Sends any signal, real-time ones included (nix's `Signal` has only the standard ones).
-pub fn send(pid: u32, signal: i32) -> bool {
+pub(crate) fn send(pid: u32, signal: i32) -> bool {
     // SAFETY: kill(2) has no memory arguments.
     unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
 }
 
 /// Stops gpurun itself, like a job-control stop; execution resumes on SIGCONT.
-pub fn stop_self() {
+pub(crate) fn stop_self() {
     let _ = nix::sys::signal::raise(Signal::SIGSTOP);
 }
 
 /// Ends gpurun the way the command ended: by the same signal, so that a shell sees 128+N and a
 /// `for` loop stops on Ctrl-C. gpurun's own core dump is disabled first (the command's is the
 /// one that matters). Where the default action cannot end gpurun (PID 1), it exits 128+N.
-pub fn die_by(signal: i32) -> ! {
+pub(crate) fn die_by(signal: i32) -> ! {
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
     // By hand rather than signal-hook's emulate_default_handler, which aborts when the raise
     // does not end the process: as PID 1 that is the normal case, and 128+N is the answer.
@@ -210,6 +214,30 @@ pub fn die_by(signal: i32) -> ! {
         libc::raise(signal);
     }
     signal_hook::low_level::exit(128 + signal)
+}
+
+/// Takes `signal` if it is pending for this thread (blocked and raised), without waiting: a
+/// SIGPIPE a failed write left behind, say.
+pub(crate) fn take_pending(signal: Signal) {
+    let mut set = SigSet::empty();
+    set.add(signal);
+    let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid signal set and timespec; no siginfo is asked for.
+    unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &now) };
+}
+
+/// A `std::process::Command` whose child execs with `mask` as its signal mask (gpurun's own
+/// has its forwarded signals blocked; a hook gets the caller's). std has no safe way to.
+pub(crate) fn exec_with_mask(command: &mut std::process::Command, mask: SigSet) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and makes one system call
+    // (sigprocmask, async-signal-safe) on a mask copied in by value; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&mask), None)
+                .map_err(Into::into)
+        })
+    };
 }
 
 #[cfg(test)]

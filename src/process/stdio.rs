@@ -14,7 +14,7 @@ use nix::sys::stat::Mode;
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// Fills every closed descriptor among 0-2 with `/dev/null`.
-pub fn ensure_open() {
+pub(crate) fn ensure_open() {
     for fd in (0..3).filter(|fd| !is_open(*fd)) {
         if fd == 1 {
             STDOUT_CLOSED.store(true, Ordering::Relaxed);
@@ -40,7 +40,7 @@ fn is_open(fd: i32) -> bool {
 /// Writes a mode's output (`--list`, `--export`, help...) to stdout. Failing to write it is an
 /// error, as in coreutils: a closed stdout (which gpurun filled with /dev/null for itself) or a
 /// full disk must not look like success.
-pub fn print(text: &str) -> std::io::Result<()> {
+pub(crate) fn print(text: &str) -> std::io::Result<()> {
     use std::io::Write;
     if STDOUT_CLOSED.load(Ordering::Relaxed) {
         return Err(std::io::Error::from_raw_os_error(libc::EBADF));
@@ -51,7 +51,7 @@ pub fn print(text: &str) -> std::io::Result<()> {
 
 /// The width in columns of the terminal on `fd`; `None` for anything else (TIOCGWINSZ fails
 /// on a pipe or a file) or a terminal that gives no size.
-pub fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
+pub(crate) fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
     let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCGWINSZ writes one winsize through the pointer, which outlives the call, and
     // touches nothing else.
@@ -61,13 +61,13 @@ pub fn terminal_columns(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
 
 /// `text` cut to fit in `columns` without reaching the last one (where a terminal would wrap
 /// at the next character), ending in `…` when cut.
-pub fn fit(text: &str, columns: usize) -> String {
+pub(crate) fn fit(text: &str, columns: usize) -> String {
     clip(text, columns.saturating_sub(1).max(2))
 }
 
 /// `text` in at most `width` characters, ending in `…` when cut (a table cell, a command
 /// line in a verdict).
-pub fn clip(text: &str, width: usize) -> String {
+pub(crate) fn clip(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
     }

@@ -18,10 +18,16 @@
 //! - Its descriptors are a copy of gpurun's table (no CLONE_FILES), gpurun's ends of the pipes
 //!   made for it included: it closes those first, or gpurun's death would not read as their
 //!   end of file.
+//!
+//! Where such a child is refused (qemu-user, a seccomp filter) or would abort the process
+//! (valgrind), the child is forked instead: the same body, the same guarantees (the go barrier,
+//! exec errors through the pipe), at a fork's cost.
 
 use std::ffi::c_void;
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use nix::errno::Errno;
 use nix::sys::mman::{mmap_anonymous, mprotect, munmap, MapFlags, ProtFlags};
@@ -30,7 +36,7 @@ use nix::unistd::Pid;
 /// A child's stack: mapped without reserving memory (only the pages it touches are
 /// resident), with a guard page below it, so that an overflow faults instead of writing
 /// over gpurun's memory.
-pub struct Stack {
+pub(crate) struct Stack {
     base: NonNull<c_void>,
     length: usize,
 }
@@ -38,7 +44,7 @@ pub struct Stack {
 const GUARD: usize = 4096;
 
 impl Stack {
-    pub fn new(length: usize) -> nix::Result<Stack> {
+    pub(crate) fn new(length: usize) -> nix::Result<Stack> {
         let length = length.max(2 * GUARD);
         // SAFETY: a new private anonymous mapping, aliasing nothing.
         let base = unsafe {
@@ -60,7 +66,7 @@ impl Stack {
 
     /// Kept for as long as gpurun lives: for a child that may outlive every point at which
     /// gpurun could know it no longer needs its stack.
-    pub fn keep(self) {
+    pub(crate) fn keep(self) {
         std::mem::forget(self);
     }
 
@@ -77,25 +83,66 @@ impl Drop for Stack {
     }
 }
 
-/// Starts `body` as a child process on `stack`, in gpurun's memory; the child's exit status
-/// is what `body` returns, if it returns.
+/// Starts `body` as a child process on `stack`, in gpurun's memory where the kernel lets it
+/// (else as a fork: see `shared_memory_refused`); the child's exit status is what `body`
+/// returns, if it returns.
 ///
 /// # Safety
 /// The module's rules: `body` and `stack` outlive the child's use of them (until its exec or
 /// exit), and `body` makes async-signal-safe calls only, whose errno the parent thread does
 /// not read meanwhile.
-pub unsafe fn start<F: Fn() -> i32>(stack: &Stack, body: &F) -> nix::Result<Pid> {
+pub(crate) unsafe fn start<F: Fn() -> i32>(stack: &Stack, body: &F) -> nix::Result<Pid> {
     extern "C" fn run<F: Fn() -> i32>(body: *mut c_void) -> libc::c_int {
         // SAFETY: `start`'s caller keeps the body alive while the child runs.
         let body = unsafe { &*(body as *const F) };
         body()
     }
-    // SAFETY: the flags share only memory (not descriptors, handlers or the thread group);
-    // the stack and the argument are valid for the child's life, by the caller's promise.
-    let pid = unsafe {
-        libc::clone(run::<F>, stack.top(), libc::CLONE_VM | libc::SIGCHLD, body as *const F as *mut c_void)
-    };
-    Errno::result(pid).map(Pid::from_raw)
+    if !shared_memory_refused() {
+        // SAFETY: the flags share only memory (not descriptors, handlers or the thread group);
+        // the stack and the argument are valid for the child's life, by the caller's promise.
+        let pid = unsafe {
+            libc::clone(
+                run::<F>,
+                stack.top(),
+                libc::CLONE_VM | libc::SIGCHLD,
+                body as *const F as *mut c_void,
+            )
+        };
+        match Errno::result(pid) {
+            Ok(pid) => return Ok(Pid::from_raw(pid)),
+            // qemu-user refuses a CLONE_VM without the thread flags (EINVAL), a seccomp filter
+            // may answer EPERM or ENOSYS: the fork below gives the same child, only dearer.
+            Err(Errno::EINVAL | Errno::EPERM | Errno::ENOSYS) => REFUSED.store(true, Ordering::Relaxed),
+            Err(error) => return Err(error),
+        }
+    }
+    // SAFETY: the child runs only `body`, which keeps to async-signal-safe calls (what a fork
+    // of a process with threads allows), then _exits without running gpurun's exit handlers.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(child),
+        nix::unistd::ForkResult::Child => {
+            let status = body();
+            // SAFETY: ends the child alone.
+            unsafe { libc::_exit(status) }
+        }
+    }
+}
+
+/// Set once a CLONE_VM child was refused: later children are forked without asking again.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether children must be forked: the kernel (or an emulator or filter in front of it) refused
+/// a CLONE_VM child before, or gpurun runs under valgrind, which aborts the whole process on a
+/// clone whose flags it does not know ("Unsupported clone() flags: 0x111") instead of failing
+/// the call. valgrind's preload library in LD_PRELOAD is how its tools are recognised (it puts
+/// itself there for the program it runs, and takes itself out for the programs that one execs).
+fn shared_memory_refused() -> bool {
+    static UNDER_VALGRIND: OnceLock<bool> = OnceLock::new();
+    REFUSED.load(Ordering::Relaxed)
+        || *UNDER_VALGRIND.get_or_init(|| {
+            std::env::var_os("LD_PRELOAD")
+                .is_some_and(|preload| preload.as_encoded_bytes().windows(10).any(|w| w == b"vgpreload_"))
+        })
 }
 
 #[cfg(test)]

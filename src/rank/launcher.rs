@@ -6,18 +6,18 @@ use std::fmt;
 
 /// A rank of a job on this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rank {
+pub(crate) struct Rank {
     /// Position among the node's ranks, from 0.
-    pub local_rank: u32,
+    pub(crate) local_rank: u32,
     /// How many ranks the job has on this node.
-    pub local_size: u32,
+    pub(crate) local_size: u32,
     /// What names the job (and so the group) on this node: the same for every rank of one
     /// launch, different for two launches running at once.
-    pub job: String,
+    pub(crate) job: String,
     /// Which launcher said so: `torchrun`, `Open MPI`, `MPICH`, `Slurm`, or the variables.
-    pub launcher: &'static str,
+    pub(crate) launcher: &'static str,
     /// The variable that gave the rank, for messages (`LOCAL_RANK`).
-    pub rank_variable: &'static str,
+    pub(crate) rank_variable: &'static str,
 }
 
 impl fmt::Display for Rank {
@@ -44,7 +44,8 @@ const LAUNCHERS: &[Launcher] = &[
 ];
 
 /// What `--per-rank` looks for, for the error when none is there.
-pub const LOOKED_FOR: &str = "LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun), OMPI_COMM_WORLD_LOCAL_RANK and \
+pub(crate) const LOOKED_FOR: &str =
+    "LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun), OMPI_COMM_WORLD_LOCAL_RANK and \
      OMPI_COMM_WORLD_LOCAL_SIZE (Open MPI's mpirun), MPI_LOCALRANKID and MPI_LOCALNRANKS (MPICH's mpiexec), \
      SLURM_LOCALID and SLURM_STEP_TASKS_PER_NODE (srun)";
 
@@ -52,7 +53,7 @@ pub const LOOKED_FOR: &str = "LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun), OMPI_C
 /// the launcher does not (and wins where it does). `parent`: the parent process's identity
 /// (PID and start time), which names an MPICH job: Hydra puts no job id in its ranks'
 /// environment, but every local rank is a child of the node's one hydra_pmi_proxy.
-pub fn detect(
+pub(crate) fn detect(
     variable: impl Fn(&str) -> Option<String>,
     group: Option<&str>,
     parent: Option<(u32, u64)>,
@@ -124,7 +125,7 @@ fn job_id(
 
 /// This node's task count from `SLURM_STEP_TASKS_PER_NODE` (`4`, `2(x3),1`: per node, in
 /// node order) and `SLURM_NODEID` (this node's position; 0 when unset).
-pub fn slurm_tasks_here(per_node: &str, node_id: Option<&str>) -> Result<u32, String> {
+pub(crate) fn slurm_tasks_here(per_node: &str, node_id: Option<&str>) -> Result<u32, String> {
     let bad = || format!("--per-rank: SLURM_STEP_TASKS_PER_NODE={per_node:?} is not Slurm's N or N(xK) list");
     let node: usize = match node_id {
         Some(text) => {

@@ -3,7 +3,7 @@
 //! chooses, by the usual rules), each takes the lease of its own GPUs, sees the whole set with
 //! its own at position LOCAL_RANK, and is verified on its own GPUs.
 
-pub mod launcher;
+pub(crate) mod launcher;
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use crate::rank::launcher::Rank;
 use crate::reserve::acquire::{self, AcquireError, Acquisition, GroupShare};
 use crate::reserve::group::{self, Found, Member, Membership, State};
 use crate::reserve::lease;
-use crate::reserve::lockdir::LockDir;
+use crate::reserve::lockdir::{DirLock, LockDir};
 use crate::select::policy::Decision;
 use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited};
@@ -30,24 +30,24 @@ const SAY_WAITING_AFTER: Duration = Duration::from_secs(1);
 
 /// What `--per-rank` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PerRank {
-    pub rank: Rank,
+pub(crate) struct PerRank {
+    pub(crate) rank: Rank,
     /// `--gpus N`: GPUs per rank.
-    pub gpus_per_rank: u32,
+    pub(crate) gpus_per_rank: u32,
     /// `--rank-timeout`.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// `--per-rank=own`: each rank sees only its own GPUs.
-    pub own_only: bool,
+    pub(crate) own_only: bool,
 }
 
 impl PerRank {
     /// The whole group's count, which the chooser asks the policy for.
-    pub fn group_count(&self) -> Count {
+    pub(crate) fn group_count(&self) -> Count {
         Count::exactly(self.rank.local_size * self.gpus_per_rank)
     }
 
     /// This rank's positions in the set.
-    pub fn own(&self) -> Range<usize> {
+    pub(crate) fn own(&self) -> Range<usize> {
         let n = self.gpus_per_rank as usize;
         self.rank.local_rank as usize * n..(self.rank.local_rank as usize + 1) * n
     }
@@ -56,7 +56,7 @@ impl PerRank {
 /// Chooses the group's set (the first rank) or takes this rank's part of it (every other), and
 /// reserves this rank's GPUs. Only looking (`--dry-run`, `--export`): the set the first rank
 /// would choose now, nothing recorded.
-pub fn acquire(
+pub(crate) fn acquire(
     nvml: &mut NvmlThread,
     receiver: &Receiver,
     inherited: &Inherited,
@@ -117,28 +117,8 @@ pub fn acquire(
             }
             State::Choosing => {
                 drop(guard);
-                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                    return Err(AcquireError::Group {
-                        why: format!(
-                            "{}: the group's GPUs were not chosen within --rank-timeout {}: rank {} (gpurun PID {}) is still choosing",
-                            per_rank.rank,
-                            crate::options::duration::compact(per_rank.timeout),
-                            record.chooser_rank,
-                            record.chooser_pid
-                        ),
-                        status: exit_code::NOT_ENOUGH_GPUS,
-                    });
-                }
-                // The set normally comes within milliseconds: said only when it does not.
-                if !said_waiting && started.elapsed() >= SAY_WAITING_AFTER {
-                    tracing::info!(
-                        "{}: waiting for rank {} (gpurun PID {}) to choose the group's GPUs",
-                        per_rank.rank,
-                        record.chooser_rank,
-                        record.chooser_pid
-                    );
-                    said_waiting = true;
-                }
+                let waited = Waited { started, deadline, said: &mut said_waiting };
+                while_choosing(per_rank, record, waited)?;
                 drop(membership);
                 receiver.pause(LOOK_AGAIN).map_err(AcquireError::Interrupted)?;
             }
@@ -151,88 +131,146 @@ pub fn acquire(
                     machine = Some(probe.map_err(AcquireError::from)?);
                     continue;
                 };
-                if record.local_size != per_rank.rank.local_size || record.per_rank != per_rank.gpus_per_rank
-                {
-                    return Err(AcquireError::Group {
-                        why: format!(
-                            "{}: the group was chosen for {} ranks of {} GPU(s) each by rank {} (gpurun PID {}), but this rank asks for {} of {}: every rank must be started alike",
-                            per_rank.rank, record.local_size, record.per_rank, record.chooser_rank, record.chooser_pid, per_rank.rank.local_size, per_rank.gpus_per_rank
-                        ),
-                        status: exit_code::GPURUN_ERROR,
-                    });
-                }
-                let expected = (per_rank.rank.local_size * per_rank.gpus_per_rank) as usize;
-                if gpus.is_empty() {
-                    // The chooser runs with no GPU (--fallback cpu): so does every rank.
-                    drop(guard);
-                    tracing::warn!(
-                        "{}: the group runs with no GPU visible (its chooser's --fallback cpu)",
-                        per_rank.rank
-                    );
-                    let mut acquisition = Acquisition::no_gpu(per_rank.group_count());
-                    acquisition.machine = probed;
-                    acquisition.group = Some(membership);
-                    return Ok(acquisition);
-                }
-                if gpus.len() != expected {
-                    return Err(AcquireError::Group {
-                        why: format!(
-                            "{}: the group's record names {} GPUs, not {expected}: it was not written by this version of gpurun",
-                            per_rank.rank,
-                            gpus.len()
-                        ),
-                        status: exit_code::GPURUN_ERROR,
-                    });
-                }
-                let visibility = visibility::resolve(&probed, inherited);
-                let mut indices = Vec::new();
-                for gpu in gpus {
-                    match probed.devices().find(|d| d.uuid.as_deref() == Some(gpu.uuid.as_str())) {
-                        Some(device) if visibility.allows(device.index) => indices.push(device.index),
-                        _ => {
-                            return Err(AcquireError::Group {
-                                why: format!(
-                                    "{}: the group's {} ({}) is not visible to this rank (its CUDA_VISIBLE_DEVICES or the launcher's allocation): give every rank the same GPUs (srun --gpus=N, not --gpus-per-task)",
-                                    per_rank.rank, label(gpu.index), gpu.uuid
-                                ),
-                                status: exit_code::GPURUN_ERROR,
-                            })
-                        }
-                    }
-                }
-                // Real leases only: the group's own hold on this rank's GPU is not in the way.
-                let live = lease::live(&dir, true);
-                let own = &gpus[per_rank.own()];
-                let taken = own.iter().find_map(|gpu| {
-                    live.iter().find(|lease| lease.uuid == gpu.uuid).map(|lease| (gpu, lease))
-                });
-                if let Some((gpu, lease)) = taken {
-                    return Err(AcquireError::Group {
-                        why: format!(
-                            "{}: its GPU in the group, {}, is reserved by gpurun PID {} of {} ({}): another rank has the same {}, or this rank came after the group's --rank-timeout, when its GPU was no longer held for it",
-                            per_rank.rank, label(gpu.index), lease.pid, lease.user, lease.command, per_rank.rank.rank_variable
-                        ),
-                        status: exit_code::NOT_ENOUGH_GPUS,
-                    });
-                }
-                let reserve: Vec<(String, u64, u32)> =
-                    own.iter().map(|gpu| (gpu.uuid.clone(), gpu.reserved_bytes, gpu.index)).collect();
-                let leases = lease::reserve(&dir, &reserve, *exclusive, &options.command)?;
-                drop(guard);
-                let selection = Selection::new(&probed, &indices, per_rank.group_count());
-                let decision = Decision::selected(indices);
-                return Ok(Acquisition {
-                    machine: probed,
-                    decision,
-                    chosen: Ok(selection),
-                    leases,
-                    live,
-                    queue: Vec::new(),
-                    group: Some(membership),
-                });
+                let part = Part { gpus: gpus.clone(), exclusive: *exclusive, probed };
+                return take_part(&dir, part, per_rank, inherited, &options, guard, membership);
             }
         }
     }
+}
+
+/// How long a rank has waited for the set, until when it may, and whether it said so.
+struct Waited<'a> {
+    started: Instant,
+    deadline: Option<Instant>,
+    said: &'a mut bool,
+}
+
+/// A rank whose chooser is still choosing: past --rank-timeout it gives up; after a second it
+/// says whom it waits for (once: the set normally comes within milliseconds).
+fn while_choosing(per_rank: &PerRank, record: &group::Record, waited: Waited) -> Result<(), AcquireError> {
+    let Waited { started, deadline, said: said_waiting } = waited;
+    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+        return Err(AcquireError::Group {
+            why: format!(
+                "{}: the group's GPUs were not chosen within --rank-timeout {}: rank {} (gpurun PID {}) is still choosing",
+                per_rank.rank,
+                crate::options::duration::compact(per_rank.timeout),
+                record.chooser_rank,
+                record.chooser_pid
+            ),
+            status: exit_code::NOT_ENOUGH_GPUS,
+        });
+    }
+    // The set normally comes within milliseconds: said only when it does not.
+    if !*said_waiting && started.elapsed() >= SAY_WAITING_AFTER {
+        tracing::info!(
+            "{}: waiting for rank {} (gpurun PID {}) to choose the group's GPUs",
+            per_rank.rank,
+            record.chooser_rank,
+            record.chooser_pid
+        );
+        *said_waiting = true;
+    }
+    Ok(())
+}
+
+/// The group's set as the chooser recorded it, and this rank's fresh look at the machine.
+struct Part {
+    gpus: Vec<group::Chosen>,
+    exclusive: bool,
+    probed: Machine,
+}
+
+/// A rank that joined a chosen set: checks that the record is one this rank can use (alike,
+/// visible here, its own GPUs not taken), then takes its own GPUs' leases, under `guard`.
+fn take_part(
+    dir: &LockDir,
+    part: Part,
+    per_rank: &PerRank,
+    inherited: &Inherited,
+    options: &acquire::Options<'_>,
+    guard: DirLock,
+    membership: Membership,
+) -> Result<Acquisition, AcquireError> {
+    let Part { gpus, exclusive, probed } = part;
+    let record = &membership.record;
+    if record.local_size != per_rank.rank.local_size || record.per_rank != per_rank.gpus_per_rank {
+        return Err(AcquireError::Group {
+            why: format!(
+                "{}: the group was chosen for {} ranks of {} GPU(s) each by rank {} (gpurun PID {}), but this rank asks for {} of {}: every rank must be started alike",
+                per_rank.rank, record.local_size, record.per_rank, record.chooser_rank, record.chooser_pid, per_rank.rank.local_size, per_rank.gpus_per_rank
+            ),
+            status: exit_code::GPURUN_ERROR,
+        });
+    }
+    let expected = (per_rank.rank.local_size * per_rank.gpus_per_rank) as usize;
+    if gpus.is_empty() {
+        // The chooser runs with no GPU (--fallback cpu): so does every rank.
+        drop(guard);
+        tracing::warn!(
+            "{}: the group runs with no GPU visible (its chooser's --fallback cpu)",
+            per_rank.rank
+        );
+        let mut acquisition = Acquisition::no_gpu(per_rank.group_count());
+        acquisition.machine = probed;
+        acquisition.group = Some(membership);
+        return Ok(acquisition);
+    }
+    if gpus.len() != expected {
+        return Err(AcquireError::Group {
+            why: format!(
+                "{}: the group's record names {} GPUs, not {expected}: it was not written by this version of gpurun",
+                per_rank.rank,
+                gpus.len()
+            ),
+            status: exit_code::GPURUN_ERROR,
+        });
+    }
+    let visibility = visibility::resolve(&probed, inherited);
+    let mut indices = Vec::new();
+    for gpu in &gpus {
+        match probed.devices().find(|d| d.uuid.as_deref() == Some(gpu.uuid.as_str())) {
+            Some(device) if visibility.allows(device.index) => indices.push(device.index),
+            _ => {
+                return Err(AcquireError::Group {
+                    why: format!(
+                        "{}: the group's {} ({}) is not visible to this rank (its CUDA_VISIBLE_DEVICES or the launcher's allocation): give every rank the same GPUs (srun --gpus=N, not --gpus-per-task)",
+                        per_rank.rank, label(gpu.index), gpu.uuid
+                    ),
+                    status: exit_code::GPURUN_ERROR,
+                })
+            }
+        }
+    }
+    // Real leases only: the group's own hold on this rank's GPU is not in the way.
+    let live = lease::live(dir, true);
+    let own = &gpus[per_rank.own()];
+    let taken =
+        own.iter().find_map(|gpu| live.iter().find(|lease| lease.uuid == gpu.uuid).map(|lease| (gpu, lease)));
+    if let Some((gpu, lease)) = taken {
+        return Err(AcquireError::Group {
+            why: format!(
+                "{}: its GPU in the group, {}, is reserved by gpurun PID {} of {} ({}): another rank has the same {}, or this rank came after the group's --rank-timeout, when its GPU was no longer held for it",
+                per_rank.rank, label(gpu.index), lease.pid, lease.user, lease.command, per_rank.rank.rank_variable
+            ),
+            status: exit_code::NOT_ENOUGH_GPUS,
+        });
+    }
+    let reserve: Vec<(String, u64, u32)> =
+        own.iter().map(|gpu| (gpu.uuid.clone(), gpu.reserved_bytes, gpu.index)).collect();
+    let leases = lease::reserve(dir, &reserve, exclusive, &options.command)?;
+    drop(guard);
+    let selection = Selection::new(&probed, &indices, per_rank.group_count());
+    let decision = Decision::selected(indices);
+    Ok(Acquisition {
+        machine: probed,
+        decision,
+        chosen: Ok(selection),
+        leases,
+        live,
+        queue: Vec::new(),
+        group: Some(membership),
+    })
 }
 
 /// The first rank: the usual acquisition for the whole set, recorded for the others; what it
@@ -262,14 +300,14 @@ fn choose(
 
 /// For verification and its messages: whose GPU each of the set's is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owners {
-    pub own_rank: u32,
+pub(crate) struct Owners {
+    pub(crate) own_rank: u32,
     /// (NVML index, rank) for every GPU of the set.
-    pub gpus: Vec<(u32, u32)>,
+    pub(crate) gpus: Vec<(u32, u32)>,
 }
 
 impl Owners {
-    pub fn new(set: &[u32], per_rank: &PerRank) -> Owners {
+    pub(crate) fn new(set: &[u32], per_rank: &PerRank) -> Owners {
         let n = per_rank.gpus_per_rank.max(1) as usize;
         Owners {
             own_rank: per_rank.rank.local_rank,
@@ -277,7 +315,7 @@ impl Owners {
         }
     }
 
-    pub fn rank_of(&self, index: u32) -> Option<u32> {
+    pub(crate) fn rank_of(&self, index: u32) -> Option<u32> {
         self.gpus.iter().find(|(gpu, _)| *gpu == index).map(|(_, rank)| *rank)
     }
 }

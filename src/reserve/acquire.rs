@@ -4,6 +4,7 @@
 //! counts until their processes show up in NVML, and GPUs an earlier waiter could use are held
 //! for it.
 
+use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -35,29 +36,29 @@ const LONGEST_RETRY: Duration = Duration::from_secs(1);
 /// On a non-terminal stderr, one progress line this often.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-pub struct Options<'a> {
-    pub request: &'a Request,
+pub(crate) struct Options<'a> {
+    pub(crate) request: &'a Request,
     /// `None`: `--no-lock`.
-    pub lock_dir: Option<PathBuf>,
+    pub(crate) lock_dir: Option<PathBuf>,
     /// `Some(None)`: wait forever; `Some(Some(d))`: at most d.
-    pub wait: Option<Option<Duration>>,
+    pub(crate) wait: Option<Option<Duration>>,
     /// Take leases (running the command) rather than only look (list, dry run, export).
-    pub hold: bool,
+    pub(crate) hold: bool,
     /// For the lease files and the queue: the command, and the request as typed.
-    pub command: String,
-    pub request_text: String,
-    pub nvml_timeout: Duration,
+    pub(crate) command: String,
+    pub(crate) request_text: String,
+    pub(crate) nvml_timeout: Duration,
     /// Log lines are JSON: no in-place progress line.
-    pub json_logs: bool,
+    pub(crate) json_logs: bool,
     /// `--list`: showing the machine is not a request; nothing is refused.
-    pub listing: bool,
+    pub(crate) listing: bool,
     /// The house rule max-gpus-per-user, and how to name it.
-    pub max_gpus_per_user: Option<(u32, String)>,
+    pub(crate) max_gpus_per_user: Option<(u32, String)>,
     /// Probe the links between the GPUs (a multi-GPU request, or a listing that shows them).
-    pub topology: bool,
+    pub(crate) topology: bool,
     /// `--per-rank`: the whole group's set is chosen, in PCI order (rank order); this rank
     /// reserves only its own part of it and, when it is the group's chooser, records the set.
-    pub group: Option<GroupShare<'a>>,
+    pub(crate) group: Option<GroupShare<'a>>,
 }
 
 /// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
@@ -80,31 +81,31 @@ fn user_allowance(options: &Options, live: &[Lease]) -> Result<Option<(u32, Stri
 }
 
 /// `--per-rank`: what the acquisition needs to know of the rank's group.
-pub struct GroupShare<'a> {
+pub(crate) struct GroupShare<'a> {
     /// This rank's positions in the set (PCI order).
-    pub own: std::ops::Range<usize>,
+    pub(crate) own: std::ops::Range<usize>,
     /// The record to write the set into (the chooser; `None` when only looking).
-    pub record: Option<&'a crate::reserve::group::Membership>,
+    pub(crate) record: Option<&'a crate::reserve::group::Membership>,
 }
 
-pub struct Acquisition {
-    pub machine: Machine,
-    pub decision: Decision,
+pub(crate) struct Acquisition {
+    pub(crate) machine: Machine,
+    pub(crate) decision: Decision,
     /// The chosen GPUs, or exit 75's explanation.
-    pub chosen: Result<Selection, String>,
+    pub(crate) chosen: Result<Selection, String>,
     /// Held until the command ends (or handed to it with --exec).
-    pub leases: Vec<HeldLease>,
+    pub(crate) leases: Vec<HeldLease>,
     /// Everyone's live reservations, for --list.
-    pub live: Vec<Lease>,
+    pub(crate) live: Vec<Lease>,
     /// The waiters ahead of this launch (all of them, for --list), in queue order.
-    pub queue: Vec<Queued>,
+    pub(crate) queue: Vec<Queued>,
     /// `--per-rank`: this rank's hold on its group's record, released after the leases.
-    pub group: Option<crate::reserve::group::Membership>,
+    pub(crate) group: Option<crate::reserve::group::Membership>,
 }
 
 impl Acquisition {
     /// `--gpus 0` (or `--fallback cpu` without NVML): nothing probed, chosen or reserved.
-    pub fn no_gpu(requested: Count) -> Acquisition {
+    pub(crate) fn no_gpu(requested: Count) -> Acquisition {
         Acquisition {
             machine: Machine {
                 driver_version: None,
@@ -125,7 +126,7 @@ impl Acquisition {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum AcquireError {
+pub(crate) enum AcquireError {
     #[error(transparent)]
     Nvml(OpenError),
     /// NVML did not answer in time: the message.
@@ -264,10 +265,10 @@ fn queue_ahead<'a>(
 
 /// A launch waiting in the queue, and why it cannot start now.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Queued {
+pub(crate) struct Queued {
     #[serde(flatten)]
-    pub waiter: Waiter,
-    pub reason: String,
+    pub(crate) waiter: Waiter,
+    pub(crate) reason: String,
 }
 
 /// The chosen GPUs, or exit 75's text. Fallbacks say what they did.
@@ -308,7 +309,7 @@ fn chosen_gpus(
 }
 
 /// Exit 75's explanation: every GPU and why it was turned away.
-pub fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualified: u32) -> String {
+pub(crate) fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualified: u32) -> String {
     let mut text = format!(
         "not enough GPUs: {requested} requested, {qualified} {}",
         if qualified == 1 { "qualifies" } else { "qualify" }
@@ -356,138 +357,84 @@ fn open_lock_dir(options: &Options) -> Result<Option<LockDir>, AcquireError> {
     }
 }
 
-pub fn acquire(
+/// One acquisition's state across its looks at the machine (one look without --wait).
+struct Search {
+    lock_dir: Option<LockDir>,
+    started: Instant,
+    /// `None`: no --wait; `Some(None)`: for ever.
+    waiting_until: Option<Option<Instant>>,
+    ticket: Option<Ticket>,
+    /// The quick looks since a lease's end woke this waiter.
+    quick_retries: usize,
+    progress: Progress,
+    /// Links do not change: read once for a pool of GPUs, again only if the pool changes.
+    links: Option<(Vec<u32>, Topology)>,
+}
+
+/// Probe -> decide -> reserve under the directory lock, looked at again until the request is
+/// met, or cannot be, or the --wait is over. A waiter queues (a ticket) and sleeps until a
+/// lease ends or its turn comes.
+pub(crate) fn acquire(
     nvml: &mut NvmlThread,
     receiver: &Receiver,
     inherited: &Inherited,
     options: &Options,
 ) -> Result<Acquisition, AcquireError> {
-    let lock_dir = open_lock_dir(options)?;
     let started = Instant::now();
-    let waiting_until = options.wait.map(|limit| limit.map(|limit| started + limit));
-    let mut ticket: Option<Ticket> = None;
-    // The quick looks since a lease's end woke this waiter.
-    let mut quick_retries = AFTER_A_WAKE.len();
-    let mut progress = Progress::new(options.json_logs);
-    // Links do not change: read once for a pool of GPUs, again only if the pool changes.
-    let mut links: Option<(Vec<u32>, Topology)> = None;
+    let mut search = Search {
+        lock_dir: open_lock_dir(options)?,
+        started,
+        waiting_until: options.wait.map(|limit| limit.map(|limit| started + limit)),
+        ticket: None,
+        quick_retries: AFTER_A_WAKE.len(),
+        progress: Progress::new(options.json_logs),
+        links: None,
+    };
     for attempt in 0u64.. {
-        let mut machine = nvml.probe(receiver, options.nvml_timeout, waiting_until, &mut |why| {
-            progress.show_text(&format!("waiting (--wait): {why}"))
-        })?;
-        let visibility = visibility::resolve(&machine, inherited);
-        if options.topology {
-            let pool = match options.listing {
-                true => machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect(),
-                false => {
-                    let most = LINK_POOL
-                        .max(4 * options.request.count.max.unwrap_or(options.request.count.min) as usize);
-                    policy::link_candidates(&machine.all_devices(), &visibility, options.request, most)
-                }
-            };
-            if links.as_ref().is_none_or(|(known, _)| *known != pool) {
-                let read =
-                    nvml.links(receiver, options.nvml_timeout, pool.clone()).map_err(AcquireError::from)?;
-                links = Some((pool, read));
-            }
-            machine.topology = links.as_ref().map(|(_, topology)| topology.clone());
-        }
+        let (machine, visibility) = search.look(nvml, receiver, inherited, options)?;
         if attempt == 0 {
-            for gpu in machine.gpus.iter().filter(|gpu| gpu.error.is_some()) {
-                tracing::warn!(
-                    "GPU {} cannot be used: {}",
-                    gpu.index,
-                    gpu.error.as_deref().unwrap_or_default()
-                );
-            }
-            for warning in &visibility.warnings {
-                tracing::warn!("{warning}");
-            }
+            warn_unusable(&machine, &visibility);
         }
-        // A waiting launch behind a queue whose tickets cover every GPU it could use joins the
-        // queue without reading it (it could not start now, and the queue wakes it in turn): a
-        // burst of hundreds of launches each reading every ticket was quadratic. It joins
-        // without the directory lock, too: tickets are ordered by their names, and a burst of
-        // launches queued on the lock, each holder preempted by the others on a busy machine,
-        // held back every hand-off for as long as the burst lasted (0.7 s of 400 launches on 2
-        // cores). Should the queue have emptied meanwhile, it is a head, and looks at once.
-        let still_waiting =
-            waiting_until.is_some_and(|until| until.is_none_or(|until| Instant::now() < until));
-        if let (Some(dir), None, true, true) = (&lock_dir, &ticket, options.hold, still_waiting) {
-            let quick = policy::decide(&machine.all_devices(), &visibility, options.request, &[], &[])?;
-            let mask = ticket::mask_of(quick.possible());
-            if quick.never.is_none() && mask != 0 {
-                if let Some(ahead) = ticket::queue_covers(dir, mask) {
-                    let possible = quick
-                        .possible()
-                        .iter()
-                        .filter_map(|index| machine.device(*index)?.uuid.clone())
-                        .collect();
-                    let needs = Needs {
-                        count: options.request.count,
-                        min_free: quick.min_free(options.request.min_free),
-                        max_util: options.request.max_util,
-                        exclusive: options.request.exclusive,
-                        policy: options.request.policy,
-                    };
-                    let taken = ticket::take(dir, possible, mask, &options.request_text, needs)?;
-                    if !taken.is_head(dir) {
-                        progress.show_text(&format!("waiting: {ahead} ahead in the queue for the same GPUs"));
-                        wait_turn(&taken, dir, receiver, &mut quick_retries, waiting_until.flatten())
-                            .map_err(AcquireError::Interrupted)?;
-                    }
-                    ticket = Some(taken);
-                    continue;
-                }
-            }
+        if search.joined_a_covering_queue(&machine, &visibility, options, receiver)? {
+            continue;
         }
-        let guard = match (&lock_dir, options.hold) {
+        let guard = match (&search.lock_dir, options.hold) {
             (Some(dir), true) => Some(lock(dir, receiver)?),
             _ => None,
         };
-        let live = lock_dir.as_ref().map(|dir| live_and_unclaimed(dir, options.hold)).unwrap_or_default();
+        let live =
+            search.lock_dir.as_ref().map(|dir| live_and_unclaimed(dir, options.hold)).unwrap_or_default();
         // What is ahead of this launch (every waiter, for a launch without a ticket or a listing).
-        let waiters = lock_dir
+        let waiters = search
+            .lock_dir
             .as_ref()
-            .map(|dir| ticket::waiters_ahead(dir, ticket.as_ref(), options.hold))
+            .map(|dir| ticket::waiters_ahead(dir, search.ticket.as_ref(), options.hold))
             .unwrap_or_default();
         let mut reserved = reservations(&live, &machine);
-        let (held, queue) = queue_ahead(ticket::ahead(&waiters, ticket.as_ref()), &machine, &mut reserved);
-        let timed_out = match waiting_until {
+        let (held, queue) =
+            queue_ahead(ticket::ahead(&waiters, search.ticket.as_ref()), &machine, &mut reserved);
+        let timed_out = match search.waiting_until {
             None => true,
             Some(None) => false,
             Some(Some(until)) => Instant::now() >= until,
         };
-        let allowance = user_allowance(options, &live).map_err(AcquireError::Impossible)?;
-        // Over max-gpus-per-user now: the user's own reservations must end first.
-        let over_rule = allowance.as_ref().filter(|(allowed, _)| options.request.count.min > *allowed);
-        let capped;
-        let request = match &allowance {
-            Some((allowed, _)) if over_rule.is_none() => {
-                let most = options.request.count.max.map_or(*allowed, |max| max.min(*allowed));
-                capped = Request {
-                    count: Count { max: Some(most), ..options.request.count },
-                    ..options.request.clone()
-                };
-                &capped
-            }
-            _ => options.request,
-        };
+        let (request, over_rule) = capped_request(options, &live)?;
+        let topology = machine.topology.as_ref();
         let decision = policy::decide_with_links(
             &machine.all_devices(),
             &visibility,
-            request,
+            &request,
             &reserved,
             &held,
-            machine.topology.as_ref(),
+            topology,
         )?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
         }
-        if let Some((_, why)) = over_rule {
+        if let Some(why) = over_rule {
             drop(guard);
             if timed_out {
-                progress.finish();
+                search.progress.finish();
                 let chosen = Err(format!("not enough GPUs now: {why}"));
                 return Ok(Acquisition {
                     machine,
@@ -499,7 +446,7 @@ pub fn acquire(
                     group: None,
                 });
             }
-            progress.show_text(&format!("waiting: {why}"));
+            search.progress.show_text(&format!("waiting: {why}"));
             receiver.pause(LONGEST_RETRY).map_err(AcquireError::Interrupted)?;
             continue;
         }
@@ -507,76 +454,233 @@ pub fn acquire(
         // cannot help: the wait is over, or no state of the machine could do.
         let waiting_helps = !timed_out && decision.never.is_none();
         if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
-            let mut chosen = chosen_gpus(&machine, &decision, options.request.count, &visibility);
-            if let (Some(_), Ok(indices)) = (&options.group, &mut chosen) {
-                // Rank r's GPUs are the r-th of the set in PCI order: rank 0 the lowest index.
-                indices.sort_unstable();
-            }
-            let chosen = chosen.map(|indices| Selection::new(&machine, &indices, options.request.count));
-            let mut leases = Vec::new();
-            if let (true, Some(dir), Ok(selection)) = (options.hold, &lock_dir, &chosen) {
-                let mut reserve: Vec<(String, u64, u32)> = selection
-                    .devices
-                    .iter()
-                    .filter_map(|device| {
-                        let bytes = decision
-                            .min_free(options.request.min_free)
-                            .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
-                            .unwrap_or(0);
-                        Some((device.uuid.clone()?, bytes, device.gpu_index))
-                    })
-                    .collect();
-                if let Some(group) = &options.group {
-                    if let Some(record) = group.record {
-                        record.chosen(&reserve, options.request.exclusive)?;
-                    }
-                    reserve = reserve.get(group.own.clone()).map(<[_]>::to_vec).unwrap_or_default();
-                }
-                leases = lease::reserve(dir, &reserve, options.request.exclusive, &options.command)?;
-            }
+            let leases_and_choice = search.take_choice(&machine, &decision, &visibility, options)?;
             drop(guard);
-            progress.finish();
-            let chosen = chosen.map_err(|text| match options.wait {
-                Some(_) => format!("{text}\n  (after waiting {:.0} s)", started.elapsed().as_secs_f64()),
-                None => text,
-            });
+            search.progress.finish();
+            let (leases, chosen) = leases_and_choice;
             return Ok(Acquisition { machine, decision, chosen, leases, live, queue, group: None });
         }
-        if let (None, Some(dir), true) = (&ticket, &lock_dir, options.hold) {
-            let possible =
-                decision.possible().iter().filter_map(|index| machine.device(*index)?.uuid.clone()).collect();
-            let needs = Needs {
-                count: options.request.count,
-                min_free: decision.min_free(options.request.min_free),
-                max_util: options.request.max_util,
-                exclusive: options.request.exclusive,
-                policy: options.request.policy,
-            };
-            let mask = ticket::mask_of(decision.possible());
-            ticket = Some(ticket::take(dir, possible, mask, &options.request_text, needs)?);
-        }
+        search.queue(&machine, &decision, options)?;
         drop(guard);
-        let qualified = decision.assessments.iter().filter(|a| a.eligible()).count();
-        let ahead = ticket::ahead(&waiters, ticket.as_ref()).count();
-        progress.show(&decision.why_not(request), qualified, ahead, started.elapsed());
-        match (&ticket, &lock_dir) {
-            (Some(ticket), Some(dir)) if ticket.wake_fd().is_some() => {
-                let until = waiting_until.flatten();
-                wait_turn(ticket, dir, receiver, &mut quick_retries, until)
-                    .map_err(AcquireError::Interrupted)?;
-            }
-            _ => {
-                let pause = (HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY);
-                receiver.pause(pause).map_err(AcquireError::Interrupted)?;
-            }
-        }
+        let ahead = ticket::ahead(&waiters, search.ticket.as_ref()).count();
+        search.wait_again(&decision, &request, ahead, receiver)?;
     }
     unreachable!("the loop returns")
 }
 
+/// The request under max-gpus-per-user: at most what the rule leaves this user now, or (the
+/// second value) why it must wait for the user's own reservations to end first.
+fn capped_request<'a>(
+    options: &Options<'a>,
+    live: &[Lease],
+) -> Result<(Cow<'a, Request>, Option<String>), AcquireError> {
+    let allowance = user_allowance(options, live).map_err(AcquireError::Impossible)?;
+    Ok(match allowance {
+        Some((allowed, why)) if options.request.count.min > allowed => {
+            (Cow::Borrowed(options.request), Some(why))
+        }
+        Some((allowed, _)) => {
+            let most = options.request.count.max.map_or(allowed, |max| max.min(allowed));
+            let count = Count { max: Some(most), ..options.request.count };
+            (Cow::Owned(Request { count, ..options.request.clone() }), None)
+        }
+        None => (Cow::Borrowed(options.request), None),
+    })
+}
+
+/// The first look's warnings: GPUs that cannot be used, and what the inherited visibility says.
+fn warn_unusable(machine: &Machine, visibility: &Visibility) {
+    for gpu in machine.gpus.iter().filter(|gpu| gpu.error.is_some()) {
+        tracing::warn!("GPU {} cannot be used: {}", gpu.index, gpu.error.as_deref().unwrap_or_default());
+    }
+    for warning in &visibility.warnings {
+        tracing::warn!("{warning}");
+    }
+}
+
+impl Search {
+    /// The machine now, with the links between the GPUs that matter where links are wanted.
+    fn look(
+        &mut self,
+        nvml: &mut NvmlThread,
+        receiver: &Receiver,
+        inherited: &Inherited,
+        options: &Options,
+    ) -> Result<(Machine, Visibility), AcquireError> {
+        let progress = &mut self.progress;
+        let mut machine = nvml.probe(receiver, options.nvml_timeout, self.waiting_until, &mut |why| {
+            progress.show_text(&format!("waiting (--wait): {why}"))
+        })?;
+        let visibility = visibility::resolve(&machine, inherited);
+        if options.topology {
+            let pool = match options.listing {
+                true => machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect(),
+                false => {
+                    let count = options.request.count;
+                    let most = LINK_POOL.max(4 * count.max.unwrap_or(count.min) as usize);
+                    policy::link_candidates(&machine.all_devices(), &visibility, options.request, most)
+                }
+            };
+            if self.links.as_ref().is_none_or(|(known, _)| *known != pool) {
+                let read =
+                    nvml.links(receiver, options.nvml_timeout, pool.clone()).map_err(AcquireError::from)?;
+                self.links = Some((pool, read));
+            }
+            machine.topology = self.links.as_ref().map(|(_, topology)| topology.clone());
+        }
+        Ok((machine, visibility))
+    }
+
+    /// A waiting launch behind a queue whose tickets cover every GPU it could use joins the
+    /// queue without reading it (it could not start now, and the queue wakes it in turn): a
+    /// burst of hundreds of launches each reading every ticket was quadratic. It joins without
+    /// the directory lock, too: tickets are ordered by their names, and a burst of launches
+    /// queued on the lock, each holder preempted by the others on a busy machine, held back
+    /// every hand-off for as long as the burst lasted (0.7 s of 400 launches on 2 cores).
+    /// Should the queue have emptied meanwhile, it is a head, and looks at once. True: it
+    /// joined (and waited for its turn), and looks again.
+    fn joined_a_covering_queue(
+        &mut self,
+        machine: &Machine,
+        visibility: &Visibility,
+        options: &Options,
+        receiver: &Receiver,
+    ) -> Result<bool, AcquireError> {
+        let still_waiting =
+            self.waiting_until.is_some_and(|until| until.is_none_or(|until| Instant::now() < until));
+        let (Some(dir), None, true, true) = (&self.lock_dir, &self.ticket, options.hold, still_waiting)
+        else {
+            return Ok(false);
+        };
+        let quick = policy::decide(&machine.all_devices(), visibility, options.request, &[], &[])?;
+        let mask = ticket::mask_of(quick.possible());
+        if quick.never.is_some() || mask == 0 {
+            return Ok(false);
+        }
+        let Some(ahead) = ticket::queue_covers(dir, mask) else { return Ok(false) };
+        let taken = ticket::take(
+            dir,
+            possible_uuids(machine, &quick),
+            mask,
+            &options.request_text,
+            needs(&quick, options),
+        )?;
+        if !taken.is_head(dir) {
+            self.progress.show_text(&format!("waiting: {ahead} ahead in the queue for the same GPUs"));
+            wait_turn(&taken, dir, receiver, &mut self.quick_retries, self.waiting_until.flatten())
+                .map_err(AcquireError::Interrupted)?;
+        }
+        self.ticket = Some(taken);
+        Ok(true)
+    }
+
+    /// The decision's GPUs (or exit 75's explanation), and their leases when the command is to
+    /// run: under `--per-rank`, this rank's part of the set, the whole set recorded by its
+    /// chooser.
+    fn take_choice(
+        &self,
+        machine: &Machine,
+        decision: &Decision,
+        visibility: &Visibility,
+        options: &Options,
+    ) -> Result<(Vec<HeldLease>, Result<Selection, String>), AcquireError> {
+        let mut chosen = chosen_gpus(machine, decision, options.request.count, visibility);
+        if let (Some(_), Ok(indices)) = (&options.group, &mut chosen) {
+            // Rank r's GPUs are the r-th of the set in PCI order: rank 0 the lowest index.
+            indices.sort_unstable();
+        }
+        let chosen = chosen.map(|indices| Selection::new(machine, &indices, options.request.count));
+        let mut leases = Vec::new();
+        if let (true, Some(dir), Ok(selection)) = (options.hold, &self.lock_dir, &chosen) {
+            let mut reserve: Vec<(String, u64, u32)> = selection
+                .devices
+                .iter()
+                .filter_map(|device| {
+                    let bytes = decision
+                        .min_free(options.request.min_free)
+                        .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
+                        .unwrap_or(0);
+                    Some((device.uuid.clone()?, bytes, device.gpu_index))
+                })
+                .collect();
+            if let Some(group) = &options.group {
+                if let Some(record) = group.record {
+                    record.chosen(&reserve, options.request.exclusive)?;
+                }
+                reserve = reserve.get(group.own.clone()).map(<[_]>::to_vec).unwrap_or_default();
+            }
+            leases = lease::reserve(dir, &reserve, options.request.exclusive, &options.command)?;
+        }
+        let chosen = chosen.map_err(|text| match options.wait {
+            Some(_) => format!("{text}\n  (after waiting {:.0} s)", self.started.elapsed().as_secs_f64()),
+            None => text,
+        });
+        Ok((leases, chosen))
+    }
+
+    /// A launch that must wait takes its ticket in the queue (once).
+    fn queue(
+        &mut self,
+        machine: &Machine,
+        decision: &Decision,
+        options: &Options,
+    ) -> Result<(), AcquireError> {
+        if let (None, Some(dir), true) = (&self.ticket, &self.lock_dir, options.hold) {
+            let mask = ticket::mask_of(decision.possible());
+            let possible = possible_uuids(machine, decision);
+            self.ticket =
+                Some(ticket::take(dir, possible, mask, &options.request_text, needs(decision, options))?);
+        }
+        Ok(())
+    }
+
+    /// Says why it waits, then sleeps until its turn or a lease's end (a waiter with a ticket),
+    /// or for a while (the safety net; longer for a long queue ahead).
+    fn wait_again(
+        &mut self,
+        decision: &Decision,
+        request: &Request,
+        ahead: usize,
+        receiver: &Receiver,
+    ) -> Result<(), AcquireError> {
+        let qualified = decision.assessments.iter().filter(|a| a.eligible()).count();
+        self.progress.show(&decision.why_not(request), qualified, ahead, self.started.elapsed());
+        match (&self.ticket, &self.lock_dir) {
+            (Some(ticket), Some(dir)) if ticket.wake_fd().is_some() => {
+                let until = self.waiting_until.flatten();
+                wait_turn(ticket, dir, receiver, &mut self.quick_retries, until)
+                    .map_err(AcquireError::Interrupted)
+            }
+            _ => {
+                let pause = (HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY);
+                receiver.pause(pause).map_err(AcquireError::Interrupted)
+            }
+        }
+    }
+}
+
+/// The UUIDs of the GPUs that could ever qualify (what a waiter holds back).
+fn possible_uuids(machine: &Machine, decision: &Decision) -> Vec<String> {
+    decision.possible().iter().filter_map(|index| machine.device(*index)?.uuid.clone()).collect()
+}
+
+/// What a waiter's ticket says it needs, so that the queue can tell what it would leave over.
+fn needs(decision: &Decision, options: &Options) -> Needs {
+    Needs {
+        count: options.request.count,
+        min_free: decision.min_free(options.request.min_free),
+        max_util: options.request.max_util,
+        exclusive: options.request.exclusive,
+        policy: options.request.policy,
+    }
+}
+
 /// The directory lock, waited for as a launch waits: a signal that would end gpurun ends the
 /// wait.
-pub fn lock(dir: &LockDir, receiver: &Receiver) -> Result<crate::reserve::lockdir::DirLock, LockDirError> {
+pub(crate) fn lock(
+    dir: &LockDir,
+    receiver: &Receiver,
+) -> Result<crate::reserve::lockdir::DirLock, LockDirError> {
     dir.lock(&mut |fd, timeout| {
         let (received, _) = receiver.wait(Some(fd), Some(timeout));
         receiver.act_before_launch(&received)
@@ -585,7 +689,7 @@ pub fn lock(dir: &LockDir, receiver: &Receiver) -> Result<crate::reserve::lockdi
 
 /// The live leases, and the GPUs of `--per-rank` groups whose ranks have not taken theirs yet
 /// (counted as the leases they are about to be).
-pub fn live_and_unclaimed(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
+pub(crate) fn live_and_unclaimed(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
     // One listing of the directory for both.
     let names = dir.entries();
     let groups: Vec<Vec<u8>> = names.iter().filter(|name| name.starts_with(b"group.")).cloned().collect();

@@ -26,28 +26,28 @@ use crate::reserve::lockdir::{current_uid, LockDir, LockDirError};
 
 /// What a group's record says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// The job, as the launcher names it (`torchrun:...`, `slurm:77:0`).
-    pub job: String,
-    pub launcher: String,
-    pub local_size: u32,
+    pub(crate) job: String,
+    pub(crate) launcher: String,
+    pub(crate) local_size: u32,
     /// GPUs per rank.
-    pub per_rank: u32,
-    pub uid: u32,
-    pub user: String,
+    pub(crate) per_rank: u32,
+    pub(crate) uid: u32,
+    pub(crate) user: String,
     /// The rank that chose, and its gpurun's PID.
-    pub chooser_rank: u32,
-    pub chooser_pid: u32,
+    pub(crate) chooser_rank: u32,
+    pub(crate) chooser_pid: u32,
     #[serde(flatten)]
-    pub state: State,
+    pub(crate) state: State,
     /// Unix time the record was made.
-    pub started: f64,
-    pub rank_timeout_seconds: f64,
+    pub(crate) started: f64,
+    pub(crate) rank_timeout_seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
-pub enum State {
+pub(crate) enum State {
     /// The chooser is choosing (or waiting for GPUs with --wait).
     Choosing,
     /// The set, in rank order: rank r's GPUs are `gpus[r*per_rank..(r+1)*per_rank]`.
@@ -57,16 +57,16 @@ pub enum State {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Chosen {
-    pub uuid: String,
-    pub index: u32,
+pub(crate) struct Chosen {
+    pub(crate) uuid: String,
+    pub(crate) index: u32,
     /// What the rank will reserve of it (--min-free's bytes).
-    pub reserved_bytes: u64,
+    pub(crate) reserved_bytes: u64,
 }
 
 impl Record {
     /// Whose GPU `position` is.
-    pub fn rank_of(&self, position: usize) -> u32 {
+    pub(crate) fn rank_of(&self, position: usize) -> u32 {
         (position / self.per_rank.max(1) as usize) as u32
     }
 }
@@ -115,16 +115,16 @@ fn lock_shared(mut file: File) -> Option<Flock<File>> {
 
 /// This rank's hold on its group's record: dropped after its leases; the last rank to drop its
 /// hold removes the record.
-pub struct Membership {
+pub(crate) struct Membership {
     lock: Option<Flock<File>>,
     name: String,
     dir: LockDir,
-    pub record: Record,
+    pub(crate) record: Record,
 }
 
 impl Membership {
     /// For `--exec`: the command inherits the shared lock, so the record lives as long as it.
-    pub fn hand_over_to_exec(mut self) {
+    pub(crate) fn hand_over_to_exec(mut self) {
         use nix::fcntl::{fcntl, FcntlArg, FdFlag};
         if let Some(lock) = self.lock.take() {
             let _ = fcntl(&*lock, FcntlArg::F_SETFD(FdFlag::empty()));
@@ -143,7 +143,7 @@ impl Membership {
 
     /// The chooser's set (UUID, reserved bytes, NVML index, in rank order), written under the
     /// directory lock its own lease is taken under.
-    pub fn chosen(&self, set: &[(String, u64, u32)], exclusive: bool) -> Result<(), LockDirError> {
+    pub(crate) fn chosen(&self, set: &[(String, u64, u32)], exclusive: bool) -> Result<(), LockDirError> {
         let gpus = set
             .iter()
             .map(|(uuid, reserved_bytes, index)| Chosen {
@@ -157,7 +157,7 @@ impl Membership {
 
     /// The chooser could not choose: the other ranks fail with its reason instead of each
     /// choosing again.
-    pub fn failed(&self, why: &str, status: u8) {
+    pub(crate) fn failed(&self, why: &str, status: u8) {
         if let Err(error) = self.write(State::Failed { why: why.to_owned(), status }) {
             tracing::debug!("cannot record the group's failure: {error}");
         }
@@ -184,20 +184,20 @@ impl Drop for Membership {
 }
 
 /// The rank looking for its group, as the record needs it.
-pub struct Member<'a> {
+pub(crate) struct Member<'a> {
     /// What names the job on this node (`rank::launcher::Rank::job`).
-    pub job: &'a str,
-    pub launcher: &'a str,
-    pub local_rank: u32,
-    pub local_size: u32,
+    pub(crate) job: &'a str,
+    pub(crate) launcher: &'a str,
+    pub(crate) local_rank: u32,
+    pub(crate) local_size: u32,
     /// GPUs per rank.
-    pub per_rank: u32,
+    pub(crate) per_rank: u32,
     /// `--rank-timeout`.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 /// What a rank found for its job, under the directory lock.
-pub enum Found {
+pub(crate) enum Found {
     /// No live record: this rank chooses (the record is made, `choosing`, and held).
     Choose(Membership),
     /// A live record, now held by this rank too.
@@ -206,7 +206,7 @@ pub enum Found {
 
 /// Finds this job's live record (removing a dead one of this user's), or makes one. Call with
 /// the directory lock held.
-pub fn find_or_make(dir: &LockDir, rank: &Member) -> Result<Found, LockDirError> {
+pub(crate) fn find_or_make(dir: &LockDir, rank: &Member) -> Result<Found, LockDirError> {
     let uid = current_uid();
     let prefix = prefix_of(rank.job, uid);
     for name in dir.entries() {
@@ -282,7 +282,7 @@ fn read(file: &File) -> Option<Record> {
 /// Every group's GPUs that no rank has a lease on yet, within its rank timeout, as the leases
 /// they are about to be: everyone else's selection, --list and the house rules count them.
 /// `names`: the directory's `group.` entries; `live`: the real leases.
-pub fn unclaimed(dir: &LockDir, names: Vec<Vec<u8>>, live: &[Lease]) -> Vec<Lease> {
+pub(crate) fn unclaimed(dir: &LockDir, names: Vec<Vec<u8>>, live: &[Lease]) -> Vec<Lease> {
     let mut held = Vec::new();
     let now = now();
     for name in names {

@@ -25,27 +25,27 @@ use crate::reserve::lockdir::{current_uid, Entry, HeldEntry, LockDir, LockDirErr
 
 /// What a lease file says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lease {
-    pub uuid: String,
-    pub pid: u32,
-    pub uid: u32,
-    pub user: String,
+pub(crate) struct Lease {
+    pub(crate) uuid: String,
+    pub(crate) pid: u32,
+    pub(crate) uid: u32,
+    pub(crate) user: String,
     /// Memory promised to the command; counted against the GPU until its processes show in NVML.
-    pub reserved_bytes: u64,
-    pub exclusive: bool,
+    pub(crate) reserved_bytes: u64,
+    pub(crate) exclusive: bool,
     /// The command's program name only (never its arguments).
-    pub command: String,
+    pub(crate) command: String,
     /// Unix time the lease was taken.
-    pub started: u64,
+    pub(crate) started: u64,
     /// Not a lease file: a `--per-rank` group's GPU held for this rank, which has not taken its
     /// lease yet (`rank::group::unclaimed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub for_rank: Option<u32>,
+    pub(crate) for_rank: Option<u32>,
 }
 
 /// A lease this gpurun holds. Dropping it removes the file (first), releases the lock, then
 /// wakes the first waiter that could use its GPU (`ticket::wake_first`).
-pub struct HeldLease {
+pub(crate) struct HeldLease {
     // Tuple order is drop order: unlink, then unlock.
     held: Option<(Entry, Flock<File>)>,
     /// The lock directory and the GPU's bit, for the wake-up.
@@ -55,7 +55,7 @@ pub struct HeldLease {
 impl HeldLease {
     /// For `--exec`: the locked descriptor is inherited by the command, so the reservation lives
     /// exactly as long as the command does (and the head's safety poll finds it gone).
-    pub fn hand_over_to_exec(mut self) {
+    pub(crate) fn hand_over_to_exec(mut self) {
         use nix::fcntl::{fcntl, FcntlArg, FdFlag};
         if let Some((entry, lock)) = self.held.take() {
             let _ = fcntl(&*lock, FcntlArg::F_SETFD(FdFlag::empty()));
@@ -80,13 +80,13 @@ fn now() -> u64 {
 }
 
 /// For messages: how long ago a lease was taken.
-pub fn age_seconds(lease: &Lease) -> u64 {
+pub(crate) fn age_seconds(lease: &Lease) -> u64 {
     now().saturating_sub(lease.started)
 }
 
 /// The program's name of a command, as a lease shows it to everyone: `python` for
 /// `/usr/bin/python train.py --api-key=...`.
-pub fn program_name(command: &[std::ffi::OsString]) -> String {
+pub(crate) fn program_name(command: &[std::ffi::OsString]) -> String {
     command
         .first()
         .map(|program| {
@@ -99,7 +99,7 @@ pub fn program_name(command: &[std::ffi::OsString]) -> String {
 /// The command of a lease as `viewer` may see it: its whole command line (from `/proc`: the
 /// command is the holding gpurun's first child, or the holder itself after `--exec`) for the
 /// lease's owner and root, the program's name for anyone else.
-pub fn shown_command(lease: &Lease, viewer: u32) -> String {
+pub(crate) fn shown_command(lease: &Lease, viewer: u32) -> String {
     if (viewer != 0 && viewer != lease.uid) || lease.for_rank.is_some() {
         return lease.command.clone();
     }
@@ -129,12 +129,12 @@ fn parse_name(name: &str) -> Option<(String, u32)> {
 
 /// Every live lease. `may_clean`: the caller holds the directory lock, so dead leases of this
 /// user can be removed.
-pub fn live(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
+pub(crate) fn live(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
     live_among(dir, dir.entries(), may_clean)
 }
 
 /// `live` among `names`, a listing of the directory.
-pub fn live_among(dir: &LockDir, names: Vec<Vec<u8>>, may_clean: bool) -> Vec<Lease> {
+pub(crate) fn live_among(dir: &LockDir, names: Vec<Vec<u8>>, may_clean: bool) -> Vec<Lease> {
     let mut leases = Vec::new();
     for HeldEntry { name, metadata, text } in
         dir.held_entries_among(names, |name| name.ends_with(".lease"), may_clean)
@@ -176,7 +176,7 @@ pub fn live_among(dir: &LockDir, names: Vec<Vec<u8>>, may_clean: bool) -> Vec<Le
 
 /// Takes a lease on each GPU (UUID, reserved bytes); call with the directory lock held. On any
 /// failure (a full disk, say) nothing is left behind: leases taken so far are dropped.
-pub fn reserve(
+pub(crate) fn reserve(
     dir: &LockDir,
     gpus: &[(String, u64, u32)],
     exclusive: bool,

@@ -25,13 +25,13 @@ use nix::sys::stat::{fstat, Mode};
 
 use crate::process::procfs;
 
-pub const DEFAULT_DIR: &str = "/run/lock/gpurun";
+pub(crate) const DEFAULT_DIR: &str = "/run/lock/gpurun";
 
 /// After this long waiting for the directory lock, say who holds it.
 const SAY_WHO_HOLDS_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
-pub enum LockDirError {
+pub(crate) enum LockDirError {
     #[error("lock directory {path}: {problem}; fix it or choose another with --lock-dir (or --no-lock)")]
     Untrusted { path: String, problem: String },
     #[error("lock directory {path}: {source}")]
@@ -42,27 +42,27 @@ pub enum LockDirError {
 }
 
 /// An open, checked lock directory.
-pub struct LockDir {
+pub(crate) struct LockDir {
     path: PathBuf,
     fd: OwnedFd,
 }
 
 /// How `LockDir::lock` waits: on the descriptor, at most the duration; `Err(signal)` ends the
 /// wait for a signal that ends gpurun.
-pub type LockWait<'a> = dyn FnMut(BorrowedFd<'_>, Duration) -> Result<(), i32> + 'a;
+pub(crate) type LockWait<'a> = dyn FnMut(BorrowedFd<'_>, Duration) -> Result<(), i32> + 'a;
 
 /// The directory lock, held until dropped.
-pub struct DirLock {
+pub(crate) struct DirLock {
     _lock: Flock<OwnedFd>,
 }
 
-pub fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     nix::unistd::getuid().as_raw()
 }
 
 impl LockDir {
     /// Opens and checks the lock directory; `create`: make it (mode 1777) when missing.
-    pub fn open(path: &Path, create: bool) -> Result<LockDir, LockDirError> {
+    pub(crate) fn open(path: &Path, create: bool) -> Result<LockDir, LockDirError> {
         let shown = path.display().to_string();
         let io_error = |source: Errno| LockDirError::Io { path: shown.clone(), source: source.into() };
         let refuse =
@@ -113,11 +113,11 @@ impl LockDir {
         Ok(LockDir { path: path.to_path_buf(), fd })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn io(&self, source: impl Into<io::Error>) -> LockDirError {
+    pub(crate) fn io(&self, source: impl Into<io::Error>) -> LockDirError {
         LockDirError::Io { path: self.path.display().to_string(), source: source.into() }
     }
 
@@ -126,7 +126,7 @@ impl LockDir {
     /// timeout; it ends the wait on a signal that ends gpurun), and after a second says who
     /// holds the lock. The kernel hands a blocking `flock` the lock the moment it is released;
     /// retrying without blocking slept up to 20 ms between tries, however soon it was free.
-    pub fn lock(&self, wait: &mut LockWait<'_>) -> Result<DirLock, LockDirError> {
+    pub(crate) fn lock(&self, wait: &mut LockWait<'_>) -> Result<DirLock, LockDirError> {
         let fresh =
             openat(&self.fd, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|e| self.io(e))?;
@@ -188,7 +188,7 @@ impl LockDir {
     }
 
     /// The names in the directory.
-    pub fn entries(&self) -> Vec<Vec<u8>> {
+    pub(crate) fn entries(&self) -> Vec<Vec<u8>> {
         // A fresh open of the directory: reading it moves the descriptor's position.
         let Ok(fresh) =
             openat(&self.fd, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
@@ -206,7 +206,7 @@ impl LockDir {
 
     /// Opens an entry that may belong to anyone, for reading: no symlinks, no FIFOs (never
     /// blocks), regular files only. Returns the file and its metadata.
-    pub fn open_foreign(&self, name: &[u8]) -> Option<(File, std::fs::Metadata)> {
+    pub(crate) fn open_foreign(&self, name: &[u8]) -> Option<(File, std::fs::Metadata)> {
         let name = std::ffi::OsStr::from_bytes(name);
         let fd = openat(
             &self.fd,
@@ -221,7 +221,7 @@ impl LockDir {
     }
 
     /// Whether someone holds the lock on `file` (then the lease or ticket is live).
-    pub fn is_held(file: &File) -> bool {
+    pub(crate) fn is_held(file: &File) -> bool {
         let Ok(copy) = file.try_clone() else { return true };
         // A lock we could take is released again when `probe` is dropped.
         match Flock::lock(copy, FlockArg::LockSharedNonblock) {
@@ -233,12 +233,12 @@ impl LockDir {
     /// The entries whose name `wanted` accepts and whose lock someone holds (a lease or ticket
     /// that is live), with their metadata and content (at most 64 KiB; the error if unreadable).
     /// `may_clean`: the caller holds the directory lock, so dead entries of this user go.
-    pub fn held_entries(&self, wanted: impl Fn(&str) -> bool, may_clean: bool) -> Vec<HeldEntry> {
+    pub(crate) fn held_entries(&self, wanted: impl Fn(&str) -> bool, may_clean: bool) -> Vec<HeldEntry> {
         self.held_entries_among(self.entries(), wanted, may_clean)
     }
 
     /// `held_entries` among `names` (one listing of the directory, shared by several readers).
-    pub fn held_entries_among(
+    pub(crate) fn held_entries_among(
         &self,
         names: Vec<Vec<u8>>,
         wanted: impl Fn(&str) -> bool,
@@ -269,18 +269,18 @@ impl LockDir {
     }
 
     /// One entry, if it is a regular file whose lock someone holds, as `held_entries` reads it.
-    pub fn held_entry(&self, name: &str) -> Option<HeldEntry> {
+    pub(crate) fn held_entry(&self, name: &str) -> Option<HeldEntry> {
         let (file, metadata) = self.open_foreign(name.as_bytes())?;
         Self::is_held(&file).then(|| HeldEntry::read(name.to_owned(), &file, metadata))
     }
 
     /// An entry's status, not through a symlink.
-    pub fn stat(&self, name: &str) -> Option<nix::sys::stat::FileStat> {
+    pub(crate) fn stat(&self, name: &str) -> Option<nix::sys::stat::FileStat> {
         nix::sys::stat::fstatat(&self.fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()
     }
 
     /// Removes a dead entry if it is ours (only the owner may, in a sticky directory).
-    pub fn remove_if_mine(&self, name: &[u8], owner: u32) {
+    pub(crate) fn remove_if_mine(&self, name: &[u8], owner: u32) {
         if owner == current_uid() {
             let _ = nix::unistd::unlinkat(
                 &self.fd,
@@ -291,7 +291,7 @@ impl LockDir {
     }
 
     /// Creates `name` exclusively (never over an existing entry or through a link), mode 0644.
-    pub fn create(&self, name: &str) -> Result<File, Errno> {
+    pub(crate) fn create(&self, name: &str) -> Result<File, Errno> {
         openat(
             &self.fd,
             name,
@@ -305,7 +305,7 @@ impl LockDir {
     /// may open a fresh entry (it is world-readable) and flock it before its maker does: a
     /// blocking lock would then wait for ever, the directory lock held behind it. Such an entry
     /// is removed again and EWOULDBLOCK returned, for the caller to try another name.
-    pub fn create_locked(&self, name: &str) -> Result<Flock<File>, Errno> {
+    pub(crate) fn create_locked(&self, name: &str) -> Result<Flock<File>, Errno> {
         let file = self.create(name)?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => Ok(lock),
@@ -323,7 +323,7 @@ impl LockDir {
     /// wait and looked at the machine in a loop, a whole core for as long as it waited. Holding
     /// a write end itself, it is ready only while a wake-up is unread (Linux opens a FIFO for
     /// both without blocking; fifo(7)).
-    pub fn make_fifo(&self, name: &str) -> Result<OwnedFd, Errno> {
+    pub(crate) fn make_fifo(&self, name: &str) -> Result<OwnedFd, Errno> {
         nix::sys::stat::mknodat(
             &self.fd,
             name,
@@ -349,18 +349,18 @@ impl LockDir {
     }
 
     /// A duplicate of the directory descriptor, for an entry that outlives this `LockDir`.
-    pub fn fd_clone(&self) -> Result<OwnedFd, LockDirError> {
+    pub(crate) fn fd_clone(&self) -> Result<OwnedFd, LockDirError> {
         self.fd.as_fd().try_clone_to_owned().map_err(|e| self.io(e))
     }
 
     /// The same directory on a duplicate descriptor, for a lease or ticket that outlives this one.
-    pub fn duplicate(&self) -> Result<LockDir, LockDirError> {
+    pub(crate) fn duplicate(&self) -> Result<LockDir, LockDirError> {
         Ok(LockDir { path: self.path.clone(), fd: self.fd_clone()? })
     }
 
     /// Opens the FIFO `name` to write a byte to it without blocking: only a FIFO that `owner`
     /// owns and someone reads.
-    pub fn open_fifo_of(&self, name: &str, owner: u32) -> Option<OwnedFd> {
+    pub(crate) fn open_fifo_of(&self, name: &str, owner: u32) -> Option<OwnedFd> {
         let fifo = openat(
             &self.fd,
             name,
@@ -374,10 +374,10 @@ impl LockDir {
 }
 
 /// A live entry of the lock directory, as read.
-pub struct HeldEntry {
-    pub name: String,
-    pub metadata: std::fs::Metadata,
-    pub text: Result<String, io::Error>,
+pub(crate) struct HeldEntry {
+    pub(crate) name: String,
+    pub(crate) metadata: std::fs::Metadata,
+    pub(crate) text: Result<String, io::Error>,
 }
 
 impl HeldEntry {
@@ -390,13 +390,13 @@ impl HeldEntry {
 }
 
 /// An entry this gpurun created in the lock directory: removed when dropped.
-pub struct Entry {
-    pub name: String,
+pub(crate) struct Entry {
+    pub(crate) name: String,
     dir: OwnedFd,
 }
 
 impl Entry {
-    pub fn new(dir: &LockDir, name: String) -> Result<Entry, LockDirError> {
+    pub(crate) fn new(dir: &LockDir, name: String) -> Result<Entry, LockDirError> {
         Ok(Entry { name, dir: dir.fd_clone()? })
     }
 }
@@ -408,7 +408,7 @@ impl Drop for Entry {
 }
 
 /// The lock directory from `--lock-dir` (or its GPURUN_LOCK_DIR variable), or the default.
-pub fn resolve_dir(flag: Option<&Path>) -> PathBuf {
+pub(crate) fn resolve_dir(flag: Option<&Path>) -> PathBuf {
     flag.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
 

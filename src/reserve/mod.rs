@@ -1,8 +1,8 @@
 //! Stage 4, reservation: the shared lock directory, leases held for the command's life, the
 //! wait queue, and the loop that probes, selects and reserves under the lock.
 
-pub mod acquire;
-pub mod group;
-pub mod lease;
-pub mod lockdir;
-pub mod ticket;
+pub(crate) mod acquire;
+pub(crate) mod group;
+pub(crate) mod lease;
+pub(crate) mod lockdir;
+pub(crate) mod ticket;

@@ -46,28 +46,28 @@ const BACKDATING_SLACK_NS: i128 = 5_000_000_000;
 
 /// What a ticket file says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Waiter {
-    pub pid: u32,
-    pub uid: u32,
-    pub user: String,
+pub(crate) struct Waiter {
+    pub(crate) pid: u32,
+    pub(crate) uid: u32,
+    pub(crate) user: String,
     /// Nanoseconds since the epoch when it joined the queue (also in the file name).
-    pub since_ns: u64,
+    pub(crate) since_ns: u64,
     /// UUIDs of the GPUs it could ever use.
-    pub gpus: Vec<String>,
+    pub(crate) gpus: Vec<String>,
     /// The request, as the user would type it.
-    pub request: String,
+    pub(crate) request: String,
     /// What it needs of those GPUs, to tell whether it could be served now.
-    pub needs: Needs,
+    pub(crate) needs: Needs,
 }
 
 /// The load part of a waiter's request (the rest is in `gpus`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Needs {
-    pub count: Count,
-    pub min_free: Option<Threshold>,
-    pub max_util: Option<u32>,
-    pub exclusive: bool,
-    pub policy: Policy,
+pub(crate) struct Needs {
+    pub(crate) count: Count,
+    pub(crate) min_free: Option<Threshold>,
+    pub(crate) max_util: Option<u32>,
+    pub(crate) exclusive: bool,
+    pub(crate) policy: Policy,
 }
 
 impl Waiter {
@@ -78,14 +78,14 @@ impl Waiter {
 
 /// A head of the queue probes NVML this often while nothing wakes it: GPUs freed outside gpurun
 /// (a foreign process ending) and lost wake-ups are found within it.
-pub const SAFETY_POLL: Duration = Duration::from_secs(2);
+pub(crate) const SAFETY_POLL: Duration = Duration::from_secs(2);
 /// A waiter behind a head looks at the ticket names this often (no NVML, no file read), to
 /// notice that it became a head.
-pub const ROLE_CHECK: Duration = Duration::from_secs(2);
+pub(crate) const ROLE_CHECK: Duration = Duration::from_secs(2);
 
 /// This launch's place in the queue; dropping it leaves the queue (files removed first) and
 /// passes the turn to the next waiter that shares a GPU with it.
-pub struct Ticket {
+pub(crate) struct Ticket {
     _entry: Entry,
     _lock: Flock<File>,
     key: (u64, u32),
@@ -98,7 +98,7 @@ pub struct Ticket {
 }
 
 /// The bits of these NVML indices (a MIG device counts as its GPU).
-pub fn mask_of(indices: impl IntoIterator<Item = u32>) -> u64 {
+pub(crate) fn mask_of(indices: impl IntoIterator<Item = u32>) -> u64 {
     indices
         .into_iter()
         .map(|key| crate::probe::gpu::mig_parts(key).map_or(key, |(parent, _)| parent))
@@ -120,7 +120,7 @@ fn wake_name((since_ns, pid): (u64, u32)) -> String {
 
 /// Joins the queue, in the order of the ticket names (their time, then the PID): the directory
 /// lock is not needed for that. `mask`: `mask_of` the GPUs it could ever use.
-pub fn take(
+pub(crate) fn take(
     dir: &LockDir,
     gpus: Vec<String>,
     mask: u64,
@@ -155,12 +155,12 @@ pub fn take(
 
 impl Ticket {
     /// What a wait sleeps on: readable when another gpurun passes the turn here.
-    pub fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+    pub(crate) fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
         self.wake.as_ref().map(|(fd, _)| fd.as_fd())
     }
 
     /// Empties the FIFO after a wake-up; whether a lease ended (not only a waiter ahead left).
-    pub fn drain(&self) -> bool {
+    pub(crate) fn drain(&self) -> bool {
         let mut lease_ended = false;
         if let Some((fd, _)) = &self.wake {
             let mut buffer = [0u8; 256];
@@ -175,7 +175,7 @@ impl Ticket {
     /// and the first that can be trusted (`trusted`) settles it. A name alone is anybody's to
     /// plant: another user's `ticket.1.1.ffff` must not make every waiter behind it sleep as
     /// if it were the head.
-    pub fn is_head(&self, dir: &LockDir) -> bool {
+    pub(crate) fn is_head(&self, dir: &LockDir) -> bool {
         if self.wake.is_none() {
             return true;
         }
@@ -196,22 +196,18 @@ impl Drop for Ticket {
 
 /// What a wake-up byte says: a lease ended (NVML may show its GPU free a moment later, so the
 /// waiter looks again soon if it cannot start yet), or the waiter ahead left the queue.
-pub const LEASE_ENDED: u8 = 1;
-pub const TURN_PASSED: u8 = 2;
+pub(crate) const LEASE_ENDED: u8 = 1;
+pub(crate) const TURN_PASSED: u8 = 2;
 
 /// Takes the SIGPIPE a failed FIFO write left pending, if any (without waiting).
 fn take_pending_sigpipe() {
-    let mut pipe = nix::sys::signal::SigSet::empty();
-    pipe.add(nix::sys::signal::Signal::SIGPIPE);
-    let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid signal set and timespec; no siginfo is asked for.
-    unsafe { libc::sigtimedwait(pipe.as_ref(), std::ptr::null_mut(), &now) };
+    crate::process::signals::take_pending(nix::sys::signal::Signal::SIGPIPE);
 }
 
 /// How many waiters are queued, if together they could use every GPU of `mask` (from the names
 /// alone: a dead ticket still counted only makes a launch queue, where it is then a head);
 /// `None` otherwise.
-pub fn queue_covers(dir: &LockDir, mask: u64) -> Option<usize> {
+pub(crate) fn queue_covers(dir: &LockDir, mask: u64) -> Option<usize> {
     let sharing: Vec<(String, u64)> = queue_names(dir)
         .into_iter()
         .filter(|(_, (_, ticket_mask))| ticket_mask & mask != 0)
@@ -257,7 +253,7 @@ fn trusted_at(dir: &LockDir, name: &str) -> bool {
 /// Wakes the first waiter (after `after`, if given) that could use one of the GPUs in `mask`:
 /// a byte in its FIFO. A waiter gone without its FIFO, or whose FIFO nobody reads, is skipped.
 /// Returns whether one was woken.
-pub fn wake_first(dir: &LockDir, mask: u64, after: Option<(u64, u32)>, why: u8) -> bool {
+pub(crate) fn wake_first(dir: &LockDir, mask: u64, after: Option<(u64, u32)>, why: u8) -> bool {
     let queue = queue_names(dir)
         .into_iter()
         .filter(|(_, (key, ticket_mask))| ticket_mask & mask != 0 && after.is_none_or(|after| *key > after));
@@ -278,15 +274,9 @@ pub fn wake_first(dir: &LockDir, mask: u64, after: Option<(u64, u32)>, why: u8) 
     false
 }
 
-/// Every waiter whose ticket can be trusted, first come first. `may_clean`: the caller holds
-/// the directory lock, so dead tickets of this user can be removed.
-pub fn waiters(dir: &LockDir, may_clean: bool) -> Vec<Waiter> {
-    waiters_before(dir, None, may_clean)
-}
-
 /// The waiters ahead of `ticket` (every one without a ticket): only their files are read, so a
 /// waiter's look costs what is ahead of it, not the queue's length.
-pub fn waiters_ahead(dir: &LockDir, ticket: Option<&Ticket>, may_clean: bool) -> Vec<Waiter> {
+pub(crate) fn waiters_ahead(dir: &LockDir, ticket: Option<&Ticket>, may_clean: bool) -> Vec<Waiter> {
     waiters_before(dir, ticket.map(|t| t.key), may_clean)
 }
 
@@ -325,7 +315,7 @@ fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Opti
 
 /// The waiters ahead of `ticket`: those that came earlier, or every one for a launch that has
 /// no ticket yet (a new launch queues behind the waiters).
-pub fn ahead<'a>(waiters: &'a [Waiter], ticket: Option<&Ticket>) -> impl Iterator<Item = &'a Waiter> {
+pub(crate) fn ahead<'a>(waiters: &'a [Waiter], ticket: Option<&Ticket>) -> impl Iterator<Item = &'a Waiter> {
     let own = ticket.map(|t| t.key);
     waiters.iter().filter(move |w| own.is_none_or(|key| w.key() < key) && Some(w.key()) != own)
 }
@@ -365,7 +355,7 @@ mod tests {
         assert!(second.drain(), "woken, for a lease's end");
         assert!(!first.drain() && !third.drain());
         drop(third);
-        let all = waiters(&dir, true);
+        let all = waiters_ahead(&dir, None, true);
         assert_eq!(all.len(), 2);
         assert_eq!(ahead(&all, Some(&first)).count(), 0);
         assert_eq!(
@@ -374,7 +364,7 @@ mod tests {
         );
         assert_eq!(ahead(&all, None).count(), 2, "a launch without a ticket is behind everyone");
         drop(first);
-        assert_eq!(waiters(&dir, true).len(), 1);
+        assert_eq!(waiters_ahead(&dir, None, true).len(), 1);
     }
 
     #[test]
@@ -403,6 +393,6 @@ mod tests {
             let file = dir.create(&format!("ticket.{:020}.{pid}.0000000000000001", 3)).unwrap();
             Flock::lock(file, FlockArg::LockExclusive).unwrap()
         };
-        assert!(waiters(&dir, false).is_empty());
+        assert!(waiters_ahead(&dir, None, false).is_empty());
     }
 }

@@ -7,17 +7,17 @@
 use crate::probe::gpu::Gpu;
 
 /// Utilization at or above this is busy (the seed's own line).
-pub const BUSY_PERCENT: u32 = 50;
+pub(crate) const BUSY_PERCENT: u32 = 50;
 
 /// Whether the rule counts `gpu` as busy. Unknown utilization counts as busy here (and only
 /// here: `--max-util` refuses it instead). A MIG device has no utilization counters at all, so
 /// the rule does not apply to it.
-pub fn is_busy(gpu: &Gpu) -> bool {
+pub(crate) fn is_busy(gpu: &Gpu) -> bool {
     gpu.mig.is_none() && gpu.utilization.is_none_or(|u| u.gpu_percent >= BUSY_PERCENT)
 }
 
 /// `busy: 60% utilization, 2 processes of bob`.
-pub fn describe(gpu: &Gpu) -> String {
+pub(crate) fn describe(gpu: &Gpu) -> String {
     let mut text = match gpu.utilization {
         Some(u) => format!("busy: {}% utilization", u.gpu_percent),
         None => "busy: utilization unknown (counted as busy)".to_owned(),
@@ -43,7 +43,7 @@ pub fn describe(gpu: &Gpu) -> String {
 }
 
 /// `a`, `a and b`, `a, b and c`.
-pub fn and_list<T: AsRef<str>>(items: &[T]) -> String {
+pub(crate) fn and_list<T: AsRef<str>>(items: &[T]) -> String {
     match items {
         [] => String::new(),
         [one] => one.as_ref().to_owned(),

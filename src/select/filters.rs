@@ -27,36 +27,36 @@ use crate::select::visibility::Visibility;
 
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    pub count: Count,
-    pub min_free: Option<Threshold>,
-    pub min_total: Option<u64>,
-    pub max_util: Option<u32>,
-    pub exclusive: bool,
-    pub devices: Option<Vec<DeviceRef>>,
-    pub exclude: Vec<DeviceRef>,
-    pub model: Option<ModelPattern>,
-    pub policy: Policy,
-    pub fallback: Option<Fallback>,
+pub(crate) struct Request {
+    pub(crate) count: Count,
+    pub(crate) min_free: Option<Threshold>,
+    pub(crate) min_total: Option<u64>,
+    pub(crate) max_util: Option<u32>,
+    pub(crate) exclusive: bool,
+    pub(crate) devices: Option<Vec<DeviceRef>>,
+    pub(crate) exclude: Vec<DeviceRef>,
+    pub(crate) model: Option<ModelPattern>,
+    pub(crate) policy: Policy,
+    pub(crate) fallback: Option<Fallback>,
     /// Seed for `--policy random`.
-    pub seed: u64,
-    pub mig: MigUse,
+    pub(crate) seed: u64,
+    pub(crate) mig: MigUse,
     /// `--visible-as index` was asked for: CUDA takes a MIG device by its UUID only.
-    pub index_only: bool,
-    pub same_model: bool,
-    pub topology: TopologyUse,
-    pub health: HealthUse,
+    pub(crate) index_only: bool,
+    pub(crate) same_model: bool,
+    pub(crate) topology: TopologyUse,
+    pub(crate) health: HealthUse,
     /// The house rule default-min-free: below it a GPU is never taken, `--fallback best` or not.
-    pub min_free_floor: Option<Threshold>,
+    pub(crate) min_free_floor: Option<Threshold>,
     /// `min_free` was sized by `--min-free auto` from recorded peaks: it is lowered to what the
     /// largest card of the request could ever have free rather than refusing for good.
-    pub min_free_auto: bool,
+    pub(crate) min_free_auto: bool,
 }
 
 impl Request {
     /// Whether it may take more than one device: then MIG devices are out (one process can
     /// use one MIG device).
-    pub fn wants_several(&self) -> bool {
+    pub(crate) fn wants_several(&self) -> bool {
         self.count.max.is_none_or(|most| most > 1)
     }
 }
@@ -88,15 +88,15 @@ impl Default for Request {
 
 /// Another gpurun's live reservation of a GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reservation {
-    pub index: u32,
-    pub pid: u32,
-    pub user: String,
+pub(crate) struct Reservation {
+    pub(crate) index: u32,
+    pub(crate) pid: u32,
+    pub(crate) user: String,
     /// Reserved memory not yet visible in NVML (its processes have not shown up yet).
-    pub pending_bytes: u64,
-    pub exclusive: bool,
+    pub(crate) pending_bytes: u64,
+    pub(crate) exclusive: bool,
     /// Not a lease yet: what an earlier waiter that can be served now is about to take.
-    pub queued: bool,
+    pub(crate) queued: bool,
 }
 
 impl Reservation {
@@ -111,43 +111,43 @@ impl Reservation {
 
 /// A GPU kept for a launch that has waited longer (first come, first served).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldBack {
-    pub index: u32,
-    pub pid: u32,
-    pub user: String,
+pub(crate) struct HeldBack {
+    pub(crate) index: u32,
+    pub(crate) pid: u32,
+    pub(crate) user: String,
 }
 
 /// Why one GPU may or may not be chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assessment {
-    pub index: u32,
+pub(crate) struct Assessment {
+    pub(crate) index: u32,
     /// Reasons no state of the machine changes.
-    pub permanent: Vec<String>,
+    pub(crate) permanent: Vec<String>,
     /// Reasons no fallback relaxes, that may change.
-    pub hard: Vec<String>,
+    pub(crate) hard: Vec<String>,
     /// Reasons that depend on the load.
-    pub soft: Vec<String>,
+    pub(crate) soft: Vec<String>,
     /// The GPU's health turns it away (unhealthy; degraded with `--health strict`): not relaxed
     /// by `--fallback best`, and may change with a reset.
-    pub health: Vec<String>,
+    pub(crate) health: Vec<String>,
 }
 
 impl Assessment {
-    pub fn eligible(&self) -> bool {
+    pub(crate) fn eligible(&self) -> bool {
         self.permanent.is_empty() && self.hard.is_empty() && self.soft.is_empty() && self.health.is_empty()
     }
 
     /// Turned away for its health alone: `--health ignore` would take it.
-    pub fn only_health(&self) -> bool {
+    pub(crate) fn only_health(&self) -> bool {
         !self.health.is_empty() && self.permanent.is_empty() && self.hard.is_empty() && self.soft.is_empty()
     }
 
     /// Whether some state of the machine would let this GPU qualify.
-    pub fn possible(&self) -> bool {
+    pub(crate) fn possible(&self) -> bool {
         self.permanent.is_empty()
     }
 
-    pub fn reasons(&self) -> Vec<String> {
+    pub(crate) fn reasons(&self) -> Vec<String> {
         self.permanent.iter().chain(&self.hard).chain(&self.health).chain(&self.soft).cloned().collect()
     }
 }
@@ -155,10 +155,10 @@ impl Assessment {
 /// A `--devices`/`--exclude` entry that names no GPU, or more than one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{flag} {entry}: {problem}")]
-pub struct DeviceError {
-    pub flag: &'static str,
-    pub entry: String,
-    pub problem: String,
+pub(crate) struct DeviceError {
+    pub(crate) flag: &'static str,
+    pub(crate) entry: String,
+    pub(crate) problem: String,
 }
 
 pub(crate) fn resolve_refs(
@@ -203,10 +203,10 @@ pub(crate) fn resolve_refs(
 /// The filters that depend only on the request and the machine, in the order the impossible
 /// message names them.
 pub(crate) struct Fixed<'a> {
-    pub visibility: &'a Visibility,
-    pub devices: &'a Option<Vec<u32>>,
-    pub excluded: &'a [u32],
-    pub request: &'a Request,
+    pub(crate) visibility: &'a Visibility,
+    pub(crate) devices: &'a Option<Vec<u32>>,
+    pub(crate) excluded: &'a [u32],
+    pub(crate) request: &'a Request,
 }
 
 impl Fixed<'_> {

@@ -1,11 +1,11 @@
 //! Stage 3, selection: which GPUs the command may use (inherited visibility), which of them
 //! qualify for the request, and which are chosen. Pure: no I/O.
 
-pub mod busy;
-pub mod explain;
-pub mod filters;
-pub mod policy;
-pub mod ranking;
-pub mod selection;
-pub mod sets;
-pub mod visibility;
+pub(crate) mod busy;
+pub(crate) mod explain;
+pub(crate) mod filters;
+pub(crate) mod policy;
+pub(crate) mod ranking;
+pub(crate) mod selection;
+pub(crate) mod sets;
+pub(crate) mod visibility;

@@ -8,30 +8,30 @@ use crate::options::Fallback;
 use crate::probe::gpu::{Gpu, Topology};
 use crate::select::explain;
 use crate::select::filters::{after_reservations, assess, auto_cap, impossible, resolve_refs, Fixed};
-pub use crate::select::filters::{Assessment, DeviceError, HeldBack, Request, Reservation};
+pub(crate) use crate::select::filters::{Assessment, DeviceError, HeldBack, Request, Reservation};
 use crate::select::ranking::{rank, tiered};
 use crate::select::sets::{choose_set, required_link, set_refusal};
 use crate::select::visibility::Visibility;
 
 /// The result of selection.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    pub assessments: Vec<Assessment>,
-    pub outcome: Outcome,
+pub(crate) struct Decision {
+    pub(crate) assessments: Vec<Assessment>,
+    pub(crate) outcome: Outcome,
     /// Why no state of the machine can meet the request, also when `--fallback cpu` answers it.
-    pub never: Option<String>,
+    pub(crate) never: Option<String>,
     /// Enough GPUs qualify one by one, but no set of them is of one model or linked as asked.
-    pub set_reason: Option<String>,
+    pub(crate) set_reason: Option<String>,
     /// `--min-free auto` was lowered to what a card can have free: the bytes, and why.
-    pub min_free_note: Option<(u64, String)>,
+    pub(crate) min_free_note: Option<(u64, String)>,
     /// Each GPU that qualified and was not chosen, and why in words (a selection only).
-    pub passed_over: Vec<(u32, String)>,
+    pub(crate) passed_over: Vec<(u32, String)>,
 }
 
 impl Decision {
     /// A selection made without assessing (no GPU asked for, or a `--per-rank` rank's part of
     /// the set its group chose).
-    pub fn selected(chosen: Vec<u32>) -> Decision {
+    pub(crate) fn selected(chosen: Vec<u32>) -> Decision {
         Decision {
             assessments: Vec::new(),
             outcome: Outcome::Selected(chosen),
@@ -44,18 +44,18 @@ impl Decision {
 
     /// The `--min-free` this decision applied: `asked`, or what `--min-free auto` was lowered to.
     /// Leases and tickets record this one, so that other launches replay the same request.
-    pub fn min_free(&self, asked: Option<Threshold>) -> Option<Threshold> {
+    pub(crate) fn min_free(&self, asked: Option<Threshold>) -> Option<Threshold> {
         self.min_free_note.as_ref().map(|(bytes, _)| Threshold::Bytes(*bytes)).or(asked)
     }
 
     /// The GPUs that could ever qualify for this request (a waiter holds back only these).
-    pub fn possible(&self) -> Vec<u32> {
+    pub(crate) fn possible(&self) -> Vec<u32> {
         self.assessments.iter().filter(|a| a.possible()).map(|a| a.index).collect()
     }
 
     /// Why a waiter cannot start now, in the words of the exit-75 table: `needs 2 GPUs with
     /// 20 GiB free: GPU 0 reserved by gpurun PID 7 (bob), GPU 3 free 12 GiB < 20 GiB`.
-    pub fn why_not(&self, request: &Request) -> String {
+    pub(crate) fn why_not(&self, request: &Request) -> String {
         let count = request.count;
         let mut needs = format!("needs {count} GPU{}", if count == Count::exactly(1) { "" } else { "s" });
         if let Some(threshold) = request.min_free {
@@ -78,7 +78,7 @@ impl Decision {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// These NVML indices, best first.
     Selected(Vec<u32>),
     /// Not enough qualified, but `--fallback best` took these anyway.
@@ -95,7 +95,12 @@ pub enum Outcome {
 /// rules out, best first by the policy, at most `most`. Links are asked per pair, so a cap
 /// keeps a 64-GPU machine about as quick as an 8-GPU one; the sets worth having are among the
 /// best-ranked GPUs.
-pub fn link_candidates(gpus: &[Gpu], visibility: &Visibility, request: &Request, most: usize) -> Vec<u32> {
+pub(crate) fn link_candidates(
+    gpus: &[Gpu],
+    visibility: &Visibility,
+    request: &Request,
+    most: usize,
+) -> Vec<u32> {
     let Ok(decision) = decide(gpus, visibility, request, &[], &[]) else { return Vec::new() };
     let possible: Vec<&Gpu> = decision
         .assessments
@@ -108,7 +113,7 @@ pub fn link_candidates(gpus: &[Gpu], visibility: &Visibility, request: &Request,
     ranked
 }
 
-pub fn decide(
+pub(crate) fn decide(
     gpus: &[Gpu],
     visibility: &Visibility,
     request: &Request,
@@ -119,7 +124,7 @@ pub fn decide(
 }
 
 /// `decide`, with the links between the GPUs (`None`: not probed; links then do not count).
-pub fn decide_with_links(
+pub(crate) fn decide_with_links(
     gpus: &[Gpu],
     visibility: &Visibility,
     request: &Request,

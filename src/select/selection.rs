@@ -9,45 +9,45 @@ use crate::select::visibility::cuda_pci_ordinal;
 
 /// One chosen GPU or MIG device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Device {
+pub(crate) struct Device {
     /// NVML index (PCI order, nvidia-smi's); a MIG device's key (`probe::gpu::mig_key`).
     #[serde(skip)]
-    pub index: u32,
+    pub(crate) index: u32,
     /// The GPU's NVML index: the parent's for a MIG device (what GPURUN_GPUS says). The JSON
     /// calls it `index`, with `mig_index` (the slot) for a MIG device.
     #[serde(rename = "index")]
-    pub gpu_index: u32,
+    pub(crate) gpu_index: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mig_index: Option<u32>,
+    pub(crate) mig_index: Option<u32>,
     /// A MIG device: CUDA takes it by its `MIG-` UUID only.
     #[serde(skip)]
-    pub mig: bool,
-    pub uuid: Option<String>,
-    pub name: Option<String>,
+    pub(crate) mig: bool,
+    pub(crate) uuid: Option<String>,
+    pub(crate) name: Option<String>,
     /// The index CUDA gives it under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in the command: the NVML
     /// index, unless a device cgroup hides GPUs before it.
     #[serde(skip)]
-    pub cuda_ordinal: u32,
+    pub(crate) cuda_ordinal: u32,
     /// Total memory, for reservations given as a share of it.
     #[serde(skip)]
-    pub total_bytes: Option<u64>,
+    pub(crate) total_bytes: Option<u64>,
 }
 
 /// The chosen GPUs, best first (CUDA's device 0 is the first), and what `--gpus` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selection {
-    pub devices: Vec<Device>,
-    pub requested: Count,
+pub(crate) struct Selection {
+    pub(crate) devices: Vec<Device>,
+    pub(crate) requested: Count,
 }
 
 impl Selection {
     /// No GPU, for a request of `requested` (`--gpus 0`, or `--fallback cpu`).
-    pub fn none(requested: Count) -> Selection {
+    pub(crate) fn none(requested: Count) -> Selection {
         Selection { devices: Vec::new(), requested }
     }
 
     /// `chosen`: device keys, best first, each one of the machine's.
-    pub fn new(machine: &Machine, chosen: &[u32], requested: Count) -> Selection {
+    pub(crate) fn new(machine: &Machine, chosen: &[u32], requested: Count) -> Selection {
         let devices = chosen
             .iter()
             .filter_map(|&index| machine.device(index))
@@ -65,16 +65,16 @@ impl Selection {
         Selection { devices, requested }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.devices.is_empty()
     }
 
-    pub fn indices(&self) -> Vec<u32> {
+    pub(crate) fn indices(&self) -> Vec<u32> {
         self.devices.iter().map(|d| d.index).collect()
     }
 
     /// `GPU 3 (NVIDIA A100-SXM4-80GB), GPU 5 (...)`, or `no GPU`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         if self.devices.is_empty() {
             return "no GPU".to_owned();
         }

@@ -15,18 +15,18 @@ use crate::probe::gpu::{Gpu, Machine};
 
 /// What the caller's environment says about GPU visibility.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Inherited {
-    pub cuda_visible_devices: Option<String>,
+pub(crate) struct Inherited {
+    pub(crate) cuda_visible_devices: Option<String>,
     /// What an earlier gpurun told its command (an `eval "$(gpurun --export)"` sets them too).
-    pub gpurun_gpus: Option<String>,
-    pub gpurun_gpu_uuids: Option<String>,
-    pub cuda_device_order: Option<String>,
-    pub slurm_step_gpus: Option<String>,
-    pub slurm_job_gpus: Option<String>,
+    pub(crate) gpurun_gpus: Option<String>,
+    pub(crate) gpurun_gpu_uuids: Option<String>,
+    pub(crate) cuda_device_order: Option<String>,
+    pub(crate) slurm_step_gpus: Option<String>,
+    pub(crate) slurm_job_gpus: Option<String>,
 }
 
 impl Inherited {
-    pub fn from_env() -> Inherited {
+    pub(crate) fn from_env() -> Inherited {
         let var = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
         Inherited {
             cuda_visible_devices: var("CUDA_VISIBLE_DEVICES"),
@@ -41,23 +41,23 @@ impl Inherited {
 
 /// The GPUs gpurun may choose from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Visibility {
+pub(crate) struct Visibility {
     /// NVML indices, in the inherited order; `None`: every GPU.
-    pub allowed: Option<Vec<u32>>,
+    pub(crate) allowed: Option<Vec<u32>>,
     /// Where the restriction came from, for messages: `CUDA_VISIBLE_DEVICES=0,1`.
-    pub source: Option<String>,
-    pub warnings: Vec<String>,
+    pub(crate) source: Option<String>,
+    pub(crate) warnings: Vec<String>,
     /// The restriction is exactly what an earlier gpurun exported into this shell.
-    pub exported: bool,
+    pub(crate) exported: bool,
 }
 
 /// Said when an exported restriction turns GPUs away: it is easy to forget in a long session.
-pub const UNDO_EXPORT: &str = "CUDA_VISIBLE_DEVICES was set by an earlier eval \"$(gpurun --export)\" in \
+pub(crate) const UNDO_EXPORT: &str = "CUDA_VISIBLE_DEVICES was set by an earlier eval \"$(gpurun --export)\" in \
 this shell, and gpurun never widens it; to choose among every GPU again: unset CUDA_VISIBLE_DEVICES GPURUN_GPUS \
 GPURUN_GPU_UUIDS";
 
 impl Visibility {
-    pub fn allows(&self, index: u32) -> bool {
+    pub(crate) fn allows(&self, index: u32) -> bool {
         self.allowed.as_ref().is_none_or(|allowed| allowed.contains(&index))
     }
 }
@@ -69,11 +69,11 @@ fn enumerable(gpus: &[Gpu]) -> impl Iterator<Item = &Gpu> {
 
 /// The index CUDA gives `index` under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in this process: the NVML
 /// index itself, unless a device cgroup hides GPUs before it.
-pub fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
+pub(crate) fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
     enumerable(gpus).position(|gpu| gpu.index == index).map(|p| p as u32)
 }
 
-pub fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
+pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
     let gpus = &machine.gpus[..];
     let mut warnings = Vec::new();
     let Some(list) = &inherited.cuda_visible_devices else {

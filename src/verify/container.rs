@@ -11,7 +11,7 @@ const ID_FILE_BYTES: u64 = 128;
 /// The container ID the runtime wrote to `cidfile` (`--cidfile`), once it has. The user's own
 /// `--cidfile` may name anything: a FIFO must not hold the supervisor (opened without
 /// blocking, and only a regular file is read), nor a device or a huge file be read whole.
-pub fn read_id(cidfile: &Path) -> Option<String> {
+pub(crate) fn read_id(cidfile: &Path) -> Option<String> {
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(cidfile).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;
@@ -25,7 +25,7 @@ pub fn read_id(cidfile: &Path) -> Option<String> {
 /// Whether `pid` runs in the container `id`: its cgroup path names the ID (podman's
 /// `libpod-<ID>.scope` or `libpod-<ID>`, docker's `docker-<ID>.scope` or `docker/<ID>`, on
 /// cgroup v1 and v2 alike). Only the few PIDs NVML lists are looked at.
-pub fn runs_in(pid: u32, id: &str) -> bool {
+pub(crate) fn runs_in(pid: u32, id: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| text.contains(id))
 }
 

@@ -21,29 +21,29 @@ const NEAR_OOM_PERCENT: u64 = 95;
 const OVER_RESERVED_FACTOR: u64 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Diagnosis {
+pub(crate) struct Diagnosis {
     /// `near-oom`, `idle-gpu`, `cpu-fallback`, `over-reserved` or `xid`.
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     /// The NVML index it is about (null for the run as a whole).
-    pub gpu: Option<u32>,
-    pub detail: String,
+    pub(crate) gpu: Option<u32>,
+    pub(crate) detail: String,
     /// The Xid, for `xid`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<u64>,
+    pub(crate) code: Option<u64>,
 }
 
 /// One selected GPU, as the run left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Card {
-    pub index: u32,
+pub(crate) struct Card {
+    pub(crate) index: u32,
     /// Free memory at launch, before the command.
-    pub free_at_launch: Option<u64>,
+    pub(crate) free_at_launch: Option<u64>,
     /// The tree's largest total on it.
-    pub peak: u64,
+    pub(crate) peak: u64,
     /// Whether a process of the tree was seen on it.
-    pub used: bool,
+    pub(crate) used: bool,
     /// What the launch reserved of it: the whole card for --exclusive, else --min-free's bytes.
-    pub reserved: Option<(u64, &'static str)>,
+    pub(crate) reserved: Option<(u64, &'static str)>,
 }
 
 /// The figure to ask for next time: the peak plus a tenth, in whole GiB (at least 1).
@@ -54,7 +54,7 @@ fn next_time(peak: u64) -> String {
 
 /// `cards`: the selected GPUs. `failed`: the command did not exit 0. `ran_past_timeout`: it
 /// was still running when --verify-timeout passed.
-pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Diagnosis> {
+pub(crate) fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Diagnosis> {
     let mut found = Vec::new();
     let any_used = cards.iter().any(|card| card.used);
     for card in cards.iter().filter(|card| card.used) {
@@ -123,7 +123,7 @@ pub fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Dia
 
 /// `xid`: an Xid error NVML raised on a chosen GPU during the run, `seconds` after the start
 /// (`at`: the wall-clock time, `12:34:56`).
-pub fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
+pub(crate) fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
     Diagnosis {
         kind: "xid",
         gpu: Some(gpu),

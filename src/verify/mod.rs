@@ -1,9 +1,9 @@
 //! Stage 6, verification and report: where the command's processes really landed (NVML polled
 //! beside supervision), what went wrong or nearly (diagnosis) and the summary at the end.
 
-pub mod container;
-pub mod diagnosis;
-pub mod monitor;
-pub mod report;
-pub mod verdict;
-pub mod xid;
+pub(crate) mod container;
+pub(crate) mod diagnosis;
+pub(crate) mod monitor;
+pub(crate) mod report;
+pub(crate) mod verdict;
+pub(crate) mod xid;

@@ -20,12 +20,12 @@ const LONGEST_INTERVAL: Duration = Duration::from_secs(2);
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 /// A poll that has not returned after this long counts as NVML not answering (a healthy driver
 /// lists a GPU's processes in about a millisecond).
-pub const SLOW_CALL: Duration = Duration::from_millis(500);
+pub(crate) const SLOW_CALL: Duration = Duration::from_millis(500);
 
 /// What the NVML thread returned for one poll: each watched GPU's processes, or why not.
-pub type Lists = Vec<(u32, Result<Vec<Listed>, String>)>;
+pub(crate) type Lists = Vec<(u32, Result<Vec<Listed>, String>)>;
 
-pub struct Monitor {
+pub(crate) struct Monitor {
     mode: VerifyMode,
     own_pid: u32,
     /// NVML indices of the selected GPUs.
@@ -48,13 +48,13 @@ pub struct Monitor {
     deadline: Option<Instant>,
     logged: Vec<Verdict>,
     /// Largest total of the tree's memory seen on each GPU.
-    pub peak_bytes: BTreeMap<u32, u64>,
+    pub(crate) peak_bytes: BTreeMap<u32, u64>,
     /// The Xid errors NVML raised on the chosen GPUs, with when they were seen.
-    pub xids: Vec<(Xid, std::time::SystemTime)>,
+    pub(crate) xids: Vec<(Xid, std::time::SystemTime)>,
 }
 
 impl Monitor {
-    pub fn new(
+    pub(crate) fn new(
         mode: VerifyMode,
         selected: &[u32],
         watched: Vec<u32>,
@@ -83,24 +83,24 @@ impl Monitor {
     }
 
     /// `--per-rank`: a process on another rank's GPU names that rank.
-    pub fn for_rank(mut self, owners: Option<crate::rank::Owners>) -> Monitor {
+    pub(crate) fn for_rank(mut self, owners: Option<crate::rank::Owners>) -> Monitor {
         self.owners = owners;
         self
     }
 
     /// A container run: its processes are found by the ID the runtime writes to `cidfile`.
-    pub fn for_container(mut self, cidfile: Option<std::path::PathBuf>) -> Monitor {
+    pub(crate) fn for_container(mut self, cidfile: Option<std::path::PathBuf>) -> Monitor {
         self.container = cidfile.map(|cidfile| (cidfile, None));
         self
     }
 
     /// The selected GPUs a process of the tree was seen on.
-    pub fn used(&self) -> Vec<u32> {
+    pub(crate) fn used(&self) -> Vec<u32> {
         self.tracker.used().iter().copied().collect()
     }
 
     /// The physical GPUs whose Xid errors count: the chosen ones (a MIG device's GPU).
-    pub fn xid_gpus(&self) -> Vec<u32> {
+    pub(crate) fn xid_gpus(&self) -> Vec<u32> {
         let mut gpus: Vec<u32> = self
             .selected
             .iter()
@@ -111,7 +111,7 @@ impl Monitor {
     }
 
     /// Xid errors from a poll: each is logged when it is seen, and kept for the report.
-    pub fn absorb_xids(&mut self, xids: Vec<Xid>) {
+    pub(crate) fn absorb_xids(&mut self, xids: Vec<Xid>) {
         for xid in xids {
             tracing::warn!("{}", crate::verify::xid::describe(xid.code, xid.gpu));
             self.xids.push((xid, std::time::SystemTime::now()));
@@ -119,24 +119,24 @@ impl Monitor {
     }
 
     /// The GPUs to list at each poll.
-    pub fn watched(&self) -> Vec<u32> {
+    pub(crate) fn watched(&self) -> Vec<u32> {
         self.watched.clone()
     }
 
-    pub fn poll_due(&self, now: Instant) -> bool {
+    pub(crate) fn poll_due(&self, now: Instant) -> bool {
         now >= self.next_poll
     }
 
     /// When the monitor next wants the supervisor's attention: the next poll (if one may be
     /// sent now) or the verification deadline.
-    pub fn next_wake(&self, may_poll: bool) -> Option<Instant> {
+    pub(crate) fn next_wake(&self, may_poll: bool) -> Option<Instant> {
         let poll = may_poll.then_some(self.next_poll);
         [poll, self.deadline].into_iter().flatten().min()
     }
 
     /// Takes one poll's lists. Returns a wrong-gpu detail when `--verify strict` must end the
     /// command.
-    pub fn absorb(&mut self, lists: Lists) -> Option<String> {
+    pub(crate) fn absorb(&mut self, lists: Lists) -> Option<String> {
         let poll = self.poll(lists);
         let visible_given = self.visible_given.clone();
         let owners = self.owners.clone();
@@ -174,7 +174,7 @@ impl Monitor {
 
     /// At `--verify-timeout` with no settled verdict: say what is known. `stuck`: the NVML
     /// call that has not returned, if one is hanging.
-    pub fn check_deadline(&mut self, now: Instant, stuck: Option<Option<Call>>) {
+    pub(crate) fn check_deadline(&mut self, now: Instant, stuck: Option<Option<Call>>) {
         if self.deadline.is_none_or(|deadline| now < deadline) {
             return;
         }
@@ -187,7 +187,7 @@ impl Monitor {
     /// The final verdict, once the command has ended; logged if nothing was yet. A command
     /// that ended before `--verify-timeout` without touching a GPU is most often one that never
     /// meant to (a quick script): that is worth a line, not a warning.
-    pub fn finish(&mut self, stuck: Option<Option<Call>>) -> (Verdict, String) {
+    pub(crate) fn finish(&mut self, stuck: Option<Option<Call>>) -> (Verdict, String) {
         let (verdict, detail) = self.verdict(stuck);
         if verdict == Verdict::NotObserved && self.logged.is_empty() {
             self.logged.push(verdict);

@@ -18,77 +18,77 @@ use crate::verify::diagnosis::Diagnosis;
 use crate::verify::verdict::Verdict;
 
 #[derive(Serialize)]
-pub struct Verification {
+pub(crate) struct Verification {
     /// `null` when nothing was checked (`--verify off`, no GPU selected).
-    pub verdict: Option<Verdict>,
-    pub detail: String,
+    pub(crate) verdict: Option<Verdict>,
+    pub(crate) detail: String,
 }
 
 #[derive(Serialize)]
-pub struct Ended {
+pub(crate) struct Ended {
     /// The command's exit code, or null if a signal ended it.
-    pub code: Option<u8>,
-    pub signal: Option<i32>,
-    pub signal_name: Option<String>,
+    pub(crate) code: Option<u8>,
+    pub(crate) signal: Option<i32>,
+    pub(crate) signal_name: Option<String>,
 }
 
 #[derive(Serialize)]
-pub struct Report {
-    pub command: Vec<String>,
+pub(crate) struct Report {
+    pub(crate) command: Vec<String>,
     /// What --gpus asked for (`2`, `2-4`, `all`) and how many were taken.
-    pub requested: String,
-    pub count: usize,
-    pub selected: Vec<Device>,
-    pub verification: Verification,
+    pub(crate) requested: String,
+    pub(crate) count: usize,
+    pub(crate) selected: Vec<Device>,
+    pub(crate) verification: Verification,
     /// The largest total of the tree's GPU memory seen on each GPU, by UUID.
-    pub peak_memory_bytes: BTreeMap<String, u64>,
+    pub(crate) peak_memory_bytes: BTreeMap<String, u64>,
     /// The same by index, for the summary (people name GPUs by index).
     #[serde(skip)]
     peak_by_index: BTreeMap<u32, u64>,
-    pub wall_seconds: f64,
-    pub exit: Ended,
+    pub(crate) wall_seconds: f64,
+    pub(crate) exit: Ended,
     /// What gpurun itself exits with (125 after `--verify strict` ended the command).
-    pub gpurun_exit_status: i32,
+    pub(crate) gpurun_exit_status: i32,
     /// What went wrong or nearly (near-oom, idle-gpu, cpu-fallback, over-reserved).
-    pub diagnosis: Vec<Diagnosis>,
+    pub(crate) diagnosis: Vec<Diagnosis>,
     /// `--cpu-bind numa`: the CPUs the command ran on (null: gpurun's own).
-    pub cpus: Option<String>,
+    pub(crate) cpus: Option<String>,
     /// What `--min-free auto` asked for, and why (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_free: Option<String>,
+    pub(crate) min_free: Option<String>,
     /// A container run: the client, the image and the container's ID (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<ContainerReport>,
+    pub(crate) container: Option<ContainerReport>,
     /// `--per-rank`: which rank this was, of which group (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rank: Option<RankReport>,
+    pub(crate) rank: Option<RankReport>,
 }
 
 /// The container a run was.
 #[derive(Debug, Clone, Serialize)]
-pub struct ContainerReport {
-    pub client: String,
-    pub image: String,
+pub(crate) struct ContainerReport {
+    pub(crate) client: String,
+    pub(crate) image: String,
     /// Its ID (null if the runtime never wrote it).
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
 }
 
 /// A rank's place in its group.
 #[derive(Debug, Clone, Serialize)]
-pub struct RankReport {
-    pub local_rank: u32,
-    pub local_size: u32,
-    pub launcher: String,
+pub(crate) struct RankReport {
+    pub(crate) local_rank: u32,
+    pub(crate) local_size: u32,
+    pub(crate) launcher: String,
     /// What names the job on this node (`slurm:77:0`, `torchrun:...`, `group:NAME`).
-    pub group: String,
+    pub(crate) group: String,
     /// The whole set's NVML indices, in rank order.
-    pub group_gpus: Vec<u32>,
+    pub(crate) group_gpus: Vec<u32>,
 }
 
 impl Report {
     /// The report of a run. `uuid_of`: a GPU's UUID by index, for the per-GPU peaks.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         command: &[OsString],
         selection: &Selection,
         verification: Verification,
@@ -128,7 +128,7 @@ impl Report {
     }
 
     /// `--report`: the summary on stderr, in the log format in force.
-    pub fn log(&self) {
+    pub(crate) fn log(&self) {
         crate::process::logging::print_outside(
             "info",
             &self.summary(),
@@ -136,7 +136,7 @@ impl Report {
         );
     }
 
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut text = String::from("report:");
         let gpus: Vec<String> = self
             .selected
@@ -196,14 +196,14 @@ impl Report {
         text
     }
 
-    pub fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         let mut text = serde_json::to_string_pretty(self).expect("plain data serialises");
         text.push('\n');
         text
     }
 
     /// Writes the JSON report into the file opened at start (so an unwritable path failed then).
-    pub fn write_json(&self, mut file: File) {
+    pub(crate) fn write_json(&self, mut file: File) {
         if let Err(error) = file.write_all(self.json().as_bytes()) {
             tracing::error!("cannot write the JSON report: {error}");
         }

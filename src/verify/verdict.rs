@@ -10,7 +10,7 @@ use crate::probe::gpu::{label, labels};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Every tree process seen on a GPU is on a selected GPU, and every selected GPU is used.
     Verified,
     /// A tree process is on a GPU that was not selected.
@@ -37,27 +37,27 @@ impl fmt::Display for Verdict {
 
 /// A process of the command's tree seen by NVML on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sighting {
-    pub pid: u32,
-    pub command: String,
-    pub gpu: u32,
+pub(crate) struct Sighting {
+    pub(crate) pid: u32,
+    pub(crate) command: String,
+    pub(crate) gpu: u32,
 }
 
 /// One poll of NVML, as seen from the command's tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Poll {
+pub(crate) struct Poll {
     /// Tree processes on GPUs.
-    pub sightings: Vec<Sighting>,
+    pub(crate) sightings: Vec<Sighting>,
     /// GPUs (selected ones) whose processes NVML could not list, with why.
-    pub unlistable: Vec<(u32, String)>,
+    pub(crate) unlistable: Vec<(u32, String)>,
     /// PIDs that appeared on a selected GPU after launch and do not exist here: NVML reports
     /// them from another PID namespace.
-    pub foreign_namespace_pids: Vec<(u32, u32)>,
+    pub(crate) foreign_namespace_pids: Vec<(u32, u32)>,
 }
 
 /// The verdict so far, updated by each poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     selected: Vec<u32>,
     used: BTreeSet<u32>,
     seen: Vec<Sighting>,
@@ -67,7 +67,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
-    pub fn new(selected: &[u32]) -> Tracker {
+    pub(crate) fn new(selected: &[u32]) -> Tracker {
         Tracker {
             selected: selected.to_vec(),
             used: BTreeSet::new(),
@@ -79,7 +79,7 @@ impl Tracker {
     }
 
     /// Takes one poll. `cause_of` explains a process on the wrong GPU (it reads /proc).
-    pub fn observe(&mut self, poll: Poll, cause_of: impl Fn(&Sighting) -> String) {
+    pub(crate) fn observe(&mut self, poll: Poll, cause_of: impl Fn(&Sighting) -> String) {
         for sighting in poll.sightings {
             if self.selected.contains(&sighting.gpu) {
                 self.used.insert(sighting.gpu);
@@ -100,13 +100,13 @@ impl Tracker {
     }
 
     /// The selected GPUs a process of the tree was seen on.
-    pub fn used(&self) -> &BTreeSet<u32> {
+    pub(crate) fn used(&self) -> &BTreeSet<u32> {
         &self.used
     }
 
     /// A verdict that no later poll can improve on: wrong-gpu, or verified with every selected
     /// GPU in use. `None` while it may still change.
-    pub fn settled(&self) -> Option<(Verdict, String)> {
+    pub(crate) fn settled(&self) -> Option<(Verdict, String)> {
         if self.wrong.is_some() {
             return Some(self.verdict());
         }
@@ -115,7 +115,7 @@ impl Tracker {
     }
 
     /// The verdict now, with its detail; at the end of the run, the final one.
-    pub fn verdict(&self) -> (Verdict, String) {
+    pub(crate) fn verdict(&self) -> (Verdict, String) {
         if let Some((sighting, cause)) = &self.wrong {
             return (
                 Verdict::WrongGpu,

@@ -4,7 +4,7 @@
 
 /// Who usually causes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// The program (a bug, a bad kernel, memory misuse).
     Application,
     /// The hardware or the driver.
@@ -14,7 +14,7 @@ pub enum Cause {
 }
 
 /// The meaning of a common Xid, and its usual cause; `None` for codes outside the list.
-pub fn meaning(code: u64) -> Option<(&'static str, Cause)> {
+pub(crate) fn meaning(code: u64) -> Option<(&'static str, Cause)> {
     Some(match code {
         13 => ("graphics engine exception: usually an out-of-range memory access or an illegal instruction in a kernel", Cause::Application),
         31 => ("GPU memory page fault: usually the application touched memory it does not own (an illegal address)", Cause::Application),
@@ -36,7 +36,7 @@ pub fn meaning(code: u64) -> Option<(&'static str, Cause)> {
 }
 
 /// `Xid 79 on GPU 3: the GPU has fallen off the bus (...); usually the hardware`.
-pub fn describe(code: u64, gpu: u32) -> String {
+pub(crate) fn describe(code: u64, gpu: u32) -> String {
     let label = crate::probe::gpu::label(gpu);
     match meaning(code) {
         Some((what, cause)) => format!(

@@ -1,6 +1,5 @@
 //! Test harness: a simulated machine in a fresh temporary directory, and the real gpurun binary
 //! run against it. `Sim::new(scenario).gpurun().args([..]).run()` gives status, stdout, stderr.
-#![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -157,14 +156,13 @@ impl Sim {
             &mut line,
         )
         .expect("sim-cuda reports");
-        Background { child, report: line }
+        Background { child }
     }
 }
 
 /// A process killed when the test ends.
 pub struct Background {
     pub child: Child,
-    pub report: String,
 }
 
 impl Drop for Background {

@@ -25,11 +25,17 @@ use nix::unistd::{pipe2, Pid};
 
 use crate::process::vm_child::{self, Stack};
 
+/// What the watcher runs: kept alive while it may run (it reads this in gpurun's memory).
+type Body = Box<dyn Fn() -> i32>;
+
 /// The watcher, from gpurun's side.
-pub struct Watcher {
+pub(crate) struct Watcher {
     pid: Pid,
     /// Dropped (closed) only by gpurun's death or `stop`.
     pipe: OwnedFd,
+    /// Its body and stack, freed once it has been reaped (`stop`); never freed while it may
+    /// still run, since it may outlive gpurun.
+    kept: Option<(Body, Stack)>,
 }
 
 /// pidfd_open(2) and pidfd_send_signal(2), which nix does not wrap. `None` when the kernel is
@@ -51,9 +57,9 @@ fn pidfd_send_signal(pidfd: BorrowedFd, signal: i32) {
 
 /// `<client> <globals> kill --signal N`, prepared before the watcher starts (it allocates nothing),
 /// and the file the container's ID is in.
-pub struct ContainerKill {
-    pub argv: Vec<std::ffi::CString>,
-    pub cidfile: std::ffi::CString,
+pub(crate) struct ContainerKill {
+    pub(crate) argv: Vec<std::ffi::CString>,
+    pub(crate) cidfile: std::ffi::CString,
 }
 
 /// At most this many words before the ID (a client with more global options than this is
@@ -170,7 +176,7 @@ struct WatcherFds {
 impl Watcher {
     /// Starts the watcher of `command` (gpurun's child, not yet told to go). Returns None if
     /// that fails (the command then runs without a parent-death signal, which is said).
-    pub fn start(command: u32, signal: i32, container: Option<ContainerKill>) -> Option<Watcher> {
+    pub(crate) fn start(command: u32, signal: i32, container: Option<ContainerKill>) -> Option<Watcher> {
         let started = Self::clone_watcher(command, signal, container);
         if let Err(error) = &started {
             tracing::warn!("no parent-death signal for the command: cannot start its watcher: {error}");
@@ -189,20 +195,31 @@ impl Watcher {
             pidfd: pidfd.as_ref().map(AsRawFd::as_raw_fd),
         };
         let stack = Stack::new(64 * 1024)?;
-        // The watcher may outlive gpurun, so what it reads is never freed: its stack, its
-        // arguments (a few hundred bytes, once per run).
-        let container: Option<&'static ContainerKill> = container.map(|kill| &*Box::leak(Box::new(kill)));
-        let body: &'static _ = Box::leak(Box::new(move || watch(fds, command, signal, container)));
-        // SAFETY: the body and the stack are never freed, and `watch` keeps to vm_child's
-        // rules (async-signal-safe calls, none failing while gpurun lives).
-        let pid = unsafe { vm_child::start(&stack, body) }?;
-        stack.keep();
-        Ok(Watcher { pid, pipe: write_end })
+        // On the heap, where it stays put when the Box moves into the Watcher: the watcher
+        // reads the closure itself, not the Box.
+        let body = Box::new(move || watch(fds, command, signal, container.as_ref()));
+        // SAFETY: the body and the stack are freed only once the watcher is reaped (`stop`),
+        // else never (`Drop`), and `watch` keeps to vm_child's rules (async-signal-safe calls,
+        // none failing while gpurun lives).
+        let pid = unsafe { vm_child::start(&stack, &*body) }?;
+        Ok(Watcher { pid, pipe: write_end, kept: Some((body as Body, stack)) })
     }
 
-    /// gpurun lives on to the end: the watcher leaves, and is reaped.
-    pub fn stop(self) {
+    /// gpurun lives on to the end: the watcher leaves, and is reaped (then what it read can go).
+    pub(crate) fn stop(mut self) {
         let _ = nix::unistd::write(&self.pipe, &[1]);
-        let _ = nix::sys::wait::waitpid(self.pid, None);
+        if nix::sys::wait::waitpid(self.pid, None).is_ok() {
+            drop(self.kept.take());
+        }
+    }
+}
+
+impl Drop for Watcher {
+    /// Not stopped: the watcher may still run in gpurun's memory, so its body and stack stay.
+    fn drop(&mut self) {
+        if let Some((body, stack)) = self.kept.take() {
+            std::mem::forget(body);
+            stack.keep();
+        }
     }
 }

@@ -26,15 +26,15 @@ use crate::process::signals::CallerState;
 use crate::process::vm_child::{self, Stack};
 
 /// How to start the command.
-pub struct Launch<'a> {
-    pub command: &'a [OsString],
+pub(crate) struct Launch<'a> {
+    pub(crate) command: &'a [OsString],
     /// Set in the command's environment, over what gpurun inherited.
-    pub variables: &'a [(String, String)],
+    pub(crate) variables: &'a [(String, String)],
 }
 
 /// The command could not be started.
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     #[error("{0}: command not found")]
     NotFound(String),
     #[error("{0}: cannot execute: {1}")]
@@ -46,7 +46,7 @@ pub enum LaunchError {
 }
 
 impl LaunchError {
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             LaunchError::NotFound(_) => exit_code::NOT_FOUND,
             LaunchError::NotExecutable(..) => exit_code::NOT_EXECUTABLE,
@@ -168,7 +168,11 @@ fn child(prepared: &Prepared, caller: &CallerState, ends: ChildEnds) -> i32 {
 
 /// Starts the command as gpurun's child and returns its PID once it has exec'd. `before_go`
 /// runs while the child exists but waits with its signals blocked (see the module comment).
-pub fn spawn(launch: &Launch, caller: &CallerState, before_go: impl FnOnce(u32)) -> Result<u32, LaunchError> {
+pub(crate) fn spawn(
+    launch: &Launch,
+    caller: &CallerState,
+    before_go: impl FnOnce(u32),
+) -> Result<u32, LaunchError> {
     let prepared = prepare(launch)?;
     let shown = || launch.command[0].to_string_lossy().into_owned();
     let setup = |error: Errno| LaunchError::Setup(shown(), io::Error::from(error));
@@ -219,7 +223,7 @@ fn read_full(fd: &OwnedFd, buffer: &mut [u8]) -> usize {
 }
 
 /// `--exec`: becomes the command. Returns only if that failed.
-pub fn exec(launch: &Launch, caller: &CallerState) -> LaunchError {
+pub(crate) fn exec(launch: &Launch, caller: &CallerState) -> LaunchError {
     match prepare(launch) {
         Ok(prepared) => LaunchError::from_errno(&launch.command[0], restore_and_exec(&prepared, caller)),
         Err(error) => error,

@@ -1,0 +1,122 @@
+//! The plan: what the command gets, built once from the resolved settings and the acquisition,
+//! and matched on by every later stage: its GPUs, variables and CPUs (`launch::env::Plan`),
+//! where it runs (`Target`), and its rank in a `--per-rank` group.
+
+use std::ffi::OsString;
+
+use crate::launch::affinity;
+use crate::launch::container::{self, ContainerRun, Prepared};
+use crate::launch::env;
+use crate::options::{ContainerUse, CpuBind, VisibleAs};
+use crate::probe::gpu::Machine;
+use crate::rank::{Owners, PerRank};
+use crate::select::selection::Selection;
+
+/// What the plan is built from: the resolved settings that shape what the command gets.
+pub(crate) struct PlanInput<'a> {
+    pub(crate) visible_as: Option<VisibleAs>,
+    pub(crate) framework_env: bool,
+    pub(crate) cpu_bind: CpuBind,
+    /// `--cpu-bind` was given (not `--per-rank`'s default).
+    pub(crate) cpu_bind_asked: bool,
+    pub(crate) per_rank: Option<&'a PerRank>,
+    /// The container run the command is, and `--container`.
+    pub(crate) container: Option<(&'a ContainerRun, ContainerUse)>,
+    /// The command shown (a dry run) or launched (`true`); none for a listing or an export.
+    pub(crate) command: Option<(&'a [OsString], bool)>,
+}
+
+/// Where the command runs.
+pub(crate) enum Target {
+    /// On this host, as gpurun's child, with the GPUs in its environment.
+    Host,
+    /// In a container its client starts: the GPUs go in as the runtime's options.
+    Container(Prepared),
+}
+
+/// One rank of a `--per-rank` group: who it is, and whose each of the group's GPUs is.
+pub(crate) struct Member {
+    pub(crate) per_rank: PerRank,
+    pub(crate) owners: Owners,
+}
+
+pub(crate) struct Plan {
+    pub(crate) gpus: env::Plan,
+    pub(crate) target: Target,
+    pub(crate) rank: Option<Member>,
+}
+
+impl Plan {
+    /// The plan for `selection`.
+    pub(crate) fn build(
+        input: &PlanInput,
+        machine: &Machine,
+        selection: Selection,
+    ) -> Result<Plan, std::io::Error> {
+        let rank = input.per_rank.map(|per_rank| Member {
+            owners: Owners::new(&selection.indices(), per_rank),
+            per_rank: per_rank.clone(),
+        });
+        let mut gpus = match &rank {
+            Some(Member { per_rank, .. }) => env::Plan::for_rank(
+                selection,
+                per_rank.own(),
+                per_rank.own_only,
+                input.visible_as,
+                input.framework_env,
+            ),
+            None => env::Plan::new(selection, input.visible_as, input.framework_env),
+        };
+        if input.cpu_bind == CpuBind::Numa {
+            let own = affinity::own_cpus();
+            gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, &own, input.cpu_bind_asked);
+        }
+        let target = match (input.container, input.command) {
+            (Some((run, mode)), Some((command, launching))) if !gpus.selection.is_empty() => {
+                Target::Container(in_container(
+                    run,
+                    mode,
+                    command,
+                    input.framework_env,
+                    &mut gpus,
+                    launching,
+                )?)
+            }
+            _ => Target::Host,
+        };
+        Ok(Plan { gpus, target, rank })
+    }
+
+    /// The command as it is run: a container run's with gpurun's options in it.
+    pub(crate) fn command<'a>(&'a self, asked: &'a [OsString]) -> &'a [OsString] {
+        match &self.target {
+            Target::Container(prepared) => &prepared.command,
+            Target::Host => asked,
+        }
+    }
+
+    pub(crate) fn container(&self) -> Option<&Prepared> {
+        match &self.target {
+            Target::Container(prepared) => Some(prepared),
+            Target::Host => None,
+        }
+    }
+}
+
+/// A container run gets the GPUs as the runtime's options; its client gets no host-index
+/// CUDA_VISIBLE_DEVICES (podman --env-host would pass it in, where it would mean nothing).
+fn in_container(
+    run: &ContainerRun,
+    mode: ContainerUse,
+    command: &[OsString],
+    framework_env: bool,
+    gpus: &mut env::Plan,
+    launching: bool,
+) -> std::io::Result<Prepared> {
+    let uuids: Vec<String> = gpus.selection.devices.iter().filter_map(|d| d.uuid.clone()).collect();
+    let indices = gpus.variable("GPURUN_GPUS").unwrap_or_default().to_owned();
+    let chosen = container::Chosen { uuids: &uuids, indices: &indices, framework_env };
+    let prepared = Prepared::new(run, command, &chosen, mode, launching)?;
+    gpus.variables.retain(|(name, _)| name != "CUDA_VISIBLE_DEVICES" && name != "GPU_DEVICE_ORDINAL");
+    Ok(prepared)
+}

@@ -1,0 +1,37 @@
+//! The integration tests, one binary (ripgrep's layout): each module is an area of DESIGN.md
+//! tried through the real gpurun binary and the simulator; `common` is their harness. One area
+//! runs alone, in a binary of its own: tests/reaping.rs, which reaps every child of its process.
+
+mod common;
+
+mod adversarial;
+mod busy;
+mod cli;
+mod clients;
+mod completions;
+mod config;
+mod containers;
+mod doctor;
+mod emulation;
+mod env_s;
+mod health;
+mod history;
+mod hostile;
+mod launch;
+mod layout;
+mod list;
+mod man_page;
+mod mig;
+mod numa;
+mod nvml_hangs;
+mod peers;
+mod queue;
+mod ranks;
+mod reserve;
+mod select;
+mod shared;
+mod sim_vs_pynvml;
+mod slurm;
+mod terminal;
+mod topology;
+mod verify;
