@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{default_scenario, sim_cuda, skip, wait_until, Sim, GPURUN};
+use common::{default_scenario, gpurun_binary, sim_cuda, skip, wait_until, Sim};
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -28,10 +28,11 @@ fn under_valgrind_memcheck_finds_nothing_and_the_status_passes_through() {
         return skip("gpurun under valgrind", "valgrind is not installed (tests/emulation/install.sh)");
     }
     let sim = Sim::new(&default_scenario());
+    let gpurun = gpurun_binary();
     let valgrind = |args: &[&str]| {
         sim.gpurun_command(
             "valgrind",
-            &[&["-q", "--leak-check=full", "--error-exitcode=99", GPURUN], args].concat(),
+            &[&["-q", "--leak-check=full", "--error-exitcode=99", &gpurun], args].concat(),
         )
         .run()
     };
@@ -51,6 +52,7 @@ fn under_valgrind_a_job_on_a_simulated_gpu_is_verified() {
         return skip("gpurun under valgrind", "valgrind is not installed (tests/emulation/install.sh)");
     }
     let sim = Sim::new(&default_scenario());
+    let gpurun = gpurun_binary();
     let cuda = sim_cuda();
     let outcome = sim
         .gpurun_command(
@@ -58,7 +60,7 @@ fn under_valgrind_a_job_on_a_simulated_gpu_is_verified() {
             &[
                 "-q",
                 "--error-exitcode=99",
-                GPURUN,
+                &gpurun,
                 "--gpus",
                 "1",
                 "--",
@@ -83,16 +85,17 @@ fn under_qemu_user_the_command_runs_and_exec_errors_come_back() {
         return skip("gpurun under qemu-user", "qemu-x86_64-static is missing (tests/emulation/install.sh)");
     };
     let sim = Sim::new(&default_scenario());
-    sim.gpurun_command(qemu, &[GPURUN, "--gpus", "0", "--", "echo", "hi"]).run().status(0).stdout_has("hi");
-    sim.gpurun_command(qemu, &[GPURUN, "--gpus", "0", "--", "sh", "-c", "exit 3"]).run().status(3);
-    sim.gpurun_command(qemu, &[GPURUN, "--gpus", "0", "--", "/nonexistent/program"])
+    let gpurun = gpurun_binary();
+    sim.gpurun_command(qemu, &[&gpurun, "--gpus", "0", "--", "echo", "hi"]).run().status(0).stdout_has("hi");
+    sim.gpurun_command(qemu, &[&gpurun, "--gpus", "0", "--", "sh", "-c", "exit 3"]).run().status(3);
+    sim.gpurun_command(qemu, &[&gpurun, "--gpus", "0", "--", "/nonexistent/program"])
         .run()
         .status(127)
         .stderr_has("command not found");
     let cuda = sim_cuda();
     sim.gpurun_command(
         qemu,
-        &[GPURUN, "--gpus", "1", "--", cuda.to_str().unwrap(), "--mem", "1GiB", "--sleep", "1"],
+        &[&gpurun, "--gpus", "1", "--", cuda.to_str().unwrap(), "--mem", "1GiB", "--sleep", "1"],
     )
     .run()
     .status(0)
@@ -107,12 +110,13 @@ fn under_qemu_user_a_killed_gpurun_still_signals_the_command() {
         return skip("gpurun under qemu-user", "qemu-x86_64-static is missing (tests/emulation/install.sh)");
     };
     let sim = Sim::new(&default_scenario());
+    let gpurun = gpurun_binary();
     let marks = sim.dir.path().join("marks");
     let script = format!(
         "trap 'echo TERM >> {0}; exit 0' TERM; echo ready >> {0}; while :; do sleep 0.1; done",
         marks.display()
     );
-    let mut run = sim.gpurun_command(qemu, &[GPURUN, "--gpus", "0", "--", "sh", "-c", &script]).command;
+    let mut run = sim.gpurun_command(qemu, &[&gpurun, "--gpus", "0", "--", "sh", "-c", &script]).command;
     let mut gpurun = run.stdin(Stdio::null()).stderr(Stdio::null()).spawn().expect("start gpurun");
     let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
     assert!(

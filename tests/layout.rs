@@ -199,3 +199,27 @@ fn the_public_surface_is_small_and_functions_are_short() {
     assert!(public.len() <= 60, "{} bare pub items (at most 60): {public:?}", public.len());
     assert!(long.is_empty(), "functions too long:\n{}", long.join("\n"));
 }
+
+/// STYLE: no wall-clock assertion in the tests (time is the bench's): a test waits for the
+/// event, with a bound that only catches a hang (`common::HANG`).
+#[test]
+fn no_test_asserts_on_the_clock() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut files = Vec::new();
+    sources(&tests, &mut files);
+    let needle = ["elapsed()", " <"].concat();
+    let timed: Vec<String> = files
+        .iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let hits: Vec<String> = text
+                .lines()
+                .enumerate()
+                .filter(|(_, line)| line.contains(&needle))
+                .map(|(number, line)| format!("{}:{}: {}", file.display(), number + 1, line.trim()))
+                .collect();
+            hits
+        })
+        .collect();
+    assert!(timed.is_empty(), "wall-clock assertions in tests:\n{}", timed.join("\n"));
+}

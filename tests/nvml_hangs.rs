@@ -17,7 +17,8 @@ const LONG: Duration = Duration::from_secs(10);
 fn hanging_process_list() -> Sim {
     let mut text = default_scenario();
     text.push_str(
-        "\n[[hang]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 7\nafter = 1\nms = 60000\n",
+        // Ten minutes: anything that waited for the call would be hung.
+        "\n[[hang]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 7\nafter = 1\nms = 600000\n",
     );
     Sim::new(&text)
 }
@@ -31,13 +32,10 @@ fn with_hang(call: &str, extra: &str) -> Sim {
 #[test]
 fn a_hanging_process_list_does_not_delay_the_commands_end() {
     let sim = hanging_process_list();
-    let started = Instant::now();
-    let outcome = sim.gpurun().args(["--report", "--", "sh", "-c", "sleep 1; exit 7"]).run();
-    let took = started.elapsed();
+    let outcome = sim.gpurun().args(["--report", "--", "sh", "-c", "sleep 1; exit 7"]).run_unless_hung();
     outcome
         .status(7)
         .stderr_has("unverifiable: NVML did not answer: nvmlDeviceGetComputeRunningProcesses_v3 on GPU 7");
-    assert!(took < Duration::from_secs(2), "a 1 s command took {took:?}");
 }
 
 #[test]
@@ -76,14 +74,11 @@ fn signals_reach_the_command_while_a_call_hangs() {
     std::thread::sleep(Duration::from_millis(500));
     let recorded =
         |name: &str| std::fs::read_to_string(&log).unwrap_or_default().lines().filter(|l| *l == name).count();
+    // The call hangs for ten minutes: a signal that waited for it would not come in LONG.
     send_signal(gpurun.id(), libc::SIGUSR1);
-    let sent = Instant::now();
-    assert!(wait_until(LONG, || recorded("USR1") == 1));
-    assert!(sent.elapsed() < Duration::from_millis(200), "USR1 took {:?}", sent.elapsed());
+    assert!(wait_until(LONG, || recorded("USR1") == 1), "USR1 waited for the hung call");
     send_signal(gpurun.id(), libc::SIGTERM);
-    let sent = Instant::now();
-    let status = gpurun.wait().unwrap();
-    assert!(sent.elapsed() < Duration::from_millis(500), "gpurun took {:?} to end", sent.elapsed());
+    let status = common::wait_unless_hung(&mut gpurun);
     assert_eq!(status.signal(), Some(libc::SIGTERM));
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!((recorded("USR1"), recorded("TERM")), (1, 1));
@@ -92,13 +87,12 @@ fn signals_reach_the_command_while_a_call_hangs() {
 #[test]
 fn an_init_that_hangs_ends_in_one_line_or_no_gpu_with_fallback_cpu() {
     let sim = with_hang("nvmlInit", "");
-    let started = Instant::now();
-    let outcome = sim.gpurun().args(["--nvml-timeout", "2s", "--", "true"]).run();
+    // nvmlInit never returns: without the deadline gpurun would be hung.
+    let outcome = sim.gpurun().args(["--nvml-timeout", "2s", "--", "true"]).run_unless_hung();
     outcome
         .status(125)
         .stderr_has("gpurun: NVML did not answer within 2 s: nvmlInit_v2 (waiting for 2.0 s) did not return")
         .stderr_has("the driver may be hung (check `dmesg`");
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
     assert_eq!(outcome.stderr.lines().count(), 1, "{}", outcome.stderr);
 
     let fallback = sim
@@ -118,23 +112,20 @@ fn an_init_that_hangs_ends_in_one_line_or_no_gpu_with_fallback_cpu() {
     fallback.stderr_has("running with no GPU visible (--fallback cpu)");
 
     // The variable and the configuration key are the same setting.
-    let started = Instant::now();
-    sim.gpurun().args(["--list"]).env("GPURUN_NVML_TIMEOUT", "1s").run().status(125).stderr_has("within 1 s");
-    assert!(started.elapsed() < Duration::from_secs(3));
+    let listed = sim.gpurun().args(["--list"]).env("GPURUN_NVML_TIMEOUT", "1s").run_unless_hung();
+    listed.status(125).stderr_has("within 1 s");
 }
 
 #[test]
 fn every_mode_obeys_the_deadline_and_names_the_gpu() {
     let sim = with_hang("nvmlDeviceGetMemoryInfo", "gpu = 3");
     for mode in [&["--list"][..], &["--dry-run"], &["--export"]] {
-        let started = Instant::now();
         sim.gpurun()
             .args(mode)
             .args(["--nvml-timeout", "1s"])
-            .run()
+            .run_unless_hung()
             .status(125)
             .stderr_has("nvmlDeviceGetMemoryInfo_v2 on GPU 3");
-        assert!(started.elapsed() < Duration::from_secs(3), "{mode:?}: {:?}", started.elapsed());
     }
     let doctor = sim.gpurun().args(["--doctor", "--nvml-timeout", "1s"]).run();
     doctor.status(125).stdout_has("PROBLEM  NVML from").stdout_has("nvmlDeviceGetMemoryInfo_v2 on GPU 3");
@@ -191,14 +182,12 @@ fn a_real_fault_in_the_driver_still_kills_gpurun() {
 
 #[test]
 fn a_hanging_link_query_ends_a_multi_gpu_launch_in_one_line() {
-    let sim = with_hang("nvmlDeviceGetP2PStatus", "ms = 60000");
-    let started = Instant::now();
+    let sim = with_hang("nvmlDeviceGetP2PStatus", "ms = 600000");
     sim.gpurun()
         .args(["--nvml-timeout", "1s", "--gpus", "2", "--", "true"])
-        .run()
+        .run_unless_hung()
         .status(125)
         .stderr_has("nvmlDeviceGetP2PStatus");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     // A one-GPU launch asks for no link at all; --fallback cpu runs the command without a GPU.
     sim.gpurun().args(["--nvml-timeout", "1s", "--", "true"]).run().status(0);
     sim.gpurun()

@@ -127,7 +127,7 @@ fn wrong_gpu_with_a_hard_coded_device() {
 #[test]
 fn strict_ends_the_command_and_exits_125() {
     let sim = Sim::new(&default_scenario());
-    let started = std::time::Instant::now();
+    // The command sleeps a minute: left running, it would end with 0, not 125.
     let outcome = run(
         &sim,
         &["--verify", "strict"],
@@ -137,7 +137,6 @@ fn strict_ends_the_command_and_exits_125() {
         .status(125)
         .stderr_has("gpurun: error: wrong-gpu: PID")
         .stderr_has("ending the command (--verify strict)");
-    assert!(started.elapsed() < Duration::from_secs(30), "the command was not ended");
 
     // A command that ignores SIGTERM gets SIGKILL after the grace (--kill-after here).
     let stubborn = run(

@@ -330,3 +330,55 @@ pub fn eligible(listing: &serde_json::Value) -> Vec<u64> {
         })
         .unwrap_or_default()
 }
+
+/// How long a run may take before a test calls it hung: a bound that only catches hangs (a
+/// wait that should not be there lasts far longer: for ever, or a hang of a minute), never a
+/// measurement of speed, which is the bench's.
+pub const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Run {
+    /// Runs to its end like `run`, failing the test if it has not ended within `HANG`.
+    pub fn run_unless_hung(mut self) -> Outcome {
+        let mut child = self
+            .command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run gpurun");
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let out = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stdout, &mut text);
+            text
+        });
+        let err = std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stderr, &mut text);
+            text
+        });
+        let status = wait_unless_hung(&mut child);
+        Outcome {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&out.join().unwrap_or_default()).into_owned(),
+            stderr: String::from_utf8_lossy(&err.join().unwrap_or_default()).into_owned(),
+        }
+    }
+}
+
+/// Waits for `child` to end, failing the test (and killing it) if it has not within `HANG`.
+#[track_caller]
+pub fn wait_unless_hung(child: &mut Child) -> std::process::ExitStatus {
+    let mut status = None;
+    let ended = wait_until(HANG, || {
+        status = child.try_wait().expect("wait for the child");
+        status.is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("PID {} was still running after {HANG:?}: hung", child.id());
+    }
+    status.expect("ended")
+}
