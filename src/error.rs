@@ -6,7 +6,7 @@ use crate::cli::CliError;
 use crate::exit_code;
 use crate::probe::nvml::OpenError;
 use crate::process::spawn::LaunchError;
-use crate::reserve::acquire::AcquireError;
+use crate::reserve::acquire::{AcquireError, GroupFailure};
 use crate::reserve::lockdir::LockDirError;
 use crate::select::policy::DeviceError;
 
@@ -79,8 +79,8 @@ impl Error {
             }
             AcquireError::Impossible(why) => Error::Impossible(why),
             AcquireError::Interrupted(signal) => Error::Interrupted(signal),
-            AcquireError::Group { why, status: exit_code::NOT_ENOUGH_GPUS } => Error::NotEnoughGpus(why),
-            AcquireError::Group { why, .. } => Error::Impossible(why),
+            AcquireError::Group { why, failure: GroupFailure::Busy } => Error::NotEnoughGpus(why),
+            AcquireError::Group { why, failure: GroupFailure::Broken } => Error::Impossible(why),
         }
     }
 }

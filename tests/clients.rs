@@ -14,10 +14,11 @@ fn client(name: &str) -> PathBuf {
     path
 }
 
-/// The client's output on the default machine, with a sim-cuda process of ours on GPU 3.
-fn run(name: &str, args: &[&str]) -> (String, String) {
+/// The client's output on the default machine, with a sim-cuda process of ours on GPU 3, and
+/// that process's PID.
+fn run(name: &str, args: &[&str]) -> (String, String, u32) {
     let sim = Sim::new(&default_scenario());
-    let _held = sim.spawn_sim_cuda(
+    let held = sim.spawn_sim_cuda(
         &[("CUDA_VISIBLE_DEVICES", "3"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")],
         &["--mem", "3GiB", "--sleep", "60"],
     );
@@ -29,12 +30,12 @@ fn run(name: &str, args: &[&str]) -> (String, String) {
         .env("NO_COLOR", "1")
         .run();
     assert_eq!(outcome.code, Some(0), "{name} failed:\n{}\n{}", outcome.stdout, outcome.stderr);
-    (outcome.stdout.clone(), outcome.stderr.clone())
+    (outcome.stdout.clone(), outcome.stderr.clone(), held.child.id())
 }
 
 #[test]
 fn gpustat_shows_the_default_machine() {
-    let (stdout, stderr) = run("gpustat", &["--no-color", "-cpu"]);
+    let (stdout, stderr, pid) = run("gpustat", &["--no-color", "-cpu"]);
     assert!(!stderr.contains("Error"), "{stderr}");
     // One line per GPU: index, model, temperature, utilization, used / total MB.
     for line in [
@@ -46,12 +47,12 @@ fn gpustat_shows_the_default_machine() {
         assert!(stdout.contains(line), "{line:?} not in:\n{stdout}");
     }
     let gpu3 = stdout.lines().find(|line| line.starts_with("[3]")).unwrap();
-    assert!(gpu3.contains("3076 / 81920 MB") && gpu3.contains("sim-cuda"), "{gpu3}");
+    assert!(gpu3.contains("3076 / 81920 MB") && gpu3.contains(&format!("sim-cuda/{pid}")), "{gpu3}");
 }
 
 #[test]
 fn nvitop_shows_the_default_machine() {
-    let (stdout, stderr) = run("nvitop", &["-1"]);
+    let (stdout, stderr, pid) = run("nvitop", &["-1"]);
     assert!(stderr.trim().is_empty(), "nvitop complained:\n{stderr}");
     assert!(
         stdout.contains("Driver Version: 550.54.15") && stdout.contains("CUDA Driver Version: 12.4"),
@@ -64,6 +65,11 @@ fn nvitop_shows_the_default_machine() {
     }
     // The scenario's processes (PIDs this machine does not have) and ours, with its user.
     assert!(stdout.contains("4190003"), "{stdout}");
-    let ours = stdout.lines().find(|line| line.contains("sim-cuda")).unwrap_or_else(|| panic!("{stdout}"));
+    // Found by its PID: nvitop cuts the command column to fit (a long clone path shows as
+    // `.../ml-team/gpurun/targ..`), so the program's name is not always there.
+    let ours = stdout
+        .lines()
+        .find(|line| line.split(|c: char| !c.is_ascii_digit()).any(|word| word == pid.to_string()))
+        .unwrap_or_else(|| panic!("PID {pid} not in:\n{stdout}"));
     assert!(ours.contains("3072MiB") || ours.contains("3.00GiB"), "{ours}");
 }

@@ -20,7 +20,7 @@ use nix::sys::signal::SigSet;
 use nix::sys::socket::{socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 
 use crate::process::procfs;
-use crate::process::signals::send;
+use crate::process::signals::send_to;
 use crate::process::{reap, ChildEvent, Reaped};
 
 /// How long a hook may run.
@@ -160,9 +160,9 @@ impl Hook {
         if !self.done && now >= self.deadline {
             tracing::warn!("{} hook still running after {} s: killing it", self.name, LIMIT.as_secs());
             for pid in procfs::descendants(self.pid) {
-                send(pid, libc::SIGKILL);
+                send_to(pid, libc::SIGKILL);
             }
-            send(self.pid, libc::SIGKILL);
+            send_to(self.pid, libc::SIGKILL);
             self.deadline = now + LIMIT;
         }
     }

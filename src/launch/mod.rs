@@ -27,7 +27,7 @@ use crate::probe::nvml::Xid;
 use crate::probe::worker::NvmlThread;
 use crate::process::death::Watcher;
 use crate::process::procfs;
-use crate::process::signals::{default_action, send, DefaultAction, Receiver};
+use crate::process::signals::{default_action, send_to, DefaultAction, Receiver};
 use crate::process::spawn::{self, Launch, LaunchError};
 use crate::reserve::lease::HeldLease;
 use crate::verify::diagnosis::{self, Card};
@@ -100,7 +100,7 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
         }
         match default_action(signal) {
             DefaultAction::Terminate => {
-                send(child, signal);
+                send_to(child, signal);
             }
             DefaultAction::Stop => after_exec.push(signal),
             DefaultAction::Ignore => {}
@@ -196,7 +196,7 @@ fn start<'a>(
         }
     };
     for signal in stops {
-        send(child, signal);
+        send_to(child, signal);
     }
     let command_started = procfs::stat(child).map_or(0, |stat| stat.start_ticks);
     let leftovers = orphans::Leftovers { inherited, command_started, announced: Vec::new() };
@@ -303,7 +303,7 @@ fn supervise_to_the_end(
         leftovers.announced = procfs::descendants(hook.pid).into_iter().chain([hook.pid]).collect();
         if supervision.keep_orphans {
             for pid in &leftovers.announced {
-                send(*pid, libc::SIGTERM);
+                send_to(*pid, libc::SIGTERM);
             }
         }
     }

@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::process::signals::send;
+use crate::process::signals::send_to;
 use crate::process::{procfs, reap, Reaped};
 
 /// How long orphans get between SIGTERM and SIGKILL.
@@ -123,8 +123,8 @@ pub(crate) fn end_all(leftovers: &Leftovers) {
         );
     }
     for pid in &signalled {
-        send(*pid, libc::SIGTERM);
-        send(*pid, libc::SIGCONT);
+        send_to(*pid, libc::SIGTERM);
+        send_to(*pid, libc::SIGCONT);
     }
     let deadline = Instant::now() + GRACE;
     loop {
@@ -139,8 +139,8 @@ pub(crate) fn end_all(leftovers: &Leftovers) {
         // Processes that appear meanwhile (started by a leftover) get the same.
         for pid in live {
             if !signalled.contains(&pid) {
-                send(pid, libc::SIGTERM);
-                send(pid, libc::SIGCONT);
+                send_to(pid, libc::SIGTERM);
+                send_to(pid, libc::SIGCONT);
                 signalled.push(pid);
             }
         }
@@ -159,7 +159,7 @@ pub(crate) fn end_all(leftovers: &Leftovers) {
             return;
         }
         for pid in live {
-            send(pid, libc::SIGKILL);
+            send_to(pid, libc::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(10));
     }

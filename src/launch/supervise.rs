@@ -9,7 +9,7 @@ use crate::exit_code::End;
 use crate::launch::hooks::Hook;
 use crate::launch::signals::{self, Action};
 use crate::probe::worker::{Answer, Job, NvmlThread};
-use crate::process::signals::{send, stop_self, Receiver};
+use crate::process::signals::{send_to, stop_self, Receiver};
 use crate::process::{procfs, reap, ChildEvent, Reaped};
 use crate::verify::monitor::{Monitor, SLOW_CALL};
 
@@ -110,7 +110,7 @@ pub(crate) fn run(
                 "the command is still running {:?} after it was asked to stop: sending SIGKILL",
                 options.kill_after.unwrap_or(STRICT_GRACE)
             );
-            send(child, libc::SIGKILL);
+            send_to(child, libc::SIGKILL);
             if let Some(container) = options.container {
                 container.kill();
             }
@@ -145,7 +145,7 @@ pub(crate) fn run(
                         "forwarding {} to PID {child}",
                         crate::options::signal::name(signal.signal)
                     );
-                    send(child, signal.signal)
+                    send_to(child, signal.signal)
                 }
                 Action::Drop => signals::reached_anyway(sender, in_group),
             };
@@ -158,7 +158,7 @@ pub(crate) fn run(
                 if let Some(Answer::Polled { lists, xids }) = watch.nvml.try_answer() {
                     watch.monitor.absorb_xids(xids);
                     if let Some(detail) = watch.monitor.absorb(lists) {
-                        send(child, libc::SIGTERM);
+                        send_to(child, libc::SIGTERM);
                         kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
                         strict_failure = Some(detail);
                     }
@@ -179,7 +179,7 @@ fn follow_stop(child: u32) -> bool {
     }
     stop_self();
     if procfs::stat(child).is_some_and(|s| s.is_stopped()) {
-        send(child, libc::SIGCONT);
+        send_to(child, libc::SIGCONT);
     }
     true
 }

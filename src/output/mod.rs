@@ -3,3 +3,6 @@
 pub(crate) mod doctor;
 pub(crate) mod history;
 pub(crate) mod listing;
+
+#[cfg(test)]
+mod snapshots;

@@ -134,7 +134,7 @@ fn watch(fds: WatcherFds, command: u32, signal: i32, container: Option<&Containe
             // gpurun's unreaped child, which it is until gpurun (which then tells us to stop)
             // or its death.
             None => {
-                crate::process::signals::send(command, signal);
+                crate::process::signals::send_to(command, signal);
             }
         }
         if let Some(kill) = container {

@@ -185,10 +185,30 @@ impl Receiver {
     }
 }
 
-/// Sends any signal, real-time ones included (nix's `Signal` has only the standard ones).
-pub(crate) fn send(pid: u32, signal: i32) -> bool {
-    // SAFETY: kill(2) has no memory arguments.
-    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+/// A process to signal: one process, never a group. kill(2) reads 0 as "my process group" and
+/// a negative number as a group (-1: every process there is), so a PID that is 0 or does not
+/// fit in a positive pid_t (a wrapped u32) cannot be made into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pid(libc::pid_t);
+
+impl Pid {
+    /// The process `raw`, if it can be one (1 to pid_t's maximum).
+    pub(crate) fn of(raw: u32) -> Option<Pid> {
+        libc::pid_t::try_from(raw).ok().filter(|pid| *pid > 0).map(Pid)
+    }
+}
+
+/// Sends any signal, real-time ones included (nix's `Signal` has only the standard ones), to
+/// one process.
+pub(crate) fn send(pid: Pid, signal: i32) -> bool {
+    // SAFETY: kill(2) has no memory arguments; the PID is positive, so it names one process.
+    unsafe { libc::kill(pid.0, signal) == 0 }
+}
+
+/// `send` to a PID read as a number (a child's, one from /proc): nothing is sent to 0 or to a
+/// number that would name a process group.
+pub(crate) fn send_to(raw: u32, signal: i32) -> bool {
+    Pid::of(raw).is_some_and(|pid| send(pid, signal))
 }
 
 /// Stops gpurun itself, like a job-control stop; execution resumes on SIGCONT.
@@ -242,6 +262,17 @@ pub(crate) fn exec_with_mask(command: &mut std::process::Command, mask: SigSet) 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pid_is_one_process_never_a_group() {
+        assert_eq!(super::Pid::of(0), None, "kill(0) is the caller's process group");
+        assert_eq!(super::Pid::of(u32::MAX), None, "as a pid_t, -1: every process");
+        assert_eq!(super::Pid::of(1 << 31), None, "a negative pid_t: a process group");
+        assert_eq!(super::Pid::of(1), Some(super::Pid(1)));
+        assert_eq!(super::Pid::of(i32::MAX as u32), Some(super::Pid(i32::MAX)));
+        assert!(!super::send_to(0, 0), "nothing is sent to 0");
+        assert!(super::send_to(std::process::id(), 0), "signal 0 to ourselves is a liveness check");
+    }
+
     use super::*;
 
     #[test]

@@ -14,7 +14,7 @@ use crate::probe::gpu::{label, Machine};
 use crate::probe::worker::NvmlThread;
 use crate::process::signals::Receiver;
 use crate::rank::launcher::Rank;
-use crate::reserve::acquire::{self, AcquireError, Acquisition, GroupShare};
+use crate::reserve::acquire::{self, AcquireError, Acquisition, GroupFailure, GroupShare};
 use crate::reserve::group::{self, Found, Member, Membership, State};
 use crate::reserve::lease;
 use crate::reserve::lockdir::{DirLock, LockDir};
@@ -112,7 +112,7 @@ pub(crate) fn acquire(
                         "{}: rank {} of the group (gpurun PID {}) could not choose: {why}",
                         per_rank.rank, record.chooser_rank, record.chooser_pid
                     ),
-                    status: *status,
+                    failure: GroupFailure::of_status(*status),
                 })
             }
             State::Choosing => {
@@ -158,7 +158,7 @@ fn while_choosing(per_rank: &PerRank, record: &group::Record, waited: Waited) ->
                 record.chooser_rank,
                 record.chooser_pid
             ),
-            status: exit_code::NOT_ENOUGH_GPUS,
+            failure: GroupFailure::Busy,
         });
     }
     // The set normally comes within milliseconds: said only when it does not.
@@ -200,7 +200,7 @@ fn take_part(
                 "{}: the group was chosen for {} ranks of {} GPU(s) each by rank {} (gpurun PID {}), but this rank asks for {} of {}: every rank must be started alike",
                 per_rank.rank, record.local_size, record.per_rank, record.chooser_rank, record.chooser_pid, per_rank.rank.local_size, per_rank.gpus_per_rank
             ),
-            status: exit_code::GPURUN_ERROR,
+            failure: GroupFailure::Broken,
         });
     }
     let expected = (per_rank.rank.local_size * per_rank.gpus_per_rank) as usize;
@@ -223,7 +223,7 @@ fn take_part(
                 per_rank.rank,
                 gpus.len()
             ),
-            status: exit_code::GPURUN_ERROR,
+            failure: GroupFailure::Broken,
         });
     }
     let visibility = visibility::resolve(&probed, inherited);
@@ -237,7 +237,7 @@ fn take_part(
                         "{}: the group's {} ({}) is not visible to this rank (its CUDA_VISIBLE_DEVICES or the launcher's allocation): give every rank the same GPUs (srun --gpus=N, not --gpus-per-task)",
                         per_rank.rank, label(gpu.index), gpu.uuid
                     ),
-                    status: exit_code::GPURUN_ERROR,
+                    failure: GroupFailure::Broken,
                 })
             }
         }
@@ -253,7 +253,7 @@ fn take_part(
                 "{}: its GPU in the group, {}, is reserved by gpurun PID {} of {} ({}): another rank has the same {}, or this rank came after the group's --rank-timeout, when its GPU was no longer held for it",
                 per_rank.rank, label(gpu.index), lease.pid, lease.user, lease.command, per_rank.rank.rank_variable
             ),
-            status: exit_code::NOT_ENOUGH_GPUS,
+            failure: GroupFailure::Busy,
         });
     }
     let reserve: Vec<(String, u64, u32)> =

@@ -141,10 +141,28 @@ pub(crate) enum AcquireError {
     Impossible(String),
     #[error("interrupted by signal {0}")]
     Interrupted(i32),
-    /// `--per-rank`: the group could not be joined (its chooser failed, the set never came):
-    /// the message and gpurun's exit status.
+    /// `--per-rank`: the group could not be joined (its chooser failed, the set never came).
     #[error("{why}")]
-    Group { why: String, status: u8 },
+    Group { why: String, failure: GroupFailure },
+}
+
+/// Why a rank could not take its part of its group's set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupFailure {
+    /// Not now: the GPUs were not to be had, or the set did not come in time (a retry may do).
+    Busy,
+    /// Not as started: the ranks disagree, or the record cannot be used here.
+    Broken,
+}
+
+impl GroupFailure {
+    /// A chooser's failure as its record keeps it (the exit status it ended with).
+    pub(crate) fn of_status(status: u8) -> GroupFailure {
+        match status {
+            crate::exit_code::NOT_ENOUGH_GPUS => GroupFailure::Busy,
+            _ => GroupFailure::Broken,
+        }
+    }
 }
 
 impl From<Failure> for AcquireError {
