@@ -22,7 +22,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps container-deps emulation-deps shells man lint install install-files clean bench
+.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -69,13 +69,25 @@ container-deps:
 emulation-deps:
 	@tests/emulation/install.sh
 
+# rpm for tests/dist.rs (rpm -qlp on the .rpm make dist builds), installed when missing (as root).
+dist-deps:
+	@tests/dist/install.sh
+
+# The release artefacts in dist/: a tarball whose binary needs glibc 2.17 at most (cargo-zigbuild
+# with zig from PyPI), a .deb (cargo-deb) and an .rpm (cargo-generate-rpm), and SHA256SUMS. The
+# tools are installed into .venv-dist and target/dist-tools on first use. DIST_TARGET=
+# aarch64-unknown-linux-gnu.2.17 where that Rust standard library is installed.
+DIST_TARGET ?= x86_64-unknown-linux-gnu.2.17
+dist:
+	@CARGO=$(CARGO) PYTHON=$(PYTHON) packaging/dist.sh $(DIST_TARGET)
+
 # Every test: unit, integration through the real binary and the simulator, the simulator
 # checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
 # zsh and fish, to check the completion scripts with the shells themselves (as root, when missing).
 shells:
 	@tests/completions/install-shells.sh
 
-test: venv sim slurm-deps mpi-deps container-deps emulation-deps shells
+test: venv sim slurm-deps mpi-deps container-deps emulation-deps dist-deps shells dist
 	@CARGO=$(CARGO) tests/run-all.sh
 
 $(BENCH_VENV)/.installed:
@@ -125,4 +137,4 @@ install-files:
 
 clean:
 	$(CARGO) clean
-	rm -rf $(VENV) $(BENCH_VENV)
+	rm -rf $(VENV) $(BENCH_VENV) .venv-dist dist

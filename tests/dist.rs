@@ -1,0 +1,174 @@
+//! `make dist` (DESIGN 15): the tarball, the .deb and the .rpm that `make test` builds into
+//! dist/ before the suite runs. Their files, their checksums, a binary that needs no glibc newer
+//! than 2.17, and the unpacked binary run on the simulator.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{default_scenario, sim_cuda, skip, Sim};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn dist() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist");
+    if dir.join("SHA256SUMS").exists() {
+        Some(dir)
+    } else {
+        skip("make dist's artefacts", "dist/ is empty: make dist (make test runs it) builds them");
+        None
+    }
+}
+
+fn output(program: &str, args: &[&str], dir: &Path) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool} >/dev/null")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Every file a release holds, at its place in a prefix (the tarball's and install.sh's).
+const PREFIX_FILES: &[&str] = &[
+    "bin/gpurun",
+    "share/man/man1/gpurun.1",
+    "share/bash-completion/completions/gpurun",
+    "share/zsh/site-functions/_gpurun",
+    "share/fish/vendor_completions.d/gpurun.fish",
+    "share/doc/gpurun/config.toml",
+    "share/doc/gpurun/README.md",
+    "share/doc/gpurun/guide.md",
+];
+
+/// ...and at its FHS place in the packages.
+const PACKAGE_FILES: &[&str] = &[
+    "/usr/bin/gpurun",
+    "/usr/share/man/man1/gpurun.1",
+    "/usr/share/bash-completion/completions/gpurun",
+    "/usr/share/zsh/vendor-completions/_gpurun",
+    "/usr/share/fish/vendor_completions.d/gpurun.fish",
+    "/usr/lib/tmpfiles.d/gpurun.conf",
+    "/etc/gpurun/config.toml",
+];
+
+#[test]
+fn the_artefacts_are_there_with_checksums_that_verify() {
+    let Some(dist) = dist() else { return };
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+    for name in [
+        format!("gpurun-{VERSION}-x86_64-linux-gnu.tar.gz"),
+        format!("gpurun_{VERSION}_amd64.deb"),
+        format!("gpurun-{VERSION}-1.x86_64.rpm"),
+    ] {
+        assert!(
+            sums.lines().any(|line| line.ends_with(&format!("  {name}"))),
+            "{name} not in SHA256SUMS:\n{sums}"
+        );
+    }
+    output("sha256sum", &["-c", "SHA256SUMS"], &dist);
+}
+
+#[test]
+fn the_tarball_holds_the_release_and_its_binary_needs_at_most_glibc_2_17() {
+    let Some(dist) = dist() else { return };
+    let unpacked = tempfile::tempdir().unwrap();
+    let tarball = dist.join(format!("gpurun-{VERSION}-x86_64-linux-gnu.tar.gz"));
+    output("tar", &["-xzf", tarball.to_str().unwrap(), "-C", unpacked.path().to_str().unwrap()], &dist);
+    let root = unpacked.path().join(format!("gpurun-{VERSION}"));
+    for file in PREFIX_FILES.iter().chain(&[
+        "lib/tmpfiles.d/gpurun.conf",
+        "install.sh",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+    ]) {
+        assert!(root.join(file).is_file(), "{file} is not in the tarball");
+    }
+    // The newest glibc symbol version the binary asks for.
+    let symbols = output("objdump", &["-T", root.join("bin/gpurun").to_str().unwrap()], &dist);
+    let newest = symbols
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|word| word.strip_prefix("GLIBC_"))
+        .filter_map(|version| {
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+            Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
+        })
+        .max();
+    assert!(newest.is_some_and(|v| v <= (2, 17)), "the binary needs GLIBC_{newest:?}, above 2.17");
+
+    // It runs on the simulator: the listing, and a launch verified on its GPU.
+    let sim = Sim::new(&default_scenario());
+    let binary = root.join("bin/gpurun");
+    let listed = sim.gpurun_command(binary.to_str().unwrap(), &["--list"]).run();
+    listed.status(0).stdout_has("NVIDIA driver 550.54.15, CUDA 12.4, 8 GPUs");
+    let cuda = sim_cuda();
+    let launched = sim
+        .gpurun_command(
+            binary.to_str().unwrap(),
+            &["--gpus", "1", "--", cuda.to_str().unwrap(), "--mem", "1GiB", "--sleep", "1"],
+        )
+        .run();
+    launched.status(0).stderr_has("verified: PID");
+
+    // install.sh lays it out under a user's prefix by make install's rules (no tmpfiles entry).
+    let prefix = unpacked.path().join("prefix");
+    let said = Command::new(root.join("install.sh")).env("PREFIX", &prefix).output().unwrap();
+    assert!(said.status.success(), "{}", String::from_utf8_lossy(&said.stderr));
+    assert!(String::from_utf8_lossy(&said.stdout).contains("tmpfiles entry not installed"));
+    for file in PREFIX_FILES {
+        assert!(prefix.join(file).is_file(), "install.sh did not install {file}");
+    }
+    assert!(!prefix.join("lib/tmpfiles.d").exists());
+}
+
+#[test]
+fn the_deb_holds_the_files_at_their_places_and_config_toml_as_a_conffile() {
+    let Some(dist) = dist() else { return };
+    let deb = format!("gpurun_{VERSION}_amd64.deb");
+    let listing = output("dpkg-deb", &["-c", &deb], &dist);
+    for file in PACKAGE_FILES {
+        // Debian's policy: man pages are compressed.
+        let shipped =
+            |line: &str| line.ends_with(&format!(".{file}")) || line.ends_with(&format!(".{file}.gz"));
+        assert!(listing.lines().any(shipped), "{file} not in {deb}:\n{listing}");
+    }
+    let control = output("dpkg-deb", &["-f", &deb], &dist);
+    assert!(control.contains(&format!("Version: {VERSION}\n")), "{control}");
+    let depends =
+        control.lines().filter(|line| line.starts_with("Depends:") || line.starts_with("Recommends:"));
+    for line in depends {
+        assert!(!line.to_lowercase().contains("nvidia"), "no dependency on a driver package: {line}");
+    }
+    let unpacked = tempfile::tempdir().unwrap();
+    output("dpkg-deb", &["-e", &deb, unpacked.path().to_str().unwrap()], &dist);
+    let conffiles = std::fs::read_to_string(unpacked.path().join("conffiles")).unwrap_or_default();
+    assert!(conffiles.lines().any(|line| line == "/etc/gpurun/config.toml"), "conffiles: {conffiles:?}");
+}
+
+#[test]
+fn the_rpm_holds_the_files_at_their_places_and_config_toml_as_a_config_file() {
+    let Some(dist) = dist() else { return };
+    if !have("rpm") {
+        return skip("the .rpm's contents", "rpm is not installed (tests/dist/install.sh installs it)");
+    }
+    let rpm = format!("gpurun-{VERSION}-1.x86_64.rpm");
+    let listing = output("rpm", &["-qlp", &rpm], &dist);
+    for file in PACKAGE_FILES {
+        assert!(listing.lines().any(|line| line == *file), "{file} not in {rpm}:\n{listing}");
+    }
+    let config = output("rpm", &["-qcp", &rpm], &dist);
+    assert!(config.lines().any(|line| line == "/etc/gpurun/config.toml"), "config files: {config}");
+    let requires = output("rpm", &["-qRp", &rpm], &dist);
+    assert!(!requires.to_lowercase().contains("nvidia"), "no dependency on a driver package:\n{requires}");
+    // RHEL/CentOS 7's rpm 4.11 reads gzip and xz payloads, not zstd.
+    assert!(!requires.contains("PayloadIsZstd"), "a zstd payload CentOS 7 cannot read:\n{requires}");
+}
