@@ -24,6 +24,7 @@ use std::ffi::OsString;
 use crate::cli::config::{Config, Goal, Mode};
 use crate::error::Error;
 use crate::exit_code::Exit;
+use crate::launch::container::CidUse;
 use crate::launch::env;
 use crate::launch::plan::{Plan, PlanInput};
 use crate::options::size::Threshold;
@@ -115,8 +116,9 @@ fn plan_input<'a>(config: &'a Config, goal: &'a Goal) -> PlanInput<'a> {
         per_rank: config.per_rank.as_ref(),
         container: config.container.as_ref().map(|run| (run, config.container_use)),
         command: match goal {
-            Goal::Run { command } => Some((command.as_slice(), true)),
-            Goal::DryRun { command, .. } => Some((command.as_slice(), false)),
+            Goal::Run { command } if config.supervision.exec => Some((command.as_slice(), CidUse::Left)),
+            Goal::Run { command } => Some((command.as_slice(), CidUse::Made)),
+            Goal::DryRun { command, .. } => Some((command.as_slice(), CidUse::Shown)),
             Goal::List { .. } | Goal::Export => None,
         },
     }

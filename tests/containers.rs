@@ -377,6 +377,13 @@ fn exit_status_and_signals_pass_through_the_client() {
     let sim = Sim::new(&scenario(3));
     let Some(podman) = Podman::start(&sim, 3) else { return };
     podman.gpurun(&sim, &["-q"], &[], &["sh", "-c", "exit 7"]).run().status(7);
+    // --exec: gpurun becomes the client and reads no ID, so it adds no --cidfile, and no private
+    // directory is left in the temporary directory (issue 36: one per run was).
+    let tmp = sim.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    podman.gpurun(&sim, &["-q", "--exec"], &[], &["sh", "-c", "exit 6"]).env("TMPDIR", &tmp).run().status(6);
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "--exec left {left:?} in TMPDIR");
     // SIGTERM to gpurun reaches the client, which passes it into the container (--sig-proxy).
     let command = podman
         .gpurun(&sim, &["-q"], &[], &["sh", "-c", "trap 'exit 42' TERM; echo ready; sleep 100 & wait"])
@@ -505,6 +512,19 @@ fn if_gpurun_dies_the_container_gets_the_parent_death_signal_by_its_id() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut rest).unwrap();
     assert!(rest.trim().is_empty(), "stdout got {rest:?}");
+    // With the client's proxy on, the container may be gone before the watcher's kill: the
+    // client's complaint about that ("can only kill running containers") is no news to the
+    // terminal the job ran on (issue 36).
+    std::fs::remove_file(&marker).unwrap();
+    let said = sim.dir.path().join("stderr");
+    let command = podman.gpurun(&sim, &["-q"], &[], &["sh", "-c", &script]).command;
+    let mut child = start_until_ready(command, Stdio::from(std::fs::File::create(&said).unwrap()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(wait_until(Duration::from_secs(20), || marker.exists()), "the container never got SIGTERM");
+    assert!(wait_until(Duration::from_secs(20), || podman.containers().is_empty()));
+    let stderr = std::fs::read_to_string(&said).unwrap();
+    assert!(!stderr.contains("kill"), "the watcher's kill spoke on the job's terminal: {stderr}");
 }
 
 #[test]
@@ -568,4 +588,45 @@ fn a_cidfile_that_never_gets_an_id_is_unverifiable_and_holds_nothing() {
         "{report}"
     );
     assert_eq!(report["container"]["id"], Value::Null, "{report}");
+}
+
+/// Issue 36 (1-3, 11): the run is read with podman's and docker's own option tables. Only
+/// shown or refused (--dry-run): no container runs.
+#[test]
+fn runs_are_read_with_the_clients_own_option_tables() {
+    let sim = Sim::new(&scenario(8));
+    let dry = |words: &[&str]| sim.gpurun().args(["--dry-run", "--gpus", "1", "--"]).args(words).run();
+    // A switch the old scanner took for an option with a value, and an option with a value it
+    // took for a switch: either way the next word became the image and --device went unseen.
+    for words in [
+        &["podman", "run", "--rm", "--unsetenv-all", "--device", "nvidia.com/gpu=all", "img", "cmd"][..],
+        &["podman", "run", "--env-merge", "X=y", "--device", "nvidia.com/gpu=all", "img", "cmd"],
+        // A global option with a value: the run after it is still a run.
+        &["podman", "--namespace", "ns", "run", "--device", "nvidia.com/gpu=all", "img"],
+    ] {
+        dry(words).status(125).stderr_has("gpurun: --device nvidia.com/gpu=all: gpurun gives the container");
+    }
+    dry(&["podman", "create", "img"])
+        .status(125)
+        .stderr_has("gpurun: podman create: the container would run later");
+    dry(&["docker", "container", "create", "img"]).status(125).stderr_has("gpurun: docker create:");
+    dry(&["podman", "run", "--frobnicate", "img"])
+        .status(125)
+        .stderr_has("gpurun: --frobnicate: not a podman run option gpurun knows");
+    dry(&["docker", "--frobnicate", "run", "img"])
+        .status(125)
+        .stderr_has("gpurun: --frobnicate: not a docker global option gpurun knows");
+    // Understood: the choice goes in right after `run`, before the user's options.
+    let shown = dry(&["podman", "--namespace", "ns", "run", "--env-merge", "X=y", "img", "cmd"]);
+    shown.status(0).stdout_has(&format!("podman --namespace ns run --device nvidia.com/gpu={}", uuid(8, 0)));
+    // Other ways of handing the container GPUs are said.
+    let env_file = sim.dir.path().join("env");
+    std::fs::write(&env_file, "A=1\nCUDA_VISIBLE_DEVICES=3\n").unwrap();
+    let env_file = env_file.display().to_string();
+    let warned = dry(&["podman", "run", "--privileged", "-v", "/dev:/dev", "--env-file", &env_file, "img"]);
+    warned
+        .status(0)
+        .stderr_has("--privileged: the container sees every device of the host")
+        .stderr_has("--volume /dev:/dev: the container sees the host's GPU device nodes")
+        .stderr_has(&format!("--env-file {env_file} sets CUDA_VISIBLE_DEVICES"));
 }

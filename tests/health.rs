@@ -241,3 +241,26 @@ fn a_gpu_whose_handle_is_lost_is_unhealthy() {
     assert!(reasons[0].starts_with("lost: the GPU has fallen off the bus"), "{reasons:?}");
     assert_eq!(health(&listing, 0).0, "ok");
 }
+
+/// Issue 36 (10): a health query that fails (UNKNOWN, not NOT_SUPPORTED) is no clean bill: the
+/// GPU with uncorrectable errors NVML could not report was chosen first and shown `ok`.
+#[test]
+fn a_health_that_cannot_be_read_is_unknown_and_comes_last() {
+    // GPU 0: 3 uncorrectable errors behind a failing ECC call, and the most free memory.
+    let mut scenario = a100(0, 79, "ecc_volatile_uncorrected = 3");
+    scenario += &a100(1, 60, "");
+    scenario += &a100(2, 70, "remapped_rows = { pending = true }");
+    scenario += "[[error]]\ncall = \"nvmlDeviceGetTotalEccErrors\"\ngpu = 0\nerror = \"UNKNOWN\"\n\n";
+    let sim = Sim::new(&scenario);
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    let (state, reasons) = health(&listing, 0);
+    assert_eq!(state, "unknown", "{reasons:?}");
+    assert!(reasons[0].starts_with("cannot read ECC errors (nvmlDeviceGetTotalEccErrors: "), "{reasons:?}");
+    sim.gpurun().args(["--list"]).run().status(0).stdout_has("     health: unknown: cannot read ECC errors");
+    // After every healthy GPU, and after the degraded one too.
+    assert_eq!(visible(&sim, &["--gpus", "1"]), "1");
+    assert_eq!(visible(&sim, &["--gpus", "2"]), "1,2");
+    // --health strict refuses it, with the reason.
+    let strict = sim.gpurun().args(["--health", "strict", "--gpus", "2", "--", "true"]).run();
+    strict.status(75).stderr_has("GPU 0: unknown: cannot read ECC errors");
+}

@@ -591,3 +591,26 @@ fn a_record_another_user_holds_locked_holds_no_rank_and_no_launch() {
     sim.gpurun().args(["--", "true"]).run().status(0);
     drop(holder);
 }
+
+/// Issue 36 (9): the group's size comes from the launcher's variables, and a product that
+/// wraps around in 32 bits once ran "on no GPU" with exit 0. Messages say the ranks, not a
+/// `--gpus` nobody typed.
+#[test]
+fn a_group_size_from_the_environment_is_checked_and_said_in_ranks() {
+    let sim = Sim::new(&common::default_scenario());
+    for (size, gpus) in [(2_147_483_648_u64, "2"), (4_294_967_295, "1"), (65_537, "1")] {
+        rank(&sim, 0, 1, "job-o")
+            .env("LOCAL_WORLD_SIZE", size.to_string())
+            .args(["--per-rank", "--gpus", gpus, "--", "true"])
+            .run()
+            .status(125)
+            .stderr_has(&format!(
+                "LOCAL_WORLD_SIZE={size} ranks x --gpus {gpus} is more GPUs than any node has"
+            ));
+    }
+    rank(&sim, 0, 5, "job-p")
+        .args(["--per-rank", "--gpus", "2", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("gpurun: 5 ranks x 2 GPUs = 10: this machine has 8 GPUs");
+}

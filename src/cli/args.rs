@@ -73,7 +73,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("pack", "free memory, least first among the GPUs that qualify: keeps big cards whole"),
             ("index, random", "lowest index first; any qualifying GPU"),
             ("busy", "a GPU at 50% utilization or more (or whose utilization NVML cannot give) is busy: it comes after every GPU that is not, whatever the policy, and one model or a better link never brings a busy GPU into a set while a qualifying GPU that is not busy is left out (a colleague's job costs a data-parallel job far more than a PCIe hop, and slows the colleague); a lightly used NVLink pair still beats an idle PCIe pair; --max-util 49 leaves busy GPUs out altogether"),
-            ("health", "each GPU is ok, degraded or unhealthy, from NVML: unhealthy (volatile uncorrectable ECC errors, a failed row remapping, a lost GPU) is never chosen; degraded (row remapping or retired pages pending, HW slowdown, HW thermal slowdown or power brake, a PCIe link narrower than its maximum) only after every healthy GPU, with a warning; --health strict refuses degraded GPUs too, --health ignore takes any GPU and warns for each sick one; --fallback best never relaxes health; a refusal that only sick GPUs could have met says so; GPUs the driver excluded are listed; --doctor says what to do for each"),
+            ("health", "each GPU is ok, degraded, unknown (a health query failed otherwise than NOT_SUPPORTED: taken after every healthy and degraded GPU, refused by --health strict) or unhealthy, from NVML: unhealthy (volatile uncorrectable ECC errors, a failed row remapping, a lost GPU) is never chosen; degraded (row remapping or retired pages pending, HW slowdown, HW thermal slowdown or power brake, a PCIe link narrower than its maximum) only after every healthy GPU, with a warning; --health strict refuses degraded GPUs too, --health ignore takes any GPU and warns for each sick one; --fallback best never relaxes health; a refusal that only sick GPUs could have met says so; GPUs the driver excluded are listed; --doctor says what to do for each"),
             ("Xid", "while the command runs, gpurun asks NVML for critical Xid errors on the chosen GPUs at each verification poll (and once more at the end): each is logged when seen (Xid 79 on GPU 3: the GPU has fallen off the bus; the hardware or driver, not the application), goes into the report, its JSON (diagnosis kind xid, with the code) and the history, and a command that then fails is said to have failed after it"),
             ("passed over", "--dry-run says, for each GPU that qualified and was not chosen, why: busy: 60% utilization, 2 processes of bob; the pair 0-4 is one model; an NVLink pair 6-7 links better; ranked after 0 and 4 by most-free (-v on a launch logs the same)"),
             ("ties", "break by index: the same probe always gives the same choice (except random)"),
@@ -265,7 +265,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
                  nvidia-smi topo -m shows: NVML's memory affinity, else the PCI device's numa_node in sysfs), \
                  gpu_numa_id (the node that is the GPU's own memory on coherent platforms such as Grace Hopper; \
                  null on PCIe hosts), cpus (its local CPUs, as 0-15,32-47: NVML's CPU affinity, else the \
-                 node's), health ({state: ok|degraded|unhealthy, reasons: [..]}; a MIG device: its GPU's), \
+                 node's), health ({state: ok|degraded|unknown|unhealthy, reasons: [..]}; a MIG device: its GPU's), \
                  processes, eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
                  qualified was not chosen, else null)",
             ),
@@ -396,8 +396,9 @@ pub(crate) struct Cli {
     pub(crate) topology: Option<TopologyUse>,
 
     /// How GPU health counts: `normal` (unhealthy GPUs are never chosen, degraded ones only
-    /// after every healthy one, with a warning), `strict` (degraded ones are not chosen
-    /// either), `ignore` (any GPU, with a warning for each sick one chosen).
+    /// after every healthy one, unknown ones after those, with a warning), `strict` (degraded
+    /// and unknown ones are not chosen either), `ignore` (any GPU, with a warning for each sick
+    /// one chosen). Unknown: a health query failed otherwise than NOT_SUPPORTED.
     ///
     /// Unhealthy: volatile uncorrectable ECC errors, a failed row remapping, a lost GPU.
     /// Degraded: row remapping or retired pages pending, hardware slowdown (HW slowdown, HW
@@ -476,15 +477,18 @@ pub(crate) struct Cli {
     )]
     pub(crate) cpu_bind: Option<CpuBind>,
 
-    /// A container run (podman or docker run/create, docker container run) gets the chosen GPUs
+    /// A container run (podman or docker run, podman/docker container run) gets the chosen GPUs
     /// as the runtime's own options, added right after the subcommand: `auto` (CDI devices
     /// --device nvidia.com/gpu=UUID for podman, and for docker whose daemon has CDI on; docker's
     /// --gpus "device=UUID,..." otherwise), `cdi`, `gpus` (docker), or `off` (the command is
     /// left alone). Also -e CUDA_DEVICE_ORDER=PCI_BUS_ID, the framework variables (unless the
     /// user's -e sets them), -e GPURUN_GPUS, GPURUN_GPU_UUIDS, and a --cidfile; never a host-index
     /// CUDA_VISIBLE_DEVICES (inside, the GPUs are numbered from 0). The user's own --gpus,
-    /// --device nvidia.com/gpu=..., -e CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES, and
-    /// -d/--detach, are refused (125).
+    /// --device nvidia.com/gpu=..., -e CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES,
+    /// -d/--detach and create (the container would run after the reservation) are refused
+    /// (125), and so is an option not in the client's own --help (podman 4.3/5, docker 24-28):
+    /// gpurun never guesses where the image is. --privileged, a /dev mount and an --env-file
+    /// naming CUDA_VISIBLE_DEVICES are warned about.
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = ContainerUse::Auto, help_heading = "Command environment")]
     pub(crate) container: ContainerUse,
 

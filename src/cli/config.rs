@@ -175,6 +175,7 @@ impl Config {
             seed: RandomState::new().hash_one(std::process::id()),
             min_free_floor: limits.default_min_free,
             min_free_auto: false,
+            count_words: per_rank.as_ref().map(PerRank::count_words),
         };
         Ok(Config {
             mode,
@@ -403,6 +404,10 @@ fn mode(
     })
 }
 
+/// The most GPUs a `--per-rank` group may ask for: far above any node (NVLink domains of 72
+/// GPUs span several), far below where a product of two u32 counts could wrap.
+const MAX_GROUP_GPUS: u32 = 1 << 16;
+
 /// The default `--rank-timeout`.
 const RANK_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -449,6 +454,15 @@ fn per_rank(
     let parent = crate::process::procfs::stat(parent).map(|stat| (parent, stat.start_ticks));
     let rank = launcher::detect(|name| std::env::var(name).ok(), cli.group.as_deref(), parent)
         .map_err(ConfigError::PerRank)?;
+    // The group's size comes from the environment: a product that does not fit is no request.
+    // (No node has more than a few dozen GPUs; a count NVML's u32 indices could not name is a
+    // launcher's variable gone wrong.)
+    if rank.local_size.checked_mul(count.min).is_none_or(|total| total > MAX_GROUP_GPUS) {
+        return Err(ConfigError::PerRank(format!(
+            "--per-rank: {}={} ranks x --gpus {} is more GPUs than any node has (at most {MAX_GROUP_GPUS}): is {} right?",
+            rank.size_variable, rank.local_size, count.min, rank.size_variable
+        )));
+    }
     Ok(Some(PerRank {
         rank,
         gpus_per_rank: count.min,

@@ -12,6 +12,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+use crate::launch::container_options::{self as tables, ClientOption};
 use crate::options::ContainerUse;
 
 /// The container client.
@@ -26,6 +27,20 @@ impl Client {
         match self {
             Client::Podman => "podman",
             Client::Docker => "docker",
+        }
+    }
+
+    fn global_options(self) -> &'static [ClientOption] {
+        match self {
+            Client::Podman => tables::PODMAN_GLOBAL,
+            Client::Docker => tables::DOCKER_GLOBAL,
+        }
+    }
+
+    fn run_options(self) -> &'static [ClientOption] {
+        match self {
+            Client::Podman => tables::PODMAN_RUN,
+            Client::Docker => tables::DOCKER_RUN,
         }
     }
 }
@@ -55,79 +70,10 @@ pub(crate) struct ContainerRun {
     user_cidfile: Option<PathBuf>,
     /// `--sig-proxy=false`: signals reach the client, not the container.
     pub(crate) sig_proxy_off: bool,
+    /// Other ways the run hands the container GPUs (`--privileged`, `/dev` mounted, an
+    /// `--env-file` naming devices): said at launch.
+    pub(crate) warnings: Vec<String>,
 }
-
-/// podman's and docker's global options that take a value (the rest are switches).
-const GLOBAL_VALUES: &[&str] = &[
-    // podman
-    "--cgroup-manager",
-    "--conmon",
-    "--connection",
-    "--events-backend",
-    "--hooks-dir",
-    "--identity",
-    "--imagestore",
-    "--log-level",
-    "--module",
-    "--network-cmd-path",
-    "--network-config-dir",
-    "--out",
-    "--root",
-    "--runroot",
-    "--runtime",
-    "--runtime-flag",
-    "--ssh",
-    "--storage-driver",
-    "--storage-opt",
-    "--tmpdir",
-    "--url",
-    "--volumepath",
-    // docker
-    "--config",
-    "--context",
-    "--host",
-    "--tlscacert",
-    "--tlscert",
-    "--tlskey",
-    "-c",
-    "-H",
-    "-l",
-];
-
-/// `run`/`create` options of podman and docker that are switches (they take no separate
-/// value; `--rm=false` and the like attach one). Every other option takes a value, so that the
-/// image (the first word that is no option or option's value) is found, and the command's own
-/// arguments after it are never read as the run's options.
-const RUN_SWITCHES: &[&str] = &[
-    "--detach",
-    "--interactive",
-    "--tty",
-    "--rm",
-    "--rmi",
-    "--privileged",
-    "--init",
-    "--read-only",
-    "--read-only-tmpfs",
-    "--publish-all",
-    "--no-healthcheck",
-    "--no-hosts",
-    "--oom-kill-disable",
-    "--replace",
-    "--env-host",
-    "--env-merge",
-    "--http-proxy",
-    "--sig-proxy",
-    "--quiet",
-    "--help",
-    "--disable-content-trust",
-    "--passwd",
-    "--rootfs",
-    "--tls-verify",
-    "--use-api-socket",
-];
-
-/// Short switches that may be clustered (`-it`, `-dit`).
-const SHORT_SWITCHES: &[char] = &['d', 'i', 't', 'P', 'q'];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ContainerError {
@@ -143,46 +89,104 @@ pub(crate) enum ContainerError {
     Detached { option: String },
     #[error("{client} {subcommand}: no image named (the command ends before one)")]
     NoImage { client: &'static str, subcommand: String },
-}
-
-fn long_name(word: &str) -> &str {
-    word.split_once('=').map_or(word, |(name, _)| name)
+    #[error(
+        "{client} create: the container would run later (at {client} start), after gpurun and its reservation \
+         are gone; run it attached with {client} run (gpurun waits for it), or use --container off"
+    )]
+    Create { client: &'static str },
+    #[error(
+        "{option}: not a {client} {place} option gpurun knows (its tables are {client}'s own --help), so it \
+         cannot tell the image from the option's value; refusing rather than guess (--container off leaves the \
+         command alone)"
+    )]
+    Unknown { client: &'static str, place: &'static str, option: String },
 }
 
 /// Finds a container run in `command`. `None`: not one (another program, another
 /// subcommand, or `--container off`).
-/// The run option at `words[at]`: its name, its value (attached or the next word) and how
-/// many words it takes. A cluster of short switches may end in one that takes a value.
-fn option_at(words: &[&str], at: usize) -> Result<(String, Option<String>, usize), ContainerError> {
+/// The option at `words[at]` among `table` (`place`: "global" or "run", for the message): its
+/// long name (`--env`, also for `-e`), its value (attached or the next word) and how many words
+/// it takes. A cluster of short switches may end in one that takes a value (`-it`, `-eNAME`,
+/// `-de NAME`); a cluster of switches alone is named as written. A detached run (`-d` in a
+/// cluster) is refused here, where the cluster is read.
+fn option_at(
+    client: Client,
+    table: &[ClientOption],
+    place: &'static str,
+    words: &[&str],
+    at: usize,
+) -> Result<(String, Option<String>, usize), ContainerError> {
     let word = words[at];
-    Ok(if let Some(long) = word.strip_prefix("--") {
-        let name = long_name(word);
-        match long.split_once('=') {
-            Some((_, value)) => (name.to_owned(), Some(value.to_owned()), 1),
-            None if RUN_SWITCHES.contains(&name) => (name.to_owned(), None, 1),
-            None => (name.to_owned(), words.get(at + 1).map(|v| (*v).to_owned()), 2),
-        }
-    } else {
-        // A cluster of short switches, possibly ending in one that takes a value (-it,
-        // -e NAME, -eNAME, -de NAME).
-        let letters: Vec<char> = word[1..].chars().collect();
-        let mut found = None;
-        for (position, letter) in letters.iter().enumerate() {
-            if SHORT_SWITCHES.contains(letter) {
-                if *letter == 'd' {
-                    return Err(ContainerError::Detached { option: word.to_owned() });
-                }
-                continue;
+    let unknown =
+        |option: &str| ContainerError::Unknown { client: client.name(), place, option: option.to_owned() };
+    if let Some(long) = word.strip_prefix("--") {
+        let (name, attached) = match long.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (long, None),
+        };
+        let option = tables::by_long(table, name).ok_or_else(|| unknown(word))?;
+        let name = format!("--{name}");
+        return Ok(match (attached, option.value) {
+            (Some(value), _) => (name, Some(value), 1),
+            (None, false) => (name, None, 1),
+            (None, true) => (name, words.get(at + 1).map(|v| (*v).to_owned()), 2),
+        });
+    }
+    let letters: Vec<char> = word[1..].chars().collect();
+    for (position, letter) in letters.iter().enumerate() {
+        let option =
+            tables::by_short(table, *letter).ok_or_else(|| unknown(&format!("-{letter} (in {word})")))?;
+        if !option.value {
+            if option.long == "detach" && place == "run" {
+                return Err(ContainerError::Detached { option: word.to_owned() });
             }
-            let rest: String = letters[position + 1..].iter().collect();
-            found = Some(match rest.is_empty() {
-                true => (format!("-{letter}"), words.get(at + 1).map(|v| (*v).to_owned()), 2),
-                false => (format!("-{letter}"), Some(rest.trim_start_matches('=').to_owned()), 1),
-            });
-            break;
+            continue;
         }
-        found.unwrap_or_else(|| (word.to_owned(), None, 1))
-    })
+        let rest: String = letters[position + 1..].iter().collect();
+        let name = format!("--{}", option.long);
+        return Ok(match rest.is_empty() {
+            true => (name, words.get(at + 1).map(|v| (*v).to_owned()), 2),
+            false => (name, Some(rest.trim_start_matches('=').to_owned()), 1),
+        });
+    }
+    Ok((word.to_owned(), None, 1))
+}
+
+/// What a run option hands the container besides gpurun's devices, as a warning.
+fn other_way_in(name: &str, value: Option<&str>) -> Option<String> {
+    let value_text = value.unwrap_or_default();
+    let source = |spec: &str| spec.split(':').next().unwrap_or_default().to_owned();
+    let device_tree = |path: &str| path == "/dev" || path == "/dev/" || path.starts_with("/dev/nvidia");
+    match name {
+        "--privileged" if value != Some("false") => {
+            Some("--privileged: the container sees every device of the host, every GPU included".to_owned())
+        }
+        "--volume" if device_tree(&source(value_text)) => {
+            Some(format!("--volume {value_text}: the container sees the host's GPU device nodes"))
+        }
+        "--mount"
+            if value_text.split(',').any(|part| {
+                part.split_once('=')
+                    .is_some_and(|(key, path)| matches!(key, "src" | "source") && device_tree(path))
+            }) =>
+        {
+            Some(format!("--mount {value_text}: the container sees the host's GPU device nodes"))
+        }
+        "--env-file" => {
+            // Read only to warn: a regular file of at most 1 MiB, without blocking on a FIFO.
+            let text = std::fs::metadata(value_text)
+                .ok()
+                .filter(|meta| meta.is_file() && meta.len() <= 1 << 20)
+                .and_then(|_| std::fs::read_to_string(value_text).ok())?;
+            let named = ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"].into_iter().find(|variable| {
+                text.lines().any(|line| line.trim_start().split(['=', ' ']).next() == Some(*variable))
+            })?;
+            Some(format!(
+                "--env-file {value_text} sets {named}: the container may use other GPUs than gpurun's"
+            ))
+        }
+        _ => None,
+    }
 }
 
 pub(crate) fn recognise(
@@ -204,26 +208,26 @@ pub(crate) fn recognise(
     let words: Vec<&str> = command.iter().map(|w| w.to_str().unwrap_or("\u{fffd}")).collect();
     // The client's global options, then the subcommand.
     let mut at = 1;
-    while at < words.len() && words[at].starts_with('-') {
-        let word = words[at];
-        at += if !word.contains('=') && GLOBAL_VALUES.contains(&word) { 2 } else { 1 };
+    while at < words.len() && words[at].starts_with('-') && words[at] != "-" && words[at] != "--" {
+        let (_, _, width) = option_at(client, client.global_options(), "global", &words, at)?;
+        at += width;
     }
     let globals: Vec<OsString> = command[1..at.min(command.len())].to_vec();
     let subcommand = match (words.get(at), words.get(at + 1)) {
-        (Some(&"run" | &"create"), _) => {
-            at += 1;
-            words[at - 1]
-        }
-        (Some(&"container"), Some(&"run" | &"create")) => {
-            at += 2;
-            words[at - 1]
+        (Some(&"run"), _) => 1,
+        (Some(&"container"), Some(&"run")) => 2,
+        (Some(&"create"), _) | (Some(&"container"), Some(&"create")) => {
+            return Err(ContainerError::Create { client: client.name() })
         }
         _ => return Ok(None),
     };
+    at += subcommand;
+    let subcommand = words[at - 1];
     let insert_at = at;
     let mut user_env = Vec::new();
     let mut user_cidfile = None;
     let mut sig_proxy_off = false;
+    let mut warnings = Vec::new();
     let mut image = None;
     while at < words.len() {
         let word = words[at];
@@ -235,7 +239,7 @@ pub(crate) fn recognise(
             image = Some(word.to_owned());
             break;
         }
-        let (name, value, width) = option_at(&words, at)?;
+        let (name, value, width) = option_at(client, client.run_options(), "run", &words, at)?;
         let value_text = value.clone().unwrap_or_default();
         match name.as_str() {
             "--detach" if value.as_deref() != Some("false") => {
@@ -245,23 +249,33 @@ pub(crate) fn recognise(
             "--device" if is_gpu_device(&value_text) => {
                 return Err(ContainerError::Conflict { option: format!("--device {value_text}") })
             }
-            "-e" | "--env" => {
+            "--env" => {
                 let variable = value_text.split_once('=').map_or(value_text.as_str(), |(n, _)| n).to_owned();
                 if variable == "CUDA_VISIBLE_DEVICES" || variable == "NVIDIA_VISIBLE_DEVICES" {
-                    return Err(ContainerError::Conflict { option: format!("{name} {value_text}") });
+                    let written = if word.starts_with("--") { "--env" } else { "-e" };
+                    return Err(ContainerError::Conflict { option: format!("{written} {value_text}") });
                 }
                 user_env.push(variable);
             }
             "--cidfile" => user_cidfile = Some(PathBuf::from(&value_text)),
             "--sig-proxy" => sig_proxy_off = value.as_deref() == Some("false"),
-            _ => {}
+            _ => warnings.extend(other_way_in(&name, value.as_deref())),
         }
         at += width;
     }
     let Some(image) = image else {
         return Err(ContainerError::NoImage { client: client.name(), subcommand: subcommand.to_owned() });
     };
-    Ok(Some(ContainerRun { client, insert_at, globals, image, user_env, user_cidfile, sig_proxy_off }))
+    Ok(Some(ContainerRun {
+        client,
+        insert_at,
+        globals,
+        image,
+        user_env,
+        user_cidfile,
+        sig_proxy_off,
+        warnings,
+    }))
 }
 
 /// A device option that gives GPUs: a CDI GPU (`nvidia.com/gpu=...`, any vendor's `.../gpu=`)
@@ -307,7 +321,7 @@ impl ContainerRun {
         command: &[OsString],
         chosen: &Chosen,
         injection: Injection,
-        cidfile: &Path,
+        cidfile: Option<&Path>,
     ) -> Vec<OsString> {
         let mut added: Vec<OsString> = Vec::new();
         let mut push = |words: &[&str]| added.extend(words.iter().map(OsString::from));
@@ -337,7 +351,7 @@ impl ContainerRun {
                 push(&["-e", &format!("{name}={value}")]);
             }
         }
-        if self.user_cidfile.is_none() {
+        if let (None, Some(cidfile)) = (&self.user_cidfile, cidfile) {
             added.push("--cidfile".into());
             added.push(cidfile.as_os_str().to_owned());
         }
@@ -402,19 +416,29 @@ pub(crate) struct Prepared {
     own_dir: Option<PathBuf>,
 }
 
+/// What becomes of the `--cidfile` gpurun adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CidUse {
+    /// A dry run: named in the command shown, nothing made.
+    Shown,
+    /// A supervised launch: its private directory is made (and removed at the end).
+    Made,
+    /// `--exec`: gpurun is replaced by the client and reads no ID, so none is added (a
+    /// directory made for it would be left behind on every run).
+    Left,
+}
+
 impl Prepared {
-    /// `create`: make the private directory (a launch, without the user's own --cidfile); a dry
-    /// run only names it.
     pub(crate) fn new(
         run: &ContainerRun,
         command: &[OsString],
         chosen: &Chosen,
         mode: ContainerUse,
-        create: bool,
+        cid: CidUse,
     ) -> std::io::Result<Prepared> {
         let name = format!("gpurun-{}-{:08x}", std::process::id(), crate::process::random_bits(0));
         let own_dir = std::env::temp_dir().join(name);
-        let create = create && run.user_cidfile.is_none();
+        let create = cid == CidUse::Made && run.user_cidfile.is_none();
         if create {
             // Never an existing directory: one made by someone else could be read or swapped.
             nix::unistd::mkdir(&own_dir, nix::sys::stat::Mode::from_bits_truncate(0o700))?;
@@ -422,7 +446,8 @@ impl Prepared {
         let cidfile = run.cidfile(&own_dir.join("cid"));
         let docker_cdi = run.client == Client::Docker
             && std::fs::read_to_string("/etc/docker/daemon.json").is_ok_and(|text| docker_has_cdi(&text));
-        let command = run.rewrite(command, chosen, run.injection(mode, docker_cdi), &cidfile);
+        let added_cidfile = (cid != CidUse::Left).then_some(cidfile.as_path());
+        let command = run.rewrite(command, chosen, run.injection(mode, docker_cdi), added_cidfile);
         Ok(Prepared { run: run.clone(), command, cidfile, own_dir: create.then_some(own_dir) })
     }
 
@@ -503,12 +528,45 @@ mod tests {
             "podman run img",
             "podman --runtime runc --root /r run --rm img python x.py",
             "/usr/bin/docker --context prod container run -it img",
-            "docker -H unix:///s create img",
+            "docker -H unix:///s run img",
             "docker --debug run img",
+            "podman --namespace ns run --rm img",
+            "podman container run img",
+            "podman run --env-merge X=y img cmd",
+            "podman run --rm --unsetenv-all img cmd",
+            "docker -D -l debug run -it img",
         ] {
             let run = found(text);
             assert!(run.image == "img", "{text}: {run:?}");
         }
+        // create runs the container after the reservation; an option no table has is not guessed.
+        for (text, refused) in [
+            ("docker -H unix:///s create img", ContainerError::Create { client: "docker" }),
+            ("podman container create img", ContainerError::Create { client: "podman" }),
+            (
+                "podman run --frobnicate img",
+                ContainerError::Unknown { client: "podman", place: "run", option: "--frobnicate".to_owned() },
+            ),
+            (
+                "podman --frobnicate x run img",
+                ContainerError::Unknown {
+                    client: "podman",
+                    place: "global",
+                    option: "--frobnicate".to_owned(),
+                },
+            ),
+            (
+                "docker run -itZ img",
+                ContainerError::Unknown { client: "docker", place: "run", option: "-Z (in -itZ)".to_owned() },
+            ),
+            ("podman run -dit img", ContainerError::Detached { option: "-dit".to_owned() }),
+        ] {
+            assert_eq!(recognise(&words(text), ContainerUse::Auto), Err(refused), "{text}");
+        }
+        // What else hands the container GPUs is warned about.
+        let privileged =
+            found("podman run --privileged -v /dev:/dev --mount type=bind,src=/dev/nvidia0,dst=/d img");
+        assert_eq!(privileged.warnings.len(), 3, "{:?}", privileged.warnings);
         for text in ["podman ps", "docker image ls", "python run img", "docker", "podman --root /r"] {
             assert_eq!(recognise(&words(text), ContainerUse::Auto).unwrap(), None, "{text}");
         }
@@ -525,7 +583,7 @@ mod tests {
             &words("podman --runtime runc run --rm -v /d:/d img python train.py -d"),
             &chosen,
             Injection::Cdi,
-            Path::new("/t/cid"),
+            Some(Path::new("/t/cid")),
         );
         assert_eq!(
             shown(&rewritten),
@@ -542,7 +600,7 @@ mod tests {
             indices: "0",
             framework_env: true,
         };
-        let rewritten = run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Path::new("/c"));
+        let rewritten = run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Some(Path::new("/c")));
         let text = shown(&rewritten);
         assert!(
             !text.contains("TF_FORCE") && !text.contains("XLA_") && !text.contains("CUDA_VISIBLE"),
@@ -561,10 +619,12 @@ mod tests {
         assert_eq!(found("podman run img").injection(ContainerUse::Gpus, false), Injection::Cdi);
         let two = ["GPU-a".to_owned(), "GPU-b".to_owned()];
         let chosen = Chosen { uuids: &two, indices: "0,1", framework_env: false };
-        let rewritten = run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Path::new("/c"));
+        let rewritten =
+            run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Some(Path::new("/c")));
         assert_eq!(rewritten[2..4], [OsString::from("--gpus"), OsString::from("\"device=GPU-a,GPU-b\"")]);
         let chosen = Chosen { uuids: &two[..1], indices: "0", framework_env: false };
-        let rewritten = run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Path::new("/c"));
+        let rewritten =
+            run.rewrite(&words("docker run --rm img"), &chosen, Injection::Gpus, Some(Path::new("/c")));
         assert_eq!(rewritten[2..4], [OsString::from("--gpus"), OsString::from("device=GPU-a")]);
         assert!(docker_has_cdi(r#"{"features": {"cdi": true}}"#));
         assert!(!docker_has_cdi(r#"{"runtimes": {}}"#) && !docker_has_cdi("not json"));
@@ -625,7 +685,8 @@ mod tests {
         assert!(run.sig_proxy_off);
         assert_eq!(run.cidfile(Path::new("/ours")), PathBuf::from("/mine"));
         let chosen = Chosen { uuids: &["GPU-a".to_owned()], indices: "0", framework_env: false };
-        let rewritten = run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Path::new("/ours"));
+        let rewritten =
+            run.rewrite(&words("podman run img"), &chosen, Injection::Cdi, Some(Path::new("/ours")));
         assert!(!shown(&rewritten).contains("--cidfile"), "{}", shown(&rewritten));
     }
 }

@@ -4,6 +4,7 @@
 
 pub(crate) mod affinity;
 pub(crate) mod container;
+pub(crate) mod container_options;
 pub(crate) mod env;
 pub(crate) mod hooks;
 pub(crate) mod orphans;

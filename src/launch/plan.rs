@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 
 use crate::launch::affinity;
-use crate::launch::container::{self, ContainerRun, Prepared};
+use crate::launch::container::{self, CidUse, ContainerRun, Prepared};
 use crate::launch::env;
 use crate::options::{ContainerUse, CpuBind, VisibleAs};
 use crate::probe::gpu::Machine;
@@ -22,8 +22,9 @@ pub(crate) struct PlanInput<'a> {
     pub(crate) per_rank: Option<&'a PerRank>,
     /// The container run the command is, and `--container`.
     pub(crate) container: Option<(&'a ContainerRun, ContainerUse)>,
-    /// The command shown (a dry run) or launched (`true`); none for a listing or an export.
-    pub(crate) command: Option<(&'a [OsString], bool)>,
+    /// The command shown (a dry run) or launched (with or without `--exec`), and so what
+    /// becomes of a container's ID file; none for a listing or an export.
+    pub(crate) command: Option<(&'a [OsString], CidUse)>,
 }
 
 /// Where the command runs.
@@ -31,7 +32,7 @@ pub(crate) enum Target {
     /// On this host, as gpurun's child, with the GPUs in its environment.
     Host,
     /// In a container its client starts: the GPUs go in as the runtime's options.
-    Container(Prepared),
+    Container(Box<Prepared>),
 }
 
 /// One rank of a `--per-rank` group: who it is, and whose each of the group's GPUs is.
@@ -72,15 +73,9 @@ impl Plan {
             gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, &own, input.cpu_bind_asked);
         }
         let target = match (input.container, input.command) {
-            (Some((run, mode)), Some((command, launching))) if !gpus.selection.is_empty() => {
-                Target::Container(in_container(
-                    run,
-                    mode,
-                    command,
-                    input.framework_env,
-                    &mut gpus,
-                    launching,
-                )?)
+            (Some((run, mode)), Some((command, cid))) if !gpus.selection.is_empty() => {
+                let prepared = in_container(run, mode, command, input.framework_env, &mut gpus, cid)?;
+                Target::Container(Box::new(prepared))
             }
             _ => Target::Host,
         };
@@ -111,12 +106,16 @@ fn in_container(
     command: &[OsString],
     framework_env: bool,
     gpus: &mut env::Plan,
-    launching: bool,
+    cid: CidUse,
 ) -> std::io::Result<Prepared> {
     let uuids: Vec<String> = gpus.selection.devices.iter().filter_map(|d| d.uuid.clone()).collect();
     let indices = gpus.variable("GPURUN_GPUS").unwrap_or_default().to_owned();
     let chosen = container::Chosen { uuids: &uuids, indices: &indices, framework_env };
-    let prepared = Prepared::new(run, command, &chosen, mode, launching)?;
+    // Said for a dry run too: it shows what the launch would do.
+    for warning in &run.warnings {
+        tracing::warn!("{warning}");
+    }
+    let prepared = Prepared::new(run, command, &chosen, mode, cid)?;
     gpus.variables.retain(|(name, _)| name != "CUDA_VISIBLE_DEVICES" && name != "GPU_DEVICE_ORDINAL");
     Ok(prepared)
 }

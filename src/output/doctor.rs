@@ -147,6 +147,13 @@ fn health_findings(out: &mut Out, gpu: &crate::probe::gpu::Gpu) {
              narrow PCIe link: reseat the card or the riser.",
             gpu.health.describe()
         )),
+        HealthState::Unknown => out.problem(format!(
+            "GPU {index}'s health is {}. gpurun takes it only after every healthy and degraded GPU \
+             (--health strict: never), since what NVML could not read may be an uncorrectable error. Ask \
+             nvidia-smi -q -i {index} -d ECC,ROW_REMAPPER,PERFORMANCE; an error that persists often means a \
+             driver that needs a reload, or a GPU on its way off the bus (dmesg: Xid).",
+            gpu.health.describe()
+        )),
         HealthState::Unhealthy => out.problem(format!(
             "GPU {index} is {}. gpurun does not choose it (--health ignore overrides). Drain it, then reset \
              it (nvidia-smi -r -i {index}, with no process on it) or reboot; if uncorrectable errors come \

@@ -1,6 +1,7 @@
-//! A GPU's health (DESIGN 3): what the probe found, classified into `ok`, `degraded` or
-//! `unhealthy` with the reasons in words. Pure: the NVML queries are in `probe::nvml`. A query
-//! that failed or is not supported is unknown and adds nothing: a board without ECC is not sick.
+//! A GPU's health (DESIGN 3): what the probe found, classified into `ok`, `degraded`, `unknown`
+//! or `unhealthy` with the reasons in words. Pure: the NVML queries are in `probe::nvml`. A
+//! query that is not supported adds nothing (a board without ECC is not sick); one that failed
+//! otherwise makes the health unknown, never `ok`: the errors it could not read may be there.
 
 use serde::Serialize;
 
@@ -13,6 +14,9 @@ pub(crate) enum HealthState {
     /// Takes work, but after every healthy GPU: remap pending, retired pages pending,
     /// hardware slowdown, a narrow PCIe link.
     Degraded,
+    /// A health query failed (not as NOT_SUPPORTED): taken after every healthy and degraded
+    /// GPU, refused by `--health strict`.
+    Unknown,
     /// Never chosen (unless `--health ignore`): volatile uncorrectable ECC errors, a failed row
     /// remapping, a lost GPU.
     Unhealthy,
@@ -34,6 +38,7 @@ impl Health {
         let state = match self.state {
             HealthState::Ok => "ok",
             HealthState::Degraded => "degraded",
+            HealthState::Unknown => "unknown",
             HealthState::Unhealthy => "unhealthy",
         };
         match self.reasons.is_empty() {
@@ -62,6 +67,8 @@ pub(crate) struct Findings {
     pub(crate) pcie_width: Option<(u32, u32)>,
     /// A query answered GPU_IS_LOST.
     pub(crate) lost: bool,
+    /// Health queries that failed otherwise than NOT_SUPPORTED, in words.
+    pub(crate) unreadable: Vec<String>,
 }
 
 pub(crate) fn classify(found: &Findings) -> Health {
@@ -103,11 +110,17 @@ pub(crate) fn classify(found: &Findings) -> Health {
     if let Some((current, most)) = found.pcie_width.filter(|(current, most)| current < most) {
         degraded.push(format!("PCIe link x{current} of x{most} (reseat the card or check the riser)"));
     }
-    match (unhealthy.is_empty(), degraded.is_empty()) {
-        (true, true) => Health::default(),
-        (true, false) => Health { state: HealthState::Degraded, reasons: degraded },
-        (false, _) => {
+    let unknown: Vec<String> = found.unreadable.iter().map(|what| format!("cannot read {what}")).collect();
+    match (unhealthy.is_empty(), degraded.is_empty(), unknown.is_empty()) {
+        (true, true, true) => Health::default(),
+        (true, false, true) => Health { state: HealthState::Degraded, reasons: degraded },
+        (true, _, false) => {
+            let reasons = unknown.into_iter().chain(degraded).collect();
+            Health { state: HealthState::Unknown, reasons }
+        }
+        (false, _, _) => {
             unhealthy.extend(degraded);
+            unhealthy.extend(unknown);
             Health { state: HealthState::Unhealthy, reasons: unhealthy }
         }
     }
@@ -148,5 +161,16 @@ mod tests {
         let narrow = classify(&Findings { pcie_width: Some((8, 16)), ..Findings::default() });
         assert_eq!(narrow.describe(), "degraded: PCIe link x8 of x16 (reseat the card or check the riser)");
         assert_eq!(classify(&Findings { lost: true, ..Findings::default() }).state, HealthState::Unhealthy);
+        // A failed health query is unknown, never ok; a known fault still says unhealthy.
+        let unread = vec!["ECC errors (nvmlDeviceGetTotalEccErrors: Unknown Error)".to_owned()];
+        let unknown = classify(&Findings { unreadable: unread.clone(), ..Findings::default() });
+        assert_eq!(
+            unknown.describe(),
+            "unknown: cannot read ECC errors (nvmlDeviceGetTotalEccErrors: Unknown Error)"
+        );
+        let sick =
+            classify(&Findings { unreadable: unread, remap_failure: Some(true), ..Findings::default() });
+        assert_eq!(sick.state, HealthState::Unhealthy);
+        assert!(HealthState::Ok < HealthState::Degraded && HealthState::Degraded < HealthState::Unknown);
     }
 }

@@ -169,6 +169,9 @@ struct Queries<'a> {
     first_error: Option<String>,
     /// A query answered GPU_IS_LOST.
     lost: bool,
+    /// Every query that failed with another error than NOT_SUPPORTED: what it asked, and the
+    /// error (the health calls' make the health unknown).
+    failed: Vec<String>,
 }
 
 impl Queries<'_> {
@@ -185,6 +188,7 @@ impl Queries<'_> {
             Err(error) => {
                 tracing::debug!("GPU {}: {what}: {error}", self.gpu);
                 self.lost |= matches!(error, NvmlError::GpuLost);
+                self.failed.push(format!("{what} ({call}: {})", describe(&error)));
                 if essential {
                     self.first_error.get_or_insert_with(|| format!("{what}: {}", describe(&error)));
                 }
@@ -205,6 +209,7 @@ fn health_findings(
     if queries.lost {
         return Findings { lost: true, ..Findings::default() };
     }
+    let failed_before = queries.failed.len();
     let ecc_on = queries
         .ask("ECC mode", "nvmlDeviceGetEccMode", false, || device.is_ecc_enabled())
         .is_some_and(|mode| mode.currently_enabled);
@@ -255,6 +260,7 @@ fn health_findings(
         clock_events,
         pcie_width: current.zip(most),
         lost: queries.lost,
+        unreadable: queries.failed[failed_before..].to_vec(),
     }
 }
 
@@ -427,7 +433,8 @@ impl Session {
                     continue;
                 }
             };
-            let mut queries = Queries { calls: &calls, gpu: index, first_error: None, lost: false };
+            let mut queries =
+                Queries { calls: &calls, gpu: index, first_error: None, lost: false, failed: Vec::new() };
             let uuid = queries.ask("uuid", "nvmlDeviceGetUUID", true, || mig.uuid());
             let name = queries.ask("name", "nvmlDeviceGetName", false, || mig.name());
             let memory =
@@ -473,7 +480,8 @@ impl Session {
 
     fn probe_gpu(&mut self, index: u32) -> Gpu {
         let calls = self.calls.clone();
-        let mut queries = Queries { calls: &calls, gpu: index, first_error: None, lost: false };
+        let mut queries =
+            Queries { calls: &calls, gpu: index, first_error: None, lost: false, failed: Vec::new() };
         let handle =
             calls.run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index));
         let handle_refused = matches!(handle, Err(NvmlError::NoPermission));

@@ -99,12 +99,15 @@ fn exec_kill(kill: &ContainerKill) {
         *slot = word.as_ptr();
     }
     argv[kill.argv.len()] = id.as_ptr().cast();
-    // stdout belongs to the command: the client's kill prints the ID there.
-    // SAFETY: a NUL-terminated path; dup2 onto 1 and closing our copy touch no memory.
+    // stdout belongs to the command: the client's kill prints the ID there. Its stderr too goes
+    // away: with the client's signal proxy on, the container has often ended already, and
+    // "can only kill running containers" on the job's terminal after gpurun's death is no news.
+    // SAFETY: a NUL-terminated path; dup2 onto 1 and 2 and closing our copy touch no memory.
     unsafe {
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if null >= 0 {
             libc::dup2(null, 1);
+            libc::dup2(null, 2);
             libc::close(null);
         }
     }

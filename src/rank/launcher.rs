@@ -18,6 +18,8 @@ pub(crate) struct Rank {
     pub(crate) launcher: &'static str,
     /// The variable that gave the rank, for messages (`LOCAL_RANK`).
     pub(crate) rank_variable: &'static str,
+    /// The one that gave the node's rank count (`LOCAL_WORLD_SIZE`).
+    pub(crate) size_variable: &'static str,
 }
 
 impl fmt::Display for Rank {
@@ -92,7 +94,14 @@ pub(crate) fn detect(
             )
         })?,
     };
-    Ok(Rank { local_rank, local_size, job, launcher: launcher.name, rank_variable: launcher.rank })
+    Ok(Rank {
+        local_rank,
+        local_size,
+        job,
+        launcher: launcher.name,
+        rank_variable: launcher.rank,
+        size_variable: launcher.size,
+    })
 }
 
 /// What names a launch of each launcher on this node.

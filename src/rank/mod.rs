@@ -42,8 +42,16 @@ pub(crate) struct PerRank {
 
 impl PerRank {
     /// The whole group's count, which the chooser asks the policy for.
+    /// (Checked when `--per-rank` is read: see `group_size`.)
     pub(crate) fn group_count(&self) -> Count {
-        Count::exactly(self.rank.local_size * self.gpus_per_rank)
+        Count::exactly(self.rank.local_size.saturating_mul(self.gpus_per_rank))
+    }
+
+    /// The group's size in words, for messages: `4 ranks x 2 GPUs = 8`.
+    pub(crate) fn count_words(&self) -> String {
+        let (ranks, each) = (self.rank.local_size, self.gpus_per_rank);
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        format!("{ranks} rank{} x {each} GPU{} = {}", plural(ranks), plural(each), self.group_count().min)
     }
 
     /// This rank's positions in the set.
@@ -203,7 +211,7 @@ fn take_part(
             failure: GroupFailure::Broken,
         });
     }
-    let expected = (per_rank.rank.local_size * per_rank.gpus_per_rank) as usize;
+    let expected = per_rank.group_count().min as usize;
     if gpus.is_empty() {
         // The chooser runs with no GPU (--fallback cpu): so does every rank.
         drop(guard);
@@ -332,6 +340,7 @@ mod tests {
                 job: "group:t".to_owned(),
                 launcher: "torchrun",
                 rank_variable: "LOCAL_RANK",
+                size_variable: "LOCAL_WORLD_SIZE",
             },
             gpus_per_rank: n,
             timeout: Duration::from_secs(60),

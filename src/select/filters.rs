@@ -51,6 +51,9 @@ pub(crate) struct Request {
     /// `min_free` was sized by `--min-free auto` from recorded peaks: it is lowered to what the
     /// largest card of the request could ever have free rather than refusing for good.
     pub(crate) min_free_auto: bool,
+    /// How the count was asked for when it is not the user's `--gpus N` (`--per-rank`:
+    /// "4 ranks x 2 GPUs = 8"), so that messages never name a `--gpus` nobody typed.
+    pub(crate) count_words: Option<String>,
 }
 
 impl Request {
@@ -58,6 +61,11 @@ impl Request {
     /// use one MIG device).
     pub(crate) fn wants_several(&self) -> bool {
         self.count.max.is_none_or(|most| most > 1)
+    }
+
+    /// The count as the user asked for it: `--gpus 2`, or `4 ranks x 2 GPUs = 8`.
+    pub(crate) fn count_text(&self) -> String {
+        self.count_words.clone().unwrap_or_else(|| format!("--gpus {}", self.count))
     }
 }
 
@@ -82,6 +90,7 @@ impl Default for Request {
             health: HealthUse::Normal,
             min_free_floor: None,
             min_free_auto: false,
+            count_words: None,
         }
     }
 }
@@ -386,8 +395,8 @@ pub(crate) fn assess(
     }
     let health = match (request.health, gpu.health.state) {
         (HealthUse::Ignore, _) | (_, HealthState::Ok) => Vec::new(),
-        (HealthUse::Normal, HealthState::Degraded) => Vec::new(),
-        (HealthUse::Strict, HealthState::Degraded) => {
+        (HealthUse::Normal, HealthState::Degraded | HealthState::Unknown) => Vec::new(),
+        (HealthUse::Strict, HealthState::Degraded | HealthState::Unknown) => {
             vec![format!("{} (--health strict)", gpu.health.describe())]
         }
         (_, HealthState::Unhealthy) => vec![gpu.health.describe()],
@@ -412,10 +421,10 @@ fn only(count: usize) -> String {
 /// which fewer GPUs than requested are left.
 pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
     let request = fixed.request;
-    let (count, wanted) = (request.count, request.count.min as usize);
+    let (count, asked, wanted) = (request.count, request.count_text(), request.count.min as usize);
     let physical = gpus.iter().filter(|gpu| gpu.mig.is_none()).count();
     if physical < wanted && (request.wants_several() || request.mig == MigUse::Never) {
-        return Some(format!("--gpus {count}: this machine has {}", gpus_word(physical)));
+        return Some(format!("{asked}: this machine has {}", gpus_word(physical)));
     }
     let tagged: Vec<Vec<Filter>> =
         gpus.iter().map(|gpu| fixed.reasons(gpu).into_iter().map(|(filter, _)| filter).collect()).collect();
@@ -438,25 +447,25 @@ pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
             if left == 0 && fixed.visibility.source.as_deref() == Some("CUDA_VISIBLE_DEVICES=") =>
         {
             format!(
-                "--gpus {count}: CUDA_VISIBLE_DEVICES is set but empty, which hides every GPU (CUDA's meaning); \
+                "{asked}: CUDA_VISIBLE_DEVICES is set but empty, which hides every GPU (CUDA's meaning); \
                  to choose among all of them: unset CUDA_VISIBLE_DEVICES"
             )
         }
         Filter::Visibility => format!(
-            "--gpus {count}: {} allows {}",
+            "{asked}: {} allows {}",
             fixed.visibility.source.as_deref().unwrap_or("the inherited visibility"),
             only(left)
         ),
-        Filter::Devices => format!("--gpus {count}: --devices/--exclude leave {}", only(left)),
+        Filter::Devices => format!("{asked}: --devices/--exclude leave {}", only(left)),
         Filter::Mig if request.mig == MigUse::Only && request.index_only => {
             "--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID".to_owned()
         }
         Filter::Mig if request.mig == MigUse::Only && request.wants_several() => format!(
-            "--gpus {count} --mig only: one process can use only one MIG device, so a request that may take \
+            "{asked} --mig only: one process can use only one MIG device, so a request that may take \
              more than one is for whole GPUs"
         ),
         Filter::Mig => format!(
-            "--gpus {count}: {} can be given (--mig {}; a GPU in MIG mode is no device of its own, and a MIG \
+            "{asked}: {} can be given (--mig {}; a GPU in MIG mode is no device of its own, and a MIG \
              device goes only to a request for one device)",
             only(left),
             match request.mig {

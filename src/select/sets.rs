@@ -147,7 +147,7 @@ pub(crate) fn choose_set(
 
 /// Why no set of `k` can be had from `pool` (`of`: how to call them), in one line.
 pub(crate) fn set_refusal(request: &Request, k: usize, gpus: &[Gpu], pool: &[u32], of: &str) -> String {
-    let count = request.count;
+    let asked = request.count_text();
     match (request.same_model, required_link(request)) {
         (true, None) => {
             let mut models: Vec<String> = Vec::new();
@@ -158,10 +158,10 @@ pub(crate) fn set_refusal(request: &Request, k: usize, gpus: &[Gpu], pool: &[u32
                     }
                 }
             }
-            format!("--same-model --gpus {count}: no {k} of {of} are of one model (models: {})", models.join(", "))
+            format!("--same-model {asked}: no {k} of {of} are of one model (models: {})", models.join(", "))
         }
         (same_model, required) => format!(
-            "--topology {} --gpus {count}: no {k} of {of}{} are joined pairwise by {} or better (see gpurun --list --topology)",
+            "--topology {} {asked}: no {k} of {of}{} are joined pairwise by {} or better (see gpurun --list --topology)",
             required.map_or("prefer", Link::name),
             if same_model { ", of one model," } else { "" },
             match required {
