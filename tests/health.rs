@@ -264,3 +264,39 @@ fn a_health_that_cannot_be_read_is_unknown_and_comes_last() {
     let strict = sim.gpurun().args(["--health", "strict", "--gpus", "2", "--", "true"]).run();
     strict.status(75).stderr_has("GPU 0: unknown: cannot read ECC errors");
 }
+
+/// Issue 36 (8): a flood of Xid events is read whole, in bounded memory: each code is said
+/// once, the repeats counted, and the Xid 79 after a thousand Xid 13 is never the one lost
+/// (64 a poll were read, the rest dropped without a word).
+#[test]
+fn an_xid_flood_is_counted_and_its_last_code_kept() {
+    let mut scenario = a100(0, 79, "");
+    // The simulator delivers each (GPU, code, after_ms) once: a thousand within the first second.
+    for at in 0..999 {
+        scenario += &format!("[[xid]]\ngpu = 0\ncode = 13\nafter_ms = {at}\n\n");
+    }
+    scenario += "[[xid]]\ngpu = 0\ncode = 79\nafter_ms = 999\n\n";
+    let sim = Sim::new(&scenario);
+    let report = sim.dir.path().join("report.json");
+    let cuda = common::sim_cuda().to_string_lossy().into_owned();
+    let outcome = sim
+        .gpurun()
+        .args(["--report-json", report.to_str().unwrap(), "--", &cuda, "--mem", "1GiB", "--sleep", "2"])
+        .run();
+    outcome.status(0);
+    assert_eq!(outcome.stderr.matches("Xid 13 on GPU 0").count(), 1, "{}", outcome.stderr);
+    outcome
+        .stderr_has("warning: Xid 79 on GPU 0")
+        .stderr_has("more Xid events of the codes above (counted, not kept)");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let xids: Vec<&Value> =
+        json["diagnosis"].as_array().unwrap().iter().filter(|d| d["kind"] == "xid").collect();
+    assert!(xids.iter().any(|d| d["code"] == 79), "the last Xid was lost: {json}");
+    let kept = xids.iter().filter(|d| d["code"].is_u64()).count() as u64;
+    let counted: u64 = xids
+        .iter()
+        .filter_map(|d| d["detail"].as_str()?.strip_prefix("and ")?.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(kept + counted, 1000, "every event kept or counted: {json}");
+    assert!(kept <= 65, "memory stays bounded: {kept} kept");
+}

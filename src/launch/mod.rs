@@ -273,6 +273,8 @@ struct Ended {
     peaks: BTreeMap<u32, u64>,
     used: Vec<u32>,
     xids: Vec<(Xid, SystemTime)>,
+    /// Xid events past the bound, counted (`Monitor::absorb_xids`).
+    xids_dropped: u64,
     wall: Duration,
     started_at: SystemTime,
 }
@@ -332,6 +334,7 @@ fn supervise_to_the_end(
         peaks: watch.as_ref().map(|w| w.monitor.peak_bytes.clone()).unwrap_or_default(),
         used: watch.as_ref().map(|w| w.monitor.used()).unwrap_or_default(),
         xids: watch.as_ref().map(|w| w.monitor.xids.clone()).unwrap_or_default(),
+        xids_dropped: watch.as_ref().map_or(0, |w| w.monitor.xids_dropped),
         wall: started.elapsed(),
         started_at,
     }
@@ -449,6 +452,7 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
     found.extend(
         ended.xids.iter().map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &utc_clock(*at))),
     );
+    found.extend((ended.xids_dropped > 0).then(|| diagnosis::xids_not_kept(ended.xids_dropped)));
     found
 }
 

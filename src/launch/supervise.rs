@@ -34,6 +34,9 @@ pub(crate) struct Watch<'a> {
 /// How long the end of a run waits for NVML's last word on Xid errors (a healthy driver answers
 /// in well under a millisecond; a hung one must not hold the exit).
 const LAST_XIDS: Duration = Duration::from_millis(50);
+/// The last look reads every Xid event there is while NVML keeps answering (a flood of
+/// thousands takes a moment: each is one call), up to this long in all.
+const LAST_XIDS_MOST: Duration = Duration::from_secs(1);
 
 impl Watch<'_> {
     /// After the command ended: the poll that was still out, and the Xid errors raised since
@@ -43,8 +46,10 @@ impl Watch<'_> {
             self.monitor.absorb_xids(xids);
             let _ = self.monitor.absorb(lists);
         }
-        let job = Job::Poll { watched: Vec::new(), chosen: self.monitor.xid_gpus() };
-        if let Some(Answer::Polled { xids, .. }) = self.nvml.ask_briefly(job, LAST_XIDS) {
+        let job = Job::Poll { watched: Vec::new(), chosen: self.monitor.xid_gpus(), drain: true };
+        if let Some(Answer::Polled { xids, .. }) =
+            self.nvml.ask_while_answering(job, LAST_XIDS, LAST_XIDS_MOST)
+        {
             self.monitor.absorb_xids(xids);
         }
     }
@@ -120,9 +125,11 @@ pub(crate) fn run(
             let stuck = watch.stuck();
             watch.monitor.check_deadline(now, stuck);
             if watch.monitor.poll_due(now) && !watch.nvml.is_busy() {
-                watch
-                    .nvml
-                    .send(Job::Poll { watched: watch.monitor.watched(), chosen: watch.monitor.xid_gpus() });
+                watch.nvml.send(Job::Poll {
+                    watched: watch.monitor.watched(),
+                    chosen: watch.monitor.xid_gpus(),
+                    drain: false,
+                });
             }
         }
         // While a poll is out (or hangs), only the verification deadline can wake the monitor.

@@ -111,6 +111,32 @@ pub(crate) struct Session {
     xid_events: Option<Option<EventSet<'static>>>,
 }
 
+/// How many Xid events one poll reads, and the run's last look at most (a flood of thousands
+/// is read in a few milliseconds; each is one call that answers at once).
+const XIDS_PER_POLL: usize = 1024;
+const XIDS_DRAINED: usize = 65_536;
+/// How many are kept: the first ones, and after them each (GPU, code) not seen yet, so that
+/// the Xid 79 after a burst of Xid 13 is never the one lost; the rest are counted.
+pub(crate) const XIDS_KEPT: usize = 64;
+
+/// What one look at the Xid events found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct XidBatch {
+    pub(crate) kept: Vec<Xid>,
+    /// Read and not kept: repeats of kept (GPU, code) pairs past `XIDS_KEPT`.
+    pub(crate) dropped: u64,
+}
+
+impl XidBatch {
+    fn keep(&mut self, xid: Xid) {
+        let new = !self.kept.iter().any(|kept| kept.gpu == xid.gpu && kept.code == xid.code);
+        match self.kept.len() < XIDS_KEPT || new {
+            true => self.kept.push(xid),
+            false => self.dropped += 1,
+        }
+    }
+}
+
 /// An Xid error NVML raised on a GPU (`nvmlEventTypeXidCriticalError`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Xid {
@@ -580,8 +606,8 @@ impl Session {
 
     /// The Xid errors raised on `gpus` since the last call, without waiting. The first call
     /// registers for them (GPUs that cannot report Xids are left out); none where events are
-    /// not supported at all.
-    pub(crate) fn xids(&mut self, gpus: &[u32]) -> Vec<Xid> {
+    /// not supported at all. `drain`: the run's last look, which reads all that is there.
+    pub(crate) fn xids(&mut self, gpus: &[u32], drain: bool) -> XidBatch {
         let nvml: &'static Nvml = self.nvml;
         let calls = self.calls.clone();
         let set = self.xid_events.get_or_insert_with(|| {
@@ -615,10 +641,10 @@ impl Session {
             }
             Some(set)
         });
-        let Some(set) = set.as_ref() else { return Vec::new() };
-        let mut found = Vec::new();
+        let Some(set) = set.as_ref() else { return XidBatch::default() };
+        let mut batch = XidBatch::default();
         // Bounded: a driver that keeps answering cannot keep the thread here.
-        for _ in 0..64 {
+        for _ in 0..if drain { XIDS_DRAINED } else { XIDS_PER_POLL } {
             match calls.run("nvmlEventSetWait_v2", None, || set.wait(0)) {
                 Ok(event) => {
                     let Some(gpu) = event.device.index().ok() else { continue };
@@ -626,12 +652,12 @@ impl Session {
                         Some(XidError::Value(code)) => code,
                         Some(XidError::Unknown) | None => 999,
                     };
-                    found.push(Xid { gpu, code });
+                    batch.keep(Xid { gpu, code });
                 }
                 Err(_) => break,
             }
         }
-        found
+        batch
     }
 
     /// The compute processes on GPU or MIG device `key`.

@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::probe::gpu::{Machine, Topology};
-use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Session, Xid};
+use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Session, XidBatch};
 use crate::process::signals::Receiver;
 
 /// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).
@@ -30,6 +30,8 @@ pub(crate) enum Job {
     Poll {
         watched: Vec<u32>,
         chosen: Vec<u32>,
+        /// The run's last look: every Xid event that is there is read.
+        drain: bool,
     },
 }
 
@@ -37,7 +39,7 @@ pub(crate) enum Answer {
     Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
     Links(Topology),
-    Polled { lists: Vec<(u32, Result<Vec<Listed>, String>)>, xids: Vec<Xid> },
+    Polled { lists: Vec<(u32, Result<Vec<Listed>, String>)>, xids: XidBatch },
 }
 
 /// Why no answer came.
@@ -73,7 +75,7 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
                 Some(session) => Answer::Probed(session.probe()),
                 None => Answer::Probed(Err(OpenError::NotOpen)),
             },
-            Job::Poll { watched, chosen } => Answer::Polled {
+            Job::Poll { watched, chosen, drain } => Answer::Polled {
                 lists: watched
                     .into_iter()
                     .map(|gpu| {
@@ -84,7 +86,7 @@ fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<An
                         (gpu, listed)
                     })
                     .collect(),
-                xids: session.as_mut().map(|session| session.xids(&chosen)).unwrap_or_default(),
+                xids: session.as_mut().map(|session| session.xids(&chosen, drain)).unwrap_or_default(),
             },
         };
         if answers.send(answer).is_err() {
@@ -143,20 +145,29 @@ impl NvmlThread {
         (since.elapsed() >= longer_than).then(|| self.calls.current())
     }
 
-    /// `job`'s answer if it comes within `within`; `None` if the thread is busy with another (a
-    /// hanging call) or is slower. Signals are left pending for whoever reads them next.
-    pub(crate) fn ask_briefly(&mut self, job: Job, within: Duration) -> Option<Answer> {
+    /// `job`'s answer, waited for while NVML keeps answering: given up once one call has not
+    /// returned within `per_call` (a hang costs no more than that), or after `most` in all, or
+    /// at once if the thread is busy with another job (a hanging call). For a job of many quick
+    /// calls (the last look at a flood of Xid events). Signals are left pending for whoever
+    /// reads them next.
+    pub(crate) fn ask_while_answering(
+        &mut self,
+        job: Job,
+        per_call: Duration,
+        most: Duration,
+    ) -> Option<Answer> {
         if self.is_busy() {
             return None;
         }
         self.send(job);
-        let deadline = Instant::now() + within;
+        let deadline = Instant::now() + most;
         loop {
             if let Some(answer) = self.try_answer() {
                 return Some(answer);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let hanging = self.calls.current().is_some_and(|call| call.since.elapsed() >= per_call);
+            let left = deadline.saturating_duration_since(Instant::now()).min(per_call);
+            if left.is_zero() || hanging {
                 return None;
             }
             // Only the answer's eventfd: signals stay queued in their own.

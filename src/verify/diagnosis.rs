@@ -132,6 +132,16 @@ pub(crate) fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
     }
 }
 
+/// The Xid events of a flood that were counted, not kept (repeats of the codes kept).
+pub(crate) fn xids_not_kept(count: u64) -> Diagnosis {
+    Diagnosis {
+        kind: "xid",
+        gpu: None,
+        detail: format!("and {count} more Xid events of the codes above (counted, not kept)"),
+        code: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

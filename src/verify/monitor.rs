@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::options::VerifyMode;
-use crate::probe::nvml::{Call, Listed, Xid};
+use crate::probe::nvml::{Call, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
@@ -51,6 +51,8 @@ pub(crate) struct Monitor {
     pub(crate) peak_bytes: BTreeMap<u32, u64>,
     /// The Xid errors NVML raised on the chosen GPUs, with when they were seen.
     pub(crate) xids: Vec<(Xid, std::time::SystemTime)>,
+    /// Xid events read and not kept (repeats past the bound), for the report.
+    pub(crate) xids_dropped: u64,
 }
 
 impl Monitor {
@@ -79,6 +81,7 @@ impl Monitor {
             logged: Vec::new(),
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
             xids: Vec::new(),
+            xids_dropped: 0,
         }
     }
 
@@ -111,10 +114,24 @@ impl Monitor {
     }
 
     /// Xid errors from a poll: each is logged when it is seen, and kept for the report.
-    pub(crate) fn absorb_xids(&mut self, xids: Vec<Xid>) {
-        for xid in xids {
-            tracing::warn!("{}", crate::verify::xid::describe(xid.code, xid.gpu));
-            self.xids.push((xid, std::time::SystemTime::now()));
+    /// Takes one look's Xid events: each kept one is said (once per GPU and code: a flood of
+    /// one code is one line), the rest counted. Memory stays bounded over the run as in the
+    /// look (`XidBatch`): the first `XIDS_KEPT`, then only a (GPU, code) not seen yet.
+    pub(crate) fn absorb_xids(&mut self, batch: XidBatch) {
+        let mut dropped = batch.dropped;
+        for xid in batch.kept {
+            let seen = self.xids.iter().any(|(kept, _)| kept.gpu == xid.gpu && kept.code == xid.code);
+            if !seen {
+                tracing::warn!("{}", crate::verify::xid::describe(xid.code, xid.gpu));
+            }
+            match self.xids.len() < XIDS_KEPT || !seen {
+                true => self.xids.push((xid, std::time::SystemTime::now())),
+                false => dropped += 1,
+            }
+        }
+        if dropped > 0 {
+            tracing::warn!("and {dropped} more Xid events of the codes above (counted, not kept)");
+            self.xids_dropped += dropped;
         }
     }
 

@@ -83,11 +83,10 @@ fn next_due(set: Set) -> Result<Option<EventData>, u32> {
         if state.init_count == 0 {
             return Err(crate::abi::NVML_ERROR_UNINITIALIZED);
         }
-        let xids = state.scenario.xids.clone();
         let Some(Some(events)) = state.event_sets.get_mut(position(set)) else {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         };
-        for xid in xids {
+        for xid in &state.scenario.xids {
             let key = (xid.gpu, xid.code, xid.after_ms);
             let Some((_, since)) = events.registered.iter().find(|(gpu, _)| *gpu == xid.gpu) else {
                 continue;
@@ -95,7 +94,7 @@ fn next_due(set: Set) -> Result<Option<EventData>, u32> {
             if events.delivered.contains(&key) || since.elapsed() < Duration::from_millis(xid.after_ms) {
                 continue;
             }
-            events.delivered.push(key);
+            events.delivered.insert(key);
             return Ok(Some(EventData {
                 device: (xid.gpu as usize + 1) as Device,
                 event_type: EVENT_TYPE_XID_CRITICAL_ERROR,

@@ -32,8 +32,8 @@ pub struct EventSet {
     /// (GPU, when it was registered for Xid events).
     pub registered: Vec<(u32, std::time::Instant)>,
     /// `(gpu, code, after_ms)` of the `[[xid]]` entries delivered, so that a re-read scenario
-    /// does not deliver them again.
-    pub delivered: Vec<(u32, u64, u64)>,
+    /// does not deliver them again (a set: a flood of thousands is read one call each).
+    pub delivered: std::collections::HashSet<(u32, u64, u64)>,
 }
 
 /// A process of the simulated machine as NVML lists it.
