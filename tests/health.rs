@@ -300,3 +300,26 @@ fn an_xid_flood_is_counted_and_its_last_code_kept() {
     assert_eq!(kept + counted, 1000, "every event kept or counted: {json}");
     assert!(kept <= 65, "memory stays bounded: {kept} kept");
 }
+
+/// Issue 36 (6): a GPU that fell off the bus answers GPU_IS_LOST to nvmlDeviceGetIndex, and
+/// the Xid 79 that says so was dropped for it: events are matched to the GPUs by the handle
+/// registered, and a lost GPU is a diagnosis of its own.
+#[test]
+fn the_xid_79_of_a_gpu_that_answers_lost_is_reported() {
+    let scenario = a100(0, 79, "")
+        + "[[error]]\ncall = \"nvmlDeviceGetIndex\"\ngpu = 0\nerror = \"GPU_IS_LOST\"\n\n"
+        + "[[xid]]\ngpu = 0\ncode = 79\nafter_ms = 200\n\n";
+    let sim = Sim::new(&scenario);
+    let report = sim.dir.path().join("report.json");
+    let cuda = common::sim_cuda().to_string_lossy().into_owned();
+    let outcome = sim
+        .gpurun()
+        .args(["--report-json", report.to_str().unwrap(), "--", &cuda, "--mem", "1GiB", "--sleep", "1"])
+        .run();
+    outcome.status(0).stderr_has("warning: Xid 79 on GPU 0: the GPU has fallen off the bus");
+    outcome.stderr_has("gpu-lost: GPU 0 fell off the bus");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let kinds: Vec<&str> =
+        json["diagnosis"].as_array().unwrap().iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert!(kinds.contains(&"xid") && kinds.contains(&"gpu-lost"), "{json}");
+}

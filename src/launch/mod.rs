@@ -453,6 +453,16 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
         ended.xids.iter().map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &utc_clock(*at))),
     );
     found.extend((ended.xids_dropped > 0).then(|| diagnosis::xids_not_kept(ended.xids_dropped)));
+    // The first Xid 79 of each GPU: the GPU is gone, which says more than its code.
+    let mut lost: Vec<u32> = Vec::new();
+    for (xid, at) in ended.xids.iter().filter(|(xid, _)| xid.code == 79) {
+        if !lost.contains(&xid.gpu) {
+            lost.push(xid.gpu);
+            let gone = diagnosis::gpu_lost(xid.gpu, into_run(*at), &utc_clock(*at));
+            tracing::warn!("{}: {}", gone.kind, gone.detail);
+            found.push(gone);
+        }
+    }
     found
 }
 

@@ -99,6 +99,9 @@ impl Calls {
     }
 }
 
+/// The event set of the chosen GPUs' Xid errors, and (NVML index, raw handle) of each GPU in it.
+type XidEvents = (EventSet<'static>, Vec<(u32, usize)>);
+
 /// An open NVML library.
 pub(crate) struct Session {
     /// Opened once per run and kept to the end (NVML's own reference count ends with the
@@ -107,8 +110,10 @@ pub(crate) struct Session {
     calls: Calls,
     /// Use the `_v2` process list: the driver writes `_v3` entries wider than nvml.h says.
     v3_misread: bool,
-    /// Xid events of the chosen GPUs: registered at the first `xids` call.
-    xid_events: Option<Option<EventSet<'static>>>,
+    /// Xid events of the chosen GPUs: registered at the first `xids` call, with the handle of
+    /// each GPU registered (an event names its GPU by handle: a GPU that fell off the bus
+    /// answers GPU_IS_LOST to nvmlDeviceGetIndex, and that is the Xid 79 that must be said).
+    xid_events: Option<Option<XidEvents>>,
 }
 
 /// How many Xid events one poll reads, and the run's last look at most (a flood of thousands
@@ -621,6 +626,8 @@ impl Session {
             };
             let mut set = create()?;
             let mut registered: Vec<(u32, Device<'static>)> = Vec::new();
+            // SAFETY: the raw handle is only compared, never called through.
+            let handle_of = |device: &Device<'static>| unsafe { device.handle() } as usize;
             for &gpu in gpus {
                 let Ok(device) = nvml.device_by_index(gpu) else { continue };
                 match register(&device, gpu, set) {
@@ -639,15 +646,19 @@ impl Session {
                     }
                 }
             }
-            Some(set)
+            let handles = registered.iter().map(|(gpu, device)| (*gpu, handle_of(device))).collect();
+            Some((set, handles))
         });
-        let Some(set) = set.as_ref() else { return XidBatch::default() };
+        let Some((set, handles)) = set.as_ref() else { return XidBatch::default() };
         let mut batch = XidBatch::default();
         // Bounded: a driver that keeps answering cannot keep the thread here.
         for _ in 0..if drain { XIDS_DRAINED } else { XIDS_PER_POLL } {
             match calls.run("nvmlEventSetWait_v2", None, || set.wait(0)) {
                 Ok(event) => {
-                    let Some(gpu) = event.device.index().ok() else { continue };
+                    // SAFETY: the raw handle is only compared, never called through.
+                    let handle = unsafe { event.device.handle() } as usize;
+                    let registered = handles.iter().find(|(_, known)| *known == handle).map(|(gpu, _)| *gpu);
+                    let Some(gpu) = registered.or_else(|| event.device.index().ok()) else { continue };
                     let code = match event.event_data {
                         Some(XidError::Value(code)) => code,
                         Some(XidError::Unknown) | None => 999,

@@ -132,6 +132,19 @@ pub(crate) fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
     }
 }
 
+/// A chosen GPU that fell off the bus during the run (Xid 79): whatever ran there is gone.
+pub(crate) fn gpu_lost(gpu: u32, seconds: f64, at: &str) -> Diagnosis {
+    Diagnosis {
+        kind: "gpu-lost",
+        gpu: Some(gpu),
+        detail: format!(
+            "GPU {gpu} fell off the bus {seconds:.1} s into the run ({at}, Xid 79): its work is lost; drain the \
+             node, check dmesg, and reboot (a reset rarely brings such a GPU back)"
+        ),
+        code: Some(79),
+    }
+}
+
 /// The Xid events of a flood that were counted, not kept (repeats of the codes kept).
 pub(crate) fn xids_not_kept(count: u64) -> Diagnosis {
     Diagnosis {
