@@ -407,3 +407,25 @@ fn log_format_json_makes_every_stderr_line_an_object() {
     let text = run(&sim, &["--log-format", "text"], &["true"]);
     assert!(text.stderr.lines().all(|l| l.starts_with("gpurun: ")), "{text:?}");
 }
+
+/// Issue 36 (7): with the Xid call hanging, the NVML thread stopped and no poll came, so a job
+/// on the wrong GPU under --verify strict ran to its end and exited 0. Xid monitoring is given
+/// up (said), and polling goes on on a thread of its own.
+#[test]
+fn a_hung_xid_call_does_not_switch_off_verification() {
+    for call in ["nvmlEventSetWait", "nvmlDeviceRegisterEvents"] {
+        let mut scenario = default_scenario();
+        scenario.push_str(&format!("\n[[hang]]\ncall = \"{call}\"\n"));
+        let sim = Sim::new(&scenario);
+        // The command runs a minute unless ended: left alone, it would exit 0.
+        let outcome = sim
+            .gpurun()
+            .args(["--verify", "strict", "--"])
+            .args(["env", "CUDA_VISIBLE_DEVICES=0", &sim_cuda_path(&sim), "--sleep", "60"])
+            .run_unless_hung();
+        outcome
+            .status(125)
+            .stderr_has("Xid errors are not watched for the rest of the run")
+            .stderr_has("gpurun: error: wrong-gpu: PID");
+    }
+}

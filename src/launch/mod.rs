@@ -206,7 +206,7 @@ fn start<'a>(
         supervision.on_start.as_deref().and_then(|line| start_hook(line, command, child, plan, receiver));
     let watch = nvml
         .filter(|_| supervision.verify != VerifyMode::Off && !plan.gpus.selection.is_empty())
-        .map(|nvml| supervise::Watch { nvml, monitor: monitor(plan, supervision, machine) });
+        .map(|nvml| supervise::Watch::new(nvml, monitor(plan, supervision, machine)));
     if let Some(container) = container.filter(|c| c.run.sig_proxy_off) {
         tracing::warn!(
             "--sig-proxy=false: signals reach the {} client, not the container (gpurun still ends the container by its ID when it must)",

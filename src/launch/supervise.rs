@@ -27,9 +27,15 @@ pub(crate) struct Options<'a> {
 
 /// Verification beside supervision: the monitor and the thread that makes its NVML calls.
 pub(crate) struct Watch<'a> {
-    pub(crate) nvml: &'a mut NvmlThread,
+    nvml: &'a mut NvmlThread,
+    /// Where polling goes on once an Xid call hung the first thread (Xid events given up).
+    spare: Option<NvmlThread>,
     pub(crate) monitor: Monitor,
 }
+
+/// An Xid call (registering, or reading the events) that has not returned for this long is
+/// hung: Xid monitoring is given up, so that process polling, and `--verify strict`, go on.
+const XID_CALL_HUNG: Duration = Duration::from_secs(2);
 
 /// How long the end of a run waits for NVML's last word on Xid errors (a healthy driver answers
 /// in well under a millisecond; a hung one must not hold the exit).
@@ -38,17 +44,33 @@ const LAST_XIDS: Duration = Duration::from_millis(50);
 /// thousands takes a moment: each is one call), up to this long in all.
 const LAST_XIDS_MOST: Duration = Duration::from_secs(1);
 
-impl Watch<'_> {
+impl<'a> Watch<'a> {
+    pub(crate) fn new(nvml: &'a mut NvmlThread, monitor: Monitor) -> Watch<'a> {
+        Watch { nvml, spare: None, monitor }
+    }
+
+    /// The thread the polls go to.
+    fn thread(&mut self) -> &mut NvmlThread {
+        match &mut self.spare {
+            Some(spare) => spare,
+            None => self.nvml,
+        }
+    }
+
+    fn thread_ref(&self) -> &NvmlThread {
+        self.spare.as_ref().unwrap_or(self.nvml)
+    }
+
     /// After the command ended: the poll that was still out, and the Xid errors raised since
     /// the last poll (an Xid often comes just before the crash it explains).
     pub(crate) fn last_xids(&mut self) {
-        if let Some(Answer::Polled { lists, xids }) = self.nvml.try_answer() {
+        if let Some(Answer::Polled { lists, xids }) = self.thread().try_answer() {
             self.monitor.absorb_xids(xids);
             let _ = self.monitor.absorb(lists);
         }
         let job = Job::Poll { watched: Vec::new(), chosen: self.monitor.xid_gpus(), drain: true };
         if let Some(Answer::Polled { xids, .. }) =
-            self.nvml.ask_while_answering(job, LAST_XIDS, LAST_XIDS_MOST)
+            self.thread().ask_while_answering(job, LAST_XIDS, LAST_XIDS_MOST)
         {
             self.monitor.absorb_xids(xids);
         }
@@ -56,7 +78,27 @@ impl Watch<'_> {
 
     /// The NVML call that has not returned for a while, if one is hanging.
     pub(crate) fn stuck(&self) -> Option<Option<crate::probe::nvml::Call>> {
-        self.nvml.stuck(SLOW_CALL)
+        self.thread_ref().stuck(SLOW_CALL)
+    }
+
+    /// Where an Xid call hangs the thread, Xid monitoring is given up (said once) and the polls
+    /// go to a thread of their own: verification must not wait on Xid events.
+    fn give_up_hung_xids(&mut self) {
+        if self.spare.is_some() {
+            return;
+        }
+        let Some(Some(call)) = self.nvml.stuck(XID_CALL_HUNG) else { return };
+        if !matches!(call.name, "nvmlEventSetCreate" | "nvmlDeviceRegisterEvents" | "nvmlEventSetWait_v2") {
+            return;
+        }
+        let Some(spare) = self.nvml.without_xids() else { return };
+        tracing::warn!(
+            "Xid errors are not watched for the rest of the run: {call} has not returned for {} s \
+             (verification goes on)",
+            XID_CALL_HUNG.as_secs()
+        );
+        self.monitor.give_up_xids();
+        self.spare = Some(spare);
     }
 }
 
@@ -122,22 +164,30 @@ pub(crate) fn run(
             kill_deadline = None;
         }
         if let Some(watch) = watch.as_deref_mut() {
+            watch.give_up_hung_xids();
             let stuck = watch.stuck();
             watch.monitor.check_deadline(now, stuck);
-            if watch.monitor.poll_due(now) && !watch.nvml.is_busy() {
-                watch.nvml.send(Job::Poll {
+            if watch.monitor.poll_due(now) && !watch.thread_ref().is_busy() {
+                let job = Job::Poll {
                     watched: watch.monitor.watched(),
                     chosen: watch.monitor.xid_gpus(),
                     drain: false,
-                });
+                };
+                watch.thread().send(job);
             }
         }
-        // While a poll is out (or hangs), only the verification deadline can wake the monitor.
-        let monitor_wake = watch.as_deref().and_then(|w| w.monitor.next_wake(!w.nvml.is_busy()));
+        // While a poll is out (or hangs), only the verification deadline can wake the monitor;
+        // one hung in an Xid call is given up on after XID_CALL_HUNG.
+        let monitor_wake = watch.as_deref().and_then(|w| {
+            let busy = w.thread_ref().is_busy();
+            let xid_check = (busy && w.spare.is_none()).then(|| Instant::now() + XID_CALL_HUNG / 2);
+            [w.monitor.next_wake(!busy), xid_check].into_iter().flatten().min()
+        });
         let hook_wake = hook.as_deref().and_then(Hook::wake);
         let wake = [kill_deadline, monitor_wake, hook_wake].into_iter().flatten().min();
         let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
-        let (received, answered) = receiver.wait(watch.as_deref().map(|w| w.nvml.ready_fd()), timeout);
+        let (received, answered) =
+            receiver.wait(watch.as_deref().map(|w| w.thread_ref().ready_fd()), timeout);
         for signal in received {
             let sender = signals::sender(&signal, child, own_pid);
             let in_group = in_our_process_group(child);
@@ -162,7 +212,7 @@ pub(crate) fn run(
         }
         if answered {
             if let Some(watch) = watch.as_deref_mut() {
-                if let Some(Answer::Polled { lists, xids }) = watch.nvml.try_answer() {
+                if let Some(Answer::Polled { lists, xids }) = watch.thread().try_answer() {
                     watch.monitor.absorb_xids(xids);
                     if let Some(detail) = watch.monitor.absorb(lists) {
                         send_to(child, libc::SIGTERM);

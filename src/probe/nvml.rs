@@ -102,6 +102,21 @@ impl Calls {
 /// The event set of the chosen GPUs' Xid errors, and (NVML index, raw handle) of each GPU in it.
 type XidEvents = (EventSet<'static>, Vec<(u32, usize)>);
 
+/// The open library, for a thread of calls of its own (`Opened::session`).
+#[derive(Clone, Copy)]
+pub(crate) struct Opened {
+    nvml: &'static Nvml,
+    v3_misread: bool,
+}
+
+impl Opened {
+    /// A session on the same library that lists processes and probes, and asks for no Xid
+    /// events (where they hung, polling goes on without them).
+    pub(crate) fn session_without_xids(self, calls: Calls) -> Session {
+        Session { nvml: self.nvml, calls, v3_misread: self.v3_misread, xid_events: Some(None) }
+    }
+}
+
 /// An open NVML library.
 pub(crate) struct Session {
     /// Opened once per run and kept to the end (NVML's own reference count ends with the
@@ -607,6 +622,10 @@ impl Session {
             error: queries.first_error,
             handle_refused,
         }
+    }
+
+    pub(crate) fn opened(&self) -> Opened {
+        Opened { nvml: self.nvml, v3_misread: self.v3_misread }
     }
 
     /// The Xid errors raised on `gpus` since the last call, without waiting. The first call

@@ -14,8 +14,9 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::probe::gpu::{Machine, Topology};
-use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Session, XidBatch};
+use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Opened, Session, XidBatch};
 use crate::process::signals::Receiver;
+use std::sync::{Arc, OnceLock};
 
 /// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).
 const STACK_SIZE: usize = 512 * 1024;
@@ -59,15 +60,27 @@ pub(crate) struct NvmlThread {
     calls: Calls,
     /// When the job now running was sent.
     busy_since: Option<Instant>,
+    /// The library, once the thread has opened it (for `without_xids`).
+    opened: Arc<OnceLock<Opened>>,
 }
 
-fn run(session_calls: Calls, jobs: mpsc::Receiver<Job>, answers: mpsc::Sender<Answer>, ready: &EventFd) {
-    let mut session: Option<Session> = None;
+/// The thread's side. `opened` is where it leaves the open library for a spare thread, and
+/// what a spare starts from.
+fn run(
+    session_calls: Calls,
+    jobs: mpsc::Receiver<Job>,
+    answers: mpsc::Sender<Answer>,
+    ready: &EventFd,
+    opened: &OnceLock<Opened>,
+) {
+    let mut session: Option<Session> =
+        opened.get().map(|library| library.session_without_xids(session_calls.clone()));
     for job in jobs {
         let answer = match job {
             Job::Open(library) => {
-                Answer::Opened(nvml::open(library.as_deref(), session_calls.clone()).map(|opened| {
-                    session = Some(opened);
+                Answer::Opened(nvml::open(library.as_deref(), session_calls.clone()).map(|new| {
+                    let _ = opened.set(new.opened());
+                    session = Some(new);
                 }))
             }
             Job::Links(gpus) => Answer::Links(session.as_mut().map(|s| s.links(&gpus)).unwrap_or_default()),
@@ -100,6 +113,18 @@ impl NvmlThread {
     /// Starts the thread. Call after the signals are blocked: the thread, and any thread the
     /// NVML library starts from it, inherit the mask.
     pub(crate) fn start() -> std::io::Result<NvmlThread> {
+        NvmlThread::start_on(Arc::new(OnceLock::new()))
+    }
+
+    /// Another thread on the library this one opened, for polling without Xid events: where an
+    /// Xid call hangs this thread, verification goes on there. `None` before NVML is open.
+    pub(crate) fn without_xids(&self) -> Option<NvmlThread> {
+        let library = *self.opened.get()?;
+        let spare = NvmlThread::start_on(Arc::new(OnceLock::from(library)));
+        spare.inspect_err(|error| tracing::debug!("no spare NVML thread: {error}")).ok()
+    }
+
+    fn start_on(opened: Arc<OnceLock<Opened>>) -> std::io::Result<NvmlThread> {
         let (jobs, job_queue) = mpsc::channel();
         let (answer_queue, answers) = mpsc::channel();
         let ready = std::sync::Arc::new(
@@ -108,11 +133,12 @@ impl NvmlThread {
         );
         let calls = Calls::default();
         let (thread_calls, thread_ready) = (calls.clone(), std::sync::Arc::clone(&ready));
+        let thread_opened = Arc::clone(&opened);
         std::thread::Builder::new()
             .name("gpurun-nvml".to_owned())
             .stack_size(STACK_SIZE)
-            .spawn(move || run(thread_calls, job_queue, answer_queue, &thread_ready))?;
-        Ok(NvmlThread { jobs, answers, ready, calls, busy_since: None })
+            .spawn(move || run(thread_calls, job_queue, answer_queue, &thread_ready, &thread_opened))?;
+        Ok(NvmlThread { jobs, answers, ready, calls, busy_since: None, opened })
     }
 
     /// Becomes readable when an answer is waiting.

@@ -53,6 +53,8 @@ pub(crate) struct Monitor {
     pub(crate) xids: Vec<(Xid, std::time::SystemTime)>,
     /// Xid events read and not kept (repeats past the bound), for the report.
     pub(crate) xids_dropped: u64,
+    /// An Xid call hung: Xid events are no longer asked for.
+    xids_given_up: bool,
 }
 
 impl Monitor {
@@ -82,6 +84,7 @@ impl Monitor {
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
             xids: Vec::new(),
             xids_dropped: 0,
+            xids_given_up: false,
         }
     }
 
@@ -102,8 +105,12 @@ impl Monitor {
         self.tracker.used().iter().copied().collect()
     }
 
-    /// The physical GPUs whose Xid errors count: the chosen ones (a MIG device's GPU).
+    /// The physical GPUs whose Xid errors count: the chosen ones (a MIG device's GPU); none
+    /// once Xid monitoring was given up.
     pub(crate) fn xid_gpus(&self) -> Vec<u32> {
+        if self.xids_given_up {
+            return Vec::new();
+        }
         let mut gpus: Vec<u32> = self
             .selected
             .iter()
@@ -113,7 +120,11 @@ impl Monitor {
         gpus
     }
 
-    /// Xid errors from a poll: each is logged when it is seen, and kept for the report.
+    /// An Xid call hung: no more Xid events are asked for.
+    pub(crate) fn give_up_xids(&mut self) {
+        self.xids_given_up = true;
+    }
+
     /// Takes one look's Xid events: each kept one is said (once per GPU and code: a flood of
     /// one code is one line), the rest counted. Memory stays bounded over the run as in the
     /// look (`XidBatch`): the first `XIDS_KEPT`, then only a (GPU, code) not seen yet.
