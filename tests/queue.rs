@@ -182,3 +182,24 @@ fn list_shows_the_queues_length_and_with_v_every_waiter_and_the_oldest_wait() {
     holder.kill().unwrap();
     holder.wait().unwrap();
 }
+
+/// Issue 36 (4): a head stopped with Ctrl-Z or SIGSTOP took the only wake-up, and the waiter
+/// behind it never probed (not a head) while the GPU sat free, until the head was continued.
+/// A stopped waiter holds no place while it is stopped.
+#[test]
+fn a_stopped_waiter_does_not_hold_up_the_queue() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "2"]);
+    assert!(wait_until(LONG, || leases(&sim) == 1));
+    let mut head = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
+    let mut second = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 2));
+    common::send_signal(head.id(), libc::SIGSTOP);
+    assert!(holder.wait().unwrap().success());
+    // Stopped for good here: behind it, the second would wait for ever.
+    assert!(common::wait_unless_hung(&mut second).success(), "a stopped head stalled the queue");
+    // Continued, it has its place back and runs.
+    common::send_signal(head.id(), libc::SIGCONT);
+    assert!(common::wait_unless_hung(&mut head).success());
+}

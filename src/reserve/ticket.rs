@@ -290,7 +290,7 @@ fn waiters_before(dir: &LockDir, before: Option<(u64, u32)>, may_clean: bool) ->
 
 /// The waiter a locked ticket stands for, if it can be trusted: its content names its owner,
 /// matches its name, claims no place earlier than the file itself, and its PID is a live
-/// process of that owner. Anything else is ignored (said at debug level).
+/// process of that owner that is not stopped. Anything else is ignored (said at debug level).
 fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Option<Waiter> {
     let ((since_ns, pid), _) = parse_name(&name)?;
     let text = text.unwrap_or_default();
@@ -306,6 +306,11 @@ fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Opti
         }
         Ok(_) if procfs::uid_of(pid) != Some(metadata.uid()) || !procfs::is_alive(pid) => {
             format!("PID {pid} is not a live process of its owner")
+        }
+        // Stopped (Ctrl-Z, SIGSTOP) it cannot act on a wake-up: while stopped it holds no place
+        // and no GPU, and the waiters behind it go first; continued, it has its place again.
+        Ok(_) if procfs::stat(pid).is_some_and(|stat| stat.is_stopped()) => {
+            format!("PID {pid} is stopped")
         }
         Ok(waiter) => return Some(waiter),
     };

@@ -33,6 +33,39 @@ pub fn sim_library() -> PathBuf {
     built("libnvml_sim.so")
 }
 
+/// The simulated library where every user can load it: the build's own when every folder
+/// above it lets others through, else a copy in the temporary directory (one per build, kept
+/// for the next run). A clone in root's home (mode 0700) is no place another user's gpurun
+/// can load a library from, and the tests that run gpurun as a second user need one.
+fn library_for_everyone() -> PathBuf {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    static SHARED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let library = sim_library();
+            let open_to_all = library
+                .ancestors()
+                .skip(1)
+                .all(|dir| std::fs::metadata(dir).is_ok_and(|meta| meta.mode() & 0o001 != 0));
+            if open_to_all {
+                return library;
+            }
+            let meta = std::fs::metadata(&library).expect("the simulator library");
+            let dir = std::env::temp_dir().join(format!("gpurun-tests-sim-{}-{}", meta.len(), meta.mtime()));
+            let copy = dir.join("libnvml_sim.so");
+            if !copy.exists() {
+                std::fs::create_dir_all(&dir).expect("a folder for the library");
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("mode");
+                let partial = dir.join(format!("libnvml_sim.so.{}", std::process::id()));
+                std::fs::copy(&library, &partial).expect("copy the simulator library");
+                std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755)).expect("mode");
+                std::fs::rename(&partial, &copy).expect("put the library in place");
+            }
+            copy
+        })
+        .clone()
+}
+
 pub fn sim_cuda() -> PathBuf {
     built("sim-cuda")
 }
@@ -62,7 +95,8 @@ impl Sim {
         std::fs::write(&scenario_path, scenario).expect("write scenario");
         let lib_dir = dir.path().join("lib");
         std::fs::create_dir(&lib_dir).expect("lib dir");
-        std::os::unix::fs::symlink(sim_library(), lib_dir.join("libnvidia-ml.so.1")).expect("symlink");
+        std::os::unix::fs::symlink(library_for_everyone(), lib_dir.join("libnvidia-ml.so.1"))
+            .expect("symlink");
         // The machine's /etc/gpurun/config.toml stays out of the tests.
         std::fs::write(dir.path().join("system.toml"), "").expect("system file");
         Sim { dir, scenario: scenario_path, lib_dir }
