@@ -81,6 +81,23 @@ impl<'a> Watch<'a> {
         self.thread_ref().stuck(SLOW_CALL)
     }
 
+    /// The monitor's turn in the loop: its deadline, a poll when one is due (the hung Xid watch
+    /// given up first), and when it next wants the loop's attention: while a poll is out (or
+    /// hangs), only the verification deadline, and the look for a hung Xid call.
+    fn tend(&mut self, now: Instant) -> Option<Instant> {
+        self.give_up_hung_xids();
+        let stuck = self.stuck();
+        self.monitor.check_deadline(now, stuck);
+        if self.monitor.poll_due(now) && !self.thread_ref().is_busy() {
+            let job =
+                Job::Poll { watched: self.monitor.watched(), chosen: self.monitor.xid_gpus(), drain: false };
+            self.thread().send(job);
+        }
+        let busy = self.thread_ref().is_busy();
+        let xid_check = (busy && self.spare.is_none()).then(|| Instant::now() + XID_CALL_HUNG / 2);
+        [self.monitor.next_wake(!busy), xid_check].into_iter().flatten().min()
+    }
+
     /// Where an Xid call hangs the thread, Xid monitoring is given up (said once) and the polls
     /// go to a thread of their own: verification must not wait on Xid events.
     fn give_up_hung_xids(&mut self) {
@@ -163,26 +180,7 @@ pub(crate) fn run(
             }
             kill_deadline = None;
         }
-        if let Some(watch) = watch.as_deref_mut() {
-            watch.give_up_hung_xids();
-            let stuck = watch.stuck();
-            watch.monitor.check_deadline(now, stuck);
-            if watch.monitor.poll_due(now) && !watch.thread_ref().is_busy() {
-                let job = Job::Poll {
-                    watched: watch.monitor.watched(),
-                    chosen: watch.monitor.xid_gpus(),
-                    drain: false,
-                };
-                watch.thread().send(job);
-            }
-        }
-        // While a poll is out (or hangs), only the verification deadline can wake the monitor;
-        // one hung in an Xid call is given up on after XID_CALL_HUNG.
-        let monitor_wake = watch.as_deref().and_then(|w| {
-            let busy = w.thread_ref().is_busy();
-            let xid_check = (busy && w.spare.is_none()).then(|| Instant::now() + XID_CALL_HUNG / 2);
-            [w.monitor.next_wake(!busy), xid_check].into_iter().flatten().min()
-        });
+        let monitor_wake = watch.as_deref_mut().and_then(|watch| watch.tend(now));
         let hook_wake = hook.as_deref().and_then(Hook::wake);
         let wake = [kill_deadline, monitor_wake, hook_wake].into_iter().flatten().min();
         let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
