@@ -531,3 +531,44 @@ fn ctrl_z_before_the_command_starts_stops_gpurun_until_it_is_continued() {
     common::send_signal(waiter.id(), libc::SIGCONT);
     assert!(waiter.wait().unwrap().success(), "continued, it waited and ran the command");
 }
+
+/// Issue 36 (5): another user's locked ticket naming a live process of theirs passed every
+/// check; neither the GPU mask in its name nor its request was weighed. One with the mask of
+/// every GPU over an empty list made a real waiter wait on an idle machine; one asking for 99
+/// GPUs made every launch exit 75. Such tickets hold nothing.
+#[test]
+fn forged_tickets_with_a_plausible_content_hold_nothing() {
+    let sim = two_gpus();
+    sim.gpurun().args(["--", "true"]).run().status(0);
+    let dir = sim.lock_dir().display().to_string();
+    let both = r#"["GPU-22220000-0000-4000-8000-000000000000","GPU-22220000-0000-4000-8000-000000000001"]"#;
+    for (mask, gpus, count) in [("ffffffffffffffff", "[]", "1"), ("0000000000000003", both, "99")] {
+        // As uid 4242: a ticket named and written as a real one (its time, its PID, a lock held
+        // by that PID), for as long as the test lasts.
+        let script = format!(
+            "n=$(date +%s%N); f=\"{dir}/ticket.$(printf %020d $n).$$.{mask}\"; \
+             printf '{{\"pid\":%d,\"uid\":4242,\"user\":\"u4242\",\"since_ns\":%s,\"gpus\":%s,\"request\":\"\",\
+             \"needs\":{{\"count\":\"%s\",\"min_free\":null,\"max_util\":null,\"exclusive\":true,\"policy\":\"most-free\"}}}}' \
+             $$ $n '{gpus}' '{count}' > \"$f\"; exec flock -x \"$f\" sleep 600"
+        );
+        let forger = background(sim.gpurun_command(
+            "setpriv",
+            &["--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c", &script],
+        ));
+        let planted = || {
+            std::fs::read_dir(sim.lock_dir())
+                .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(mask)))
+                .unwrap_or(false)
+        };
+        if !wait_until(Duration::from_secs(5), planted) {
+            drop(forger);
+            return common::skip("forged tickets with content", "setpriv or flock is unavailable");
+        }
+        // Give flock its moment to take the lock: a ticket not locked is dead anyway.
+        std::thread::sleep(Duration::from_millis(300));
+        // Behind a ticket that could hold, a waiter would wait as long as the forger lives.
+        sim.gpurun().args(["-q", "--exclusive", "--wait", "--", "true"]).run_unless_hung().status(0);
+        sim.gpurun().args(["-q", "--gpus", "1", "--", "true"]).run().status(0);
+        drop(forger);
+    }
+}

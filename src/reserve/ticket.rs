@@ -292,7 +292,7 @@ fn waiters_before(dir: &LockDir, before: Option<(u64, u32)>, may_clean: bool) ->
 /// matches its name, claims no place earlier than the file itself, and its PID is a live
 /// process of that owner that is not stopped. Anything else is ignored (said at debug level).
 fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Option<Waiter> {
-    let ((since_ns, pid), _) = parse_name(&name)?;
+    let ((since_ns, pid), mask) = parse_name(&name)?;
     let text = text.unwrap_or_default();
     let changed_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
     let problem = match serde_json::from_str::<Waiter>(&text) {
@@ -301,6 +301,18 @@ fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Opti
             format!("claims uid {} but is owned by uid {}", waiter.uid, metadata.uid())
         }
         Ok(waiter) if waiter.key() != (since_ns, pid) => "content does not match its name".to_owned(),
+        // A real waiter's name marks the GPUs it lists (a MIG device marks its GPU, so never more
+        // marks than GPUs), and it waits only for a request some state of the machine could
+        // meet (others are refused with 125 before they queue): a name that covers every GPU
+        // over an empty list, or a request for more GPUs than it lists, holds nothing.
+        Ok(waiter) if waiter.gpus.is_empty() || mask.count_ones() as usize > waiter.gpus.len() => {
+            format!("its name marks {} GPUs but it lists {}", mask.count_ones(), waiter.gpus.len())
+        }
+        Ok(waiter) if waiter.needs.count.min as usize > waiter.gpus.len() => format!(
+            "it asks for {} GPUs but lists {} it could use: no state of the machine meets that",
+            waiter.needs.count.min,
+            waiter.gpus.len()
+        ),
         Ok(_) if changed_ns - i128::from(since_ns) > BACKDATING_SLACK_NS => {
             "claims a place earlier than the file itself".to_owned()
         }
