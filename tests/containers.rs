@@ -93,18 +93,25 @@ impl Podman {
     /// the last value of a variable two devices set), and every device brings the simulator.
     fn write_spec(&self, sim: &Sim) {
         let build = sim_cuda().parent().unwrap().to_owned();
-        let mounts: Vec<String> =
-            [sim.dir.path(), &build, Path::new("/lib/x86_64-linux-gnu"), Path::new("/lib64")]
-                .iter()
-                .filter(|path| path.exists())
-                .map(|path| {
-                    let mode = if *path == sim.dir.path() { "rw" } else { "ro" };
-                    format!(
-                        "    - {{hostPath: {0}, containerPath: {0}, options: [rbind, {mode}]}}\n",
-                        path.display()
-                    )
-                })
-                .collect();
+        // Where the simulator library really is: the build, or its copy for every user (a
+        // clone in a home closed to others).
+        let library = std::fs::canonicalize(sim.library()).unwrap();
+        let library_dir = library.parent().unwrap();
+        let mut paths = vec![sim.dir.path(), &build, Path::new("/lib/x86_64-linux-gnu"), Path::new("/lib64")];
+        if !paths.contains(&library_dir) {
+            paths.push(library_dir);
+        }
+        let mounts: Vec<String> = paths
+            .iter()
+            .filter(|path| path.exists())
+            .map(|path| {
+                let mode = if *path == sim.dir.path() { "rw" } else { "ro" };
+                format!(
+                    "    - {{hostPath: {0}, containerPath: {0}, options: [rbind, {mode}]}}\n",
+                    path.display()
+                )
+            })
+            .collect();
         let devices: String = (0..4)
             .map(|index| {
                 format!(
