@@ -22,7 +22,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
+.PHONY: build sim demo test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -87,8 +87,18 @@ dist:
 shells:
 	@tests/completions/install-shells.sh
 
-test: venv sim slurm-deps mpi-deps container-deps emulation-deps dist-deps shells dist
+# NO_INSTALL=1: no Debian package is installed (the tests that need one skip, saying why).
+NO_INSTALL ?=
+export NO_INSTALL
+
+test: install-notice venv sim slurm-deps mpi-deps container-deps emulation-deps dist-deps shells dist
 	@CARGO=$(CARGO) tests/run-all.sh
+
+# Said once, before anything is installed system-wide.
+install-notice:
+	@if [ "$$(id -u)" = 0 ] && [ -z "$(filter-out 0,$(NO_INSTALL))" ]; then \
+		echo "make test: as root, installs the Debian packages its tests need when missing (Slurm, MUNGE, Open MPI, podman, runc, busybox-static, valgrind, qemu-user-static, rpm, zsh, fish); make test NO_INSTALL=1 installs none"; \
+	fi
 
 $(BENCH_VENV)/.installed:
 	$(PYTHON) -m venv $(BENCH_VENV)
