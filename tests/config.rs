@@ -202,3 +202,17 @@ fn verbose_says_where_each_setting_came_from() {
     let again = sim.gpurun().args(["-v", "--policy", "index", "--gpus", "0", "--", "true"]).run();
     assert!(!again.status(0).stderr.contains("--policy from"), "{again:#?}");
 }
+
+/// Issue 42 (6): `exclusive = yes` said "string values must be quoted", and quoted it said
+/// "expected true or false": the first answer is the one that helps.
+#[test]
+fn a_bare_word_in_a_file_is_answered_in_the_settings_terms() {
+    for (line, said) in [
+        ("exclusive = yes", "config.toml:1: key exclusive: yes: expected true or false"),
+        ("policy = pack", "config.toml:1: key policy: pack: a text value is quoted (policy = \"pack\")"),
+        ("min-free = 8G", "config.toml:1: key min-free: 8G: a text value is quoted (min-free = \"8G\")"),
+    ] {
+        let sim = with_user_file(&format!("{line}\n"));
+        sim.gpurun().args(["--list"]).run().status(125).stderr_has(said);
+    }
+}

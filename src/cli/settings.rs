@@ -235,6 +235,23 @@ fn file_limits(path: &Path, text: &str) -> Result<Limits, SettingsError> {
     limits::parse(path, &entries).map_err(SettingsError)
 }
 
+/// What a line `key = word` (a bare word, which TOML refuses: "string values must be quoted")
+/// meant, said in the setting's own terms: a switch takes true or false (`exclusive = yes`),
+/// anything else a quoted text (`policy = pack`). `None` for other lines.
+fn bare_value(command: &clap::Command, line: &str) -> Option<String> {
+    let (key, value) = line.split_once('=')?;
+    let (key, value) = (key.trim(), value.split('#').next().unwrap_or_default().trim());
+    let bare = !value.is_empty() && value.chars().all(|c| c.is_alphanumeric() || "-_.:/+%".contains(c));
+    if !bare || value.parse::<f64>().is_ok() || value == "true" || value == "false" {
+        return None;
+    }
+    let arg = command.get_arguments().find(|arg| arg.get_long() == Some(key))?;
+    Some(match arg.get_action().takes_values() {
+        false => format!("key {key}: {value}: expected true or false"),
+        true => format!("key {key}: {value}: a text value is quoted ({key} = \"{value}\")"),
+    })
+}
+
 /// The settings a configuration file stands for. Only the system file may hold `[limits]`.
 pub(crate) fn file_settings(
     command: &mut clap::Command,
@@ -245,8 +262,15 @@ pub(crate) fn file_settings(
     let shown = path.display();
     let table: BTreeMap<toml::Spanned<String>, toml::Spanned<toml::Value>> =
         toml::from_str(text).map_err(|error: toml::de::Error| {
-            let line = error.span().map(|span| format!(":{}", line_at(text, span.start))).unwrap_or_default();
-            SettingsError(format!("{shown}{line}: {}", error.message().trim_end()))
+            let number = error.span().map(|span| line_at(text, span.start));
+            let line = number.map(|n| format!(":{n}")).unwrap_or_default();
+            let hint = number
+                .and_then(|n| text.lines().nth(n.saturating_sub(1)))
+                .and_then(|l| bare_value(command, l));
+            SettingsError(format!(
+                "{shown}{line}: {}",
+                hint.unwrap_or_else(|| error.message().trim_end().to_owned())
+            ))
         })?;
     // Every bad line is reported, in the file's order (the table is in the keys' order).
     let mut all = Vec::new();
