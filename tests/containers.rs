@@ -34,11 +34,6 @@ fn uuid(test: u32, index: u32) -> String {
     format!("GPU-c0a1e4{test:02x}-0000-4000-8000-00000000000{index}")
 }
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-}
-
 /// A podman of its own: private storage under `dir`, runc and ulimits within this machine's
 /// hard limits through CONTAINERS_CONF (as a user's containers.conf would set them), the
 /// simulated machine's image, and its CDI spec in /etc/cdi (podman 4.3 reads only /etc/cdi and
@@ -51,7 +46,7 @@ struct Podman {
 
 impl Podman {
     fn start(sim: &Sim, test: u32) -> Option<Podman> {
-        if !nix_is_root() || !on_path("podman") || !on_path("runc") {
+        if !nix_is_root() || !common::on_path("podman") || !common::on_path("runc") {
             common::skip(
                 "tests/containers.rs",
                 "podman and runc as root are needed (make test installs them: tests/containers/install.sh)",

@@ -31,13 +31,6 @@ fn output(program: &str, args: &[&str], dir: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool} >/dev/null")])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Every file a release holds, at its place in a prefix (the tarball's and install.sh's).
 const PREFIX_FILES: &[&str] = &[
     "bin/gpurun",
@@ -157,7 +150,7 @@ fn the_deb_holds_the_files_at_their_places_and_config_toml_as_a_conffile() {
 #[test]
 fn the_rpm_holds_the_files_at_their_places_and_config_toml_as_a_config_file() {
     let Some(dist) = dist() else { return };
-    if !have("rpm") {
+    if !common::on_path("rpm") {
         return skip("the .rpm's contents", "rpm is not installed (tests/dist/install.sh installs it)");
     }
     let rpm = format!("gpurun-{VERSION}-1.x86_64.rpm");

@@ -7,24 +7,16 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use common::{default_scenario, gpurun_binary, sim_cuda, skip, wait_until, Sim};
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
 
 /// tini's own suite runs `valgrind --leak-check=full --error-exitcode=1 tini ls`: gpurun's
 /// equivalent (no GPU, so no driver library and its threads in the picture) must pass it as is.
 #[test]
 fn under_valgrind_memcheck_finds_nothing_and_the_status_passes_through() {
-    if !have("valgrind") {
+    if !common::on_path("valgrind") {
         return skip("gpurun under valgrind", "valgrind is not installed (tests/emulation/install.sh)");
     }
     let sim = Sim::new(&default_scenario());
@@ -48,7 +40,7 @@ fn under_valgrind_memcheck_finds_nothing_and_the_status_passes_through() {
 /// running when gpurun exits, so what they hold is not gpurun's leak), and the job verified.
 #[test]
 fn under_valgrind_a_job_on_a_simulated_gpu_is_verified() {
-    if !have("valgrind") {
+    if !common::on_path("valgrind") {
         return skip("gpurun under valgrind", "valgrind is not installed (tests/emulation/install.sh)");
     }
     let sim = Sim::new(&default_scenario());
@@ -76,7 +68,7 @@ fn under_valgrind_a_job_on_a_simulated_gpu_is_verified() {
 }
 
 fn qemu() -> Option<&'static str> {
-    have("qemu-x86_64-static").then_some("qemu-x86_64-static")
+    common::on_path("qemu-x86_64-static").then_some("qemu-x86_64-static")
 }
 
 #[test]

@@ -555,17 +555,19 @@ fn forged_tickets_with_a_plausible_content_hold_nothing() {
             "setpriv",
             &["--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c", &script],
         ));
-        let planted = || {
-            std::fs::read_dir(sim.lock_dir())
-                .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(mask)))
-                .unwrap_or(false)
+        // Planted, and locked by its PID (flock -n fails on it): a ticket not locked is dead.
+        let locked = || {
+            let planted = std::fs::read_dir(sim.lock_dir()).ok().and_then(|all| {
+                all.flatten().map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(mask))
+            });
+            planted.is_some_and(|ticket| {
+                Command::new("flock").arg("-n").arg(&ticket).arg("true").status().is_ok_and(|s| !s.success())
+            })
         };
-        if !wait_until(Duration::from_secs(5), planted) {
+        if !wait_until(Duration::from_secs(5), locked) {
             drop(forger);
             return common::skip("forged tickets with content", "setpriv or flock is unavailable");
         }
-        // Give flock its moment to take the lock: a ticket not locked is dead anyway.
-        std::thread::sleep(Duration::from_millis(300));
         // Behind a ticket that could hold, a waiter would wait as long as the forger lives.
         sim.gpurun().args(["-q", "--exclusive", "--wait", "--", "true"]).run_unless_hung().status(0);
         sim.gpurun().args(["-q", "--gpus", "1", "--", "true"]).run().status(0);

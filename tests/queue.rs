@@ -22,6 +22,19 @@ fn entries(sim: &Sim, prefix: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// GPU 0 held for 2 s, and two `--wait` launches queued for it in turn: (sim, holder, head,
+/// second).
+fn two_waiting_behind_a_holder() -> (Sim, Child, Child, Child) {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "2"]);
+    assert!(wait_until(LONG, || leases(&sim) == 1));
+    let head = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
+    let second = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 2));
+    (sim, holder, head, second)
+}
+
 fn leases(sim: &Sim) -> usize {
     std::fs::read_dir(sim.lock_dir())
         .map(|all| all.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count())
@@ -82,13 +95,7 @@ fn a_waiter_starts_when_a_process_outside_gpurun_frees_the_gpu() {
 
 #[test]
 fn a_killed_head_does_not_stall_the_queue() {
-    let sim = Sim::new(&scenario_file("two_idle.toml"));
-    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "2"]);
-    assert!(wait_until(LONG, || leases(&sim) == 1));
-    let mut head = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
-    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
-    let mut second = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
-    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 2));
+    let (_sim, mut holder, mut head, mut second) = two_waiting_behind_a_holder();
     // Killed outright: no turn passed on, its ticket and FIFO left behind.
     head.kill().unwrap();
     head.wait().unwrap();
@@ -188,13 +195,7 @@ fn list_shows_the_queues_length_and_with_v_every_waiter_and_the_oldest_wait() {
 /// A stopped waiter holds no place while it is stopped.
 #[test]
 fn a_stopped_waiter_does_not_hold_up_the_queue() {
-    let sim = Sim::new(&scenario_file("two_idle.toml"));
-    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "2"]);
-    assert!(wait_until(LONG, || leases(&sim) == 1));
-    let mut head = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
-    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
-    let mut second = spawn(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"]);
-    assert!(wait_until(LONG, || entries(&sim, "ticket.") == 2));
+    let (_sim, mut holder, mut head, mut second) = two_waiting_behind_a_holder();
     common::send_signal(head.id(), libc::SIGSTOP);
     assert!(holder.wait().unwrap().success());
     // Stopped for good here: behind it, the second would wait for ever.

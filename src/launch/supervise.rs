@@ -114,7 +114,7 @@ impl<'a> Watch<'a> {
              (verification goes on)",
             XID_CALL_HUNG.as_secs()
         );
-        self.monitor.give_up_xids();
+        // The spare's session asks for no Xid events, whatever GPUs a poll names.
         self.spare = Some(spare);
     }
 }

@@ -7,7 +7,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -16,7 +16,6 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Opened, Session, XidBatch};
 use crate::process::signals::Receiver;
-use std::sync::{Arc, OnceLock};
 
 /// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).
 const STACK_SIZE: usize = 512 * 1024;

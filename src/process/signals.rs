@@ -189,18 +189,18 @@ impl Receiver {
 /// a negative number as a group (-1: every process there is), so a PID that is 0 or does not
 /// fit in a positive pid_t (a wrapped u32) cannot be made into one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pid(libc::pid_t);
+struct Pid(libc::pid_t);
 
 impl Pid {
     /// The process `raw`, if it can be one (1 to pid_t's maximum).
-    pub(crate) fn of(raw: u32) -> Option<Pid> {
+    fn of(raw: u32) -> Option<Pid> {
         libc::pid_t::try_from(raw).ok().filter(|pid| *pid > 0).map(Pid)
     }
 }
 
 /// Sends any signal, real-time ones included (nix's `Signal` has only the standard ones), to
 /// one process.
-pub(crate) fn send(pid: Pid, signal: i32) -> bool {
+fn send(pid: Pid, signal: i32) -> bool {
     // SAFETY: kill(2) has no memory arguments; the PID is positive, so it names one process.
     unsafe { libc::kill(pid.0, signal) == 0 }
 }

@@ -53,8 +53,6 @@ pub(crate) struct Monitor {
     pub(crate) xids: Vec<(Xid, std::time::SystemTime)>,
     /// Xid events read and not kept (repeats past the bound), for the report.
     pub(crate) xids_dropped: u64,
-    /// An Xid call hung: Xid events are no longer asked for.
-    xids_given_up: bool,
 }
 
 impl Monitor {
@@ -84,7 +82,6 @@ impl Monitor {
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
             xids: Vec::new(),
             xids_dropped: 0,
-            xids_given_up: false,
         }
     }
 
@@ -105,12 +102,8 @@ impl Monitor {
         self.tracker.used().iter().copied().collect()
     }
 
-    /// The physical GPUs whose Xid errors count: the chosen ones (a MIG device's GPU); none
-    /// once Xid monitoring was given up.
+    /// The physical GPUs whose Xid errors count: the chosen ones (a MIG device's GPU).
     pub(crate) fn xid_gpus(&self) -> Vec<u32> {
-        if self.xids_given_up {
-            return Vec::new();
-        }
         let mut gpus: Vec<u32> = self
             .selected
             .iter()
@@ -118,11 +111,6 @@ impl Monitor {
             .collect();
         gpus.dedup();
         gpus
-    }
-
-    /// An Xid call hung: no more Xid events are asked for.
-    pub(crate) fn give_up_xids(&mut self) {
-        self.xids_given_up = true;
     }
 
     /// Takes one look's Xid events: each kept one is said (once per GPU and code: a flood of

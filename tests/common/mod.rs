@@ -308,6 +308,12 @@ pub fn send_signal(pid: u32, signal: i32) {
     unsafe { libc::kill(pid as i32, signal) };
 }
 
+/// Whether `program` is on PATH (a client or tool a test area needs).
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
 /// Says why a test (or part of one) cannot run here and returns. Where CI can run everything
 /// (`CI_NO_SKIP=1`, set by `.ci/run`), a skip is a failure instead: an area that silently
 /// stopped running must not pass.
