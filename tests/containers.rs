@@ -631,4 +631,10 @@ fn runs_are_read_with_the_clients_own_option_tables() {
         .stderr_has("--privileged: the container sees every device of the host")
         .stderr_has("--volume /dev:/dev: the container sees the host's GPU device nodes")
         .stderr_has(&format!("--env-file {env_file} sets CUDA_VISIBLE_DEVICES"));
+    // An --env-file that is a FIFO nobody writes is passed over, never waited on.
+    let fifo = sim.dir.path().join("env-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let fifo = fifo.display().to_string();
+    let words = ["--dry-run", "--gpus", "1", "--", "podman", "run", "--env-file", &fifo, "img"];
+    sim.gpurun().args(words).run_unless_hung().status(0);
 }

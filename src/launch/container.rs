@@ -173,11 +173,8 @@ fn other_way_in(name: &str, value: Option<&str>) -> Option<String> {
             Some(format!("--mount {value_text}: the container sees the host's GPU device nodes"))
         }
         "--env-file" => {
-            // Read only to warn: a regular file of at most 1 MiB, without blocking on a FIFO.
-            let text = std::fs::metadata(value_text)
-                .ok()
-                .filter(|meta| meta.is_file() && meta.len() <= 1 << 20)
-                .and_then(|_| std::fs::read_to_string(value_text).ok())?;
+            // Read only to warn (a FIFO or a device is passed over).
+            let text = crate::process::stdio::read_small_file(Path::new(value_text), 1 << 20)?;
             let named = ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"].into_iter().find(|variable| {
                 text.lines().any(|line| line.trim_start().split(['=', ' ']).next() == Some(*variable))
             })?;

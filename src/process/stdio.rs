@@ -13,6 +13,21 @@ use nix::sys::stat::Mode;
 /// Whether the caller left stdout closed: then a mode's output cannot be written.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 
+/// The text of a small regular file someone else named (a user's --cidfile or --env-file), or
+/// `None`: opened without blocking, so that a FIFO nobody writes cannot hold gpurun; read only
+/// if it is a regular file, and at most `limit` bytes, so that a device is not read whole.
+pub(crate) fn read_small_file(path: &std::path::Path, limit: u64) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(limit).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 /// Fills every closed descriptor among 0-2 with `/dev/null`.
 pub(crate) fn ensure_open() {
     for fd in (0..3).filter(|fd| !is_open(*fd)) {

@@ -1,8 +1,6 @@
 //! A container's processes, as verification finds them on the host: they are the runtime's
 //! children (conmon, containerd-shim), not gpurun's, and NVML reports their host PIDs.
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The most a container ID file holds: 64 hex digits and a newline.
@@ -12,12 +10,7 @@ const ID_FILE_BYTES: u64 = 128;
 /// `--cidfile` may name anything: a FIFO must not hold the supervisor (opened without
 /// blocking, and only a regular file is read), nor a device or a huge file be read whole.
 pub(crate) fn read_id(cidfile: &Path) -> Option<String> {
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(cidfile).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    file.take(ID_FILE_BYTES).read_to_string(&mut text).ok()?;
+    let text = crate::process::stdio::read_small_file(cidfile, ID_FILE_BYTES)?;
     let id = text.trim();
     (id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
 }
