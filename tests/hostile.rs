@@ -542,7 +542,14 @@ fn forged_tickets_with_a_plausible_content_hold_nothing() {
     sim.gpurun().args(["--", "true"]).run().status(0);
     let dir = sim.lock_dir().display().to_string();
     let both = r#"["GPU-22220000-0000-4000-8000-000000000000","GPU-22220000-0000-4000-8000-000000000001"]"#;
-    for (mask, gpus, count) in [("ffffffffffffffff", "[]", "1"), ("0000000000000003", both, "99")] {
+    // As many GPUs as an all-GPU name marks, none of them this machine's.
+    let invented: Vec<String> = (0..64).map(|i| format!("\"GPU-99990000-0000-4000-8000-{i:012}\"")).collect();
+    let invented = format!("[{}]", invented.join(","));
+    for (mask, gpus, count) in [
+        ("ffffffffffffffff", "[]", "1"),
+        ("0000000000000003", both, "99"),
+        ("ffffffffffffffff", &invented, "1"),
+    ] {
         // As uid 4242: a ticket named and written as a real one (its time, its PID, a lock held
         // by that PID), for as long as the test lasts.
         let script = format!(
@@ -556,12 +563,15 @@ fn forged_tickets_with_a_plausible_content_hold_nothing() {
             &["--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c", &script],
         ));
         // Planted, and locked by its PID (flock -n fails on it): a ticket not locked is dead.
+        // (An earlier forger's ticket of the same mask is dead, unlocked: any locked one is this.)
         let locked = || {
-            let planted = std::fs::read_dir(sim.lock_dir()).ok().and_then(|all| {
-                all.flatten().map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(mask))
-            });
-            planted.is_some_and(|ticket| {
-                Command::new("flock").arg("-n").arg(&ticket).arg("true").status().is_ok_and(|s| !s.success())
+            let planted: Vec<_> = std::fs::read_dir(sim.lock_dir())
+                .map(|all| {
+                    all.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(mask)).collect()
+                })
+                .unwrap_or_default();
+            planted.iter().any(|ticket| {
+                Command::new("flock").arg("-n").arg(ticket).arg("true").status().is_ok_and(|s| !s.success())
             })
         };
         if !wait_until(Duration::from_secs(5), locked) {
@@ -573,4 +583,67 @@ fn forged_tickets_with_a_plausible_content_hold_nothing() {
         sim.gpurun().args(["-q", "--gpus", "1", "--", "true"]).run().status(0);
         drop(forger);
     }
+}
+
+/// Issue 36 (4): a head that is alive and running but never acts on a wake-up (here a ticket
+/// of uid 4242 written as a real one, with its FIFO made and held open, by a process that is
+/// not a gpurun) held up every waiter behind it for as long as it lived. Once a wake-up has
+/// stayed unread in its FIFO for 5 s it holds no place, and the waiter behind takes the GPU.
+#[test]
+fn a_head_that_never_reads_its_wake_ups_does_not_hold_up_the_queue() {
+    let sim = two_gpus();
+    let holder = background(sim.gpurun().args(["-q", "--exclusive", "--devices", "0", "--", "sleep", "600"]));
+    let lock_dir = sim.lock_dir();
+    let leased = || {
+        std::fs::read_dir(&lock_dir)
+            .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".lease")))
+            .unwrap_or(false)
+    };
+    assert!(wait_until(LONG, leased));
+    let dir = lock_dir.display().to_string();
+    let script = format!(
+        "n=$(date +%s%N); t=\"{dir}/ticket.$(printf %020d $n).$$.0000000000000001\"; \
+         w=\"{dir}/wake.$(printf %020d $n).$$\"; mkfifo -m 0622 \"$w\" || exit 1; \
+         printf '{{\"pid\":%d,\"uid\":4242,\"user\":\"u4242\",\"since_ns\":%s,\
+         \"gpus\":[\"GPU-22220000-0000-4000-8000-000000000000\"],\"request\":\"--gpus 1\",\
+         \"needs\":{{\"count\":\"1\",\"min_free\":null,\"max_util\":null,\"exclusive\":true,\"policy\":\"most-free\"}}}}' \
+         $$ $n > \"$t\"; exec 3<>\"$w\"; exec flock -x \"$t\" sleep 600"
+    );
+    let forger =
+        background(sim.gpurun_command(
+            "setpriv",
+            &["--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c", &script],
+        ));
+    let tickets = || {
+        std::fs::read_dir(&lock_dir)
+            .map(|all| {
+                all.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("ticket.")).count()
+            })
+            .unwrap_or(0)
+    };
+    let locked = || {
+        std::fs::read_dir(&lock_dir).is_ok_and(|all| {
+            all.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(".0000000000000001"))
+                .any(|ticket| {
+                    Command::new("flock")
+                        .arg("-n")
+                        .arg(&ticket)
+                        .arg("true")
+                        .status()
+                        .is_ok_and(|s| !s.success())
+                })
+        })
+    };
+    if !wait_until(Duration::from_secs(5), locked) {
+        return common::skip("an unresponsive head", "setpriv, mkfifo or flock is unavailable");
+    }
+    let waiter = sim.gpurun().args(["-q", "--exclusive", "--devices", "0", "--wait", "--", "true"]);
+    let mut waiter = background(waiter);
+    assert!(wait_until(LONG, || tickets() == 2), "the waiter queued behind the planted ticket");
+    // The lease ends and its wake-up goes to the planted ticket, which never reads it.
+    common::send_signal(holder.0.id(), libc::SIGTERM);
+    assert!(common::wait_unless_hung(&mut waiter.0).success(), "a head that never acts stalled the queue");
+    drop(forger);
 }

@@ -204,3 +204,54 @@ fn a_stopped_waiter_does_not_hold_up_the_queue() {
     common::send_signal(head.id(), libc::SIGCONT);
     assert!(common::wait_unless_hung(&mut head).success());
 }
+
+/// Issue 36 (5): a waiter's FIFO is anybody's to write (mode 0622), and each byte cost it a look
+/// at the machine (8,261 bytes in 5 s: 0.73 s of CPU). Looks after a burst are paced to 10 a
+/// second; the real hand-off still comes through the flood.
+#[test]
+fn a_flood_of_wake_up_bytes_is_paced() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "60"]);
+    assert!(wait_until(LONG, || leases(&sim) == 1));
+    let calls = sim.dir.path().join("calls.log");
+    let mut waiter: Command = sim
+        .gpurun()
+        .args(["-q", "--exclusive", "--devices", "0", "--wait", "--", "true"])
+        .env("NVML_SIM_CALL_LOG", &calls)
+        .command;
+    let mut waiter = waiter.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    assert!(wait_until(LONG, || entries(&sim, "wake.") == 1));
+    // One memory query of GPU 0 per look at the machine.
+    let looks = || {
+        let log = std::fs::read_to_string(&calls).unwrap_or_default();
+        let own = format!("{} nvmlDeviceGetMemoryInfo 0", waiter.id());
+        log.lines().filter(|line| *line == own).count()
+    };
+    let fifo = std::fs::read_dir(sim.lock_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("wake."))
+        .unwrap();
+    let mut writer =
+        std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+    let before = looks();
+    let flood = std::time::Instant::now();
+    let flood_ends = flood + Duration::from_secs(3);
+    let mut written = 0;
+    while std::time::Instant::now() < flood_ends {
+        // LEASE_ENDED, the byte that also earns the quick looks.
+        written += writer.write(&[1; 16]).unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let seconds = flood.elapsed().as_secs_f64();
+    let flooded = looks() - before;
+    // A burst of 8, then 10 a second (and a head's 2 s safety poll): a slower machine looks less.
+    let most = 8 + (10.0 * seconds).ceil() as usize + 2;
+    assert!(flooded <= most, "{written} bytes in {seconds:.1} s made {flooded} looks (at most {most})");
+    common::send_signal(holder.id(), libc::SIGTERM);
+    assert!(common::wait_unless_hung(&mut waiter).success(), "the hand-off after the flood");
+    holder.wait().unwrap();
+}

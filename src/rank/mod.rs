@@ -266,7 +266,8 @@ fn take_part(
     }
     let reserve: Vec<(String, u64, u32)> =
         own.iter().map(|gpu| (gpu.uuid.clone(), gpu.reserved_bytes, gpu.index)).collect();
-    let leases = lease::reserve(dir, &reserve, exclusive, &options.command)?;
+    let known = crate::reserve::ticket::KnownGpus::of(&probed);
+    let leases = lease::reserve(dir, &known, &reserve, exclusive, &options.command)?;
     drop(guard);
     let selection = Selection::new(&probed, &indices, per_rank.group_count());
     let decision = Decision::selected(indices);

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::options::count::Count;
@@ -20,7 +21,7 @@ use crate::process::procfs;
 use crate::process::signals::Receiver;
 use crate::reserve::lease::{self, HeldLease, Lease};
 use crate::reserve::lockdir::{LockDir, LockDirError};
-use crate::reserve::ticket::{self, Needs, Ticket, Waiter};
+use crate::reserve::ticket::{self, KnownGpus, Needs, Ticket, Waiter};
 use crate::select::policy::{self, Decision, DeviceError, HeldBack, Outcome, Request, Reservation};
 use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited, Visibility};
@@ -382,8 +383,8 @@ struct Search {
     /// `None`: no --wait; `Some(None)`: for ever.
     waiting_until: Option<Option<Instant>>,
     ticket: Option<Ticket>,
-    /// The quick looks since a lease's end woke this waiter.
-    quick_retries: usize,
+    /// How often a waiter looks at the machine again.
+    pacing: Pacing,
     progress: Progress,
     /// Links do not change: read once for a pool of GPUs, again only if the pool changes.
     links: Option<(Vec<u32>, Topology)>,
@@ -404,16 +405,17 @@ pub(crate) fn acquire(
         started,
         waiting_until: options.wait.map(|limit| limit.map(|limit| started + limit)),
         ticket: None,
-        quick_retries: AFTER_A_WAKE.len(),
+        pacing: Pacing::new(),
         progress: Progress::new(options.json_logs),
         links: None,
     };
     for attempt in 0u64.. {
         let (machine, visibility) = search.look(nvml, receiver, inherited, options)?;
+        let known = KnownGpus::of(&machine);
         if attempt == 0 {
             warn_unusable(&machine, &visibility);
         }
-        if search.joined_a_covering_queue(&machine, &visibility, options, receiver)? {
+        if search.joined_a_covering_queue(&machine, &known, &visibility, options, receiver)? {
             continue;
         }
         let guard = match (&search.lock_dir, options.hold) {
@@ -426,7 +428,7 @@ pub(crate) fn acquire(
         let waiters = search
             .lock_dir
             .as_ref()
-            .map(|dir| ticket::waiters_ahead(dir, search.ticket.as_ref(), options.hold))
+            .map(|dir| ticket::waiters_ahead(dir, &known, search.ticket.as_ref(), options.hold))
             .unwrap_or_default();
         let mut reserved = reservations(&live, &machine);
         let (held, queue) =
@@ -472,13 +474,13 @@ pub(crate) fn acquire(
         // cannot help: the wait is over, or no state of the machine could do.
         let waiting_helps = !timed_out && decision.never.is_none();
         if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
-            let leases_and_choice = search.take_choice(&machine, &decision, &visibility, options)?;
+            let leases_and_choice = search.take_choice(&machine, &known, &decision, &visibility, options)?;
             drop(guard);
             search.progress.finish();
             let (leases, chosen) = leases_and_choice;
             return Ok(Acquisition { machine, decision, chosen, leases, live, queue, group: None });
         }
-        search.queue(&machine, &decision, options)?;
+        search.queue(&machine, &known, &decision, options)?;
         drop(guard);
         let ahead = ticket::ahead(&waiters, search.ticket.as_ref()).count();
         search.wait_again(&decision, &request, ahead, receiver)?;
@@ -560,6 +562,7 @@ impl Search {
     fn joined_a_covering_queue(
         &mut self,
         machine: &Machine,
+        known: &Arc<KnownGpus>,
         visibility: &Visibility,
         options: &Options,
         receiver: &Receiver,
@@ -575,9 +578,10 @@ impl Search {
         if quick.never.is_some() || mask == 0 {
             return Ok(false);
         }
-        let Some(ahead) = ticket::queue_covers(dir, mask) else { return Ok(false) };
+        let Some(ahead) = ticket::queue_covers(dir, known, mask) else { return Ok(false) };
         let taken = ticket::take(
             dir,
+            known,
             possible_uuids(machine, &quick),
             mask,
             &options.request_text,
@@ -585,7 +589,7 @@ impl Search {
         )?;
         if !taken.is_head(dir) {
             self.progress.show_text(&format!("waiting: {ahead} ahead in the queue for the same GPUs"));
-            wait_turn(&taken, dir, receiver, &mut self.quick_retries, self.waiting_until.flatten())
+            wait_turn(&taken, dir, receiver, &mut self.pacing, self.waiting_until.flatten())
                 .map_err(AcquireError::Interrupted)?;
         }
         self.ticket = Some(taken);
@@ -598,6 +602,7 @@ impl Search {
     fn take_choice(
         &self,
         machine: &Machine,
+        known: &Arc<KnownGpus>,
         decision: &Decision,
         visibility: &Visibility,
         options: &Options,
@@ -627,7 +632,7 @@ impl Search {
                 }
                 reserve = reserve.get(group.own.clone()).map(<[_]>::to_vec).unwrap_or_default();
             }
-            leases = lease::reserve(dir, &reserve, options.request.exclusive, &options.command)?;
+            leases = lease::reserve(dir, known, &reserve, options.request.exclusive, &options.command)?;
         }
         let chosen = chosen.map_err(|text| match options.wait {
             Some(_) => format!("{text}\n  (after waiting {:.0} s)", self.started.elapsed().as_secs_f64()),
@@ -640,14 +645,21 @@ impl Search {
     fn queue(
         &mut self,
         machine: &Machine,
+        known: &Arc<KnownGpus>,
         decision: &Decision,
         options: &Options,
     ) -> Result<(), AcquireError> {
         if let (None, Some(dir), true) = (&self.ticket, &self.lock_dir, options.hold) {
             let mask = ticket::mask_of(decision.possible());
             let possible = possible_uuids(machine, decision);
-            self.ticket =
-                Some(ticket::take(dir, possible, mask, &options.request_text, needs(decision, options))?);
+            self.ticket = Some(ticket::take(
+                dir,
+                known,
+                possible,
+                mask,
+                &options.request_text,
+                needs(decision, options),
+            )?);
         }
         Ok(())
     }
@@ -666,8 +678,7 @@ impl Search {
         match (&self.ticket, &self.lock_dir) {
             (Some(ticket), Some(dir)) if ticket.wake_fd().is_some() => {
                 let until = self.waiting_until.flatten();
-                wait_turn(ticket, dir, receiver, &mut self.quick_retries, until)
-                    .map_err(AcquireError::Interrupted)
+                wait_turn(ticket, dir, receiver, &mut self.pacing, until).map_err(AcquireError::Interrupted)
             }
             _ => {
                 let pause = (HEAD_OF_QUEUE_RETRY * (1 + ahead as u32 / 8)).min(LONGEST_RETRY);
@@ -726,12 +737,64 @@ const AFTER_A_WAKE: [Duration; 4] = [
     Duration::from_millis(400),
 ];
 
-/// Sleeps until this waiter should look at the machine again: its FIFO is written (a lease
+/// When a waiter looks at the machine again.
+struct Pacing {
+    /// The quick looks since a lease's end woke this waiter.
+    quick_retries: usize,
+    /// Looks left to take at once (below zero: owed), refilled at `LOOKS_PER_SECOND`.
+    looks: f64,
+    refilled: Instant,
+}
+
+/// A waiter's FIFO is anybody's to write (mode 0622): a flood of wake-up bytes must not become a
+/// flood of NVML probes and directory reads. A hand-off after a quiet spell looks at once; more
+/// than `LOOK_BURST` looks in a row are spaced to `LOOKS_PER_SECOND` (a real hand-off waits at
+/// most that spacing behind a flood: its byte stays in the FIFO).
+const LOOK_BURST: f64 = 8.0;
+const LOOKS_PER_SECOND: f64 = 10.0;
+
+impl Pacing {
+    fn new() -> Pacing {
+        Pacing { quick_retries: AFTER_A_WAKE.len(), looks: LOOK_BURST, refilled: Instant::now() }
+    }
+
+    /// Takes one look: how long to wait for it first (zero when it may be taken now).
+    fn take_look(&mut self) -> Duration {
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * LOOKS_PER_SECOND;
+        self.looks = (self.looks + earned).min(LOOK_BURST) - 1.0;
+        self.refilled = now;
+        match self.looks {
+            0.0.. => Duration::ZERO,
+            owed => Duration::from_secs_f64(-owed / LOOKS_PER_SECOND),
+        }
+    }
+}
+
+/// Sleeps until this waiter should look at the machine again (`wait_for_a_reason`), at the pace
+/// `Pacing` allows.
+fn wait_turn(
+    ticket: &Ticket,
+    dir: &LockDir,
+    receiver: &Receiver,
+    pacing: &mut Pacing,
+    until: Option<Instant>,
+) -> Result<(), i32> {
+    wait_for_a_reason(ticket, dir, receiver, &mut pacing.quick_retries, until)?;
+    let mut pause = pacing.take_look();
+    if let Some(until) = until {
+        pause = pause.min(until.saturating_duration_since(Instant::now()));
+    }
+    // The FIFO is not watched meanwhile: what is written to it is read at the next wait.
+    receiver.pause(pause)
+}
+
+/// Sleeps until there is a reason to look at the machine again: its FIFO is written (a lease
 /// ended, or the waiter ahead left), it is a head and `SAFETY_POLL` has passed, the quick
 /// looks after a lease's end, or the wait's end. A waiter behind a head only checks the names
 /// every `ROLE_CHECK` (no NVML, no file read). A wake-up is read at the next wait, after the
 /// look it caused; only a lease's end earns the quick looks.
-fn wait_turn(
+fn wait_for_a_reason(
     ticket: &Ticket,
     dir: &LockDir,
     receiver: &Receiver,

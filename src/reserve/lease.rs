@@ -15,6 +15,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::Flock;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::process::procfs;
 use crate::reserve::lockdir::{current_uid, Entry, HeldEntry, LockDir, LockDirError};
+use crate::reserve::ticket::KnownGpus;
 
 /// What a lease file says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,8 +50,8 @@ pub(crate) struct Lease {
 pub(crate) struct HeldLease {
     // Tuple order is drop order: unlink, then unlock.
     held: Option<(Entry, Flock<File>)>,
-    /// The lock directory and the GPU's bit, for the wake-up.
-    waker: (LockDir, u64),
+    /// The lock directory, the machine's GPUs and the GPU's bit, for the wake-up.
+    waker: (LockDir, Arc<KnownGpus>, u64),
 }
 
 impl HeldLease {
@@ -70,7 +72,8 @@ impl Drop for HeldLease {
     fn drop(&mut self) {
         if self.held.take().is_some() {
             use crate::reserve::ticket;
-            ticket::wake_first(&self.waker.0, self.waker.1, None, ticket::LEASE_ENDED);
+            let (dir, known, mask) = &self.waker;
+            ticket::wake_first(dir, known, *mask, None, ticket::LEASE_ENDED);
         }
     }
 }
@@ -178,6 +181,7 @@ pub(crate) fn live_among(dir: &LockDir, names: Vec<Vec<u8>>, may_clean: bool) ->
 /// failure (a full disk, say) nothing is left behind: leases taken so far are dropped.
 pub(crate) fn reserve(
     dir: &LockDir,
+    known: &Arc<KnownGpus>,
     gpus: &[(String, u64, u32)],
     exclusive: bool,
     command: &str,
@@ -201,7 +205,7 @@ pub(crate) fn reserve(
         let (lock, entry) = create_unique(dir, &format!("{safe_uuid}.{pid}"), ".lease")?;
         let text = serde_json::to_string(&lease).expect("plain data serialises");
         (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
-        let waker = (dir.duplicate()?, crate::reserve::ticket::mask_of([*index]));
+        let waker = (dir.duplicate()?, Arc::clone(known), crate::reserve::ticket::mask_of([*index]));
         held.push(HeldLease { held: Some((entry, lock)), waker });
     }
     Ok(held)
@@ -239,7 +243,7 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let path = base.path().join("locks");
         let dir = LockDir::open(&path, true).unwrap();
-        let held = reserve(&dir, &[("GPU-abc".to_owned(), 42, 0)], true, "train").unwrap();
+        let held = reserve(&dir, &Arc::default(), &[("GPU-abc".to_owned(), 42, 0)], true, "train").unwrap();
         let leases = live(&dir, true);
         assert_eq!(leases.len(), 1);
         assert_eq!(leases[0].reserved_bytes, 42);

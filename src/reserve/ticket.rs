@@ -22,11 +22,18 @@
 //! gpurun and for lost wake-ups (a waker killed outright); the others look at the names every
 //! `ROLE_CHECK`, which finds a head that died without passing its turn on. A FIFO rather than a
 //! signal: another user's gpurun cannot signal this one, but may write to its FIFO (mode 0622;
-//! a stray byte only costs an extra look).
+//! a stray byte only costs a look, and looks are paced).
+//!
+//! A waiter holds its place only while it can be seen to act on its wake-ups: its FIFO exists
+//! and is open, and a byte written to it is read (the reader sets the FIFO's access time)
+//! within `UNRESPONSIVE`. A head that hangs, or a planted ticket held by some process of its
+//! owner that is not a gpurun, stops holding anyone up once it leaves a wake-up unread.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -83,6 +90,27 @@ pub(crate) const SAFETY_POLL: Duration = Duration::from_secs(2);
 /// notice that it became a head.
 pub(crate) const ROLE_CHECK: Duration = Duration::from_secs(2);
 
+/// The UUIDs of this machine's GPUs and MIG devices with their NVML index keys, as this launch
+/// probed them: a ticket listing a GPU this machine does not have, or whose name marks other
+/// GPUs than the ones it lists, is not a waiter of this machine.
+#[derive(Debug, Default)]
+pub(crate) struct KnownGpus(HashMap<String, u32>);
+
+impl KnownGpus {
+    pub(crate) fn of(machine: &crate::probe::gpu::Machine) -> Arc<KnownGpus> {
+        Arc::new(KnownGpus(
+            machine.devices().filter_map(|gpu| Some((gpu.uuid.clone()?, gpu.index))).collect(),
+        ))
+    }
+
+    /// The mask of the listed GPUs, or the first UUID this machine does not have.
+    fn mask_of<'a>(&self, uuids: &'a [String]) -> Result<u64, &'a str> {
+        let keys: Result<Vec<u32>, &str> =
+            uuids.iter().map(|uuid| self.0.get(uuid).copied().ok_or(uuid.as_str())).collect();
+        keys.map(mask_of)
+    }
+}
+
 /// This launch's place in the queue; dropping it leaves the queue (files removed first) and
 /// passes the turn to the next waiter that shares a GPU with it.
 pub(crate) struct Ticket {
@@ -95,6 +123,7 @@ pub(crate) struct Ticket {
     /// not be made (it then polls like a head).
     wake: Option<(OwnedFd, Entry)>,
     dir: LockDir,
+    known: Arc<KnownGpus>,
 }
 
 /// The bits of these NVML indices (a MIG device counts as its GPU).
@@ -122,6 +151,7 @@ fn wake_name((since_ns, pid): (u64, u32)) -> String {
 /// lock is not needed for that. `mask`: `mask_of` the GPUs it could ever use.
 pub(crate) fn take(
     dir: &LockDir,
+    known: &Arc<KnownGpus>,
     gpus: Vec<String>,
     mask: u64,
     request: &str,
@@ -150,7 +180,15 @@ pub(crate) fn take(
         Waiter { pid, uid, user: procfs::user_name(uid), since_ns, gpus, request: request.to_owned(), needs };
     let text = serde_json::to_string(&waiter).expect("plain data serialises");
     (&*lock).write_all(text.as_bytes()).map_err(|e| dir.io(e))?;
-    Ok(Ticket { _entry: entry, _lock: lock, key: (since_ns, pid), mask, wake, dir: dir.duplicate()? })
+    Ok(Ticket {
+        _entry: entry,
+        _lock: lock,
+        key: (since_ns, pid),
+        mask,
+        wake,
+        dir: dir.duplicate()?,
+        known: Arc::clone(known),
+    })
 }
 
 impl Ticket {
@@ -163,9 +201,17 @@ impl Ticket {
     pub(crate) fn drain(&self) -> bool {
         let mut lease_ended = false;
         if let Some((fd, _)) = &self.wake {
-            let mut buffer = [0u8; 256];
+            let mut buffer = [0u8; 4096];
+            let mut read_any = false;
             while let Ok(read @ 1..) = nix::unistd::read(fd, &mut buffer) {
                 lease_ended |= buffer[..read].contains(&LEASE_ENDED);
+                read_any = true;
+            }
+            // Read, said in the FIFO's access time (set here, whatever the mount's atime
+            // rule): the waiters behind see that this one acts on its wake-ups (`unresponsive`).
+            if read_any {
+                use nix::sys::time::TimeSpec;
+                let _ = nix::sys::stat::futimens(fd, &TimeSpec::UTIME_NOW, &TimeSpec::UTIME_OMIT);
             }
         }
         lease_ended
@@ -179,9 +225,9 @@ impl Ticket {
         if self.wake.is_none() {
             return true;
         }
-        !queue_names(dir)
-            .iter()
-            .any(|(name, (key, mask))| *key < self.key && mask & self.mask != 0 && trusted_at(dir, name))
+        !queue_names(dir).iter().any(|(name, (key, mask))| {
+            *key < self.key && mask & self.mask != 0 && trusted_at(dir, &self.known, name)
+        })
     }
 }
 
@@ -190,7 +236,7 @@ impl Drop for Ticket {
         // Out of the queue first (the entries go with the fields, after this), then the turn
         // passes to the next waiter that could use one of these GPUs.
         self.dir.remove_if_mine(self._entry.name.as_bytes(), current_uid());
-        wake_first(&self.dir, self.mask, Some(self.key), TURN_PASSED);
+        wake_first(&self.dir, &self.known, self.mask, Some(self.key), TURN_PASSED);
     }
 }
 
@@ -207,7 +253,7 @@ fn take_pending_sigpipe() {
 /// How many waiters are queued, if together they could use every GPU of `mask` (from the names
 /// alone: a dead ticket still counted only makes a launch queue, where it is then a head);
 /// `None` otherwise.
-pub(crate) fn queue_covers(dir: &LockDir, mask: u64) -> Option<usize> {
+pub(crate) fn queue_covers(dir: &LockDir, known: &KnownGpus, mask: u64) -> Option<usize> {
     let sharing: Vec<(String, u64)> = queue_names(dir)
         .into_iter()
         .filter(|(_, (_, ticket_mask))| ticket_mask & mask != 0)
@@ -220,7 +266,7 @@ pub(crate) fn queue_covers(dir: &LockDir, mask: u64) -> Option<usize> {
         if covered & mask == mask {
             break;
         }
-        if trusted_at(dir, name) {
+        if trusted_at(dir, known, name) {
             covered |= ticket_mask;
         }
     }
@@ -246,21 +292,29 @@ fn queue_names(dir: &LockDir) -> Vec<Named> {
 }
 
 /// Whether the ticket `name` is a live waiter's (see `trusted`).
-fn trusted_at(dir: &LockDir, name: &str) -> bool {
-    dir.held_entry(name).and_then(|entry| trusted(dir, entry)).is_some()
+fn trusted_at(dir: &LockDir, known: &KnownGpus, name: &str) -> bool {
+    dir.held_entry(name).and_then(|entry| trusted(dir, known, entry)).is_some()
 }
 
 /// Wakes the first waiter (after `after`, if given) that could use one of the GPUs in `mask`:
 /// a byte in its FIFO. A waiter gone without its FIFO, or whose FIFO nobody reads, is skipped.
 /// Returns whether one was woken.
-pub(crate) fn wake_first(dir: &LockDir, mask: u64, after: Option<(u64, u32)>, why: u8) -> bool {
+pub(crate) fn wake_first(
+    dir: &LockDir,
+    known: &KnownGpus,
+    mask: u64,
+    after: Option<(u64, u32)>,
+    why: u8,
+) -> bool {
     let queue = queue_names(dir)
         .into_iter()
         .filter(|(_, (key, ticket_mask))| ticket_mask & mask != 0 && after.is_none_or(|after| *key > after));
     for (name, (key, _)) in queue {
         // Only a live waiter's own FIFO: a planted ticket, or a FIFO of another owner held
         // open to take the wake-ups, is passed over.
-        let Some(waiter) = dir.held_entry(&name).and_then(|entry| trusted(dir, entry)) else { continue };
+        let Some(waiter) = dir.held_entry(&name).and_then(|entry| trusted(dir, known, entry)) else {
+            continue;
+        };
         let Some(fifo) = dir.open_fifo_of(&wake_name(key), waiter.uid) else { continue };
         match nix::unistd::write(&fifo, &[why]) {
             Ok(_) => return true,
@@ -276,22 +330,32 @@ pub(crate) fn wake_first(dir: &LockDir, mask: u64, after: Option<(u64, u32)>, wh
 
 /// The waiters ahead of `ticket` (every one without a ticket): only their files are read, so a
 /// waiter's look costs what is ahead of it, not the queue's length.
-pub(crate) fn waiters_ahead(dir: &LockDir, ticket: Option<&Ticket>, may_clean: bool) -> Vec<Waiter> {
-    waiters_before(dir, ticket.map(|t| t.key), may_clean)
-}
-
-fn waiters_before(dir: &LockDir, before: Option<(u64, u32)>, may_clean: bool) -> Vec<Waiter> {
+pub(crate) fn waiters_ahead(
+    dir: &LockDir,
+    known: &KnownGpus,
+    ticket: Option<&Ticket>,
+    may_clean: bool,
+) -> Vec<Waiter> {
+    let before = ticket.map(|t| t.key);
     let wanted = |name: &str| parse_name(name).is_some_and(|(key, _)| before.is_none_or(|own| key < own));
-    let mut found: Vec<Waiter> =
-        dir.held_entries(wanted, may_clean).into_iter().filter_map(|entry| trusted(dir, entry)).collect();
+    let mut found: Vec<Waiter> = dir
+        .held_entries(wanted, may_clean)
+        .into_iter()
+        .filter_map(|entry| trusted(dir, known, entry))
+        .collect();
     found.sort_by_key(Waiter::key);
     found
 }
 
 /// The waiter a locked ticket stands for, if it can be trusted: its content names its owner,
-/// matches its name, claims no place earlier than the file itself, and its PID is a live
-/// process of that owner that is not stopped. Anything else is ignored (said at debug level).
-fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Option<Waiter> {
+/// matches its name, lists only GPUs of this machine and marks exactly those in its name,
+/// claims no place earlier than the file itself, and its PID is a live process of that owner
+/// that is not stopped. Anything else is ignored (said at debug level).
+fn trusted(
+    dir: &LockDir,
+    known: &KnownGpus,
+    HeldEntry { name, metadata, text }: HeldEntry,
+) -> Option<Waiter> {
     let ((since_ns, pid), mask) = parse_name(&name)?;
     let text = text.unwrap_or_default();
     let changed_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
@@ -308,6 +372,12 @@ fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Opti
         Ok(waiter) if waiter.gpus.is_empty() || mask.count_ones() as usize > waiter.gpus.len() => {
             format!("its name marks {} GPUs but it lists {}", mask.count_ones(), waiter.gpus.len())
         }
+        // The name's mask is what `take` computed from the listed GPUs' indices: any other one
+        // (an all-GPU mask over invented UUIDs) would hold back GPUs the ticket never lists.
+        Ok(waiter) if known.mask_of(&waiter.gpus) != Ok(mask) => match known.mask_of(&waiter.gpus) {
+            Err(uuid) => format!("it lists {uuid}, which is not a GPU of this machine"),
+            Ok(listed) => format!("its name marks GPUs {mask:#x} but it lists GPUs {listed:#x}"),
+        },
         Ok(waiter) if waiter.needs.count.min as usize > waiter.gpus.len() => format!(
             "it asks for {} GPUs but lists {} it could use: no state of the machine meets that",
             waiter.needs.count.min,
@@ -324,10 +394,33 @@ fn trusted(dir: &LockDir, HeldEntry { name, metadata, text }: HeldEntry) -> Opti
         Ok(_) if procfs::stat(pid).is_some_and(|stat| stat.is_stopped()) => {
             format!("PID {pid} is stopped")
         }
-        Ok(waiter) => return Some(waiter),
+        Ok(waiter) => match unresponsive(dir, (since_ns, pid), metadata.uid()) {
+            None => return Some(waiter),
+            Some(problem) => problem,
+        },
     };
     tracing::debug!("ignoring ticket {name} in {}: {problem}", dir.path().display());
     None
+}
+
+/// A waiter that has not read a wake-up this long after it was written is not acting on them
+/// (hung, or not a gpurun at all): the safety net's period twice, and a second.
+const UNRESPONSIVE: Duration = Duration::from_secs(5);
+
+/// Why the waiter `key` cannot be seen to act on a wake-up, if it cannot: its FIFO is gone, is
+/// not its owner's, has no reader (nobody could be woken), or holds a byte written more than
+/// `UNRESPONSIVE` ago and not read since (a waiter sets the FIFO's access time when it reads).
+fn unresponsive(dir: &LockDir, key: (u64, u32), owner: u32) -> Option<String> {
+    let pid = key.1;
+    let Some(fifo) = dir.open_fifo_of(&wake_name(key), owner) else {
+        return Some(format!("PID {pid} has no FIFO open to be woken through"));
+    };
+    let stat = nix::sys::stat::fstat(&fifo).ok()?;
+    let written = Duration::new(stat.st_mtime.max(0) as u64, stat.st_mtime_nsec as u32);
+    let read = Duration::new(stat.st_atime.max(0) as u64, stat.st_atime_nsec as u32);
+    let unread_for = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.saturating_sub(written);
+    (written > read && unread_for > UNRESPONSIVE)
+        .then(|| format!("PID {pid} has not read the wake-up written {} s ago", unread_for.as_secs()))
 }
 
 /// The waiters ahead of `ticket`: those that came earlier, or every one for a launch that has
@@ -352,6 +445,10 @@ mod tests {
         }
     }
 
+    fn known() -> Arc<KnownGpus> {
+        Arc::new(KnownGpus([("GPU-a".to_owned(), 0), ("GPU-b".to_owned(), 1)].into_iter().collect()))
+    }
+
     fn dir() -> (tempfile::TempDir, LockDir) {
         let base = tempfile::tempdir().unwrap();
         let dir = LockDir::open(&base.path().join("locks"), true).unwrap();
@@ -361,18 +458,20 @@ mod tests {
     #[test]
     fn tickets_queue_in_order_and_leave_on_drop() {
         let (_base, dir) = dir();
-        let first = take(&dir, vec!["GPU-a".to_owned()], 0b01, "--gpus 1", needs()).unwrap();
-        let second = take(&dir, vec!["GPU-b".to_owned()], 0b10, "--gpus 1", needs()).unwrap();
+        let first = take(&dir, &known(), vec!["GPU-a".to_owned()], 0b01, "--gpus 1", needs()).unwrap();
+        let second = take(&dir, &known(), vec!["GPU-b".to_owned()], 0b10, "--gpus 1", needs()).unwrap();
         // Different GPUs: each is a head of its own.
         assert!(first.is_head(&dir) && second.is_head(&dir));
-        let third = take(&dir, vec!["GPU-a".to_owned()], 0b11, "--gpus 2", needs()).unwrap();
+        let third =
+            take(&dir, &known(), vec!["GPU-a".to_owned(), "GPU-b".to_owned()], 0b11, "--gpus 2", needs())
+                .unwrap();
         assert!(!third.is_head(&dir), "behind both");
         // A lease ending on GPU 1 wakes the first waiter for it (second), not first.
-        assert!(wake_first(&dir, 0b10, None, LEASE_ENDED));
+        assert!(wake_first(&dir, &known(), 0b10, None, LEASE_ENDED));
         assert!(second.drain(), "woken, for a lease's end");
         assert!(!first.drain() && !third.drain());
         drop(third);
-        let all = waiters_ahead(&dir, None, true);
+        let all = waiters_ahead(&dir, &known(), None, true);
         assert_eq!(all.len(), 2);
         assert_eq!(ahead(&all, Some(&first)).count(), 0);
         assert_eq!(
@@ -381,7 +480,7 @@ mod tests {
         );
         assert_eq!(ahead(&all, None).count(), 2, "a launch without a ticket is behind everyone");
         drop(first);
-        assert_eq!(waiters_ahead(&dir, None, true).len(), 1);
+        assert_eq!(waiters_ahead(&dir, &known(), None, true).len(), 1);
     }
 
     #[test]
@@ -410,6 +509,6 @@ mod tests {
             let file = dir.create(&format!("ticket.{:020}.{pid}.0000000000000001", 3)).unwrap();
             Flock::lock(file, FlockArg::LockExclusive).unwrap()
         };
-        assert!(waiters_ahead(&dir, None, false).is_empty());
+        assert!(waiters_ahead(&dir, &known(), None, false).is_empty());
     }
 }

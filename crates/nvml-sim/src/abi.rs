@@ -105,6 +105,7 @@ fn handle_for(index: usize) -> Device {
 /// `[[hang]]` and `[[crash]]`: a hanging call sleeps outside the state lock (other threads'
 /// calls go on, as with a real driver stuck on one GPU); a crashing one faults for real.
 pub(crate) fn misbehave(call: &str, gpu: Option<u32>) {
+    log_call(call, gpu);
     let (hang, crash) =
         with_state(|state| Ok((state.hang(call, gpu), state.crashes(call, gpu)))).unwrap_or((None, false));
     if crash {
@@ -116,6 +117,22 @@ pub(crate) fn misbehave(call: &str, gpu: Option<u32>) {
         Some(None) => loop {
             std::thread::sleep(Duration::from_secs(3600));
         },
+    }
+}
+
+/// `NVML_SIM_CALL_LOG=<file>`: each call is appended to it as `<pid> <call> <gpu or ->`, so a
+/// test can count what its caller asked (one short `O_APPEND` write per call: lines of several
+/// processes do not mix).
+fn log_call(call: &str, gpu: Option<u32>) {
+    use std::io::Write;
+    static LOG: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let log = LOG.get_or_init(|| {
+        let path = std::env::var_os("NVML_SIM_CALL_LOG").filter(|path| !path.is_empty())?;
+        std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
+    });
+    if let Some(mut file) = log.as_ref() {
+        let gpu = gpu.map_or("-".to_owned(), |gpu| gpu.to_string());
+        let _ = file.write_all(format!("{} {call} {gpu}\n", std::process::id()).as_bytes());
     }
 }
 
