@@ -7,6 +7,7 @@ use crate::common;
 
 use common::Sim;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// An A100 80GB (Ampere: row remapping) with ECC on, idle, with `extra` keys; `free` GiB free.
 fn a100(index: u32, free: u32, extra: &str) -> String {
@@ -322,4 +323,38 @@ fn the_xid_79_of_a_gpu_that_answers_lost_is_reported() {
     let kinds: Vec<&str> =
         json["diagnosis"].as_array().unwrap().iter().filter_map(|d| d["kind"].as_str()).collect();
     assert!(kinds.contains(&"xid") && kinds.contains(&"gpu-lost"), "{json}");
+}
+
+/// Issue 36 (6): a GPU lost mid-job without an Xid 79 seen (events unsupported or not
+/// delivered) answers GPU_IS_LOST to its process list. That changes the verdict (what ran
+/// there can no longer be checked) and is the gpu-lost diagnosis, as the Xid would be.
+#[test]
+fn a_gpu_whose_process_list_answers_lost_changes_the_verdict() {
+    let sim = Sim::new(&a100(0, 79, ""));
+    let report = sim.dir.path().join("report.json");
+    let stderr = sim.dir.path().join("stderr");
+    let cuda = common::sim_cuda().to_string_lossy().into_owned();
+    let mut command = sim
+        .gpurun()
+        .args(["--report-json", report.to_str().unwrap(), "--", &cuda, "--mem", "1GiB", "--sleep", "7"])
+        .command;
+    let file = std::fs::File::create(&stderr).unwrap();
+    let mut gpurun = command.stdin(std::process::Stdio::null()).stderr(file).spawn().unwrap();
+    let said = |text: &str| std::fs::read_to_string(&stderr).unwrap_or_default().contains(text);
+    // Verified first; the next poll (5 s later, once settled) finds the GPU lost.
+    assert!(common::wait_until(Duration::from_secs(20), || said("verified: PID")), "verified first");
+    sim.rewrite(
+        &(a100(0, 79, "")
+            + "[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\ngpu = 0\nerror = \"GPU_IS_LOST\"\n"),
+    );
+    assert!(common::wait_unless_hung(&mut gpurun).success());
+    let text = std::fs::read_to_string(&stderr).unwrap();
+    assert!(text.contains("GPU 0: NVML answers GPU is lost"), "{text}");
+    assert!(text.contains("unverifiable: GPU 0 fell off the bus during the run"), "{text}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["verification"]["verdict"], "unverifiable", "{json}");
+    let lost: Vec<&Value> =
+        json["diagnosis"].as_array().unwrap().iter().filter(|d| d["kind"] == "gpu-lost").collect();
+    assert_eq!(lost.len(), 1, "{json}");
+    assert!(lost[0]["detail"].as_str().unwrap().contains("NVML answers GPU is lost"), "{json}");
 }

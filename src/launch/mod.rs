@@ -275,6 +275,8 @@ struct Ended {
     xids: Vec<(Xid, SystemTime)>,
     /// Xid events past the bound, counted (`Monitor::absorb_xids`).
     xids_dropped: u64,
+    /// Chosen devices whose process list answered GPU_IS_LOST (`Monitor::lost`).
+    lost: Vec<(u32, SystemTime)>,
     wall: Duration,
     started_at: SystemTime,
 }
@@ -335,6 +337,7 @@ fn supervise_to_the_end(
         used: watch.as_ref().map(|w| w.monitor.used()).unwrap_or_default(),
         xids: watch.as_ref().map(|w| w.monitor.xids.clone()).unwrap_or_default(),
         xids_dropped: watch.as_ref().map_or(0, |w| w.monitor.xids_dropped),
+        lost: watch.as_ref().map(|w| w.monitor.lost.clone()).unwrap_or_default(),
         wall: started.elapsed(),
         started_at,
     }
@@ -458,7 +461,18 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
     for (xid, at) in ended.xids.iter().filter(|(xid, _)| xid.code == 79) {
         if !lost.contains(&xid.gpu) {
             lost.push(xid.gpu);
-            let gone = diagnosis::gpu_lost(xid.gpu, into_run(*at), &utc_clock(*at));
+            let gone = diagnosis::gpu_lost(xid.gpu, into_run(*at), &utc_clock(*at), Some(79));
+            tracing::warn!("{}: {}", gone.kind, gone.detail);
+            found.push(gone);
+        }
+    }
+    // A GPU lost without an Xid 79 seen (events not supported, or not delivered): its process
+    // list said so.
+    for (key, at) in &ended.lost {
+        let gpu = crate::probe::gpu::mig_parts(*key).map_or(*key, |(parent, _)| parent);
+        if !lost.contains(&gpu) {
+            lost.push(gpu);
+            let gone = diagnosis::gpu_lost(gpu, into_run(*at), &utc_clock(*at), None);
             tracing::warn!("{}: {}", gone.kind, gone.detail);
             found.push(gone);
         }

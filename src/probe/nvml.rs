@@ -361,6 +361,20 @@ fn excluded_device(nvml: &Nvml, index: u32) -> Option<Excluded> {
     Some(Excluded { pci_bus_id: text(&info.pciInfo.busId), uuid: text(&info.uuid) })
 }
 
+/// Why a GPU's processes could not be listed: whether the GPU is lost (GPU_IS_LOST: it fell
+/// off the bus, and nothing on it can be checked any more), and NVML's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListError {
+    pub(crate) lost: bool,
+    pub(crate) text: String,
+}
+
+impl From<NvmlError> for ListError {
+    fn from(error: NvmlError) -> ListError {
+        ListError { lost: matches!(error, NvmlError::GpuLost), text: error.to_string() }
+    }
+}
+
 /// NVML's error in the words a user searches for.
 fn describe(error: &NvmlError) -> String {
     match error {

@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::probe::gpu::{Machine, Topology};
-use crate::probe::nvml::{self, Call, Calls, Listed, OpenError, Opened, Session, XidBatch};
+use crate::probe::nvml::{self, Call, Calls, ListError, Listed, OpenError, Opened, Session, XidBatch};
 use crate::process::signals::Receiver;
 
 /// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).
@@ -39,7 +39,7 @@ pub(crate) enum Answer {
     Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
     Links(Topology),
-    Polled { lists: Vec<(u32, Result<Vec<Listed>, String>)>, xids: XidBatch },
+    Polled { lists: Vec<(u32, Result<Vec<Listed>, ListError>)>, xids: XidBatch },
 }
 
 /// Why no answer came.
@@ -92,8 +92,8 @@ fn run(
                     .into_iter()
                     .map(|gpu| {
                         let listed = match session.as_mut() {
-                            Some(session) => session.processes(gpu).map_err(|e| e.to_string()),
-                            None => Err("NVML is not open".to_owned()),
+                            Some(session) => session.processes(gpu).map_err(ListError::from),
+                            None => Err(ListError { lost: false, text: "NVML is not open".to_owned() }),
                         };
                         (gpu, listed)
                     })

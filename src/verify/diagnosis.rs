@@ -132,16 +132,21 @@ pub(crate) fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
     }
 }
 
-/// A chosen GPU that fell off the bus during the run (Xid 79): whatever ran there is gone.
-pub(crate) fn gpu_lost(gpu: u32, seconds: f64, at: &str) -> Diagnosis {
+/// A chosen GPU that fell off the bus during the run: whatever ran there is gone. `seen_as`:
+/// how it was seen, an Xid 79 (`Some(79)`) or NVML answering GPU_IS_LOST (`None`).
+pub(crate) fn gpu_lost(gpu: u32, seconds: f64, at: &str, xid: Option<u64>) -> Diagnosis {
+    let seen_as = match xid {
+        Some(code) => format!("Xid {code}"),
+        None => "NVML answers GPU is lost".to_owned(),
+    };
     Diagnosis {
         kind: "gpu-lost",
         gpu: Some(gpu),
         detail: format!(
-            "GPU {gpu} fell off the bus {seconds:.1} s into the run ({at}, Xid 79): its work is lost; drain the \
+            "GPU {gpu} fell off the bus {seconds:.1} s into the run ({at}, {seen_as}): its work is lost; drain the \
              node, check dmesg, and reboot (a reset rarely brings such a GPU back)"
         ),
-        code: Some(79),
+        code: xid,
     }
 }
 

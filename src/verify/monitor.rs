@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::options::VerifyMode;
-use crate::probe::nvml::{Call, Listed, Xid, XidBatch, XIDS_KEPT};
+use crate::probe::nvml::{Call, ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
@@ -23,7 +23,7 @@ const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 pub(crate) const SLOW_CALL: Duration = Duration::from_millis(500);
 
 /// What the NVML thread returned for one poll: each watched GPU's processes, or why not.
-pub(crate) type Lists = Vec<(u32, Result<Vec<Listed>, String>)>;
+pub(crate) type Lists = Vec<(u32, Result<Vec<Listed>, ListError>)>;
 
 pub(crate) struct Monitor {
     mode: VerifyMode,
@@ -53,6 +53,8 @@ pub(crate) struct Monitor {
     pub(crate) xids: Vec<(Xid, std::time::SystemTime)>,
     /// Xid events read and not kept (repeats past the bound), for the report.
     pub(crate) xids_dropped: u64,
+    /// Chosen devices whose process list answered GPU_IS_LOST, with when that was first seen.
+    pub(crate) lost: Vec<(u32, std::time::SystemTime)>,
 }
 
 impl Monitor {
@@ -82,6 +84,7 @@ impl Monitor {
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
             xids: Vec::new(),
             xids_dropped: 0,
+            lost: Vec::new(),
         }
     }
 
@@ -294,9 +297,23 @@ impl Monitor {
                         *peak = (*peak).max(tree_bytes);
                     }
                 }
-                Err(error) if selected => poll.unlistable.push((gpu, error)),
+                Err(error) if selected => {
+                    if error.lost && !self.lost.iter().any(|(lost, _)| *lost == gpu) {
+                        tracing::warn!(
+                            "{}: NVML answers GPU is lost: it fell off the bus; what ran there is gone",
+                            crate::probe::gpu::label(gpu)
+                        );
+                        self.lost.push((gpu, std::time::SystemTime::now()));
+                        poll.lost.push(gpu);
+                    }
+                    poll.unlistable.push((gpu, error.text));
+                }
                 Err(error) => {
-                    tracing::debug!("{}: cannot list processes: {error}", crate::probe::gpu::label(gpu))
+                    tracing::debug!(
+                        "{}: cannot list processes: {}",
+                        crate::probe::gpu::label(gpu),
+                        error.text
+                    )
                 }
             }
         }

@@ -53,6 +53,8 @@ pub(crate) struct Poll {
     /// PIDs that appeared on a selected GPU after launch and do not exist here: NVML reports
     /// them from another PID namespace.
     pub(crate) foreign_namespace_pids: Vec<(u32, u32)>,
+    /// Selected GPUs whose process list answered GPU_IS_LOST.
+    pub(crate) lost: Vec<u32>,
 }
 
 /// The verdict so far, updated by each poll.
@@ -64,6 +66,7 @@ pub(crate) struct Tracker {
     wrong: Option<(Sighting, String)>,
     unlistable: Option<(u32, String)>,
     foreign_namespace: Option<(u32, u32)>,
+    lost: Vec<u32>,
 }
 
 impl Tracker {
@@ -75,6 +78,7 @@ impl Tracker {
             wrong: None,
             unlistable: None,
             foreign_namespace: None,
+            lost: Vec::new(),
         }
     }
 
@@ -97,6 +101,11 @@ impl Tracker {
         if self.foreign_namespace.is_none() {
             self.foreign_namespace = poll.foreign_namespace_pids.into_iter().next();
         }
+        for gpu in poll.lost {
+            if !self.lost.contains(&gpu) {
+                self.lost.push(gpu);
+            }
+        }
     }
 
     /// The selected GPUs a process of the tree was seen on.
@@ -104,10 +113,10 @@ impl Tracker {
         &self.used
     }
 
-    /// A verdict that no later poll can improve on: wrong-gpu, or verified with every selected
-    /// GPU in use. `None` while it may still change.
+    /// A verdict that no later poll can improve on: wrong-gpu, a selected GPU lost, or verified
+    /// with every selected GPU in use. `None` while it may still change.
     pub(crate) fn settled(&self) -> Option<(Verdict, String)> {
-        if self.wrong.is_some() {
+        if self.wrong.is_some() || !self.lost.is_empty() {
             return Some(self.verdict());
         }
         let all_used = !self.selected.is_empty() && self.selected.iter().all(|gpu| self.used.contains(gpu));
@@ -125,6 +134,22 @@ impl Tracker {
                     sighting.command,
                     label(sighting.gpu),
                     labels(&self.selected)
+                ),
+            );
+        }
+        // Once a chosen GPU is lost, what ran there can no longer be checked, whatever was
+        // seen before: the verdict says so, and what was seen.
+        if !self.lost.is_empty() {
+            let before = match self.seen.is_empty() {
+                true => "no process of the command had been seen on a GPU".to_owned(),
+                false => format!("seen before: {}", sightings_text(&self.seen)),
+            };
+            return (
+                Verdict::Unverifiable,
+                format!(
+                    "{} fell off the bus during the run (NVML answers GPU is lost to its process list): \
+                     what ran there cannot be checked any more; {before}",
+                    labels(&self.lost)
                 ),
             );
         }
@@ -245,6 +270,23 @@ mod tests {
         container.observe(Poll { foreign_namespace_pids: vec![(4194400, 1)], ..Poll::default() }, no_cause);
         assert_eq!(container.verdict().0, Verdict::Unverifiable);
         assert!(container.verdict().1.contains("another PID namespace"));
+    }
+
+    #[test]
+    fn a_lost_gpu_makes_a_verified_run_unverifiable_but_not_a_wrong_one() {
+        let mut tracker = Tracker::new(&[1]);
+        tracker.observe(poll(vec![seen(5, 1)]), no_cause);
+        assert_eq!(tracker.settled().unwrap().0, Verdict::Verified);
+        let lost = Poll { unlistable: vec![(1, "GPU is lost".to_owned())], lost: vec![1], ..Poll::default() };
+        tracker.observe(lost.clone(), no_cause);
+        let (verdict, detail) = tracker.settled().unwrap();
+        assert_eq!(verdict, Verdict::Unverifiable);
+        assert!(detail.starts_with("GPU 1 fell off the bus during the run"), "{detail}");
+        assert!(detail.ends_with("seen before: PID 5 (job) on GPU 1"), "{detail}");
+        let mut wrong = Tracker::new(&[1]);
+        wrong.observe(poll(vec![seen(5, 0)]), no_cause);
+        wrong.observe(lost, no_cause);
+        assert_eq!(wrong.verdict().0, Verdict::WrongGpu);
     }
 
     #[test]
