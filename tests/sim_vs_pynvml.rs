@@ -95,3 +95,8 @@ fn pids_seen_from_another_pid_namespace() {
 fn hanging_calls_and_a_library_thread() {
     check(&scenario_file("hangs.toml"));
 }
+
+#[test]
+fn fabric_mps_and_confidential_computing() {
+    check(&scenario_file("fabric_mps.toml"));
+}

@@ -121,15 +121,19 @@ class Checker:
 
     # -- the machine -------------------------------------------------------------------------
 
-    def processes_on(self, index):
-        return [p for p in self.scenario.get("process", []) if p["gpu"] == index]
+    def processes_on(self, index, *, mps_clients=False):
+        """The scenario's processes in GPU `index`'s compute list (an MPS server, never its
+        clients), or with `mps_clients` those in its MPS list."""
+        return [p for p in self.scenario.get("process", [])
+                if p["gpu"] == index and (p.get("mps") == "client") == mps_clients]
 
     def migs_of(self, index):
         return [m for m in self.scenario.get("mig", []) if m["gpu"] == index]
 
     def used_v2(self, index, extra=0):
         gpu = self.gpus[index]
-        listed = sum(size(p["used"]) for p in self.processes_on(index) if "used" in p)
+        every = self.processes_on(index) + self.processes_on(index, mps_clients=True)
+        listed = sum(size(p["used"]) for p in every if "used" in p)
         instances = sum(size(m.get("memory_used", 0)) for m in self.migs_of(index))
         return size(gpu.get("memory_used", 0)) + instances + listed + extra
 
@@ -145,6 +149,18 @@ class Checker:
         self.call("device count", "nvmlDeviceGetCount", None,
                   pynvml.nvmlDeviceGetCount, lambda: len(self.gpus))
         self.check_events()
+        cc = self.scenario.get("confidential_computing")
+        try:
+            state = pynvml.nvmlSystemGetConfComputeState()
+            ready = pynvml.nvmlSystemGetConfComputeGpusReadyState()
+            self.check("CC feature", state.ccFeature,
+                       pynvml.NVML_CC_SYSTEM_FEATURE_ENABLED if cc and cc["feature"] == "enabled"
+                       else pynvml.NVML_CC_SYSTEM_FEATURE_DISABLED)
+            self.check("CC ready", ready, pynvml.NVML_CC_ACCEPTING_CLIENT_REQUESTS_TRUE if cc and cc.get("ready")
+                       else pynvml.NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE)
+        except pynvml.NVMLError as e:
+            if not self.errors:
+                self.check("CC state", e.value, "answered" if cc else pynvml.NVML_ERROR_NOT_SUPPORTED)
         excluded = self.scenario.get("excluded", [])
         self.call("excluded count", "nvmlGetExcludedDeviceCount", None,
                   pynvml.nvmlGetExcludedDeviceCount, lambda: len(excluded))
@@ -287,7 +303,57 @@ class Checker:
                 self.check(f"GPU {index} process utilization", e.value, expected)
         self.check_health(index, handle)
         self.check_processes(index, handle)
+        self.check_mps_list(index, handle)
+        self.check_fabric(index, handle)
         self.check_lookups(index, handle)
+
+    def check_mps_list(self, index, handle, extra=()):
+        """nvmlDeviceGetMPSComputeRunningProcesses_v3 and _v2: the MPS clients only."""
+        if self.injected_everywhere(index) or self.errors:
+            return
+        expected = sorted([(p["pid"], size(p["used"]) if "used" in p else None)
+                           for p in self.processes_on(index, mps_clients=True)] + list(extra))
+        for tag, function in [("v3", pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v3),
+                              ("v2", pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v2)]:
+            got = sorted((p.pid, p.usedGpuMemory) for p in function(handle))
+            self.check(f"GPU {index} MPS clients {tag}", got, expected)
+
+    def check_fabric(self, index, handle):
+        """nvmlDeviceGetGpuFabricInfoV (v2 and v3 layouts) and the unversioned call, as nvml.h
+        lays them out; NOT_SUPPORTED without a fabric."""
+        if self.injected_everywhere(index) or self.errors:
+            return
+        fabric = self.gpus[index].get("fabric")
+        states = {"not-supported": 0, "not-started": 1, "in-progress": 2, "completed": 3}
+        for tag, info in [("v3", pynvml.c_nvmlGpuFabricInfo_v3_t()), ("v2", pynvml.c_nvmlGpuFabricInfo_v2_t()),
+                          ("v1", pynvml.c_nvmlGpuFabricInfo_t())]:
+            call = pynvml.nvmlDeviceGetGpuFabricInfo if tag == "v1" else pynvml.nvmlDeviceGetGpuFabricInfoV
+            try:
+                call(handle, ctypes.byref(info))
+            except pynvml.NVMLError as e:
+                self.check(f"GPU {index} fabric {tag}", e.value,
+                           "answered" if fabric else pynvml.NVML_ERROR_NOT_SUPPORTED)
+                continue
+            if not fabric:
+                self.check(f"GPU {index} fabric {tag}", "answered", "NOT_SUPPORTED")
+                continue
+            self.check(f"GPU {index} fabric {tag} state", info.state, states[fabric.get("state", "completed")])
+            self.check(f"GPU {index} fabric {tag} clique", info.cliqueId, fabric.get("clique_id", 0))
+            want_uuid = bytes.fromhex("".join(c for c in fabric.get("cluster_uuid", "") if c in "0123456789abcdefABCDEF")
+                                      .ljust(32, "0"))
+            self.check(f"GPU {index} fabric {tag} cluster", bytes(info.clusterUuid), want_uuid)
+            status = fabric.get("status", "SUCCESS")
+            self.check(f"GPU {index} fabric {tag} status", info.status,
+                       pynvml.NVML_SUCCESS if status == "SUCCESS" else ERROR_CODES[status])
+            if tag != "v1":
+                mask = info.healthMask
+                for key, name in [("route_unhealthy", "ROUTE_UNHEALTHY"), ("degraded_bw", "DEGRADED_BW"),
+                                  ("access_timeout_recovery", "ACCESS_TIMEOUT_RECOVERY")]:
+                    shift = getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{name}")
+                    width = getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_{name}")
+                    want = {None: 0, True: getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{name}_TRUE"),
+                            False: getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{name}_FALSE")}[fabric.get(key)]
+                    self.check(f"GPU {index} fabric {tag} {key}", (mask >> shift) & width, want)
 
     def check_events(self):
         """Xid events: every [[xid]] once per event set registered for its GPU, then TIMEOUT."""
@@ -553,6 +619,26 @@ class Checker:
         self.check_processes(index, handle)
         process.wait()
         self.check_processes(index, handle)
+        self.check_live_mps(index, handle, env)
+
+    def check_live_mps(self, index, handle, env):
+        """A sim-cuda MPS server is in the compute list; a later sim-cuda of the same user on
+        that GPU is its client, only in the MPS list; both count in the GPU's memory."""
+        offset = self.scenario.get("pid_offset", 0)
+        started = []
+        for args in (["--mps-server", "--mem", "256MiB"], ["--mem", "1GiB"]):
+            process = subprocess.Popen([self.sim_cuda, *args, "--sleep", "30"], env=env, stdout=subprocess.PIPE, text=True)
+            process.stdout.readline()
+            started.append(process)
+        server, client = started
+        self.check_processes(index, handle, extra=[(server.pid + offset, 256 << 20)])
+        self.check_mps_list(index, handle, extra=[(client.pid + offset, 1 << 30)])
+        used = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
+        self.check("MPS server and client memory count as used", used, self.used_v2(index, (256 << 20) + (1 << 30)))
+        for process in started:
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+        self.check_mps_list(index, handle)
 
     def check_reload(self):
         with open(self.path, "rb") as f:

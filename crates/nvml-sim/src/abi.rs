@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulong, c_ulonglong, c_void, CStr};
 use std::time::Duration;
 
 use crate::scenario;
-use crate::state::{with_state, ListedProcess, State};
+use crate::state::{with_state, List, ListedProcess, State};
 
 pub const NVML_SUCCESS: u32 = 0;
 pub const NVML_ERROR_UNINITIALIZED: u32 = 1;
@@ -997,6 +997,7 @@ pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(
 /// `count` must be valid for reads and writes; `infos` null or valid for `*count` writes of `T`.
 unsafe fn running_processes<T>(
     device: Device,
+    list: List,
     count: *mut c_uint,
     infos: *mut T,
     make: impl Fn(&ListedProcess, u64) -> T,
@@ -1004,10 +1005,14 @@ unsafe fn running_processes<T>(
     if count.is_null() {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    any_device_call(device, "nvmlDeviceGetComputeRunningProcesses", |state, target| {
+    let call = match list {
+        List::Mps => "nvmlDeviceGetMPSComputeRunningProcesses",
+        _ => "nvmlDeviceGetComputeRunningProcesses",
+    };
+    any_device_call(device, call, |state, target| {
         let listed = match target {
-            Target::Gpu(gpu) => state.processes(gpu),
-            Target::Mig(position) => state.mig_processes(position),
+            Target::Gpu(gpu) => state.processes_in(gpu, list),
+            Target::Mig(position) => state.mig_processes_in(position, list),
         };
         // SAFETY: checked non-null; caller contract.
         let capacity = unsafe { *count } as usize;
@@ -1044,72 +1049,74 @@ fn process_v2(process: &ListedProcess, used: u64) -> ProcessInfoV2 {
     ProcessInfoV2 { pid: process.pid, used_gpu_memory: used, gpu_instance_id, compute_instance_id }
 }
 
-/// # Safety
-/// See [`running_processes`].
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ProcessInfoV2,
-) -> u32 {
-    let quirk =
-        with_state(|state| Ok(state.scenario.has_quirk(scenario::QUIRK_V3_STRIDE_32))).unwrap_or(false);
-    if quirk {
-        let wide = infos.cast::<ProcessInfo535>();
-        // SAFETY: forwarded caller contract; running_processes bounds the writes by the
-        // caller's buffer size.
-        return unsafe {
-            running_processes(device, count, wide, |process, used| {
-                let (gpu_instance_id, compute_instance_id) = instance_ids(process);
-                ProcessInfo535 {
+/// The compute list (`nvmlDeviceGetComputeRunningProcesses*`: with MPS, the server) and the MPS
+/// list (`nvmlDeviceGetMPSComputeRunningProcesses*`: the clients), each in the three layouts
+/// nvml.h declares, with the same count protocol. The 535 drivers' misread `_v3` stride
+/// (`QUIRK_V3_STRIDE_32`) was in every `_v3` process list.
+macro_rules! process_lists {
+    ($($list:expr => $v3:ident, $v2:ident, $v1:ident);* $(;)?) => {$(
+        /// # Safety
+        /// See [`running_processes`].
+        #[no_mangle]
+        pub unsafe extern "C" fn $v3(device: Device, count: *mut c_uint, infos: *mut ProcessInfoV2) -> u32 {
+            let quirk = with_state(|state| Ok(state.scenario.has_quirk(scenario::QUIRK_V3_STRIDE_32)))
+                .unwrap_or(false);
+            if quirk {
+                let wide = infos.cast::<ProcessInfo535>();
+                // SAFETY: forwarded caller contract; running_processes bounds the writes by the
+                // caller's buffer size.
+                return unsafe {
+                    running_processes(device, $list, count, wide, |process, used| {
+                        let (gpu_instance_id, compute_instance_id) = instance_ids(process);
+                        ProcessInfo535 {
+                            pid: process.pid,
+                            used_gpu_memory: used,
+                            gpu_instance_id,
+                            compute_instance_id,
+                            used_gpu_cc_protected_memory: 0,
+                        }
+                    })
+                };
+            }
+            // SAFETY: forwarded caller contract.
+            unsafe { running_processes(device, $list, count, infos, process_v2) }
+        }
+
+        /// # Safety
+        /// See [`running_processes`].
+        #[no_mangle]
+        pub unsafe extern "C" fn $v2(device: Device, count: *mut c_uint, infos: *mut ProcessInfoV2) -> u32 {
+            // SAFETY: forwarded caller contract.
+            unsafe { running_processes(device, $list, count, infos, process_v2) }
+        }
+
+        /// # Safety
+        /// See [`running_processes`].
+        #[no_mangle]
+        pub unsafe extern "C" fn $v1(device: Device, count: *mut c_uint, infos: *mut ProcessInfoV1) -> u32 {
+            // SAFETY: forwarded caller contract.
+            unsafe {
+                running_processes(device, $list, count, infos, |process, used| ProcessInfoV1 {
                     pid: process.pid,
                     used_gpu_memory: used,
-                    gpu_instance_id,
-                    compute_instance_id,
-                    used_gpu_cc_protected_memory: 0,
-                }
-            })
-        };
-    }
-    // SAFETY: forwarded caller contract.
-    unsafe { running_processes(device, count, infos, process_v2) }
+                })
+            }
+        }
+    )*};
 }
 
-/// # Safety
-/// See [`running_processes`].
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ProcessInfoV2,
-) -> u32 {
-    // SAFETY: forwarded caller contract.
-    unsafe { running_processes(device, count, infos, process_v2) }
-}
+process_lists!(
+    List::Compute => nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetComputeRunningProcesses_v2,
+        nvmlDeviceGetComputeRunningProcesses;
+    List::Mps => nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlDeviceGetMPSComputeRunningProcesses_v2,
+        nvmlDeviceGetMPSComputeRunningProcesses;
+);
 
-/// # Safety
-/// See [`running_processes`].
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ProcessInfoV1,
-) -> u32 {
-    // SAFETY: forwarded caller contract.
-    unsafe {
-        running_processes(device, count, infos, |process, used| ProcessInfoV1 {
-            pid: process.pid,
-            used_gpu_memory: used,
-        })
-    }
-}
-
-/// Graphics and MPS process lists: the simulated machine runs compute processes only (no
-/// display, no MPS server), so these lists are empty, answered with the count protocol nvml.h
-/// gives the compute call ("infoCount will contain minimal amount of space necessary"): count 0
-/// and NVML_SUCCESS, whatever buffer the caller gave. The `_v1`/`_v2` entry points are the
-/// ones nvml.h declares under NVML_NO_UNVERSIONED_FUNC_DEFS, for callers built against older
-/// headers.
+/// Graphics process lists: the simulated machine runs compute processes only (no display), so
+/// these lists are empty, answered with the count protocol nvml.h gives the compute call
+/// ("infoCount will contain minimal amount of space necessary"): count 0 and NVML_SUCCESS,
+/// whatever buffer the caller gave. The `_v1`/`_v2` entry points are the ones nvml.h declares
+/// under NVML_NO_UNVERSIONED_FUNC_DEFS, for callers built against older headers.
 macro_rules! no_processes {
     ($($name:ident => $call:literal),* $(,)?) => {$(
         /// # Safety
@@ -1129,9 +1136,6 @@ no_processes!(
     nvmlDeviceGetGraphicsRunningProcesses_v3 => "nvmlDeviceGetGraphicsRunningProcesses",
     nvmlDeviceGetGraphicsRunningProcesses_v2 => "nvmlDeviceGetGraphicsRunningProcesses",
     nvmlDeviceGetGraphicsRunningProcesses => "nvmlDeviceGetGraphicsRunningProcesses",
-    nvmlDeviceGetMPSComputeRunningProcesses_v3 => "nvmlDeviceGetMPSComputeRunningProcesses",
-    nvmlDeviceGetMPSComputeRunningProcesses_v2 => "nvmlDeviceGetMPSComputeRunningProcesses",
-    nvmlDeviceGetMPSComputeRunningProcesses => "nvmlDeviceGetMPSComputeRunningProcesses",
 );
 
 /// `NVML_FEATURE_DISABLED` / `NVML_FEATURE_ENABLED` (`nvmlEnableState_t`).

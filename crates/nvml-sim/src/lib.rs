@@ -12,6 +12,7 @@
 mod abi;
 pub mod cuda;
 mod events;
+mod fabric;
 mod health;
 pub mod registry;
 pub mod scenario;
@@ -22,5 +23,6 @@ pub fn header_facts() -> Vec<(String, u64)> {
     let mut facts = abi::header_facts();
     facts.extend(health::facts());
     facts.extend(events::facts());
+    facts.extend(fabric::facts());
     facts
 }

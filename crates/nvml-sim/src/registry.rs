@@ -20,6 +20,29 @@ pub struct Registration {
     pub pid: u32,
     pub uuid: String,
     pub used_bytes: u64,
+    /// Its part in MPS on that GPU, if any.
+    pub mps: Option<MpsRole>,
+}
+
+/// A process's part in MPS: the server is in the GPU's compute list, each client only in its
+/// MPS list (nvml.h, nvmlDeviceGetMPSComputeRunningProcesses_v3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MpsRole {
+    Server,
+    Client,
+}
+
+impl MpsRole {
+    fn word(self) -> &'static str {
+        match self {
+            MpsRole::Server => "mps-server",
+            MpsRole::Client => "mps-client",
+        }
+    }
+
+    fn from_word(word: &str) -> Option<MpsRole> {
+        [MpsRole::Server, MpsRole::Client].into_iter().find(|role| role.word() == word)
+    }
 }
 
 fn entry_path(dir: &Path, pid: u32) -> PathBuf {
@@ -81,11 +104,24 @@ fn live_start_time(pid: u32) -> Option<u64> {
 /// Records that `pid` holds `entries` (uuid, bytes). Written to a temporary name and renamed,
 /// so a reader never sees half a file.
 pub fn register(dir: &Path, pid: u32, entries: &[(String, u64)]) -> std::io::Result<()> {
+    register_as(dir, pid, entries, None)
+}
+
+/// As `register`, in an MPS part on each of those GPUs.
+pub fn register_as(
+    dir: &Path,
+    pid: u32,
+    entries: &[(String, u64)],
+    mps: Option<MpsRole>,
+) -> std::io::Result<()> {
     fs::create_dir_all(dir)?;
     let start_time = live_start_time(pid).unwrap_or(0);
     let mut text = format!("start {start_time}\n");
     for (uuid, bytes) in entries {
-        text.push_str(&format!("{uuid} {bytes}\n"));
+        match mps {
+            Some(role) => text.push_str(&format!("{uuid} {bytes} {}\n", role.word())),
+            None => text.push_str(&format!("{uuid} {bytes}\n")),
+        }
     }
     let temporary = dir.join(format!(".{pid}.tmp"));
     let mut file = fs::File::create(&temporary)?;
@@ -204,8 +240,10 @@ fn read_entry(path: &Path, pid: u32, inode: u64) -> Option<Known> {
     let dead = live_start_time(pid).is_none_or(|started| Some(started) != start_time);
     let entries = lines
         .filter_map(|line| {
-            let (uuid, bytes) = line.split_once(' ')?;
-            Some(Registration { pid, uuid: uuid.to_owned(), used_bytes: bytes.parse().ok()? })
+            let mut words = line.split(' ');
+            let (uuid, bytes) = (words.next()?, words.next()?);
+            let mps = words.next().and_then(MpsRole::from_word);
+            Some(Registration { pid, uuid: uuid.to_owned(), used_bytes: bytes.parse().ok()?, mps })
         })
         .collect();
     Some(Known { inode, pid, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries })
@@ -254,7 +292,10 @@ mod tests {
         // As sim-cuda inside writes it: PID 1 of its namespace, its start time.
         let started = live_start_time(host).unwrap();
         fs::write(dir.join(format!("1.ns{namespace}.proc")), format!("start {started}\nGPU-x 5\n")).unwrap();
-        assert_eq!(live(&dir), vec![Registration { pid: host, uuid: "GPU-x".to_owned(), used_bytes: 5 }]);
+        assert_eq!(
+            live(&dir),
+            vec![Registration { pid: host, uuid: "GPU-x".to_owned(), used_bytes: 5, mps: None }]
+        );
         // Gone: not listed.
         let _ = nix_kill(host);
         let _ = child.wait();
@@ -282,7 +323,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nvml-sim-registry-{}", std::process::id()));
         let pid = std::process::id();
         register(&dir, pid, &[("GPU-x".to_owned(), 42)]).unwrap();
-        assert_eq!(live(&dir), vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 42 }]);
+        assert_eq!(
+            live(&dir),
+            vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 42, mps: None }]
+        );
         unregister(&dir, pid);
         assert!(live(&dir).is_empty());
         let _ = fs::remove_dir_all(dir);
@@ -295,7 +339,10 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
         register(&dir, pid, &[("GPU-x".to_owned(), 1)]).unwrap();
-        assert_eq!(cache.live(&dir), vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 1 }]);
+        assert_eq!(
+            cache.live(&dir),
+            vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 1, mps: None }]
+        );
         // Registered again (a new file renamed over the old): the new figure, at once.
         register(&dir, pid, &[("GPU-x".to_owned(), 2)]).unwrap();
         assert_eq!(cache.live(&dir)[0].used_bytes, 2);

@@ -58,6 +58,97 @@ pub struct Scenario {
     /// Xid errors the driver raises (`nvmlEventSetWait_v2`, `nvmlEventTypeXidCriticalError`).
     #[serde(default, rename = "xid")]
     pub xids: Vec<XidSpec>,
+    /// Confidential computing (`nvmlSystemGetConfComputeState`, `...GpusReadyState`); omitted:
+    /// NOT_SUPPORTED, as on a machine without it.
+    pub confidential_computing: Option<ConfComputeSpec>,
+}
+
+/// Confidential computing: `feature` (`enabled` or `disabled`), whether the GPUs accept work
+/// (`ready`: set once attested), and the devtools mode.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfComputeSpec {
+    pub feature: String,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default)]
+    pub dev_tools: bool,
+}
+
+/// A GPU's place in the NVLink fabric (`nvmlDeviceGetGpuFabricInfoV`): its registration `state`
+/// with the fabric manager (`not-started`, `in-progress`, `completed`), the probe's `status`
+/// (an NVML error name, `SUCCESS` by default), clique and cluster, and the health mask's fields
+/// (omitted: NOT_SUPPORTED in the mask) and summary.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricSpec {
+    #[serde(default = "default_fabric_state")]
+    pub state: String,
+    #[serde(default = "default_fabric_status")]
+    pub status: String,
+    #[serde(default)]
+    pub clique_id: u32,
+    #[serde(default)]
+    pub cluster_uuid: String,
+    pub degraded_bw: Option<bool>,
+    pub route_recovery: Option<bool>,
+    pub route_unhealthy: Option<bool>,
+    pub access_timeout_recovery: Option<bool>,
+    /// `none`, `sysguid`, `chassis-sn`, `no-partition`, `insufficient-nvlinks`,
+    /// `incompatible-gpu-fw`, `invalid-location`, `gpu-state-invalid`.
+    pub incorrect_configuration: Option<String>,
+    /// `healthy`, `unhealthy`, `limited-capacity` (the v3 layout's summary).
+    pub summary: Option<String>,
+}
+
+impl FabricSpec {
+    fn validate(&self) -> Result<(), String> {
+        let one_of = |what: &str, value: &str, known: Vec<&str>| match known.contains(&value) {
+            true => Ok(()),
+            false => Err(format!("{what} {value:?} is not one of {}", known.join(", "))),
+        };
+        one_of("state", &self.state, FABRIC_STATES.iter().map(|(name, _)| *name).collect())?;
+        if self.status != "SUCCESS" && error_code(&self.status).is_none() {
+            return Err(format!("status {:?} is not SUCCESS or an NVML error name", self.status));
+        }
+        if let Some(incorrect) = &self.incorrect_configuration {
+            one_of(
+                "incorrect_configuration",
+                incorrect,
+                INCORRECT_CONFIGURATIONS.iter().map(|c| c.0).collect(),
+            )?;
+        }
+        if let Some(summary) = &self.summary {
+            one_of("summary", summary, HEALTH_SUMMARIES.iter().map(|(name, _)| *name).collect())?;
+        }
+        Ok(())
+    }
+}
+
+/// `NVML_GPU_FABRIC_STATE_*`.
+pub const FABRIC_STATES: &[(&str, u8)] =
+    &[("not-supported", 0), ("not-started", 1), ("in-progress", 2), ("completed", 3)];
+/// `NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_*`, at shift 8, 4 bits wide.
+pub const INCORRECT_CONFIGURATIONS: &[(&str, u32, &str)] = &[
+    ("none", 1, "NONE"),
+    ("sysguid", 2, "INCORRECT_SYSGUID"),
+    ("chassis-sn", 3, "INCORRECT_CHASSIS_SN"),
+    ("no-partition", 4, "NO_PARTITION"),
+    ("insufficient-nvlinks", 5, "INSUFFICIENT_NVLINKS"),
+    ("incompatible-gpu-fw", 6, "INCOMPATIBLE_GPU_FW"),
+    ("invalid-location", 7, "INVALID_LOCATION"),
+    ("gpu-state-invalid", 8, "GPU_STATE_INVALID"),
+];
+/// `NVML_GPU_FABRIC_HEALTH_SUMMARY_*`.
+pub const HEALTH_SUMMARIES: &[(&str, u8)] =
+    &[("not-supported", 0), ("healthy", 1), ("unhealthy", 2), ("limited-capacity", 3)];
+
+fn default_fabric_state() -> String {
+    "completed".to_owned()
+}
+
+fn default_fabric_status() -> String {
+    "SUCCESS".to_owned()
 }
 
 /// An Xid error on one GPU, delivered once to each event set registered for it, `after_ms`
@@ -203,6 +294,8 @@ pub struct GpuSpec {
     /// Pages pending retirement (before Ampere; Ampere and newer remap rows instead).
     #[serde(default)]
     pub retired_pages_pending: bool,
+    /// Its place in the NVLink fabric (HGX, GB200/GB300 NVL); omitted: NOT_SUPPORTED.
+    pub fabric: Option<FabricSpec>,
     /// Active clock event reasons: `idle`, `applications_clocks`, `sw_power_cap`,
     /// `hw_slowdown`, `sync_boost`, `sw_thermal`, `hw_thermal`, `power_brake`, `display_clocks`.
     /// Omitted: `idle` when utilization is 0, else none.
@@ -282,6 +375,22 @@ pub struct ProcessSpec {
     pub pid: u32,
     /// Omitted: NVML reports "not available" (as under WDDM or without permission).
     pub used: Option<Size>,
+    /// `"server"`: an MPS server (in the compute list); `"client"`: an MPS client (only in the
+    /// MPS list).
+    #[serde(default, deserialize_with = "mps_role")]
+    pub mps: Option<crate::registry::MpsRole>,
+}
+
+fn mps_role<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<crate::registry::MpsRole>, D::Error> {
+    use crate::registry::MpsRole;
+    match <Option<String> as Deserialize>::deserialize(d)?.as_deref() {
+        None => Ok(None),
+        Some("server") => Ok(Some(MpsRole::Server)),
+        Some("client") => Ok(Some(MpsRole::Client)),
+        Some(other) => {
+            Err(serde::de::Error::custom(format!("mps = {other:?}: expected \"server\" or \"client\"")))
+        }
+    }
 }
 
 /// An injected failure.
@@ -483,6 +592,9 @@ impl Scenario {
                 mig_mode_code(mode)
                     .ok_or_else(|| format!("gpu {index}: ecc_mode {mode:?} is not enabled or disabled"))?;
             }
+            if let Some(fabric) = &gpu.fabric {
+                fabric.validate().map_err(|e| format!("gpu {index}: fabric: {e}"))?;
+            }
             for name in gpu.clocks_event_reasons.iter().flatten() {
                 if !CLOCKS_EVENT_REASONS.iter().any(|(known, _)| known == name) {
                     let known: Vec<&str> = CLOCKS_EVENT_REASONS.iter().map(|(known, _)| *known).collect();
@@ -491,6 +603,14 @@ impl Scenario {
                         known.join(", ")
                     ));
                 }
+            }
+        }
+        if let Some(cc) = &self.confidential_computing {
+            if cc.feature != "enabled" && cc.feature != "disabled" {
+                return Err(format!(
+                    "confidential_computing.feature {:?} is not enabled or disabled",
+                    cc.feature
+                ));
             }
         }
         if let Some(order) = &self.cuda.fastest_first {

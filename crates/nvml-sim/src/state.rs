@@ -46,6 +46,15 @@ pub struct ListedProcess {
     pub instance: Option<(u32, u32)>,
 }
 
+/// Which of a GPU's process lists: the compute list (with an MPS server, never its clients),
+/// the MPS list (the clients), or every process (what its memory counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum List {
+    Compute,
+    Mps,
+    All,
+}
+
 /// Memory as the driver reports it (NVML v2 view: `used` excludes `reserved`).
 #[derive(Debug, Clone, Copy)]
 pub struct Memory {
@@ -150,36 +159,44 @@ impl State {
         self.scenario.crashes.iter().any(|spec| spec.call == call && (spec.gpu.is_none() || spec.gpu == gpu))
     }
 
-    /// The processes on GPU `gpu`: in MIG mode, those of all its MIG devices, as the driver
-    /// lists them to a privileged caller.
-    pub fn processes(&self, gpu: u32) -> Vec<ListedProcess> {
+    /// The processes on GPU `gpu` in `list`: in MIG mode, those of all its MIG devices, as the
+    /// driver lists them to a privileged caller.
+    pub fn processes_in(&self, gpu: u32, list: List) -> Vec<ListedProcess> {
         let uuid = &self.scenario.gpus[gpu as usize].uuid;
-        let mut listed = self.listed(|p| p.gpu == gpu && p.mig.is_none(), |r| &r.uuid == uuid, None);
+        let mut listed = self.listed(list, |p| p.gpu == gpu && p.mig.is_none(), |r| &r.uuid == uuid, None);
         for position in self.scenario.migs.iter().enumerate().filter(|(_, m)| m.gpu == gpu).map(|(at, _)| at)
         {
-            listed.extend(self.mig_processes(position));
+            listed.extend(self.mig_processes_in(position, list));
         }
         listed
     }
 
-    /// The processes in the MIG device at `position` of the scenario's `[[mig]]` list.
-    pub fn mig_processes(&self, position: usize) -> Vec<ListedProcess> {
+    /// The processes in `list` of the MIG device at `position` of the scenario's `[[mig]]` list.
+    pub fn mig_processes_in(&self, position: usize, list: List) -> Vec<ListedProcess> {
         let mig = &self.scenario.migs[position];
         let instance = Some((mig.gpu_instance_id, mig.compute_instance_id));
-        self.listed(|p| p.mig.as_deref() == Some(mig.uuid.as_str()), |r| r.uuid == mig.uuid, instance)
+        self.listed(list, |p| p.mig.as_deref() == Some(mig.uuid.as_str()), |r| r.uuid == mig.uuid, instance)
     }
 
     fn listed(
         &self,
+        list: List,
         from_scenario: impl Fn(&scenario::ProcessSpec) -> bool,
         registered: impl Fn(&registry::Registration) -> bool,
         instance: Option<(u32, u32)>,
     ) -> Vec<ListedProcess> {
+        let client = |mps: Option<registry::MpsRole>| mps == Some(registry::MpsRole::Client);
+        let wanted = |mps: Option<registry::MpsRole>| match list {
+            List::Compute => !client(mps),
+            List::Mps => client(mps),
+            List::All => true,
+        };
+        let registered = |r: &registry::Registration| registered(r) && wanted(r.mps);
         let mut listed: Vec<ListedProcess> = self
             .scenario
             .processes
             .iter()
-            .filter(|p| from_scenario(p))
+            .filter(|p| from_scenario(p) && wanted(p.mps))
             .map(|p| ListedProcess { pid: p.pid, used_bytes: p.used.map(|s| s.0), instance })
             .collect();
         let live = self.registered.borrow_mut().live(&self.state_dir);
@@ -195,8 +212,11 @@ impl State {
         let spec = &self.scenario.gpus[gpu as usize];
         let instances: u64 =
             self.scenario.migs_of(gpu).map(|mig| mig.memory_used.0).fold(0, u64::saturating_add);
-        let by_processes: u64 =
-            self.processes(gpu).iter().filter_map(|p| p.used_bytes).fold(0u64, u64::saturating_add);
+        let by_processes: u64 = self
+            .processes_in(gpu, List::All)
+            .iter()
+            .filter_map(|p| p.used_bytes)
+            .fold(0u64, u64::saturating_add);
         let total = spec.memory_total.0;
         let reserved = spec.memory_reserved.0.min(total);
         let used =
@@ -207,8 +227,11 @@ impl State {
     /// A MIG device's own memory (no driver reservation of its own).
     pub fn mig_memory(&self, position: usize) -> Memory {
         let mig = &self.scenario.migs[position];
-        let by_processes: u64 =
-            self.mig_processes(position).iter().filter_map(|p| p.used_bytes).fold(0u64, u64::saturating_add);
+        let by_processes: u64 = self
+            .mig_processes_in(position, List::All)
+            .iter()
+            .filter_map(|p| p.used_bytes)
+            .fold(0u64, u64::saturating_add);
         let total = mig.memory_total.0;
         let used = mig.memory_used.0.saturating_add(by_processes).min(total);
         Memory { total, reserved: 0, used, free: total - used }

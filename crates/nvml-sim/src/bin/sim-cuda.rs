@@ -12,12 +12,12 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use nvml_sim::cuda::{self, CudaDevice};
-use nvml_sim::registry;
+use nvml_sim::registry::{self, MpsRole};
 use nvml_sim::scenario::{self, Source};
 
 const USAGE: &str =
     "usage: sim-cuda [--mem SIZE] [--use N | --device ORDINAL[,ORDINAL...]] [--set-visible LIST] \
-[--workers N] [--sleep SECONDS] [--exit CODE] [--quiet]
+[--workers N] [--mps-server] [--sleep SECONDS] [--exit CODE] [--quiet]
 
   --mem SIZE        memory each process takes on each GPU it uses (binary units; default 1GiB)
   --use N           use only the first N visible devices (a multi-GPU job that uses fewer)
@@ -26,6 +26,9 @@ const USAGE: &str =
                     resolve LIST instead of CUDA_VISIBLE_DEVICES, like a program that sets
                     os.environ[\"CUDA_VISIBLE_DEVICES\"] itself before CUDA starts
   --workers N       N worker processes register on the devices instead of this one
+  --mps-server      register as an MPS server (nvidia-cuda-mps-server) on the devices: in
+                    their compute list; a later sim-cuda of the same user on one of them is
+                    then its MPS client (listed only in the MPS list), as CUDA makes it
   --sleep SECONDS   how long to hold the devices (default 0)
   --exit CODE       exit status once done (default 0)
   --quiet           print nothing on stdout";
@@ -36,6 +39,7 @@ struct Options {
     ordinals: Option<Vec<u32>>,
     set_visible: Option<String>,
     workers: u32,
+    mps_server: bool,
     sleep: Duration,
     exit_code: u8,
     quiet: bool,
@@ -50,6 +54,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         ordinals: None,
         set_visible: None,
         workers: 0,
+        mps_server: false,
         sleep: Duration::ZERO,
         exit_code: 0,
         quiet: false,
@@ -78,6 +83,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--exit" => options.exit_code = number(flag, &value()?)?,
             "--quiet" => options.quiet = true,
+            "--mps-server" => options.mps_server = true,
             "--worker" => options.worker = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
@@ -169,7 +175,11 @@ fn run() -> Result<u8, String> {
     if registers_here {
         install_release_handlers(state_dir.join(format!("{pid}.proc")));
         let entries: Vec<(String, u64)> = used.iter().map(|d| (d.uuid.clone(), options.mem_bytes)).collect();
-        registry::register(&state_dir, pid, &entries)
+        let role = match options.mps_server {
+            true => Some(MpsRole::Server),
+            false => own_mps_server_on(&state_dir, &used).then_some(MpsRole::Client),
+        };
+        registry::register_as(&state_dir, pid, &entries, role)
             .map_err(|e| format!("cannot register in {}: {e}", state_dir.display()))?;
     }
     if !options.quiet && !options.worker {
@@ -192,6 +202,18 @@ fn run() -> Result<u8, String> {
         registry::unregister(&state_dir, pid);
     }
     Ok(options.exit_code)
+}
+
+/// Whether an MPS server of this user runs on one of `devices`: CUDA then makes this process
+/// its client (one server per user; another user's server is not ours to join).
+fn own_mps_server_on(state_dir: &std::path::Path, devices: &[CudaDevice]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let own_uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    registry::live(state_dir).iter().any(|r| {
+        r.mps == Some(MpsRole::Server)
+            && devices.iter().any(|d| d.uuid == r.uuid)
+            && std::fs::metadata(format!("/proc/{}", r.pid)).map(|m| m.uid()).ok() == own_uid
+    })
 }
 
 /// The parent's arguments without `--workers N`.
