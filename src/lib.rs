@@ -121,6 +121,7 @@ fn plan_input<'a>(config: &'a Config, goal: &'a Goal) -> PlanInput<'a> {
             Goal::DryRun { command, .. } => Some((command.as_slice(), CidUse::Shown)),
             Goal::List { .. } | Goal::Export => None,
         },
+        mps: config.mps.as_ref(),
     }
 }
 
@@ -297,6 +298,7 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
 /// `main`: fds 0-2, then the caller's signal state and gpurun's own (before any thread), then
 /// the pipeline; print `gpurun: <error>` once on failure and exit with the documented code.
 pub fn main_exit() -> ! {
+    process::environment::hold_back();
     process::stdio::ensure_open();
     process::one_malloc_arena();
     let caller = CallerState::capture();

@@ -58,6 +58,9 @@ fn expected_gpu(scenario: &Scenario, index: usize, extra_processes: &[(u32, u64)
         // mixed8.toml has no sick GPU: the lost one is checked apart.
         "health": {"state": "ok", "reasons": []},
         "processes": processes,
+        // No MPS server and no NVLink fabric on this machine.
+        "mps": null,
+        "fabric": null,
         "error": null,
         "eligible": !mig_enabled,
         "reasons": reasons,

@@ -23,6 +23,7 @@ mod layout;
 mod list;
 mod man_page;
 mod mig;
+mod mps;
 mod numa;
 mod nvml_hangs;
 mod peers;

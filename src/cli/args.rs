@@ -73,9 +73,12 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("pack", "free memory, least first among the GPUs that qualify: keeps big cards whole"),
             ("index, random", "lowest index first; any qualifying GPU"),
             ("busy", "a GPU at 50% utilization or more (or whose utilization NVML cannot give) is busy: it comes after every GPU that is not, whatever the policy, and one model or a better link never brings a busy GPU into a set while a qualifying GPU that is not busy is left out (a colleague's job costs a data-parallel job far more than a PCIe hop, and slows the colleague); a lightly used NVLink pair still beats an idle PCIe pair; --max-util 49 leaves busy GPUs out altogether"),
-            ("health", "each GPU is ok, degraded, unknown (a health query failed otherwise than NOT_SUPPORTED: taken after every healthy and degraded GPU, refused by --health strict) or unhealthy, from NVML: unhealthy (volatile uncorrectable ECC errors, a failed row remapping, a lost GPU) is never chosen; degraded (row remapping or retired pages pending, HW slowdown, HW thermal slowdown or power brake, a PCIe link narrower than its maximum) only after every healthy GPU, with a warning; --health strict refuses degraded GPUs too, --health ignore takes any GPU and warns for each sick one; --fallback best never relaxes health; a refusal that only sick GPUs could have met says so; GPUs the driver excluded are listed; --doctor says what to do for each"),
+            ("health", "each GPU is ok, degraded, unknown (a health query failed otherwise than NOT_SUPPORTED: taken after every healthy and degraded GPU, refused by --health strict) or unhealthy, from NVML: unhealthy (volatile uncorrectable ECC errors, a failed row remapping, a lost GPU, an NVLink fabric registration not completed or failed, a route unhealthy or in recovery, access-timeout recovery, an incorrect fabric configuration) is never chosen; degraded (row remapping or retired pages pending, HW slowdown, HW thermal slowdown or power brake, a PCIe link narrower than its maximum, degraded fabric bandwidth) only after every healthy GPU, with a warning; --health strict refuses degraded GPUs too, --health ignore takes any GPU and warns for each sick one; --fallback best never relaxes health; a refusal that only sick GPUs could have met says so; GPUs the driver excluded are listed; --doctor says what to do for each"),
             ("Xid", "while the command runs, gpurun asks NVML for critical Xid errors on the chosen GPUs at each verification poll (and once more at the end): each is logged when seen (Xid 79 on GPU 3: the GPU has fallen off the bus; the hardware or driver, not the application), goes into the report, its JSON (diagnosis kind xid, with the code) and the history, and a command that then fails is said to have failed after it"),
             ("passed over", "--dry-run says, for each GPU that qualified and was not chosen, why: busy: 60% utilization, 2 processes of bob; the pair 0-4 is one model; an NVLink pair 6-7 links better; ranked after 0 and 4 by most-free (-v on a launch logs the same)"),
+            ("MPS", "a GPU runs MPS when its compute list holds nvidia-cuda-mps-server or its MPS list holds clients; --list shows the clients, marked MPS; a GPU whose MPS server is another user's is not chosen (a context of yours there waits for that user's clients), naming the user; your own server's GPU is chosen as a shared one; --mps joins your server (see MPS below); a command that runs as an MPS client is verified as one, with its memory, and the report names the other clients that share the server's fault domain"),
+            ("fabric", "on NVLink fabric systems (HGX, GB200/GB300 NVL) a GPU whose fabric registration is not completed or failed, or whose health mask says route unhealthy, route or access-timeout recovery in progress, or an incorrect configuration, is unhealthy; degraded bandwidth, degraded; a GPU without a fabric (PCIe, older drivers) is not at fault; a set prefers GPUs of one fabric clique"),
+            ("confidential computing", "where it is on and the GPUs are not ready to accept work, no GPU is chosen, with that reason (exit 75; --wait waits for them)"),
             ("ties", "break by index: the same probe always gives the same choice (except random)"),
             ("order", "CUDA_VISIBLE_DEVICES lists the chosen GPUs best first: cuda:0 is the best"),
             ("MIG", "a MIG device is a device of its own (its UUID, memory and processes), listed under its GPU as MIG P:S (slot S of GPU P); a GPU in MIG mode is not one; one process can use one MIG device, so only requests for one device consider MIG devices (--mig auto, the default), beside whole GPUs; --mig only: MIG devices only; --mig never: whole GPUs only; --model matches the GPU's model or the profile (3g.40gb); --max-util cannot be checked on MIG (said so); --devices/--exclude take MIG- UUIDs and prefixes; one lease per MIG device"),
@@ -256,7 +259,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "JSON output",
         &[
-            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, board, switch, switches, hostbridge, node, system)"),
+            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), confidential_computing ({on, ready}, null where the driver has none), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, board, switch, switches, hostbridge, node, system)"),
             ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds, processes (PIDs)"),
             (
                 "gpus[]",
@@ -266,7 +269,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
                  gpu_numa_id (the node that is the GPU's own memory on coherent platforms such as Grace Hopper; \
                  null on PCIe hosts), cpus (its local CPUs, as 0-15,32-47: NVML's CPU affinity, else the \
                  node's), health ({state: ok|degraded|unknown|unhealthy, reasons: [..]}; a MIG device: its GPU's), \
-                 processes, eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
+                 processes, mps (null, or {server_pid, server_user, clients: [{pid, user, used_bytes}]}), \
+                 fabric (null, or {state, clique_id, cluster_uuid, health: {state, reasons}}), eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
                  qualified was not chosen, else null)",
             ),
             (
@@ -400,11 +404,34 @@ pub(crate) struct Cli {
     /// and unknown ones are not chosen either), `ignore` (any GPU, with a warning for each sick
     /// one chosen). Unknown: a health query failed otherwise than NOT_SUPPORTED.
     ///
-    /// Unhealthy: volatile uncorrectable ECC errors, a failed row remapping, a lost GPU.
-    /// Degraded: row remapping or retired pages pending, hardware slowdown (HW slowdown, HW
-    /// thermal, power brake), a PCIe link narrower than its maximum.
+    /// Unhealthy: volatile uncorrectable ECC errors, a failed row remapping, a lost GPU, an
+    /// NVLink fabric that is not registered, failed, or reports a route unhealthy or in
+    /// recovery, an access-timeout recovery or an incorrect configuration. Degraded: row
+    /// remapping or retired pages pending, hardware slowdown (HW slowdown, HW thermal, power
+    /// brake), a PCIe link narrower than its maximum, degraded fabric bandwidth.
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = HealthUse::Normal, help_heading = "Selection")]
     pub(crate) health: HealthUse,
+
+    /// Join your own MPS server on the chosen GPU (gpurun never starts one).
+    ///
+    /// Only GPUs where an MPS server of your user runs qualify (start it with
+    /// nvidia-cuda-mps-control -d); CUDA_VISIBLE_DEVICES names them by UUID (the server numbers
+    /// devices its own way), and CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY are passed
+    /// on (yours, else /tmp/nvidia-mps and /var/log/nvidia-mps). Without --mps, a GPU running
+    /// another user's MPS server is not chosen: a context of yours there would wait for that
+    /// user's clients.
+    #[arg(long, hide_short_help = true, help_heading = "MPS")]
+    pub(crate) mps: bool,
+
+    /// With --mps: use at most P percent of each GPU's threads
+    /// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
+    #[arg(long, hide_short_help = true, value_name = "P", value_parser = size::parse_thread_percent, requires = "mps", help_heading = "MPS")]
+    pub(crate) mps_threads: Option<u32>,
+
+    /// With --mps: pin at most SIZE of memory on each GPU (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT),
+    /// and reserve it in the lease as --min-free SIZE would.
+    #[arg(long, hide_short_help = true, value_name = "SIZE", value_parser = size::parse_bytes, allow_negative_numbers = true, requires = "mps", help_heading = "MPS")]
+    pub(crate) mps_mem: Option<u64>,
 
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
     /// --min-free, --max-util and --exclusive), `cpu` runs the command with no GPU visible,

@@ -80,6 +80,8 @@ pub(crate) struct Config {
     /// refused before anything is probed or started).
     pub(crate) container_use: crate::options::ContainerUse,
     pub(crate) container: Option<crate::launch::container::ContainerRun>,
+    /// `--mps`: the client settings the command gets.
+    pub(crate) mps: Option<crate::launch::env::MpsJoin>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,8 +107,40 @@ pub(crate) enum ConfigError {
     /// `--per-rank` cannot work as asked (no launcher variables, a range, --no-lock).
     #[error("{0}")]
     PerRank(String),
+    /// `--mps` cannot work as asked.
+    #[error("{0}")]
+    Mps(String),
     #[error(transparent)]
     Container(#[from] crate::launch::container::ContainerError),
+}
+
+/// `--mps`: the control pipe a client of this user would use, and whether a daemon reads it.
+fn mps_daemon() -> (PathBuf, bool) {
+    let pipe = crate::launch::env::mps_control_pipe();
+    let read = crate::process::stdio::fifo_has_reader(&pipe) == Some(true);
+    (pipe, read)
+}
+
+/// `--mps`: the client settings, or why they cannot be: an MPS server numbers the devices its
+/// own way (so they go by UUID), and a container would need the pipe directory mounted.
+fn mps_join(cli: &Cli, container: bool) -> Result<Option<crate::launch::env::MpsJoin>, ConfigError> {
+    if !cli.mps {
+        return Ok(None);
+    }
+    if cli.visible_as == Some(VisibleAs::Index) {
+        return Err(ConfigError::Mps(
+            "--mps names the GPUs by UUID (an MPS server numbers devices its own way): drop --visible-as index"
+                .to_owned(),
+        ));
+    }
+    if container {
+        return Err(ConfigError::Mps(
+            "--mps with a container run: the container needs the MPS pipe directory mounted and its \
+             variables set; pass them to the runtime yourself"
+                .to_owned(),
+        ));
+    }
+    Ok(Some(crate::launch::env::MpsJoin { threads: cli.mps_threads, pinned_bytes: cli.mps_mem }))
 }
 
 impl Config {
@@ -156,6 +190,7 @@ impl Config {
             None => (None, None),
         };
         let supervision = supervision(&mut cli);
+        let mps = mps_join(&cli, container.is_some())?;
         let request = Request {
             count: per_rank.as_ref().map_or(cli.gpus, PerRank::group_count),
             min_free,
@@ -176,7 +211,10 @@ impl Config {
             min_free_floor: limits.default_min_free,
             min_free_auto: false,
             count_words: per_rank.as_ref().map(PerRank::count_words),
+            mps: cli.mps,
+            mps_daemon: cli.mps.then(mps_daemon),
         };
+
         Ok(Config {
             mode,
             request,
@@ -202,6 +240,7 @@ impl Config {
             per_rank,
             container_use: cli.container,
             container,
+            mps,
         })
     }
 
@@ -248,6 +287,13 @@ impl Config {
     /// The house rules over what was asked: --wait within max-wait, --min-free at least
     /// default-min-free. Each change is said once.
     fn apply_limits(&mut self) {
+        // What an MPS client pins is reserved as --min-free would be, so that co-scheduled
+        // MPS jobs budget memory like other jobs.
+        if let Some(pinned) = self.mps.as_ref().and_then(|mps| mps.pinned_bytes) {
+            let pinned = Threshold::Bytes(pinned);
+            self.request.min_free =
+                Some(self.request.min_free.map_or(pinned, |asked| asked.at_least(pinned)));
+        }
         let capped = self.limits.cap_wait(self.wait);
         if capped != self.wait {
             let rule =

@@ -61,6 +61,59 @@ impl Plan {
     }
 }
 
+/// `--mps`: what the command gets as a client of its user's MPS server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MpsJoin {
+    /// `--mps-threads`: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE.
+    pub(crate) threads: Option<u32>,
+    /// `--mps-mem`: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, for each client device.
+    pub(crate) pinned_bytes: Option<u64>,
+}
+
+/// NVIDIA's defaults for the MPS pipe and log directories (nvidia-cuda-mps-control(1)).
+const MPS_PIPE_DIRECTORY: &str = "/tmp/nvidia-mps";
+const MPS_LOG_DIRECTORY: &str = "/var/log/nvidia-mps";
+
+/// The MPS control daemon's pipe a client of this user would use: `control` in
+/// CUDA_MPS_PIPE_DIRECTORY, else in NVIDIA's default directory.
+pub(crate) fn mps_control_pipe() -> std::path::PathBuf {
+    let directory = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").filter(|dir| !dir.is_empty());
+    std::path::PathBuf::from(directory.unwrap_or_else(|| MPS_PIPE_DIRECTORY.into())).join("control")
+}
+
+impl Plan {
+    /// Makes the command an MPS client: its directories passed on (the caller's, or NVIDIA's
+    /// defaults), and the thread share and pinned memory asked for. `devices`: how many it
+    /// sees (the client's ordinals 0..n, each with the same limit).
+    pub(crate) fn join_mps(&mut self, mps: &MpsJoin, inherited: impl Fn(&str) -> Option<OsString>) {
+        let devices = self.variable("CUDA_VISIBLE_DEVICES").map_or(0, |list| list.split(',').count());
+        for (name, default) in
+            [("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DIRECTORY), ("CUDA_MPS_LOG_DIRECTORY", MPS_LOG_DIRECTORY)]
+        {
+            let value = inherited(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty());
+            self.variables.push((name.to_owned(), value.unwrap_or_else(|| default.to_owned())));
+        }
+        if let Some(percent) = mps.threads {
+            self.variables.push(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(), percent.to_string()));
+        }
+        if let Some(bytes) = mps.pinned_bytes {
+            let limit = pinned_limit(bytes);
+            let each: Vec<String> = (0..devices).map(|ordinal| format!("{ordinal}={limit}")).collect();
+            self.variables.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(), each.join(",")));
+        }
+    }
+}
+
+/// A size as CUDA_MPS_PINNED_DEVICE_MEM_LIMIT takes it (`4G`, `512M`): whole GiB where it is
+/// one, else MiB rounded up (never less than was asked).
+fn pinned_limit(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    match bytes % (1 << 30) {
+        0 => format!("{}G", bytes >> 30),
+        _ => format!("{}M", bytes.div_ceil(MIB)),
+    }
+}
+
 /// Framework variables set unless the user already set them (the user's value wins):
 /// TensorFlow and JAX otherwise grab most of the card's memory at start.
 const FRAMEWORK_DEFAULTS: &[(&str, &str)] =
@@ -130,6 +183,7 @@ mod tests {
             migs: Vec::new(),
             topology: None,
             excluded: Vec::new(),
+            confidential_computing: None,
         }
     }
 

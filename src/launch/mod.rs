@@ -277,6 +277,8 @@ struct Ended {
     xids_dropped: u64,
     /// Chosen devices whose process list answered GPU_IS_LOST (`Monitor::lost`).
     lost: Vec<(u32, SystemTime)>,
+    /// The other clients of the MPS servers the command ran on (`Monitor::mps_shared`).
+    mps_shared: Vec<(u32, crate::verify::monitor::MpsNeighbours)>,
     wall: Duration,
     started_at: SystemTime,
 }
@@ -338,6 +340,7 @@ fn supervise_to_the_end(
         xids: watch.as_ref().map(|w| w.monitor.xids.clone()).unwrap_or_default(),
         xids_dropped: watch.as_ref().map_or(0, |w| w.monitor.xids_dropped),
         lost: watch.as_ref().map(|w| w.monitor.lost.clone()).unwrap_or_default(),
+        mps_shared: watch.as_ref().map(|w| w.monitor.mps_shared()).unwrap_or_default(),
         wall: started.elapsed(),
         started_at,
     }
@@ -456,6 +459,7 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
         ended.xids.iter().map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &utc_clock(*at))),
     );
     found.extend((ended.xids_dropped > 0).then(|| diagnosis::xids_not_kept(ended.xids_dropped)));
+    found.extend(ended.mps_shared.iter().map(|(gpu, others)| diagnosis::mps_shared(*gpu, others)));
     // The first Xid 79 of each GPU: the GPU is gone, which says more than its code.
     let mut lost: Vec<u32> = Vec::new();
     for (xid, at) in ended.xids.iter().filter(|(xid, _)| xid.code == 79) {

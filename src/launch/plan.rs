@@ -25,6 +25,8 @@ pub(crate) struct PlanInput<'a> {
     /// The command shown (a dry run) or launched (with or without `--exec`), and so what
     /// becomes of a container's ID file; none for a listing or an export.
     pub(crate) command: Option<(&'a [OsString], CidUse)>,
+    /// `--mps`: the command joins its user's MPS server.
+    pub(crate) mps: Option<&'a env::MpsJoin>,
 }
 
 /// Where the command runs.
@@ -58,16 +60,24 @@ impl Plan {
             owners: Owners::new(&selection.indices(), per_rank),
             per_rank: per_rank.clone(),
         });
+        // An MPS server numbers the devices its own way: a client is given them by UUID.
+        let visible_as = match input.mps {
+            Some(_) => Some(VisibleAs::Uuid),
+            None => input.visible_as,
+        };
         let mut gpus = match &rank {
             Some(Member { per_rank, .. }) => env::Plan::for_rank(
                 selection,
                 per_rank.own(),
                 per_rank.own_only,
-                input.visible_as,
+                visible_as,
                 input.framework_env,
             ),
-            None => env::Plan::new(selection, input.visible_as, input.framework_env),
+            None => env::Plan::new(selection, visible_as, input.framework_env),
         };
+        if let (Some(mps), false) = (input.mps, gpus.selection.is_empty()) {
+            gpus.join_mps(mps, |name| std::env::var_os(name));
+        }
         if input.cpu_bind == CpuBind::Numa {
             let own = affinity::own_cpus();
             gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, &own, input.cpu_bind_asked);

@@ -189,6 +189,14 @@ pub(crate) fn parse_util_percent(text: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{text:?} is not a utilization: expected a whole percentage from 0 to 100"))
 }
 
+/// `--mps-threads P`: a share of the GPU's threads, 1 to 100 (0 would leave the client none).
+pub(crate) fn parse_thread_percent(text: &str) -> Result<u32, String> {
+    let digits = text.trim().strip_suffix('%').unwrap_or(text.trim());
+    digits.parse::<u32>().ok().filter(|p| (1..=100).contains(p)).ok_or_else(|| {
+        format!("{text:?} is not a share of the threads: expected a whole percentage from 1 to 100")
+    })
+}
+
 #[cfg(test)]
 mod parse_tests {
     use super::*;

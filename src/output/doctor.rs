@@ -110,6 +110,9 @@ pub(crate) fn diagnose(
     out.section("Container and scheduler");
     environment(&mut out);
 
+    out.section("MPS, fabric and confidential computing");
+    mps_and_fabric(&mut out, machine.as_ref());
+
     out.section("Lock directory");
     lock_directory(&mut out, config.lock_dir.as_deref());
     match config.limits.describe() {
@@ -299,6 +302,66 @@ fn environment(out: &mut Out) {
             std::env::var("SLURM_STEP_ID").map(|s| format!(", step {s}")).unwrap_or_default()
         )),
         Err(_) => out.info("not inside a Slurm job"),
+    }
+}
+
+/// Where an MPS client of this user would connect, whether a control daemon reads there, the
+/// GPUs that run MPS (whose), the fabric and confidential computing, and the variable that
+/// would change what NVML answers.
+fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
+    let pipe = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").filter(|dir| !dir.is_empty());
+    let (pipe, whose) = match pipe {
+        Some(dir) => (std::path::PathBuf::from(dir), "CUDA_MPS_PIPE_DIRECTORY"),
+        None => (std::path::PathBuf::from("/tmp/nvidia-mps"), "the default"),
+    };
+    let control = pipe.join("control");
+    match crate::process::stdio::fifo_has_reader(&control) {
+        Some(true) => out.ok(format!(
+            "an MPS control daemon reads {} ({whose}): CUDA programs of yours become its clients",
+            control.display()
+        )),
+        Some(false) => out.info(format!(
+            "{} exists but no MPS control daemon reads it (a stale pipe directory?)",
+            control.display()
+        )),
+        None => out.info(format!("no MPS control daemon at {} ({whose})", pipe.display())),
+    }
+    for (name, _) in crate::process::environment::held() {
+        out.problem(format!(
+            "{} is set: NVML 13 then enumerates the MPS locality-domain view (other indices for every \
+             call); gpurun keeps it out of its own NVML and passes it to the command",
+            name.to_string_lossy()
+        ));
+    }
+    let Some(machine) = machine else { return };
+    for gpu in machine.devices() {
+        let label = crate::probe::gpu::label(gpu.index);
+        if let Some(mps) = &gpu.mps {
+            let clients = mps.clients.len();
+            let line = format!(
+                "{label}: {}, {clients} client{}",
+                mps.server_words(),
+                if clients == 1 { "" } else { "s" }
+            );
+            match mps.foreign {
+                true => out.info(format!("{line}: not chosen for you (a context of yours would wait)")),
+                false => out.info(format!("{line}: --mps joins it")),
+            }
+        }
+        if let (Some(fabric), None) = (&gpu.fabric, &gpu.mig) {
+            out.info(format!(
+                "{label}: NVLink fabric {} (clique {}, cluster {}), {}",
+                fabric.state, fabric.clique_id, fabric.cluster_uuid, fabric.health.state
+            ));
+        }
+    }
+    match machine.confidential_computing {
+        Some(cc) => match cc.refusal() {
+            Some(refusal) => out.problem(refusal),
+            None if cc.on => out.ok("confidential computing is on and the GPUs accept work"),
+            None => out.info("confidential computing is off"),
+        },
+        None => out.info("no confidential computing on this driver"),
     }
 }
 

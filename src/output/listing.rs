@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::launch::env::Plan;
 use crate::options::size::human;
-use crate::probe::gpu::{Gpu, Machine};
+use crate::probe::gpu::{Gpu, GpuProcess, Machine};
 use crate::process::procfs;
 use crate::process::stdio::clip;
 use crate::reserve::acquire::Queued;
@@ -162,6 +162,8 @@ struct Listing<'a> {
     house_rules: &'a [String],
     /// GPUs the driver excluded: `[{pci_bus_id, uuid}]`.
     excluded: &'a [crate::probe::health::Excluded],
+    /// `{on, ready}` where the driver has confidential computing, else null.
+    confidential_computing: Option<crate::probe::gpu::ConfCompute>,
     /// The link between every pair of GPUs, `"0-1": "nvlink"` (null when not probed).
     topology: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -283,6 +285,7 @@ pub(crate) fn json(
         waiters: waiter_entries(shared.queue),
         house_rules: &shared.rules,
         excluded: &machine.excluded,
+        confidential_computing: machine.confidential_computing,
         topology: machine.topology.as_ref().map(|topology| {
             topology
                 .pairs()
@@ -372,34 +375,55 @@ pub(crate) fn link_matrix(machine: &Machine) -> String {
 /// The PROCESSES column of a device: a line per process (`PID user command (memory)` and whose
 /// reservation it is), or all on one line as `PID user (memory)` in the compact layout.
 fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
+    // An MPS GPU's clients are only in its MPS list: listed after its compute processes
+    // (where its server is), each marked.
+    let clients: Vec<GpuProcess> = gpu
+        .mps
+        .iter()
+        .flat_map(|mps| &mps.clients)
+        .map(|client| GpuProcess {
+            pid: client.pid,
+            used_bytes: client.used_bytes,
+            user: client.user.clone(),
+            command: procfs::command_line(client.pid),
+        })
+        .collect();
+    let is_client = |pid: u32| clients.iter().any(|client| client.pid == pid);
+    let all: Vec<&GpuProcess> = gpu.processes.iter().flatten().chain(&clients).collect();
     match &gpu.processes {
-        None => vec!["?".to_owned()],
-        Some(list) if list.is_empty() => vec!["-".to_owned()],
-        Some(list) if compact => vec![list
+        None if clients.is_empty() => vec!["?".to_owned()],
+        _ if all.is_empty() => vec!["-".to_owned()],
+        _ if compact => vec![all
             .iter()
             .map(|p| {
                 format!(
-                    "{} {} ({})",
+                    "{} {} ({}){}",
                     p.pid,
                     p.user.as_deref().unwrap_or("?"),
-                    p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned())
+                    p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
+                    if is_client(p.pid) { " MPS" } else { "" }
                 )
             })
             .collect::<Vec<_>>()
             .join(", ")],
-        Some(list) => list
+        _ => all
             .iter()
             .map(|p| {
+                let via = match reservation_of(gpu, p.pid, live) {
+                    Some(pid) => format!("gpurun PID {pid}"),
+                    None => "not via gpurun".to_owned(),
+                };
+                let mark = match (is_client(p.pid), crate::probe::mps::is_server(p.command.as_deref())) {
+                    (true, _) => format!("[MPS client, {via}]"),
+                    (false, true) => "[MPS server]".to_owned(),
+                    (false, false) => format!("[{via}]"),
+                };
                 format!(
-                    "{} {} {} ({}) {}",
+                    "{} {} {} ({}) {mark}",
                     p.pid,
                     p.user.as_deref().unwrap_or("?"),
                     clip(p.command.as_deref().unwrap_or("?"), 40),
                     p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
-                    match reservation_of(gpu, p.pid, live) {
-                        Some(pid) => format!("[gpurun PID {pid}]"),
-                        None => "[not via gpurun]".to_owned(),
-                    }
                 )
             })
             .collect(),

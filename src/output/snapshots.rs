@@ -71,6 +71,7 @@ fn machine() -> Machine {
         migs: Vec::new(),
         topology: None,
         excluded: Vec::new(),
+        confidential_computing: None,
     }
 }
 

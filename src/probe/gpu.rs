@@ -82,6 +82,13 @@ pub(crate) struct Gpu {
     pub(crate) health: crate::probe::health::Health,
     /// Compute processes on this GPU; `None` when NVML cannot list them.
     pub(crate) processes: Option<Vec<GpuProcess>>,
+    /// Its MPS server and clients, where it runs MPS.
+    pub(crate) mps: Option<crate::probe::mps::Mps>,
+    /// Its place in the NVLink fabric, where it has one (a MIG device: its GPU's).
+    pub(crate) fabric: Option<crate::probe::fabric::Fabric>,
+    /// Why the driver takes no work on any GPU now (confidential computing not ready).
+    #[serde(skip)]
+    pub(crate) blocked: Option<&'static str>,
     /// The first query that failed, if any: the GPU is then not eligible.
     pub(crate) error: Option<String>,
     /// NVML refused a handle with NO_PERMISSION: the device node is outside this process's
@@ -111,6 +118,9 @@ impl Gpu {
             health: Default::default(),
             cpus: None,
             processes: None,
+            mps: None,
+            fabric: None,
+            blocked: None,
             error: None,
             handle_refused: false,
         }
@@ -249,6 +259,26 @@ pub(crate) struct Machine {
     pub(crate) topology: Option<Topology>,
     /// GPUs the driver excluded (not among the GPUs above).
     pub(crate) excluded: Vec<crate::probe::health::Excluded>,
+    /// Confidential computing, where the driver has it.
+    pub(crate) confidential_computing: Option<ConfCompute>,
+}
+
+/// Confidential computing (`nvmlSystemGetConfComputeState`, `...GpusReadyState`): while it is
+/// on and the GPUs are not ready (not yet attested and set ready), no GPU takes work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct ConfCompute {
+    pub(crate) on: bool,
+    pub(crate) ready: Option<bool>,
+}
+
+impl ConfCompute {
+    /// Why no GPU can take work now, if that is so.
+    pub(crate) fn refusal(&self) -> Option<&'static str> {
+        (self.on && self.ready == Some(false)).then_some(
+            "confidential computing is on and the GPUs are not ready to accept work \
+             (nvmlSystemGetConfComputeGpusReadyState): they must be attested and set ready first",
+        )
+    }
 }
 
 impl Machine {
@@ -294,6 +324,9 @@ pub(crate) fn test_gpu(index: u32) -> Gpu {
         health: Default::default(),
         cpus: None,
         processes: Some(Vec::new()),
+        mps: None,
+        fabric: None,
+        blocked: None,
         error: None,
         handle_refused: false,
     }

@@ -67,6 +67,8 @@ pub(crate) struct Findings {
     pub(crate) pcie_width: Option<(u32, u32)>,
     /// A query answered GPU_IS_LOST.
     pub(crate) lost: bool,
+    /// Its place in the NVLink fabric, judged.
+    pub(crate) fabric: Option<crate::probe::fabric::Fabric>,
     /// Health queries that failed otherwise than NOT_SUPPORTED, in words.
     pub(crate) unreadable: Vec<String>,
 }
@@ -104,6 +106,12 @@ pub(crate) fn classify(found: &Findings) -> Health {
             if events & bit != 0 {
                 degraded.push(what.to_owned());
             }
+        }
+    }
+    if let Some(fabric) = found.fabric.as_ref().map(|fabric| &fabric.health) {
+        match fabric.state {
+            "unhealthy" => unhealthy.extend(fabric.reasons.iter().cloned()),
+            _ => degraded.extend(fabric.reasons.iter().cloned()),
         }
     }
     // Width only: the link generation drops at idle by design.

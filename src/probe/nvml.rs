@@ -20,10 +20,13 @@ use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_REMAPPED_FAILURE, NVML_FI_
 use nvml_wrapper::{Device, EventSet, Nvml};
 
 use crate::options::cpus;
+use crate::probe::fabric::FabricInfo;
 use crate::probe::gpu::{
-    mig_key, mig_parts, ComputeMode, Gpu, GpuProcess, Link, Machine, Memory, MigInfo, Topology, Utilization,
+    mig_key, mig_parts, ComputeMode, ConfCompute, Gpu, GpuProcess, Link, Machine, Memory, MigInfo, Topology,
+    Utilization,
 };
 use crate::probe::health::{classify, Excluded, Findings};
+use crate::probe::mps::{Mps, MpsClient};
 use crate::probe::numa;
 use crate::process::procfs;
 
@@ -178,6 +181,8 @@ fn has_535_v3_bug(driver_version: &str) -> bool {
 pub(crate) struct Listed {
     pub(crate) pid: u32,
     pub(crate) used_bytes: Option<u64>,
+    /// Listed as an MPS client (the MPS list), not in the compute list.
+    pub(crate) mps_client: bool,
 }
 
 /// Opens NVML from `library` (default: `libnvidia-ml.so.1`, found like any shared library).
@@ -294,6 +299,10 @@ fn health_findings(
     let clock_events = queries.ask("clock events", "nvmlDeviceGetCurrentClocksEventReasons", false, || {
         clock_event_reasons(nvml, device)
     });
+    let fabric = queries
+        .ask("NVLink fabric", "nvmlDeviceGetGpuFabricInfoV", false, || fabric_info(nvml, device))
+        .flatten()
+        .map(|info| info.judge());
     let current = queries
         .ask("PCIe width", "nvmlDeviceGetCurrPcieLinkWidth", false, || device.current_pcie_link_width());
     let most =
@@ -306,6 +315,7 @@ fn health_findings(
         clock_events,
         pcie_width: current.zip(most),
         lost: queries.lost,
+        fabric,
         unreadable: queries.failed[failed_before..].to_vec(),
     }
 }
@@ -361,6 +371,120 @@ fn excluded_device(nvml: &Nvml, index: u32) -> Option<Excluded> {
     Some(Excluded { pci_bus_id: text(&info.pciInfo.busId), uuid: text(&info.uuid) })
 }
 
+/// Confidential computing, where the library has the calls and the driver answers them
+/// (NOT_SUPPORTED, FUNCTION_NOT_FOUND: none).
+fn conf_compute(nvml: &Nvml, calls: &Calls) -> Option<ConfCompute> {
+    use nvml_wrapper_sys::bindings::nvmlConfComputeSystemState_t;
+    let lib = nvml.lib();
+    let state_of = lib.nvmlSystemGetConfComputeState.as_ref().ok()?;
+    let mut state = nvmlConfComputeSystemState_t { environment: 0, ccFeature: 0, devToolsMode: 0 };
+    // SAFETY: the symbol has nvml.h's signature and writes the one struct it is given.
+    let code = calls.run("nvmlSystemGetConfComputeState", None, || unsafe { state_of(&mut state) });
+    nvml_wrapper::error::nvml_try(code).ok()?;
+    // NVML_CC_SYSTEM_FEATURE_ENABLED (1) or _BMSAI_ENABLED (2).
+    let on = state.ccFeature != 0;
+    let ready = on
+        .then(|| {
+            let ready_of = lib.nvmlSystemGetConfComputeGpusReadyState.as_ref().ok()?;
+            let mut accepting: std::ffi::c_uint = 0;
+            // SAFETY: as above, one unsigned int.
+            let code = calls
+                .run("nvmlSystemGetConfComputeGpusReadyState", None, || unsafe { ready_of(&mut accepting) });
+            nvml_wrapper::error::nvml_try(code).ok().map(|()| accepting == 1)
+        })
+        .flatten();
+    Some(ConfCompute { on, ready })
+}
+
+/// The GPU's fabric info: `Ok(None)` where it has no fabric (NOT_SUPPORTED, a library without
+/// the call). The v3 layout first, then v2 for a driver that answers ARGUMENT_VERSION_MISMATCH.
+fn fabric_info(nvml: &Nvml, device: &Device) -> Result<Option<FabricInfo>, NvmlError> {
+    use nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_v3_t;
+    let Ok(symbol) = nvml.lib().nvmlDeviceGetGpuFabricInfoV.as_ref() else { return Ok(None) };
+    for (version, layout) in [(3u32, std::mem::size_of::<nvmlGpuFabricInfo_v3_t>()), (2, 36)] {
+        let mut info = nvmlGpuFabricInfo_v3_t {
+            version: layout as u32 | version << 24,
+            clusterUuid: [0; 16],
+            status: 0,
+            cliqueId: 0,
+            state: 0,
+            healthMask: 0,
+            healthSummary: 0,
+        };
+        // SAFETY: a live handle of this library; the struct is the v3 layout, which holds the
+        // v2 one as its prefix (nvml.h), and its version field says which the driver may write.
+        let code = unsafe { symbol(device.handle(), &mut info) };
+        match nvml_wrapper::error::nvml_try(code) {
+            Ok(()) => {
+                let status = nvml_wrapper::error::nvml_try(info.status).err().map(|error| error.to_string());
+                return Ok(Some(FabricInfo {
+                    state: info.state,
+                    status,
+                    clique_id: info.cliqueId,
+                    cluster_uuid: info.clusterUuid,
+                    health_mask: info.healthMask,
+                    summary: if version == 3 { info.healthSummary } else { 0 },
+                }));
+            }
+            Err(NvmlError::NotSupported | NvmlError::FunctionNotFound) => return Ok(None),
+            // A driver that knows only the v2 layout refuses v3's version.
+            Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) if version == 3 => continue,
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(None)
+}
+
+/// `NVML_ERROR_ARGUMENT_VERSION_MISMATCH`.
+const ARGUMENT_VERSION_MISMATCH: u32 = 25;
+
+/// The MPS clients on a device (`nvmlDeviceGetMPSComputeRunningProcesses_v3`); through the `_v2`
+/// call where the `_v3` one is misread (the 535 drivers) or missing.
+fn mps_listed(nvml: &Nvml, device: &Device, v3_misread: bool) -> Result<Vec<Listed>, NvmlError> {
+    if !v3_misread {
+        match device.mps_running_compute_processes() {
+            Err(NvmlError::FunctionNotFound) => {}
+            other => return other.map(to_listed),
+        }
+    }
+    mps_listed_v2(nvml, device)
+}
+
+/// `nvmlDeviceGetMPSComputeRunningProcesses_v2`, which nvml-wrapper 0.13 does not wrap: the
+/// count first, then the entries (`nvmlProcessInfo_v2_t`), with room for a few more that may
+/// have started between the two calls.
+fn mps_listed_v2(nvml: &Nvml, device: &Device) -> Result<Vec<Listed>, NvmlError> {
+    use nvml_wrapper_sys::bindings::nvmlProcessInfo_v2_t;
+    let symbol = nvml
+        .lib()
+        .nvmlDeviceGetMPSComputeRunningProcesses_v2
+        .as_ref()
+        .map_err(|_| NvmlError::FunctionNotFound)?;
+    let empty = nvmlProcessInfo_v2_t { pid: 0, usedGpuMemory: 0, gpuInstanceId: 0, computeInstanceId: 0 };
+    let mut count: std::ffi::c_uint = 0;
+    // SAFETY: a live handle; a zero count with a null buffer asks for the count (nvml.h).
+    let code = unsafe { symbol(device.handle(), &mut count, std::ptr::null_mut()) };
+    match nvml_wrapper::error::nvml_try(code) {
+        Ok(()) => return Ok(Vec::new()),
+        Err(NvmlError::InsufficientSize(_)) => {}
+        Err(error) => return Err(error),
+    }
+    count += 5;
+    let mut infos = vec![empty; count as usize];
+    // SAFETY: `infos` has room for `count` entries of the layout the symbol writes.
+    let code = unsafe { symbol(device.handle(), &mut count, infos.as_mut_ptr()) };
+    nvml_wrapper::error::nvml_try(code)?;
+    infos.truncate(count as usize);
+    Ok(infos
+        .into_iter()
+        .map(|info| Listed {
+            pid: info.pid,
+            used_bytes: (info.usedGpuMemory != u64::MAX).then_some(info.usedGpuMemory),
+            mps_client: true,
+        })
+        .collect())
+}
+
 /// Why a GPU's processes could not be listed: whether the GPU is lost (GPU_IS_LOST: it fell
 /// off the bus, and nothing on it can be checked any more), and NVML's words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -406,7 +530,21 @@ impl Session {
             .ok()
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
         let excluded = self.excluded();
-        Ok(Machine { driver_version, cuda_driver_version, gpus, migs, topology: None, excluded })
+        let confidential_computing = conf_compute(self.nvml, &self.calls);
+        let mut gpus = gpus;
+        let mut migs = migs;
+        if let Some(refusal) = confidential_computing.and_then(|cc| cc.refusal()) {
+            gpus.iter_mut().chain(migs.iter_mut()).for_each(|gpu| gpu.blocked = Some(refusal));
+        }
+        Ok(Machine {
+            driver_version,
+            cuda_driver_version,
+            gpus,
+            migs,
+            topology: None,
+            excluded,
+            confidential_computing,
+        })
     }
 
     /// The GPUs the driver excluded (`nvmlGetExcludedDeviceCount`, `...InfoByIndex`); none
@@ -506,15 +644,7 @@ impl Session {
                         free_bytes: m.free,
                     }
                 });
-            let v3_misread = &mut self.v3_misread;
-            let processes = queries
-                .ask("processes", "nvmlDeviceGetComputeRunningProcesses_v3", true, || {
-                    match listed(&mig, v3_misread) {
-                        Err(NvmlError::NoPermission) => Err(NvmlError::NotSupported),
-                        other => other,
-                    }
-                })
-                .map(|listed| listed.into_iter().map(process_of).collect());
+            let (processes, mps) = self.processes_and_mps(&mig, &mut queries);
             let (gpu_instance_id, compute_instance_id) =
                 calls.run("nvmlDeviceGetGpuInstanceId", Some(index), || instance_ids(self.nvml, &mig));
             let profile =
@@ -525,6 +655,8 @@ impl Session {
                 name,
                 memory,
                 processes,
+                mps,
+                fabric: parent.fabric.clone(),
                 compute_mode: parent.compute_mode,
                 health: parent.health.clone(),
                 numa_node: parent.numa_node,
@@ -581,12 +713,7 @@ impl Session {
             .map(|mw| f64::from(mw) / 1000.0);
         let compute_mode = queries
             .ask("compute mode", "nvmlDeviceGetComputeMode", false, || device.compute_mode())
-            .map(|mode| match mode {
-                NvmlComputeMode::Default => ComputeMode::Default,
-                NvmlComputeMode::ExclusiveThread => ComputeMode::ExclusiveThread,
-                NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
-                NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
-            });
+            .map(compute_mode_of);
         let numa_node = queries
             .ask("NUMA node", "nvmlDeviceGetMemoryAffinity", false, || {
                 device.memory_affinity(numa::NODE_WORDS, numa::AFFINITY_SCOPE_NODE)
@@ -603,18 +730,9 @@ impl Session {
         let mig_mode = queries.ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode());
         let mig_enabled = mig_mode.as_ref().map(|m| m.current == 1);
         let mig_pending = mig_mode.as_ref().map(|m| m.pending == 1);
-        // Process lists can be refused where everything else works (some containers, locked
-        // down drivers): that makes them unknown, not the GPU unusable.
-        let v3_misread = &mut self.v3_misread;
-        let listed =
-            queries.ask("processes", "nvmlDeviceGetComputeRunningProcesses_v3", true, || {
-                match listed(&device, v3_misread) {
-                    Err(NvmlError::NoPermission) => Err(NvmlError::NotSupported),
-                    other => other,
-                }
-            });
-        let processes = listed.map(|listed| listed.into_iter().map(process_of).collect());
-        let health = classify(&health_findings(self.nvml, &device, &mut queries, mig_enabled));
+        let (processes, mps) = self.processes_and_mps(&device, &mut queries);
+        let findings = health_findings(self.nvml, &device, &mut queries, mig_enabled);
+        let (health, fabric) = (classify(&findings), findings.fabric);
         Gpu {
             index,
             uuid,
@@ -633,9 +751,55 @@ impl Session {
             cpus,
             health,
             processes,
+            mps,
+            fabric,
+            blocked: None,
             error: queries.first_error,
             handle_refused,
         }
+    }
+
+    /// A device's compute processes, and its MPS: the server from the compute list, the
+    /// clients from the MPS list. Process lists can be refused where everything else works
+    /// (some containers, locked down drivers): that makes them unknown, not the GPU unusable;
+    /// an MPS list that cannot be read leaves what the compute list says.
+    fn processes_and_mps(
+        &mut self,
+        device: &Device,
+        queries: &mut Queries,
+    ) -> (Option<Vec<GpuProcess>>, Option<Mps>) {
+        let v3_misread = &mut self.v3_misread;
+        let listed =
+            queries.ask("processes", "nvmlDeviceGetComputeRunningProcesses_v3", true, || {
+                match listed(device, v3_misread) {
+                    Err(NvmlError::NoPermission) => Err(NvmlError::NotSupported),
+                    other => other,
+                }
+            });
+        let processes: Option<Vec<GpuProcess>> =
+            listed.map(|listed| listed.into_iter().map(process_of).collect());
+        let v3_misread = self.v3_misread;
+        let clients = queries
+            .calls
+            .run("nvmlDeviceGetMPSComputeRunningProcesses_v3", Some(queries.gpu), || {
+                mps_listed(self.nvml, device, v3_misread)
+            })
+            .unwrap_or_default()
+            .into_iter()
+            .map(|client| MpsClient {
+                pid: client.pid,
+                user: procfs::owner(client.pid),
+                used_bytes: client.used_bytes,
+            })
+            .collect();
+        let own_uid = nix::unistd::getuid().as_raw();
+        let server = processes
+            .iter()
+            .flatten()
+            .find(|process| crate::probe::mps::is_server(process.command.as_deref()))
+            .map(|server| (server.pid, server.user.clone()));
+        let mps = Mps::from_lists(server, clients, procfs::uid_of, own_uid);
+        (processes, mps)
     }
 
     pub(crate) fn opened(&self) -> Opened {
@@ -716,7 +880,26 @@ impl Session {
             })?;
         }
         let v3_misread = &mut self.v3_misread;
-        calls.run("nvmlDeviceGetComputeRunningProcesses_v3", Some(index), || listed(&device, v3_misread))
+        let mut found = calls
+            .run("nvmlDeviceGetComputeRunningProcesses_v3", Some(index), || listed(&device, v3_misread))?;
+        // MPS clients are only in the MPS list; a driver without it (NOT_SUPPORTED) has none.
+        let v3_misread = self.v3_misread;
+        let clients = calls
+            .run("nvmlDeviceGetMPSComputeRunningProcesses_v3", Some(index), || {
+                mps_listed(self.nvml, &device, v3_misread)
+            })
+            .unwrap_or_default();
+        found.extend(clients.into_iter().map(|client| Listed { mps_client: true, ..client }));
+        Ok(found)
+    }
+}
+
+fn compute_mode_of(mode: NvmlComputeMode) -> ComputeMode {
+    match mode {
+        NvmlComputeMode::Default => ComputeMode::Default,
+        NvmlComputeMode::ExclusiveThread => ComputeMode::ExclusiveThread,
+        NvmlComputeMode::Prohibited => ComputeMode::Prohibited,
+        NvmlComputeMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
     }
 }
 
@@ -758,6 +941,7 @@ fn to_listed(infos: Vec<nvml_wrapper::struct_wrappers::device::ProcessInfo>) -> 
                 UsedGpuMemory::Used(bytes) => Some(bytes),
                 UsedGpuMemory::Unavailable => None,
             },
+            mps_client: false,
         })
         .collect()
 }

@@ -4,6 +4,7 @@
 //! driver's seam (probe/nvml.rs) is in this folder: the rest of the tree calls safe functions.
 
 pub(crate) mod death;
+pub(crate) mod environment;
 pub(crate) mod logging;
 pub(crate) mod procfs;
 pub(crate) mod signals;

@@ -91,7 +91,10 @@ fn prepare(launch: &Launch) -> Result<Prepared, LaunchError> {
         .map(|word| c_string(word.as_bytes(), program_name))
         .collect::<Result<_, _>>()?;
     let mut envp = Vec::new();
-    for (name, value) in std::env::vars_os() {
+    // The environment as gpurun was given it (`environment::held`: what its own NVML must not
+    // see), under the plan's variables.
+    let inherited = std::env::vars_os().chain(crate::process::environment::held().iter().cloned());
+    for (name, value) in inherited {
         if launch.variables.iter().any(|(set, _)| OsStr::new(set) == name) {
             continue;
         }

@@ -13,6 +13,27 @@ use nix::sys::stat::Mode;
 /// Whether the caller left stdout closed: then a mode's output cannot be written.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 
+/// Whether the FIFO at `path` has a reader (`Some(true)`), exists without one (`Some(false)`:
+/// opening it for writing without blocking fails with ENXIO), or is not a FIFO one can open
+/// (`None`). Nothing is written.
+pub(crate) fn fifo_has_reader(path: &std::path::Path) -> Option<bool> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fstat, stat, Mode, SFlag};
+    let is_fifo = |mode: u32| SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) == SFlag::S_IFIFO;
+    if !is_fifo(stat(path).ok()?.st_mode) {
+        return None;
+    }
+    match open(
+        path,
+        OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    ) {
+        Ok(fd) => Some(fstat(&fd).is_ok_and(|st| is_fifo(st.st_mode))),
+        Err(nix::errno::Errno::ENXIO) => Some(false),
+        Err(_) => None,
+    }
+}
+
 /// The text of a small regular file someone else named (a user's --cidfile or --env-file), or
 /// `None`: opened without blocking, so that a FIFO nobody writes cannot hold gpurun; read only
 /// if it is a regular file, and at most `limit` bytes, so that a device is not read whole.

@@ -115,6 +115,7 @@ impl Acquisition {
                 migs: Vec::new(),
                 topology: None,
                 excluded: Vec::new(),
+                confidential_computing: None,
             },
             decision: Decision::selected(Vec::new()),
             chosen: Ok(Selection::none(requested)),
@@ -928,6 +929,7 @@ mod tests {
             migs: Vec::new(),
             topology: None,
             excluded: Vec::new(),
+            confidential_computing: None,
         };
         // W1 can be served now and would take GPU 0; W2 needs three of {0, 1, 2}, which it cannot
         // have while W1 takes GPU 0, so it keeps all three; GPU 3 is nobody's.
@@ -954,6 +956,7 @@ mod tests {
             migs: Vec::new(),
             topology: None,
             excluded: Vec::new(),
+            confidential_computing: None,
         };
         let all: Vec<u32> = (0..8).collect();
         let ahead: Vec<Waiter> = (1..=8).map(|pid| waiter(pid, &all, 1, &machine)).collect();

@@ -54,6 +54,12 @@ pub(crate) struct Request {
     /// How the count was asked for when it is not the user's `--gpus N` (`--per-rank`:
     /// "4 ranks x 2 GPUs = 8"), so that messages never name a `--gpus` nobody typed.
     pub(crate) count_words: Option<String>,
+    /// `--mps`: only GPUs where an MPS server of the caller's runs, or (`mps_daemon`) where
+    /// none of another user's does and the control daemon would start the caller's.
+    pub(crate) mps: bool,
+    /// `--mps`: the MPS control pipe a client would use, and whether a daemon reads it (it
+    /// starts a user's server at the user's first client).
+    pub(crate) mps_daemon: Option<(std::path::PathBuf, bool)>,
 }
 
 impl Request {
@@ -91,6 +97,8 @@ impl Default for Request {
             min_free_floor: None,
             min_free_auto: false,
             count_words: None,
+            mps: false,
+            mps_daemon: None,
         }
     }
 }
@@ -330,9 +338,7 @@ pub(crate) fn assess(
     if request.model.is_some() && gpu.name.is_none() {
         hard.push("model unknown".to_owned());
     }
-    if gpu.compute_mode == Some(ComputeMode::Prohibited) {
-        hard.push("compute mode is prohibited: no CUDA context allowed".to_owned());
-    }
+    hard.extend(no_context_here(gpu, request));
     if request.min_total.is_some() && gpu.memory.is_none() {
         hard.push("total memory unknown".to_owned());
     }
@@ -402,6 +408,32 @@ pub(crate) fn assess(
         (_, HealthState::Unhealthy) => vec![gpu.health.describe()],
     };
     Assessment { index: gpu.index, permanent, hard, soft, health }
+}
+
+/// Why a CUDA context of this launch would not start on the GPU now, or would wait: the
+/// driver takes no work (confidential computing not ready), its compute mode forbids contexts,
+/// another user's MPS server would hold ours until that user's clients end, or (`--mps`) no
+/// server of ours runs there to join.
+fn no_context_here(gpu: &Gpu, request: &Request) -> Vec<String> {
+    let mut reasons: Vec<String> = gpu.blocked.iter().map(|refusal| (*refusal).to_owned()).collect();
+    if gpu.compute_mode == Some(ComputeMode::Prohibited) {
+        reasons.push("compute mode is prohibited: no CUDA context allowed".to_owned());
+    }
+    match &gpu.mps {
+        Some(mps) if mps.foreign => reasons
+            .push(format!("{}: our CUDA context would wait for that user's clients", mps.server_words())),
+        None if request.mps => match &request.mps_daemon {
+            Some((_, true)) => {}
+            Some((pipe, false)) => reasons.push(format!(
+                "no MPS server of yours runs on it, and no MPS control daemon reads {} to start one \
+                 (--mps joins a server; gpurun never starts the daemon: nvidia-cuda-mps-control -d)",
+                pipe.display()
+            )),
+            None => reasons.push("no MPS server of yours runs on it".to_owned()),
+        },
+        _ => {}
+    }
+    reasons
 }
 
 fn gpus_word(count: usize) -> String {

@@ -244,6 +244,30 @@ mod tests {
     }
 
     #[test]
+    fn a_set_keeps_to_one_fabric_clique() {
+        use crate::probe::fabric::{Fabric, FabricHealth};
+        // Most free first: 0, 2, 1, 3; cliques {0, 1} and {2, 3}.
+        let gpus: Vec<Gpu> = [(0, 70, 1), (1, 50, 1), (2, 60, 2), (3, 40, 2)]
+            .into_iter()
+            .map(|(index, free, clique_id)| {
+                let mut gpu = with_load(index, free, 0);
+                gpu.fabric = Some(Fabric {
+                    state: "completed",
+                    clique_id,
+                    cluster_uuid: "c".to_owned(),
+                    health: FabricHealth { state: "ok", reasons: Vec::new() },
+                });
+                gpu
+            })
+            .collect();
+        let two = Request { count: Count::exactly(2), ..Request::default() };
+        assert_eq!(chosen(&gpus, &two), Outcome::Selected(vec![0, 1]));
+        // Without a fabric, the two most free.
+        let plain: Vec<Gpu> = gpus.iter().cloned().map(|gpu| Gpu { fabric: None, ..gpu }).collect();
+        assert_eq!(chosen(&plain, &two), Outcome::Selected(vec![0, 2]));
+    }
+
+    #[test]
     fn policies_rank_as_documented() {
         // (free GiB, util %): 0 (10, 0), 1 (70, 45), 2 (40, 10), 3 (70, 20): none busy.
         let mut gpus =

@@ -104,9 +104,26 @@ pub(crate) fn choose_set(
         }
     }
     groups.retain(|group| group.len() >= k);
+    // An NVLink fabric's clique (HGX, GB200/GB300 NVL): GPUs of one clique reach each other
+    // over the fabric, so a set prefers one; on machines without a fabric every GPU is in the
+    // same (no) clique.
+    let clique = |index: u32| {
+        gpu(index)
+            .and_then(|gpu| gpu.fabric.as_ref())
+            .map(|fabric| (fabric.cluster_uuid.clone(), fabric.clique_id))
+    };
+    let mut cliques: Vec<Vec<u32>> = Vec::new();
+    for &gpu in ranked.iter().filter(|&&gpu| clique(gpu).is_some()) {
+        match cliques.iter_mut().find(|group| clique(group[0]) == clique(gpu)) {
+            Some(group) => group.push(gpu),
+            None => cliques.push(vec![gpu]),
+        }
+    }
+    cliques.retain(|group| group.len() >= k && group.len() < ranked.len());
     // Without --same-model, a mixed set is a candidate too: one model never outweighs a
     // busy card.
     let mut pools: Vec<(bool, &[u32])> = groups.iter().map(|group| (true, group.as_slice())).collect();
+    pools.extend(cliques.iter().map(|group| (false, group.as_slice())));
     if !request.same_model {
         pools.push((false, ranked));
     }
@@ -122,9 +139,9 @@ pub(crate) fn choose_set(
         ranks.sort_unstable();
         ranks
     };
-    // Sets compare by their busy GPUs, whether they are one model, their worst link, then the
-    // policy's ranks of their members.
-    type Key = (Load, bool, Link, Vec<usize>);
+    // Sets compare by their busy GPUs, whether they are one model, one fabric clique, their
+    // worst link, then the policy's ranks of their members.
+    type Key = (Load, bool, bool, Link, Vec<usize>);
     let mut best: Option<(Key, Vec<u32>)> = None;
     for (one_model, pool) in pools {
         let found = match links {
@@ -136,7 +153,8 @@ pub(crate) fn choose_set(
         };
         if let Some((load, level, set)) = found {
             let one_model = one_model || set.iter().all(|&gpu| model(gpu) == model(set[0]));
-            let key = (load, !one_model, level, ranks(&set));
+            let one_clique = set.iter().all(|&gpu| clique(gpu) == clique(set[0]));
+            let key = (load, !one_model, !one_clique, level, ranks(&set));
             if best.as_ref().is_none_or(|(best_key, _)| key < *best_key) {
                 best = Some((key, set));
             }

@@ -184,6 +184,7 @@ mod tests {
             migs: Vec::new(),
             topology: None,
             excluded: Vec::new(),
+            confidential_computing: None,
         }
     }
 

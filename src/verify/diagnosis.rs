@@ -150,6 +150,34 @@ pub(crate) fn gpu_lost(gpu: u32, seconds: f64, at: &str, xid: Option<u64>) -> Di
     }
 }
 
+/// The command ran as an MPS client beside other clients of the same server: one client's
+/// fatal GPU fault ends every client of that server (NVIDIA's MPS documentation).
+pub(crate) fn mps_shared(gpu: u32, others: &[(u32, Option<String>)]) -> Diagnosis {
+    let mut users: Vec<&str> = others.iter().map(|(_, user)| user.as_deref().unwrap_or("unknown")).collect();
+    users.sort_unstable();
+    users.dedup();
+    let (count, s) = (others.len(), if others.len() == 1 { "" } else { "s" });
+    let (user_s, names) = (if users.len() == 1 { "" } else { "s" }, and_list(&users));
+    Diagnosis {
+        kind: "mps-shared",
+        gpu: Some(crate::probe::gpu::mig_parts(gpu).map_or(gpu, |(parent, _)| parent)),
+        detail: format!(
+            "{}: shares an MPS server with {count} other client{s} (user{user_s} {names}): a fatal fault in any of them ends all",
+            crate::probe::gpu::label(gpu)
+        ),
+        code: None,
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(words: &[&str]) -> String {
+    match words {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 /// The Xid events of a flood that were counted, not kept (repeats of the codes kept).
 pub(crate) fn xids_not_kept(count: u64) -> Diagnosis {
     Diagnosis {

@@ -55,7 +55,17 @@ pub(crate) struct Monitor {
     pub(crate) xids_dropped: u64,
     /// Chosen devices whose process list answered GPU_IS_LOST, with when that was first seen.
     pub(crate) lost: Vec<(u32, std::time::SystemTime)>,
+    /// The other clients of the MPS server on each chosen device, with their owners.
+    mps_neighbours: BTreeMap<u32, std::collections::BTreeSet<(u32, Option<String>)>>,
+    /// The devices a process of the command was seen on as an MPS client.
+    mps_gpus: std::collections::BTreeSet<u32>,
 }
+
+/// The other clients of one MPS server: (PID, owner).
+pub(crate) type MpsNeighbours = Vec<(u32, Option<String>)>;
+
+/// Other MPS clients remembered per device (the report names them; a busy server has many).
+const MPS_NEIGHBOURS_KEPT: usize = 64;
 
 impl Monitor {
     pub(crate) fn new(
@@ -85,6 +95,8 @@ impl Monitor {
             xids: Vec::new(),
             xids_dropped: 0,
             lost: Vec::new(),
+            mps_neighbours: BTreeMap::new(),
+            mps_gpus: std::collections::BTreeSet::new(),
         }
     }
 
@@ -135,6 +147,18 @@ impl Monitor {
             tracing::warn!("and {dropped} more Xid events of the codes above (counted, not kept)");
             self.xids_dropped += dropped;
         }
+    }
+
+    /// For each device the command ran on as an MPS client, the other clients seen on its
+    /// server (PID, owner): they share its fault domain.
+    pub(crate) fn mps_shared(&self) -> Vec<(u32, MpsNeighbours)> {
+        self.mps_gpus
+            .iter()
+            .map(|gpu| {
+                (*gpu, self.mps_neighbours.get(gpu).map(|n| n.iter().cloned().collect()).unwrap_or_default())
+            })
+            .filter(|(_, others): &(u32, MpsNeighbours)| !others.is_empty())
+            .collect()
     }
 
     /// The GPUs to list at each poll.
@@ -278,13 +302,24 @@ impl Monitor {
                                     .as_deref()
                                     .is_some_and(|id| container::runs_in(process.pid, id)));
                         if in_tree {
+                            if process.mps_client {
+                                self.mps_gpus.insert(gpu);
+                            }
                             tree_bytes += process.used_bytes.unwrap_or(0);
                             let command = procfs::command_line(process.pid).unwrap_or_else(|| "?".to_owned());
                             poll.sightings.push(Sighting {
                                 pid: process.pid,
                                 command: crate::process::stdio::clip(&command, 60),
                                 gpu,
+                                mps_client: process.mps_client,
                             });
+                        } else if selected && process.mps_client {
+                            // Another client of the same MPS server: a fatal fault in either
+                            // ends both (the report says who).
+                            let neighbours = self.mps_neighbours.entry(gpu).or_default();
+                            if neighbours.len() < MPS_NEIGHBOURS_KEPT {
+                                neighbours.insert((process.pid, procfs::owner(process.pid)));
+                            }
                         } else if selected
                             && !self.before_launch.contains(&process.pid)
                             && !procfs::exists(process.pid)

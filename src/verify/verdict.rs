@@ -41,6 +41,8 @@ pub(crate) struct Sighting {
     pub(crate) pid: u32,
     pub(crate) command: String,
     pub(crate) gpu: u32,
+    /// Seen in the GPU's MPS list: a client of its MPS server.
+    pub(crate) mps_client: bool,
 }
 
 /// One poll of NVML, as seen from the command's tree.
@@ -192,18 +194,24 @@ impl Tracker {
 
 /// `PID 10 (job) on GPUs 3, 5, PID 11 (job) on GPU 7`: each process once, in the order seen.
 fn sightings_text(seen: &[Sighting]) -> String {
-    let mut processes: Vec<(u32, &str, Vec<u32>)> = Vec::new();
+    let mut processes: Vec<(u32, &str, Vec<u32>, bool)> = Vec::new();
     for sighting in seen {
         match processes.iter_mut().find(|(pid, ..)| *pid == sighting.pid) {
-            Some((.., gpus)) => gpus.push(sighting.gpu),
-            None => processes.push((sighting.pid, &sighting.command, vec![sighting.gpu])),
+            Some((_, _, gpus, mps)) => {
+                gpus.push(sighting.gpu);
+                *mps |= sighting.mps_client;
+            }
+            None => {
+                processes.push((sighting.pid, &sighting.command, vec![sighting.gpu], sighting.mps_client))
+            }
         }
     }
     let parts: Vec<String> = processes
         .into_iter()
-        .map(|(pid, command, mut gpus)| {
+        .map(|(pid, command, mut gpus, mps)| {
             gpus.sort_unstable();
-            format!("PID {pid} ({command}) on {}", labels(&gpus))
+            let client = if mps { " as an MPS client" } else { "" };
+            format!("PID {pid} ({command}) on {}{client}", labels(&gpus))
         })
         .collect();
     parts.join("; ")
@@ -214,7 +222,7 @@ mod tests {
     use super::*;
 
     fn seen(pid: u32, gpu: u32) -> Sighting {
-        Sighting { pid, command: "job".to_owned(), gpu }
+        Sighting { pid, command: "job".to_owned(), gpu, mps_client: false }
     }
 
     fn poll(sightings: Vec<Sighting>) -> Poll {

@@ -1,0 +1,320 @@
+//! MPS, the NVLink fabric and confidential computing (issue 37), through the binary: what NVML
+//! reports of them, shown, verified and chosen around.
+
+use crate::common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{scenario_file, sim_cuda, Sim};
+use nvml_sim::registry::{self, MpsRole};
+use serde_json::Value;
+
+const GPU0: &str = "GPU-22220000-0000-4000-8000-000000000000";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Where this simulator keeps its live registrations (`<scenario>.state`).
+fn state_dir(sim: &Sim) -> std::path::PathBuf {
+    sim.scenario.with_extension("toml.state")
+}
+
+/// An MPS server of our own user on GPU 0: sim-cuda under the server's program name, which
+/// makes a later sim-cuda of ours on that GPU its client.
+fn own_server(sim: &Sim) -> common::Running {
+    let server = sim.dir.path().join("nvidia-cuda-mps-server");
+    std::os::unix::fs::symlink(sim_cuda(), &server).unwrap();
+    let run = sim
+        .gpurun_command(
+            server.to_str().unwrap(),
+            &["--mps-server", "--mem", "256MiB", "--sleep", "600", "--quiet"],
+        )
+        .env("CUDA_VISIBLE_DEVICES", GPU0);
+    let running = common::background(run);
+    let registered = || registry::live(&state_dir(sim)).iter().any(|r| r.mps == Some(MpsRole::Server));
+    assert!(common::wait_until(Duration::from_secs(20), registered), "the server registered");
+    running
+}
+
+#[test]
+fn an_mps_client_is_listed_and_verified_with_its_memory() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let _server = own_server(&sim);
+    let listing = sim.gpurun().args(["--list", "--json"]).run();
+    let json = listing.status(0).json();
+    let mps = &json["gpus"][0]["mps"];
+    assert!(mps["server_pid"].as_u64().is_some(), "{json}");
+    assert_eq!(mps["server_user"], "root", "{json}");
+    assert_eq!(json["gpus"][1]["mps"], Value::Null);
+    // Another client of the same server: it shares the command's fault domain.
+    let _neighbour =
+        sim.spawn_sim_cuda(&[("CUDA_VISIBLE_DEVICES", GPU0)], &["--mem", "1GiB", "--sleep", "600"]);
+    let report = sim.dir.path().join("report.json");
+    let cuda = sim_cuda().to_string_lossy().into_owned();
+    let outcome = sim
+        .gpurun()
+        .args(["--devices", "0", "--report-json", report.to_str().unwrap(), "--"])
+        .args([&cuda, "--mem", "2GiB", "--sleep", "2"])
+        .run();
+    outcome.status(0).stderr_has("verified: PID").stderr_has("as an MPS client");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(report["verification"]["verdict"], "verified", "{report}");
+    assert_eq!(report["peak_memory_bytes"][GPU0], 2u64 << 30, "{report}");
+    let kinds: Vec<&str> =
+        report["diagnosis"].as_array().unwrap().iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert!(!kinds.contains(&"cpu-fallback"), "{report}");
+    let shared = report["diagnosis"].as_array().unwrap().iter().find(|d| d["kind"] == "mps-shared").cloned();
+    let detail = shared.map(|d| d["detail"].as_str().unwrap_or_default().to_owned()).unwrap_or_default();
+    assert_eq!(
+        detail,
+        "GPU 0: shares an MPS server with 1 other client (user root): a fatal fault in any of them ends all",
+        "{report}"
+    );
+}
+
+#[test]
+fn the_clients_of_a_server_are_listed_as_mps() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let _server = own_server(&sim);
+    let _client = sim.spawn_sim_cuda(&[("CUDA_VISIBLE_DEVICES", GPU0)], &["--mem", "1GiB", "--sleep", "600"]);
+    let json = sim.gpurun().args(["--list", "--json"]).run().json();
+    let clients = json["gpus"][0]["mps"]["clients"].as_array().cloned().unwrap_or_default();
+    assert_eq!(clients.len(), 1, "{json}");
+    assert_eq!(clients[0]["user"], "root");
+    assert_eq!(clients[0]["used_bytes"], 1u64 << 30);
+    // Not in the compute list, where only the server is.
+    assert_eq!(json["gpus"][0]["processes"].as_array().unwrap().len(), 1, "{json}");
+    let table = sim.gpurun().args(["--list"]).env("COLUMNS", "200").run();
+    table.status(0).stdout_has("[MPS server]").stdout_has("[MPS client, not via gpurun]");
+}
+
+/// Another user's MPS server: a CUDA context of ours there waits for that user's clients.
+#[test]
+fn another_users_mps_gpu_is_passed_over_with_the_user_named() {
+    if !is_root() {
+        return common::skip("another user's MPS server", "a second user needs root (setpriv)");
+    }
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    // Killed when the test ends, whatever it asserts.
+    let server = common::Running(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c"])
+            .arg("exec -a nvidia-cuda-mps-server sleep 600")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = server.0.id();
+    let execed = || {
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.starts_with("nvidia-cuda-mps-server"))
+    };
+    if !common::wait_until(Duration::from_secs(5), execed) {
+        return common::skip("another user's MPS server", "setpriv could not switch to nobody");
+    }
+    registry::register_as(&state_dir(&sim), pid, &[(GPU0.to_owned(), 256 << 20)], Some(MpsRole::Server))
+        .unwrap();
+    let dry = sim.gpurun().args(["--dry-run", "--json", "--", "true"]).run();
+    let json = dry.status(0).json();
+    assert_eq!(common::eligible(&json), vec![1], "{json}");
+    let why = json["gpus"][0]["reasons"].to_string();
+    assert!(
+        why.contains(&format!(
+            "MPS server of user nobody (PID {pid}): our CUDA context would wait for that user's clients"
+        )),
+        "{json}"
+    );
+    let only_that_one = sim.gpurun().args(["--devices", "0", "--", "true"]).run();
+    only_that_one.status(75).stderr_has("MPS server of user nobody");
+}
+
+fn fabric_gpus(first: &str, second: &str) -> String {
+    format!(
+        "[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nuuid = \"GPU-33330000-0000-4000-8000-000000000000\"\n\
+         pci_bus_id = \"00000000:17:00.0\"\nmemory_total = \"80GiB\"\nutilization_gpu = 0\nutilization_memory = 0\n\
+         fabric = {{ {first} }}\n\n\
+         [[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nuuid = \"GPU-33330000-0000-4000-8000-000000000001\"\n\
+         pci_bus_id = \"00000000:65:00.0\"\nmemory_total = \"80GiB\"\nmemory_used = \"10GiB\"\nutilization_gpu = 0\n\
+         utilization_memory = 0\n{second}\n"
+    )
+}
+
+#[test]
+fn a_gpu_with_an_unhealthy_or_unregistered_fabric_is_never_chosen() {
+    let healthy = "fabric = { clique_id = 7, cluster_uuid = \"0123456789abcdef0123456789abcdef\", \
+                   route_unhealthy = false, degraded_bw = false }";
+    for (first, reason) in [
+        ("route_unhealthy = true, clique_id = 7", "NVLink fabric: route unhealthy"),
+        (
+            "state = \"in-progress\"",
+            "NVLink fabric: not registered with the fabric manager (state in-progress)",
+        ),
+        ("access_timeout_recovery = true", "NVLink fabric: access-timeout recovery in progress"),
+        (
+            "incorrect_configuration = \"insufficient-nvlinks\"",
+            "NVLink fabric: incorrect configuration (too few NVLinks)",
+        ),
+        ("status = \"UNKNOWN\"", "NVLink fabric: registration failed"),
+    ] {
+        // GPU 0 has more free memory: most-free would take it but for its fabric.
+        let sim = Sim::new(&fabric_gpus(first, healthy));
+        let json = sim.gpurun().args(["--list", "--json"]).run().json();
+        assert_eq!(json["gpus"][0]["health"]["state"], "unhealthy", "{first}: {json}");
+        assert!(json["gpus"][0]["health"]["reasons"].to_string().contains(reason), "{first}: {json}");
+        assert_eq!(json["gpus"][1]["fabric"]["state"], "completed");
+        assert_eq!(json["gpus"][1]["fabric"]["clique_id"], 7);
+        assert_eq!(json["gpus"][1]["fabric"]["cluster_uuid"], "01234567-89ab-cdef-0123-456789abcdef");
+        assert_eq!(json["gpus"][1]["fabric"]["health"]["state"], "ok");
+        let chosen = sim.gpurun().args(["--export"]).run();
+        assert!(
+            chosen.status(0).stdout.starts_with("export CUDA_VISIBLE_DEVICES='1'"),
+            "{first}: {}",
+            chosen.stdout
+        );
+    }
+    // Degraded bandwidth: taken after every healthy GPU, with the reason.
+    let sim = Sim::new(&fabric_gpus("degraded_bw = true", healthy));
+    let json = sim.gpurun().args(["--list", "--json"]).run().json();
+    assert_eq!(json["gpus"][0]["health"]["state"], "degraded", "{json}");
+    assert!(sim
+        .gpurun()
+        .args(["--export"])
+        .run()
+        .status(0)
+        .stdout
+        .starts_with("export CUDA_VISIBLE_DEVICES='1'"));
+    // A PCIe board has no fabric: not a fault.
+    let sim = Sim::new(&fabric_gpus("clique_id = 1", ""));
+    let json = sim.gpurun().args(["--list", "--json"]).run().json();
+    assert_eq!(json["gpus"][1]["fabric"], Value::Null);
+    assert_eq!(json["gpus"][1]["health"]["state"], "ok");
+}
+
+#[test]
+fn a_machine_whose_confidential_gpus_are_not_ready_refuses_with_the_reason() {
+    let scenario = scenario_file("two_idle.toml");
+    let not_ready =
+        format!("confidential_computing = {{ feature = \"enabled\", ready = false }}\n{scenario}");
+    let sim = Sim::new(&not_ready);
+    let outcome = sim.gpurun().args(["--", "true"]).run();
+    outcome.status(75).stderr_has("confidential computing is on and the GPUs are not ready to accept work");
+    let json = sim.gpurun().args(["--list", "--json"]).run().json();
+    assert_eq!(json["confidential_computing"]["on"], true);
+    assert_eq!(json["confidential_computing"]["ready"], false);
+    assert!(common::eligible(&json).is_empty(), "{json}");
+    let ready = format!("confidential_computing = {{ feature = \"enabled\", ready = true }}\n{scenario}");
+    Sim::new(&ready).gpurun().args(["--", "true"]).run().status(0);
+    let json = Sim::new(&scenario).gpurun().args(["--list", "--json"]).run().json();
+    assert_eq!(json["confidential_computing"], Value::Null);
+}
+
+#[test]
+fn mps_joins_the_callers_own_server_with_its_client_settings() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    // No server of ours anywhere, and no control daemon to start one: nothing to join.
+    let pipe = sim.dir.path().join("mps-pipe");
+    std::fs::create_dir(&pipe).unwrap();
+    let none = sim.gpurun().args(["--mps", "--", "true"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
+    none.status(75).stderr_has("no MPS server of yours runs on it, and no MPS control daemon reads");
+    // A control daemon starts the user's server at the first client: any GPU without another
+    // user's server will do.
+    let control = pipe.join("control");
+    assert!(Command::new("mkfifo").arg(&control).status().unwrap().success());
+    let daemon = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&control)
+            .unwrap()
+    };
+    let first = sim.gpurun().args(["--mps", "--export"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
+    assert!(first.status(0).stdout.contains(&format!("export CUDA_MPS_PIPE_DIRECTORY='{}'", pipe.display())));
+    drop(daemon);
+    let _server = own_server(&sim);
+    let export = sim.gpurun().args(["--mps", "--mps-threads", "25", "--mps-mem", "4G", "--export"]).run();
+    let text = &export.status(0).stdout;
+    for line in [
+        format!("export CUDA_VISIBLE_DEVICES='{GPU0}'"),
+        "export CUDA_MPS_PIPE_DIRECTORY='/tmp/nvidia-mps'".to_owned(),
+        "export CUDA_MPS_LOG_DIRECTORY='/var/log/nvidia-mps'".to_owned(),
+        "export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='25'".to_owned(),
+        "export CUDA_MPS_PINNED_DEVICE_MEM_LIMIT='0=4G'".to_owned(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
+    // The same from a configuration file; mps-threads without mps is refused there too.
+    let config = sim.dir.path().join("mps.toml");
+    std::fs::write(&config, "mps = true\nmps-threads = 40\n").unwrap();
+    let from_file = sim.gpurun().env("GPURUN_CONFIG", &config).args(["--export"]).run();
+    assert!(from_file.status(0).stdout.contains("export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE='40'"));
+    std::fs::write(&config, "mps-threads = 40\n").unwrap();
+    sim.gpurun().env("GPURUN_CONFIG", &config).args(["--export"]).run().status(125).stderr_has("--mps");
+    // The caller's pipe directory is the one passed on.
+    let own_pipe =
+        sim.gpurun().args(["--mps", "--export"]).env("CUDA_MPS_PIPE_DIRECTORY", "/run/mps-alice").run();
+    assert!(own_pipe.status(0).stdout.contains("export CUDA_MPS_PIPE_DIRECTORY='/run/mps-alice'"));
+    // The pinned memory is reserved in the lease, as --min-free would be.
+    let _job = common::background(sim.gpurun().args(["--mps", "--mps-mem", "4G", "--", "sleep", "30"]));
+    let reserved = || {
+        let json = sim.gpurun().args(["--list", "--json"]).run().json();
+        json["reservations"].as_array().and_then(|r| r.first()).map(|r| r["reserved_bytes"].clone())
+    };
+    assert!(common::wait_until(Duration::from_secs(20), || reserved().is_some()), "the job's lease");
+    assert_eq!(reserved(), Some(Value::from(4u64 << 30)));
+}
+
+#[test]
+fn mps_options_are_checked() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    sim.gpurun().args(["--mps-threads", "25", "--", "true"]).run().status(125).stderr_has("--mps");
+    sim.gpurun().args(["--mps", "--mps-threads", "0", "--", "true"]).run().status(125).stderr_has("\"0\"");
+    sim.gpurun()
+        .args(["--mps", "--mps-threads", "101", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("1 to 100");
+    sim.gpurun().args(["--mps", "--mps-mem", "4", "--", "true"]).run().status(125).stderr_has("4G");
+    sim.gpurun()
+        .args(["--mps", "--visible-as", "index", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("--mps names the GPUs by UUID");
+}
+
+#[test]
+fn doctor_says_where_mps_clients_connect_and_what_nvml_must_not_see() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let pipe = sim.dir.path().join("mps-pipe");
+    std::fs::create_dir(&pipe).unwrap();
+    let doctor = || sim.gpurun().args(["--doctor"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
+    doctor().stdout_has(&format!("no MPS control daemon at {}", pipe.display()));
+    let control = pipe.join("control");
+    assert!(Command::new("mkfifo").arg(&control).status().unwrap().success());
+    doctor().stdout_has("exists but no MPS control daemon reads it");
+    // A daemon holds the control pipe open for reading.
+    let _daemon = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&control)
+        .unwrap();
+    doctor().stdout_has(&format!("an MPS control daemon reads {}", control.display()));
+    let _server = own_server(&sim);
+    doctor().stdout_has("GPU 0: MPS server of user root (PID").stdout_has("--mps joins it");
+    // NVML's MPS view is kept from gpurun's own NVML, and reaches the command.
+    let outcome = sim.gpurun().args(["--doctor"]).env("NVML_MPS_DEVICE_ENUMERATION", "1").run();
+    outcome.stdout_has("NVML_MPS_DEVICE_ENUMERATION is set");
+    let child = sim
+        .gpurun()
+        .args(["-q", "--", "sh", "-c", "echo \"$NVML_MPS_DEVICE_ENUMERATION\""])
+        .env("NVML_MPS_DEVICE_ENUMERATION", "1")
+        .run();
+    assert_eq!(child.status(0).stdout, "1\n");
+}
