@@ -58,7 +58,8 @@ done
 say "building gpurun $version for $target (cargo zigbuild --release)"
 # cargo-zigbuild runs zig through this virtual environment's Python.
 PATH="$PWD/$venv/bin:$PATH" CARGO_ZIGBUILD_PYTHON_PATH="$PWD/$venv/bin/python" \
-    "$venv/bin/cargo-zigbuild" zigbuild --quiet --release --locked --bin gpurun --target "$target"
+    "$venv/bin/cargo-zigbuild" zigbuild --quiet --release --locked -p gpurun -p cuda-hold \
+    --bin gpurun --bin cuda-hold --target "$target"
 binary="target/$triple/release/gpurun"
 
 rm -rf dist
@@ -75,6 +76,15 @@ tarball="$name-$arch-linux-gnu.tar.gz"
 say "packing dist/$tarball"
 tar --owner=0 --group=0 --numeric-owner --transform "s,^gpurun,$name," -czf "dist/$tarball" -C dist/stage gpurun
 
+# make test-gpu for a GPU machine without a Rust toolchain: gpurun, the driver-API program and
+# the checks in one folder (./check.sh runs them).
+kit="gpurun-gpu-check-$version-$arch-linux-gnu.tar.gz"
+say "packing dist/$kit"
+mkdir -p dist/stage/gpu-check
+install -m 0755 "$binary" "target/$triple/release/cuda-hold" tests/gpu/check.sh dist/stage/gpu-check/
+tar --owner=0 --group=0 --numeric-owner --transform "s,^gpu-check,gpurun-gpu-check-$version," \
+    -czf "dist/$kit" -C dist/stage gpu-check
+
 say "packing the .deb (cargo-deb)"
 "$tools/bin/cargo-deb" --no-build --no-strip --quiet --target "$triple" --deb-revision "" \
     --output "dist/gpurun_${version}_${debarch}.deb"
@@ -84,6 +94,6 @@ say "packing the .rpm (cargo-generate-rpm)"
 "$tools/bin/cargo-generate-rpm" --target "$triple" --payload-compress xz --output "dist/$name-1.$arch.rpm"
 
 rm -rf dist/stage
-(cd dist && sha256sum "$tarball" "gpurun_${version}_${debarch}.deb" "$name-1.$arch.rpm" > SHA256SUMS)
+(cd dist && sha256sum "$tarball" "$kit" "gpurun_${version}_${debarch}.deb" "$name-1.$arch.rpm" > SHA256SUMS)
 say "done:"
-(cd dist && ls -l "$tarball" "gpurun_${version}_${debarch}.deb" "$name-1.$arch.rpm" SHA256SUMS)
+(cd dist && ls -l "$tarball" "$kit" "gpurun_${version}_${debarch}.deb" "$name-1.$arch.rpm" SHA256SUMS)

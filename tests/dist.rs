@@ -60,6 +60,7 @@ fn the_artefacts_are_there_with_checksums_that_verify() {
     let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
     for name in [
         format!("gpurun-{VERSION}-x86_64-linux-gnu.tar.gz"),
+        format!("gpurun-gpu-check-{VERSION}-x86_64-linux-gnu.tar.gz"),
         format!("gpurun_{VERSION}_amd64.deb"),
         format!("gpurun-{VERSION}-1.x86_64.rpm"),
     ] {
@@ -86,17 +87,7 @@ fn the_tarball_holds_the_release_and_its_binary_needs_at_most_glibc_2_17() {
     ]) {
         assert!(root.join(file).is_file(), "{file} is not in the tarball");
     }
-    // The newest glibc symbol version the binary asks for.
-    let symbols = output("objdump", &["-T", root.join("bin/gpurun").to_str().unwrap()], &dist);
-    let newest = symbols
-        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
-        .filter_map(|word| word.strip_prefix("GLIBC_"))
-        .filter_map(|version| {
-            let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-            Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
-        })
-        .max();
-    assert!(newest.is_some_and(|v| v <= (2, 17)), "the binary needs GLIBC_{newest:?}, above 2.17");
+    assert_glibc_2_17(&root.join("bin/gpurun"), &dist);
 
     // It runs on the simulator: the listing, and a launch verified on its GPU.
     let sim = Sim::new(&default_scenario());
@@ -164,4 +155,41 @@ fn the_rpm_holds_the_files_at_their_places_and_config_toml_as_a_config_file() {
     assert!(!requires.to_lowercase().contains("nvidia"), "no dependency on a driver package:\n{requires}");
     // RHEL/CentOS 7's rpm 4.11 reads gzip and xz payloads, not zstd.
     assert!(!requires.contains("PayloadIsZstd"), "a zstd payload CentOS 7 cannot read:\n{requires}");
+}
+
+/// The newest glibc symbol version a binary asks for is at most 2.17.
+fn assert_glibc_2_17(binary: &std::path::Path, dist: &std::path::Path) {
+    let symbols = output("objdump", &["-T", binary.to_str().unwrap()], dist);
+    let newest = symbols
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|word| word.strip_prefix("GLIBC_"))
+        .filter_map(|version| {
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+            Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
+        })
+        .max();
+    assert!(newest.is_some_and(|v| v <= (2, 17)), "{} needs GLIBC_{newest:?}, above 2.17", binary.display());
+}
+
+/// make test-gpu for a GPU machine without a toolchain: gpurun, cuda-hold and the checks in one
+/// folder; cuda-hold runs here and says what it lacks (no driver), and check.sh is the clone's.
+#[test]
+fn the_gpu_check_kit_holds_what_make_test_gpu_needs() {
+    let Some(dist) = dist() else { return };
+    let unpacked = tempfile::tempdir().unwrap();
+    let kit = dist.join(format!("gpurun-gpu-check-{VERSION}-x86_64-linux-gnu.tar.gz"));
+    output("tar", &["-xzf", kit.to_str().unwrap(), "-C", unpacked.path().to_str().unwrap()], &dist);
+    let root = unpacked.path().join(format!("gpurun-gpu-check-{VERSION}"));
+    for file in ["gpurun", "cuda-hold", "check.sh"] {
+        assert!(root.join(file).is_file(), "{file} is not in the kit");
+    }
+    assert_eq!(
+        std::fs::read(root.join("check.sh")).unwrap(),
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/check.sh")).unwrap()
+    );
+    assert_glibc_2_17(&root.join("cuda-hold"), &dist);
+    // Here, without a GPU: one line naming what failed (no libcuda.so.1, or CUDA's error).
+    let here = Command::new(root.join("cuda-hold")).args(["--hold", "0"]).output().unwrap();
+    let said = String::from_utf8_lossy(&here.stderr);
+    assert!(here.status.code() == Some(1) && said.starts_with("cuda-hold: "), "{:?} {said}", here.status);
 }
