@@ -183,9 +183,12 @@ fn the_gpu_check_kit_holds_what_make_test_gpu_needs() {
     for file in ["gpurun", "cuda-hold", "check.sh"] {
         assert!(root.join(file).is_file(), "{file} is not in the kit");
     }
-    assert_eq!(
-        std::fs::read(root.join("check.sh")).unwrap(),
-        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/check.sh")).unwrap()
+    let packed = std::fs::read_to_string(root.join("check.sh")).unwrap();
+    let clone =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/check.sh")).unwrap();
+    assert!(
+        packed == clone,
+        "the kit's check.sh is not tests/gpu/check.sh (dist/ older than the clone: make dist)"
     );
     assert_glibc_2_17(&root.join("cuda-hold"), &dist);
     // Here, without a GPU: one line naming what failed (no libcuda.so.1, or CUDA's error).

@@ -15,6 +15,7 @@ mod dist;
 mod doctor;
 mod emulation;
 mod env_s;
+mod gpu_check;
 mod health;
 mod history;
 mod hostile;

@@ -35,13 +35,15 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GPURUN_LOCK_DIR="$work/locks"
-# A one-line JSON field, without python: the number or string after "KEY":.
-field() { grep -o "\"$1\":\(\"[^\"]*\"\|[0-9]*\)" "$2" | head -1 | sed 's/^[^:]*://; s/"//g'; }
+# JSON without python: the file with its blanks and newlines gone (gpurun pretty-prints), and
+# the first number or string after "KEY":.
+flat() { tr -d ' \n' < "$1"; }
+field() { flat "$2" | grep -o "\"$1\":\(\"[^\"]*\"\|[0-9]*\)" | head -1 | sed 's/^[^:]*://; s/"//g'; }
 
 # 1. The real NVML through nvml-wrapper: every GPU readable.
 if "$gpurun" --list --json > "$work/list.json"; then
-    count=$(grep -o '"uuid":"\(GPU\|MIG\)-' "$work/list.json" | wc -l)
-    if [ "$count" -gt 0 ] && ! grep -q '"error":"' "$work/list.json"; then
+    count=$(flat "$work/list.json" | grep -o '"uuid":"\(GPU\|MIG\)-' | wc -l)
+    if [ "$count" -gt 0 ] && ! flat "$work/list.json" | grep -q '"error":"'; then
         pass "--list --json reads $count device(s), driver $(field driver_version "$work/list.json")"
     else
         fail "--list --json: $count devices, or one unreadable"
@@ -51,12 +53,12 @@ else
     fail "gpurun --list failed: is the NVIDIA driver loaded?"
     exit 1
 fi
-gpus=$(grep -o '"mig_devices":' "$work/list.json" | wc -l)
+gpus=$(flat "$work/list.json" | grep -o '"mig_devices":' | wc -l)
 
 # 2. A CUDA program lands on the chosen card: verified, with its peak memory.
 if "$gpurun" --gpus 1 --report-json "$work/report.json" -- "$hold" --mib 1024 --hold 3 > "$work/hold.out"; then
     verdict=$(field verdict "$work/report.json")
-    peak=$(grep -o '"peak_memory_bytes":{"[^"]*":[0-9]*' "$work/report.json" | sed 's/.*://')
+    peak=$(flat "$work/report.json" | grep -o '"peak_memory_bytes":{"[^"]*":[0-9]*' | sed 's/.*://')
     chosen=$(field uuid "$work/report.json")
     landed=$(field uuid "$work/hold.out")
     if [ "$verdict" = verified ] && [ "${peak:-0}" -ge $((1 << 30)) ] && [ "$chosen" = "$landed" ]; then
