@@ -23,6 +23,15 @@ pub(crate) fn passed_over(
     let one_model = chosen.len() > 1
         && chosen.iter().all(|&index| gpu(index).map(model_of) == gpu(chosen[0]).map(model_of));
     let links = topology.filter(|_| request.topology != TopologyUse::Ignore && chosen.len() > 1);
+    // The fabric clique a multi-GPU choice kept to, if it kept to one.
+    let clique =
+        |gpu: &Gpu| gpu.fabric.as_ref().map(|fabric| (fabric.cluster_uuid.clone(), fabric.clique_id));
+    let cliques: Vec<_> = chosen.iter().filter_map(|&index| gpu(index)).map(clique).collect();
+    let one_clique = cliques
+        .first()
+        .cloned()
+        .flatten()
+        .filter(|first| chosen.len() > 1 && cliques.iter().all(|other| other.as_ref() == Some(first)));
     let set_name = name_of(chosen);
     ranked
         .iter()
@@ -35,6 +44,8 @@ pub(crate) fn passed_over(
                 describe(passed)
             } else if one_model && gpu(chosen[0]).map(model_of) != Some(model_of(passed)) {
                 format!("the {} {set_name} is one model", noun(chosen))
+            } else if one_clique.is_some() && clique(passed) != one_clique {
+                format!("the {} {set_name} is one NVLink fabric clique", noun(chosen))
             } else if let Some((level, topology)) = links.map(|t| (t.worst(chosen), t)) {
                 match chosen.iter().map(|&member| topology.link(index, member)).max() {
                     Some(own) if own > level => {

@@ -262,6 +262,10 @@ mod tests {
             .collect();
         let two = Request { count: Count::exactly(2), ..Request::default() };
         assert_eq!(chosen(&gpus, &two), Outcome::Selected(vec![0, 1]));
+        // And --dry-run says why GPU 2, freer than 1, was left.
+        let ranked = [0, 2, 1, 3];
+        let why = crate::select::explain::passed_over(&[0, 1], &ranked, &two, &gpus, None);
+        assert_eq!(why[0], (2, "the pair 0-1 is one NVLink fabric clique".to_owned()));
         // Without a fabric, the two most free.
         let plain: Vec<Gpu> = gpus.iter().cloned().map(|gpu| Gpu { fabric: None, ..gpu }).collect();
         assert_eq!(chosen(&plain, &two), Outcome::Selected(vec![0, 2]));
