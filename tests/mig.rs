@@ -251,3 +251,23 @@ fn doctor_names_a_pending_mode_and_a_gpu_in_mig_mode_without_devices() {
     let inherited = sim.gpurun().env("CUDA_VISIBLE_DEVICES", MIG_1_1).args(["--doctor"]).run();
     inherited.stdout_has("gpurun will choose only among MIG 1:1 (CUDA_VISIBLE_DEVICES=MIG-a1a2");
 }
+
+/// Issue 43 (2): "two launches never get the same slice" held only with --exclusive; without
+/// it a second --mig only launch got a MIG device leased and in use. A MIG device is a device
+/// of its own: one lease, one job.
+#[test]
+fn a_leased_mig_device_goes_to_no_second_launch_without_exclusive() {
+    let sim = mig_machine();
+    let holder = common::background(sim.gpurun().args(["-q", "--devices", MIG_2_0, "--", "sleep", "30"]));
+    let leased = || {
+        std::fs::read_dir(sim.lock_dir())
+            .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".lease")))
+            .unwrap_or(false)
+    };
+    assert!(common::wait_until(std::time::Duration::from_secs(20), leased));
+    let same = sim.gpurun().args(["--devices", MIG_2_0, "--", "true"]).run();
+    same.status(75).stderr_has("a MIG device leased by gpurun PID");
+    let other = exports(&sim, &[], &["--mig", "only"]);
+    assert_ne!(other["CUDA_VISIBLE_DEVICES"], MIG_2_0, "{other:?}");
+    drop(holder);
+}

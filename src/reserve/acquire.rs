@@ -208,7 +208,9 @@ fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
                 pid: lease.pid,
                 user: lease.user.clone(),
                 pending_bytes: lease.reserved_bytes.saturating_sub(shown),
-                exclusive: lease.exclusive,
+                // A MIG device is a device of its own, too small to share: one lease, one job,
+                // whether or not the holder asked for --exclusive.
+                exclusive: lease.exclusive || gpu.mig.is_some(),
                 queued: false,
             })
         })

@@ -325,6 +325,9 @@ pub(crate) fn assess(
     let mut soft = Vec::new();
     if let Some(holder) = reservations.iter().find(|r| r.exclusive) {
         match holder.queued {
+            false if gpu.mig.is_some() => {
+                hard.push(format!("a MIG device leased by {}: one job per MIG device", holder.holder()))
+            }
             false => hard.push(format!("reserved exclusively by {}", holder.holder())),
             true => hard.push(holder.holder()),
         }
