@@ -178,6 +178,10 @@ fn each_diagnosis_fires_on_its_case_and_none_on_a_clean_run() {
     assert_eq!(diagnosis_kinds(&near), ["near-oom"]);
     assert_eq!(near["diagnosis"][0]["gpu"], 3);
     assert!(stderr.contains("gpurun: warning: near-oom: peak 78 GiB of the 79.4 GiB free at launch on GPU 3, and the command failed"), "{stderr}");
+    // Issue 43 (7): the advice was --min-free 88G on 80 GiB cards, which the machine refuses
+    // with 125; it now says no card here is bigger.
+    assert!(stderr.contains("no card here has more room (the most any can have free is "), "{stderr}");
+    assert!(!stderr.contains("--min-free 88G"), "{stderr}");
 
     let (idle, _) = report_of(&["--gpus", "2"], &[&cuda, "--use", "1", "--sleep", "0.5"]);
     assert_eq!(diagnosis_kinds(&idle), ["idle-gpu"]);

@@ -80,3 +80,53 @@ fn list_shows_the_links_numa_nodes_and_local_cpus() {
     let plain = sim.gpurun().args(["--list"]).run();
     assert!(!plain.status(0).stdout.contains("links"), "{}", plain.stdout);
 }
+
+/// Issue 43 (9): what the docs promise about link reads, counted through the simulator's call
+/// log: a one-GPU request reads no link at all; a multi-GPU one reads the links among at most
+/// the 16 best qualifying GPUs, or 4x the request where that is more, never all pairs.
+#[test]
+fn link_reads_are_only_what_a_request_needs() {
+    let gpus: String = (0..24)
+        .map(|i| {
+            format!(
+                "[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nuuid = \"GPU-43430000-0000-4000-8000-{i:012}\"\n\
+                 pci_bus_id = \"00000000:{:02X}:00.0\"\nmemory_total = \"80GiB\"\nmemory_used = \"{}GiB\"\n\
+                 utilization_gpu = 0\nutilization_memory = 0\n\n",
+                i + 1,
+                i
+            )
+        })
+        .collect();
+    let sim = Sim::new(&gpus);
+    // The GPU pairs whose link gpurun asked for (either call, each pair once).
+    let pairs_read = |args: &[&str]| -> std::collections::BTreeSet<String> {
+        let log = sim.dir.path().join(format!("calls{}.log", args.join("")));
+        sim.gpurun().args(["--export"]).args(args).env("NVML_SIM_CALL_LOG", &log).run().status(0);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .filter(|line| {
+                line.contains("nvmlDeviceGetTopologyCommonAncestor")
+                    || line.contains("nvmlDeviceGetP2PStatus")
+            })
+            .map(|line| line.rsplit(' ').next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let calls = |args: &[&str]| -> usize {
+        let log = sim.dir.path().join(format!("count{}.log", args.join("")));
+        sim.gpurun().args(["--export"]).args(args).env("NVML_SIM_CALL_LOG", &log).run().status(0);
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.contains("nvmlDeviceGetTopologyCommonAncestor"))
+            .count()
+    };
+    assert_eq!(calls(&["--gpus", "1"]), 0, "a one-GPU request reads no link");
+    // 16 GPUs: 120 pairs at most; 4 x 6 = 24 GPUs: all 276.
+    let two = calls(&["--gpus", "2"]);
+    assert!(two > 0 && two <= 120, "--gpus 2 read {two} links (at most the 120 pairs of the 16 best)");
+    // Only the best 16 (the most free: GPUs 0-15) have their links read.
+    let devices: Vec<u32> = pairs_read(&["--gpus", "2"]).iter().filter_map(|gpu| gpu.parse().ok()).collect();
+    assert!(devices.iter().all(|gpu| *gpu < 16), "links read beyond the 16 best: {devices:?}");
+    let six = calls(&["--gpus", "6"]);
+    assert!(six > 120 && six <= 276, "--gpus 6 read {six} links (the 24 best: at most 276 pairs)");
+}

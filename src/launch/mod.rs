@@ -439,7 +439,14 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
         })
         .collect();
     let failed = ended.end != End::Exited(0);
-    let mut found = diagnosis::diagnose(&cards, failed, ended.wall >= about.supervision.verify_timeout);
+    let most_room = about
+        .machine
+        .devices()
+        .filter_map(|gpu| gpu.memory)
+        .map(|memory| memory.total_bytes.saturating_sub(memory.reserved_bytes))
+        .max();
+    let ran_past = ended.wall >= about.supervision.verify_timeout;
+    let mut found = diagnosis::diagnose(&cards, failed, ran_past, most_room);
     let into_run = |at: SystemTime| at.duration_since(ended.started_at).unwrap_or_default().as_secs_f64();
     if let (Some((last, at)), true) = (ended.xids.last(), failed) {
         tracing::warn!(

@@ -47,14 +47,33 @@ pub(crate) struct Card {
 }
 
 /// The figure to ask for next time: the peak plus a tenth, in whole GiB (at least 1).
-fn next_time(peak: u64) -> String {
-    let gib = (peak + peak / 10).div_ceil(1 << 30).max(1);
-    format!("{gib}G")
+fn next_time(peak: u64) -> u64 {
+    (peak + peak / 10).div_ceil(1 << 30).max(1)
+}
+
+/// What to do about a near-oom: a card with more room, as `--min-free` asks for it, where the
+/// machine has one (`most_room`: the largest total less the driver's reservation, what
+/// `--min-free` can ever find free); else a smaller batch, since no card here is bigger.
+fn more_room(available: u64, most_room: Option<u64>) -> String {
+    let gib = next_time(available);
+    match most_room {
+        Some(most) if gib << 30 > most => format!(
+            "no card here has more room (the most any can have free is {}): use a smaller batch, or a \
+             machine with bigger cards",
+            human(most)
+        ),
+        _ => format!("ask for a card with more room (--min-free {gib}G) or use a smaller batch"),
+    }
 }
 
 /// `cards`: the selected GPUs. `failed`: the command did not exit 0. `ran_past_timeout`: it
-/// was still running when --verify-timeout passed.
-pub(crate) fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> Vec<Diagnosis> {
+/// was still running when --verify-timeout passed. `most_room`: see `more_room`.
+pub(crate) fn diagnose(
+    cards: &[Card],
+    failed: bool,
+    ran_past_timeout: bool,
+    most_room: Option<u64>,
+) -> Vec<Diagnosis> {
     let mut found = Vec::new();
     let any_used = cards.iter().any(|card| card.used);
     for card in cards.iter().filter(|card| card.used) {
@@ -64,13 +83,12 @@ pub(crate) fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> 
                     kind: "near-oom",
                     gpu: Some(card.index),
                     detail: format!(
-                        "peak {} of the {} free at launch on {}{}: ask for a card with more room \
-                         (--min-free {}) or use a smaller batch",
+                        "peak {} of the {} free at launch on {}{}: {}",
                         human(card.peak),
                         human(available),
                         label(card.index),
                         if failed { ", and the command failed" } else { "" },
-                        next_time(available)
+                        more_room(available, most_room)
                     ),
                     code: None,
                 });
@@ -83,7 +101,7 @@ pub(crate) fn diagnose(cards: &[Card], failed: bool, ran_past_timeout: bool) -> 
                     gpu: Some(card.index),
                     detail: format!(
                         "{how} kept {} of {} from others, and the command's peak there was {}: \
-                         next time ask for --min-free {}",
+                         next time ask for --min-free {}G",
                         human(reserved),
                         label(card.index),
                         human(card.peak),
@@ -206,31 +224,43 @@ mod tests {
     fn a_normal_run_has_no_diagnosis() {
         let mut two = [card(3, 79, 4, true), card(5, 79, 4, true)];
         two[0].reserved = Some((8 * GIB, "--min-free 8G"));
-        assert_eq!(diagnose(&two, false, true), vec![]);
+        assert_eq!(diagnose(&two, false, true, None), vec![]);
         // A quick command that never touched a GPU, ended before the timeout: nothing to say.
-        assert_eq!(diagnose(&[card(3, 79, 0, false)], false, false), vec![]);
+        assert_eq!(diagnose(&[card(3, 79, 0, false)], false, false, None), vec![]);
     }
 
     #[test]
     fn each_kind_on_its_rule() {
-        let near = diagnose(&[card(3, 40, 39, true)], true, false);
+        let near = diagnose(&[card(3, 40, 39, true)], true, false, None);
         assert_eq!(kinds(&near), [("near-oom", Some(3))]);
         assert!(near[0]
             .detail
             .contains("peak 39 GiB of the 40 GiB free at launch on GPU 3, and the command failed"));
-        assert_eq!(diagnose(&[card(3, 40, 37, true)], false, false), vec![], "under 95%");
+        assert_eq!(diagnose(&[card(3, 40, 37, true)], false, false, None), vec![], "under 95%");
+        // On a machine whose cards can have at most 79.5 GiB free, --min-free 44G is advice
+        // that holds, and 88G is not (it would be refused with 125).
+        let within = diagnose(&[card(3, 40, 39, true)], true, false, Some(159 << 29));
+        assert!(within[0]
+            .detail
+            .ends_with("ask for a card with more room (--min-free 44G) or use a smaller batch"));
+        let beyond = diagnose(&[card(3, 80, 79, true)], true, false, Some(159 << 29));
+        assert!(
+            beyond[0].detail.contains("no card here has more room (the most any can have free is 79.5 GiB)"),
+            "{}",
+            beyond[0].detail
+        );
 
-        let idle = diagnose(&[card(3, 79, 4, true), card(5, 79, 0, false)], false, true);
+        let idle = diagnose(&[card(3, 79, 4, true), card(5, 79, 0, false)], false, true, None);
         assert_eq!(kinds(&idle), [("idle-gpu", Some(5))]);
 
-        assert_eq!(kinds(&diagnose(&[card(3, 79, 0, false)], false, true)), [("cpu-fallback", None)]);
+        assert_eq!(kinds(&diagnose(&[card(3, 79, 0, false)], false, true, None)), [("cpu-fallback", None)]);
 
         let mut asked = card(3, 79, 2, true);
         asked.reserved = Some((40 * GIB, "--min-free"));
-        let over = diagnose(&[asked.clone()], false, true);
+        let over = diagnose(&[asked.clone()], false, true, None);
         assert_eq!(kinds(&over), [("over-reserved", Some(3))]);
         assert!(over[0].detail.ends_with("next time ask for --min-free 3G"), "{}", over[0].detail);
         asked.peak = 5 * GIB;
-        assert_eq!(diagnose(&[asked], false, true), vec![], "more than a tenth used");
+        assert_eq!(diagnose(&[asked], false, true, None), vec![], "more than a tenth used");
     }
 }
