@@ -144,6 +144,12 @@ fn requests_mig_cannot_meet_are_refused_with_the_reason() {
         .run()
         .status(125)
         .stderr_has("--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID");
+    // Issue 43 (6): the refusal names --max-util, not the one-device rule.
+    sim.gpurun()
+        .args(["--mig", "only", "--max-util", "50", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("--mig only --max-util 50: a MIG device has no utilization counters");
     // --max-util cannot be checked on MIG: said per device.
     let listing = sim.gpurun().args(["--list", "--json", "--max-util", "50", "--mig", "only"]).run().json();
     let reasons = &listing["gpus"][2]["mig_devices"][0]["reasons"];

@@ -450,3 +450,28 @@ fn looking_creates_no_lock_directory_and_survives_a_bad_one() {
     sim.gpurun().args(["--list"]).run().status(0).stderr_has("reservations are not shown");
     sim.gpurun().args(["--", "true"]).run().status(125);
 }
+
+/// Issue 43 (3): "--lock-dir /etc is refused" held for other users only: as root a root-owned
+/// 0755 directory passes every owner check and got lease files. A lock directory is one made
+/// for it: the shared kind (1777), or one that holds nothing but gpurun's entries.
+#[test]
+fn a_directory_not_made_for_reservations_gets_none() {
+    let sim = two_gpus();
+    let system = sim.dir.path().join("etc");
+    std::fs::create_dir(&system).unwrap();
+    std::fs::set_permissions(&system, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(system.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+    let refused = sim.gpurun().args(["--lock-dir", system.to_str().unwrap(), "--", "true"]).run();
+    refused.status(125).stderr_has("it holds an entry that is not gpurun's (passwd)");
+    let names: Vec<_> = std::fs::read_dir(&system).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(names, ["passwd"], "nothing was written there");
+    // The same directory, once it holds only reservations (or nothing), is one.
+    std::fs::remove_file(system.join("passwd")).unwrap();
+    sim.gpurun().args(["--lock-dir", system.to_str().unwrap(), "--", "true"]).run().status(0);
+    // The shared kind takes whatever others left in it.
+    let shared = sim.dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::write(shared.join("notes.txt"), "").unwrap();
+    sim.gpurun().args(["--lock-dir", shared.to_str().unwrap(), "--", "true"]).run().status(0);
+}

@@ -115,7 +115,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "Reservations",
         &[
-            ("lock directory", "--lock-dir, else $GPURUN_LOCK_DIR, else /run/lock/gpurun; created mode 1777 when missing, an existing one is never changed; must be a directory owned by root or you, sticky if others may write: else exit 125"),
+            ("lock directory", "--lock-dir, else $GPURUN_LOCK_DIR, else /run/lock/gpurun; created mode 1777 when missing, an existing one is never changed; must be a directory owned by root or you, sticky if others may write, and made for reservations (mode 1777, or holding only gpurun's entries): else exit 125"),
             ("directory lock", "launches select and reserve under an flock on the directory itself; --list, --dry-run, --export and --doctor read without it; a launch that waits for it says who holds it"),
             ("leases", "one file per chosen GPU, flock-ed for the command's life: a dead gpurun frees its GPUs at once; --min-free memory counts as far as the holder's processes do not yet use it in NVML; a held lease that cannot be read counts as an exclusive reservation of its GPU"),
             ("--exclusive", "also avoids GPUs another launch reserved; an exclusive reservation keeps everyone off"),

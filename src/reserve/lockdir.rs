@@ -110,7 +110,29 @@ impl LockDir {
                 "it is writable by everyone but not sticky (mode 1777 expected), so anyone could remove reservations",
             ));
         }
-        Ok(LockDir { path: path.to_path_buf(), fd })
+        let dir = LockDir { path: path.to_path_buf(), fd };
+        // A directory made for reservations: the shared kind (sticky, writable by all), or one
+        // holding nothing but gpurun's entries. Root passes every owner check, and a root-owned
+        // system directory (/etc) must not get lease files.
+        let shared = stat.st_mode & 0o1777 == 0o1777;
+        if !shared {
+            let others: Vec<String> = dir
+                .entries()
+                .into_iter()
+                .filter(|name| !is_gpurun_entry(name))
+                .map(|name| String::from_utf8_lossy(&name).into_owned())
+                .collect();
+            if let Some(first) = others.first() {
+                return Err(refuse(&format!(
+                    "it holds {} that {} not gpurun's ({first}{}): a lock directory is one made for it, \
+                     the shared kind (mode 1777) or one that holds only reservations",
+                    if others.len() == 1 { "an entry" } else { "entries" },
+                    if others.len() == 1 { "is" } else { "are" },
+                    if others.len() > 1 { format!(" and {} more", others.len() - 1) } else { String::new() }
+                )));
+            }
+        }
+        Ok(dir)
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -371,6 +393,13 @@ impl LockDir {
         let stat = fstat(&fifo).ok()?;
         (stat.st_mode & libc::S_IFMT == libc::S_IFIFO && stat.st_uid == owner).then_some(fifo)
     }
+}
+
+/// Whether a directory entry is one gpurun makes: a lease, a ticket, a waiter's FIFO, a
+/// `--per-rank` group record.
+fn is_gpurun_entry(name: &[u8]) -> bool {
+    name.ends_with(b".lease")
+        || [&b"ticket."[..], b"wake.", b"group."].iter().any(|prefix| name.starts_with(prefix))
 }
 
 /// A live entry of the lock directory, as read.

@@ -495,6 +495,11 @@ pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
         Filter::Mig if request.mig == MigUse::Only && request.index_only => {
             "--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID".to_owned()
         }
+        Filter::Mig if request.mig == MigUse::Only && request.max_util.is_some() => format!(
+            "{asked} --mig only --max-util {}: a MIG device has no utilization counters, so --max-util \
+             cannot be checked on one (drop --max-util, or choose among whole GPUs)",
+            request.max_util.unwrap_or_default()
+        ),
         Filter::Mig if request.mig == MigUse::Only && request.wants_several() => format!(
             "{asked} --mig only: one process can use only one MIG device, so a request that may take \
              more than one is for whole GPUs"
