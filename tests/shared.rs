@@ -209,3 +209,33 @@ fn a_hook_that_hangs_is_killed_and_the_status_kept() {
         - started.elapsed().as_secs_f64();
     assert!(ran_at - launched < 1.5, "the command waited for the hook");
 }
+
+/// Issue 43 (1): house rules did not reach --dry-run and --export: with max-gpus-per-user = 2
+/// a launch of --gpus 3 exits 125 while the dry run showed three GPUs, a range's dry run showed
+/// four where the launch got two, and while the user held two a launch exited 75 while the dry
+/// run said GPU 0, exit 0. A dry run and an export show what the launch would get, rules
+/// included, with the same exit status.
+#[test]
+fn dry_runs_and_exports_obey_the_house_rules_as_the_launch_does() {
+    let sim = Sim::new(&default_scenario());
+    house_rules(&sim, "max-gpus-per-user = 2\n");
+    for mode in ["--dry-run", "--export"] {
+        sim.gpurun()
+            .args([mode, "--gpus", "3"])
+            .run()
+            .status(125)
+            .stderr_has("the house rule max-gpus-per-user = 2");
+    }
+    let range = sim.gpurun().args(["--dry-run", "--json", "--gpus", "1-4", "--", "true"]).run();
+    assert_eq!(range.status(0).json()["count"], 2, "{}", range.stdout);
+    let _two = background(sim.gpurun().args(["--gpus", "2", "--", "sleep", "10"]));
+    assert!(wait_until(LONG, || leases(&sim) == 2));
+    for mode in ["--dry-run", "--export"] {
+        sim.gpurun()
+            .args([mode])
+            .run()
+            .status(75)
+            .stderr_has("you hold 2 reserved GPUs, and the house rule is");
+    }
+    sim.gpurun().args(["--", "true"]).run().status(75);
+}

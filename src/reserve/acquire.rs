@@ -65,7 +65,9 @@ pub(crate) struct Options<'a> {
 /// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
 /// `Ok(Some(n))` at most n more GPUs now, `Err(why)` the request alone is over the rule.
 fn user_allowance(options: &Options, live: &[Lease]) -> Result<Option<(u32, String)>, String> {
-    let Some((max, rule)) = options.max_gpus_per_user.as_ref().filter(|_| options.hold) else {
+    // Every request is held to it, a dry run and an export too (they show what the launch
+    // would get, rules included); a listing is no request.
+    let Some((max, rule)) = options.max_gpus_per_user.as_ref().filter(|_| !options.listing) else {
         return Ok(None);
     };
     let count = options.request.count;
