@@ -309,7 +309,9 @@ pub fn main_exit() -> ! {
             signal_hook::low_level::exit(i32::from(exit_code::GPURUN_ERROR))
         }
     };
-    let code = match run(std::env::args_os().collect(), &receiver) {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    logging::assume_format(&args);
+    let code = match run(args, &receiver) {
         Ok(Exit::Code(code)) => i32::from(code),
         Ok(Exit::Signal(signal)) | Err(Error::Interrupted(signal)) => die_by(signal),
         Err(Error::Output(error))

@@ -79,3 +79,38 @@ fn help_and_version_work_with_broken_settings() {
         .status(125)
         .stderr_has("GPURUN_MAX_UTIL");
 }
+
+/// Issue 43 (5): under `--log-format json` (or GPURUN_LOG_FORMAT=json) usage, variable and
+/// config errors came as text, exactly the lines a log shipper most needs. Every stderr line is
+/// one JSON object, as far as the command line could be read; a `--log-format json` after `--`
+/// is the command's, not gpurun's.
+#[test]
+fn under_json_logs_even_a_usage_or_config_error_is_one_json_line() {
+    let sim = Sim::new(&common::default_scenario());
+    let config = sim.dir.path().join("bad.toml");
+    std::fs::write(&config, "policy = 3\n").unwrap();
+    let cases = [
+        (sim.gpurun().args(["--log-format", "json", "--policy", "bogus", "--", "true"]), "'bogus'"),
+        (sim.gpurun().args(["--log-format=json", "--frobnicate", "--", "true"]), "'--frobnicate'"),
+        (
+            sim.gpurun().args(["--", "true"]).env("GPURUN_LOG_FORMAT", "json").env("GPURUN_POLICY", "bogus"),
+            "GPURUN_POLICY",
+        ),
+        (
+            sim.gpurun().args(["--log-format", "json", "--", "true"]).env("GPURUN_CONFIG", &config),
+            "bad.toml:1",
+        ),
+    ];
+    for (run, names) in cases {
+        let outcome = run.run();
+        outcome.status(125);
+        let lines: Vec<&str> = outcome.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{}", outcome.stderr);
+        let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(line["level"], "error", "{line}");
+        assert!(line["message"].as_str().unwrap().contains(names), "{line}");
+    }
+    // After --, the words are the command's: gpurun's own error stays text.
+    let theirs = sim.gpurun().args(["--policy", "bogus", "--", "echo", "--log-format", "json"]).run();
+    theirs.status(125).stderr_has("gpurun: invalid value 'bogus'");
+}

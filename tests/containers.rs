@@ -500,8 +500,17 @@ fn if_gpurun_dies_the_container_gets_the_parent_death_signal_by_its_id() {
         "trap 'echo TERM > {}; exit 3' TERM; echo ready; while true; do sleep 1; done",
         marker.display()
     );
-    let command = podman.gpurun(&sim, &["-q"], &["--sig-proxy=false"], &["sh", "-c", &script]).command;
-    let mut child = start_until_ready(command, Stdio::null());
+    let warned = sim.dir.path().join("warned");
+    let command = podman.gpurun(&sim, &[], &["--sig-proxy=false"], &["sh", "-c", &script]).command;
+    let mut child = start_until_ready(command, Stdio::from(std::fs::File::create(&warned).unwrap()));
+    // Said at launch (issue 43, 8): the job's signals go to the client, not the container.
+    let said = || std::fs::read_to_string(&warned).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(20), || said()
+            .contains("--sig-proxy=false: signals reach the podman client")),
+        "{}",
+        said()
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(wait_until(Duration::from_secs(20), || marker.exists()), "the container never got SIGTERM");

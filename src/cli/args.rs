@@ -680,7 +680,8 @@ pub(crate) struct Cli {
 
     /// How log lines look on stderr: `text` (gpurun: warning: ...) or `json` (one object per
     /// line: time, level, message; level is error, warn, info, debug or trace, the words
-    /// GPURUN_LOG takes; the --report summary adds `report`). Never coloured.
+    /// GPURUN_LOG takes; the --report summary adds `report`), usage and configuration errors
+    /// included. Never coloured.
     #[arg(long, hide_short_help = true, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, help_heading = "Logging")]
     pub(crate) log_format: LogFormat,
 

@@ -23,6 +23,29 @@ pub(crate) fn is_json() -> bool {
     JSON.load(Ordering::Relaxed)
 }
 
+/// Before any setting is read: JSON lines if the command line asks for them (`--log-format
+/// json` or `=json` among gpurun's own words, before `--`), else if GPURUN_LOG_FORMAT does. A
+/// usage, variable or config error then reaches a log shipper as JSON too; `init` settles the
+/// format once the settings are read.
+pub(crate) fn assume_format(args: &[std::ffi::OsString]) {
+    let mut asked = None;
+    let mut words = args.iter().skip(1).map(|word| word.to_string_lossy());
+    while let Some(word) = words.next() {
+        match word.as_ref() {
+            "--" => break,
+            "--log-format" => asked = words.next().map(|value| value == "json"),
+            other => {
+                if let Some(value) = other.strip_prefix("--log-format=") {
+                    asked = Some(value == "json");
+                }
+            }
+        }
+    }
+    let json =
+        asked.unwrap_or_else(|| std::env::var("GPURUN_LOG_FORMAT").is_ok_and(|value| value.trim() == "json"));
+    JSON.store(json, Ordering::Relaxed);
+}
+
 /// The level words of JSON lines, of GPURUN_LOG and of the help: one vocabulary. (Text lines
 /// say `warning:`, as compilers do.)
 fn level_name(level: &Level) -> &'static str {

@@ -452,6 +452,37 @@ fn only(count: usize) -> String {
     }
 }
 
+/// Why the MIG rules leave too few devices: `--visible-as index` or `--max-util` with
+/// `--mig only`, a request that may take several, or the one-device rule itself.
+fn mig_refusal(request: &Request, asked: &str, left: usize) -> String {
+    let only_mig = request.mig == MigUse::Only;
+    if only_mig && request.index_only {
+        return "--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID".to_owned();
+    }
+    if let (true, Some(max_util)) = (only_mig, request.max_util) {
+        return format!(
+            "{asked} --mig only --max-util {max_util}: a MIG device has no utilization counters, so \
+             --max-util cannot be checked on one (drop --max-util, or choose among whole GPUs)"
+        );
+    }
+    if only_mig && request.wants_several() {
+        return format!(
+            "{asked} --mig only: one process can use only one MIG device, so a request that may take \
+             more than one is for whole GPUs"
+        );
+    }
+    let mode = match request.mig {
+        MigUse::Auto => "auto",
+        MigUse::Only => "only",
+        MigUse::Never => "never",
+    };
+    format!(
+        "{asked}: {} can be given (--mig {mode}; a GPU in MIG mode is no device of its own, and a MIG \
+         device goes only to a request for one device)",
+        only(left)
+    )
+}
+
 /// Why no state of the machine can meet the request: the first filter, in a fixed order, after
 /// which fewer GPUs than requested are left.
 pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
@@ -492,28 +523,7 @@ pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
             only(left)
         ),
         Filter::Devices => format!("{asked}: --devices/--exclude leave {}", only(left)),
-        Filter::Mig if request.mig == MigUse::Only && request.index_only => {
-            "--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID".to_owned()
-        }
-        Filter::Mig if request.mig == MigUse::Only && request.max_util.is_some() => format!(
-            "{asked} --mig only --max-util {}: a MIG device has no utilization counters, so --max-util \
-             cannot be checked on one (drop --max-util, or choose among whole GPUs)",
-            request.max_util.unwrap_or_default()
-        ),
-        Filter::Mig if request.mig == MigUse::Only && request.wants_several() => format!(
-            "{asked} --mig only: one process can use only one MIG device, so a request that may take \
-             more than one is for whole GPUs"
-        ),
-        Filter::Mig => format!(
-            "{asked}: {} can be given (--mig {}; a GPU in MIG mode is no device of its own, and a MIG \
-             device goes only to a request for one device)",
-            only(left),
-            match request.mig {
-                MigUse::Auto => "auto",
-                MigUse::Only => "only",
-                MigUse::Never => "never",
-            }
-        ),
+        Filter::Mig => mig_refusal(request, &asked, left),
         Filter::Model => {
             let mut models: Vec<&str> = gpus.iter().filter_map(|gpu| gpu.name.as_deref()).collect();
             models.sort_unstable();
