@@ -114,3 +114,26 @@ fn under_json_logs_even_a_usage_or_config_error_is_one_json_line() {
     let theirs = sim.gpurun().args(["--policy", "bogus", "--", "echo", "--log-format", "json"]).run();
     theirs.status(125).stderr_has("gpurun: invalid value 'bogus'");
 }
+
+/// Issue 43 (4): `-vv` offered trace and showed nothing more than `-v`. It now traces each
+/// NVML call with its answer and time, each lease and ticket read, and each wake-up.
+#[test]
+fn vv_traces_each_nvml_call_and_each_lease_read() {
+    let sim = Sim::new(&common::scenario_file("two_idle.toml"));
+    let _holder = common::background(sim.gpurun().args(["-q", "--devices", "0", "--", "sleep", "30"]));
+    let leased = || {
+        std::fs::read_dir(sim.lock_dir())
+            .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".lease")))
+            .unwrap_or(false)
+    };
+    assert!(common::wait_until(std::time::Duration::from_secs(20), leased));
+    let traced = sim.gpurun().args(["-vv", "--", "true"]).run();
+    traced
+        .status(0)
+        .stderr_has("gpurun: trace: NVML nvmlInit_v2: ok in ")
+        .stderr_has("gpurun: trace: NVML nvmlDeviceGetMemoryInfo_v2 on GPU 1: ok in ")
+        .stderr_has(" ms\n")
+        .stderr_has("gpurun: trace: lease GPU-22220000-0000-4000-8000-000000000000.");
+    let debug = sim.gpurun().args(["-v", "--", "true"]).run();
+    assert!(!debug.status(0).stderr.contains("trace:"), "{}", debug.stderr);
+}

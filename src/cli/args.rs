@@ -671,6 +671,9 @@ pub(crate) struct Cli {
     pub(crate) nvml_timeout: Duration,
 
     /// More log detail on stderr: -v for debug, -vv for trace.
+    ///
+    /// Debug: where each setting came from, why each GPU was passed over. Trace: each NVML call
+    /// with its answer and time, each lease and ticket read, each wake-up of a waiter.
     #[arg(short, long, action = ArgAction::Count, help_heading = "Logging")]
     pub(crate) verbose: u8,
 

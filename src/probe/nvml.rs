@@ -88,11 +88,56 @@ impl std::fmt::Display for Call {
 #[derive(Clone, Default)]
 pub(crate) struct Calls(Arc<Mutex<Option<Call>>>);
 
+/// What an NVML call answered, in words for `-vv`'s trace of each call.
+pub(crate) trait Answer {
+    fn answer(&self) -> String;
+}
+
+impl<T, E: std::fmt::Display> Answer for Result<T, E> {
+    fn answer(&self) -> String {
+        match self {
+            Ok(_) => "ok".to_owned(),
+            Err(error) => error.to_string(),
+        }
+    }
+}
+
+impl<T> Answer for Option<T> {
+    fn answer(&self) -> String {
+        if self.is_some() { "ok" } else { "no answer" }.to_owned()
+    }
+}
+
+/// A raw `nvmlReturn_t`.
+impl Answer for u32 {
+    fn answer(&self) -> String {
+        match self {
+            0 => "ok".to_owned(),
+            code => format!("NVML error {code}"),
+        }
+    }
+}
+
+impl<A: Answer, B: Answer> Answer for (A, B) {
+    fn answer(&self) -> String {
+        format!("{}, {}", self.0.answer(), self.1.answer())
+    }
+}
+
 impl Calls {
-    fn run<T>(&self, name: &'static str, gpu: Option<u32>, call: impl FnOnce() -> T) -> T {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Call { name, gpu, since: Instant::now() });
+    /// Runs one NVML call, recorded as the call in flight (for a hang's message) and, with
+    /// `-vv`, traced with its answer and how long it took.
+    fn run<T: Answer>(&self, name: &'static str, gpu: Option<u32>, call: impl FnOnce() -> T) -> T {
+        let since = Instant::now();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Call { name, gpu, since });
         let result = call();
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        tracing::trace!(
+            "NVML {name}{}: {} in {:.3} ms",
+            gpu.map(|gpu| format!(" on GPU {gpu}")).unwrap_or_default(),
+            result.answer(),
+            since.elapsed().as_secs_f64() * 1000.0
+        );
         result
     }
 

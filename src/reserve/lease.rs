@@ -146,6 +146,14 @@ pub(crate) fn live_among(dir: &LockDir, names: Vec<Vec<u8>>, may_clean: bool) ->
         let parsed = text.as_ref().map(|text| serde_json::from_str::<Lease>(text));
         let why = match parsed {
             Ok(Ok(lease)) if lease.uid == owner => {
+                tracing::trace!(
+                    "lease {name}: {} held by gpurun PID {} of {} ({} reserved{})",
+                    lease.uuid,
+                    lease.pid,
+                    lease.user,
+                    crate::options::size::human(lease.reserved_bytes),
+                    if lease.exclusive { ", exclusive" } else { "" }
+                );
                 leases.push(lease);
                 continue;
             }

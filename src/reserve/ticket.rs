@@ -206,6 +206,11 @@ impl Ticket {
             while let Ok(read @ 1..) = nix::unistd::read(fd, &mut buffer) {
                 lease_ended |= buffer[..read].contains(&LEASE_ENDED);
                 read_any = true;
+                tracing::trace!(
+                    "woken: {read} byte{} in the FIFO ({})",
+                    if read == 1 { "" } else { "s" },
+                    if lease_ended { "a lease ended" } else { "the waiter ahead left" }
+                );
             }
             // Read, said in the FIFO's access time (set here, whatever the mount's atime
             // rule): the waiters behind see that this one acts on its wake-ups (`unresponsive`).
@@ -395,7 +400,10 @@ fn trusted(
             format!("PID {pid} is stopped")
         }
         Ok(waiter) => match unresponsive(dir, (since_ns, pid), metadata.uid()) {
-            None => return Some(waiter),
+            None => {
+                tracing::trace!("ticket {name}: PID {pid} of {} waits for {}", waiter.user, waiter.request);
+                return Some(waiter);
+            }
             Some(problem) => problem,
         },
     };
