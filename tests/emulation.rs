@@ -59,8 +59,10 @@ fn under_valgrind_a_job_on_a_simulated_gpu_is_verified() {
                 cuda.to_str().unwrap(),
                 "--mem",
                 "1GiB",
+                // Long enough for a poll of gpurun under valgrind (pidfd_open unhandled there,
+                // the simulator reads /proc instead) to come back while the job runs.
                 "--sleep",
-                "1",
+                "3",
             ],
         )
         .run();

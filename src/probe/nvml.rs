@@ -927,7 +927,14 @@ impl Session {
         let v3_misread = &mut self.v3_misread;
         let mut found = calls
             .run("nvmlDeviceGetComputeRunningProcesses_v3", Some(index), || listed(&device, v3_misread))?;
-        // MPS clients are only in the MPS list; a driver without it (NOT_SUPPORTED) has none.
+        // MPS clients are only in the MPS list, asked for where the compute list shows the MPS
+        // server (a poll on a machine without MPS costs no second call per GPU); a driver
+        // without the list (NOT_SUPPORTED) has none.
+        let serves =
+            found.iter().any(|p| crate::probe::mps::is_server(procfs::command_line(p.pid).as_deref()));
+        if !serves {
+            return Ok(found);
+        }
         let v3_misread = self.v3_misread;
         let clients = calls
             .run("nvmlDeviceGetMPSComputeRunningProcesses_v3", Some(index), || {
