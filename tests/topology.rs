@@ -130,3 +130,23 @@ fn link_reads_are_only_what_a_request_needs() {
     let six = calls(&["--gpus", "6"]);
     assert!(six > 120 && six <= 276, "--gpus 6 read {six} links (the 24 best: at most 276 pairs)");
 }
+
+/// Issue 42 (9), DESIGN 4: a multi-GPU set that mixes models is said so, in the dry run (text
+/// and JSON) and at launch; one of one model says nothing.
+#[test]
+fn a_set_of_mixed_models_is_said_so() {
+    let sim = Sim::new(&common::default_scenario());
+    let dry = sim.gpurun().args(["--dry-run", "--gpus", "4"]).run();
+    dry.status(0).stdout_has(
+        "mixed models: 2 x NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-40GB: the job runs at the \
+         pace of the slowest, and NVIDIA A100-SXM4-40GB (40 GiB) bounds what each rank can hold",
+    );
+    let json = sim.gpurun().args(["--dry-run", "--json", "--gpus", "4"]).run().json();
+    assert!(json["mixed_models"].as_str().is_some_and(|text| text.starts_with("mixed models: ")), "{json}");
+    let same = sim.gpurun().args(["--dry-run", "--json", "--gpus", "2", "--same-model"]).run().json();
+    assert_eq!(same["mixed_models"], serde_json::Value::Null, "{same}");
+    let launch = sim.gpurun().args(["--gpus", "3", "--", "true"]).run();
+    launch.status(0).stderr_has("gpurun: warning: mixed models: ");
+    let one = sim.gpurun().args(["--gpus", "1", "--", "true"]).run();
+    assert!(!one.status(0).stderr.contains("mixed models"), "{}", one.stderr);
+}

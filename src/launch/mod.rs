@@ -202,6 +202,9 @@ fn start<'a>(
     let command_started = procfs::stat(child).map_or(0, |stat| stat.start_ticks);
     let leftovers = orphans::Leftovers { inherited, command_started, announced: Vec::new() };
     tracing::info!("running {} on {}", shell::quote(command), plan.gpus.selection.describe());
+    if let Some(mixed) = plan.gpus.selection.mixed_models() {
+        tracing::warn!("{mixed}");
+    }
     let on_start =
         supervision.on_start.as_deref().and_then(|line| start_hook(line, command, child, plan, receiver));
     let watch = nvml

@@ -240,6 +240,8 @@ struct PlanEntry<'a> {
     cpus: Option<String>,
     /// The links between the chosen GPUs (`0-1 nvlink`), when more than one was chosen.
     links: Option<Vec<String>>,
+    /// Where the chosen GPUs are of more than one model, what they are (else null).
+    mixed_models: Option<String>,
     selected: Option<Vec<Selected<'a>>>,
     env: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -298,6 +300,7 @@ pub(crate) fn json(
             command: dry_run.command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
             min_free: dry_run.sizing,
             cpus: dry_run.plan.and_then(|plan| plan.cpus.as_deref()).map(crate::options::cpus::list),
+            mixed_models: dry_run.plan.and_then(|plan| plan.selection.mixed_models()),
             links: dry_run.plan.and_then(|plan| {
                 let chosen: Vec<u32> = plan.selection.devices.iter().map(|d| d.index).collect();
                 machine
@@ -639,6 +642,9 @@ pub(crate) fn dry_run(
         "\nselected: {}",
         if chosen.is_empty() { "no GPU".to_owned() } else { chosen.join(", ") }
     );
+    if let Some(mixed) = plan.selection.mixed_models() {
+        let _ = writeln!(out, "{mixed}");
+    }
     if !asked.passed_over.is_empty() {
         let _ = writeln!(out, "passed over:");
         for (index, why) in asked.passed_over {

@@ -73,6 +73,43 @@ impl Selection {
         self.devices.iter().map(|d| d.index).collect()
     }
 
+    /// Where the chosen GPUs are not all one model (name and memory size): what they are,
+    /// and the smallest, which bounds what each rank can hold. A data-parallel job runs at the
+    /// pace of its slowest card, which gpurun cannot rank; the models are named for the user to.
+    /// `mixed models: 2 x NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-40GB: the
+    /// job runs at the pace of the slowest, and NVIDIA A100-SXM4-40GB (40 GiB) bounds what each
+    /// rank can hold`.
+    pub(crate) fn mixed_models(&self) -> Option<String> {
+        let mut models: Vec<(&str, Option<u64>, usize)> = Vec::new();
+        for device in &self.devices {
+            let model = (device.name.as_deref().unwrap_or("unknown model"), device.total_bytes);
+            match models.iter_mut().find(|(name, total, _)| (*name, *total) == model) {
+                Some((.., count)) => *count += 1,
+                None => models.push((model.0, model.1, 1)),
+            }
+        }
+        if models.len() < 2 {
+            return None;
+        }
+        let named: Vec<String> = models
+            .iter()
+            .map(|(name, _, count)| if *count > 1 { format!("{count} x {name}") } else { (*name).to_owned() })
+            .collect();
+        let smallest =
+            models.iter().filter(|(_, total, _)| total.is_some()).min_by_key(|(_, total, _)| *total);
+        let bound = smallest.map(|(name, total, _)| {
+            format!(
+                ", and {name} ({}) bounds what each rank can hold",
+                crate::options::size::human(total.unwrap_or(0))
+            )
+        });
+        Some(format!(
+            "mixed models: {}: the job runs at the pace of the slowest{} (--same-model takes one model only)",
+            named.join(", "),
+            bound.unwrap_or_default()
+        ))
+    }
+
     /// `GPU 3 (NVIDIA A100-SXM4-80GB), GPU 5 (...)`, or `no GPU`.
     pub(crate) fn describe(&self) -> String {
         if self.devices.is_empty() {
