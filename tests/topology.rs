@@ -150,3 +150,14 @@ fn a_set_of_mixed_models_is_said_so() {
     let one = sim.gpurun().args(["--gpus", "1", "--", "true"]).run();
     assert!(!one.status(0).stderr.contains("mixed models"), "{}", one.stderr);
 }
+
+/// Issue 42 (11): where the A100 pair 0-1 spans the sockets and the H100 pair 2-3 shares a NUMA
+/// node, `--dry-run --gpus 2` takes 2-3 and said of GPU 0 "the pair 2-3 is one model", though
+/// 0-1 is one model too: the link decided, and the reason says so.
+#[test]
+fn a_passed_over_reason_names_the_rule_that_decided() {
+    let sim = Sim::new(&scenario_file("two_pairs.toml"));
+    let dry = sim.gpurun().args(["--dry-run", "--gpus", "2"]).run();
+    dry.status(0).stdout_has("GPU 0: a NUMA-node pair 2-3 links better");
+    assert!(!dry.stdout.contains("is one model"), "{}", dry.stdout);
+}

@@ -33,6 +33,15 @@ pub(crate) fn passed_over(
         .flatten()
         .filter(|first| chosen.len() > 1 && cliques.iter().all(|other| other.as_ref() == Some(first)));
     let set_name = name_of(chosen);
+    // Whether the qualifying GPUs of a GPU's model could have made a set of their own.
+    let enough_of = |passed: &Gpu| {
+        ranked
+            .iter()
+            .filter_map(|&index| gpu(index))
+            .filter(|other| model_of(other) == model_of(passed))
+            .count()
+            >= chosen.len()
+    };
     ranked
         .iter()
         .filter(|index| !chosen.contains(index))
@@ -42,7 +51,11 @@ pub(crate) fn passed_over(
                 passed.health.describe()
             } else if is_busy(passed) && !chosen_busy {
                 describe(passed)
-            } else if one_model && gpu(chosen[0]).map(model_of) != Some(model_of(passed)) {
+            } else if one_model
+                && gpu(chosen[0]).map(model_of) != Some(model_of(passed))
+                && !enough_of(passed)
+            {
+                // Only where its own model could not make a set: else something else decided.
                 format!("the {} {set_name} is one model", noun(chosen))
             } else if one_clique.is_some() && clique(passed) != one_clique {
                 format!("the {} {set_name} is one NVLink fabric clique", noun(chosen))
