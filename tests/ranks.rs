@@ -90,11 +90,12 @@ fn group_files(sim: &Sim) -> Vec<String> {
 fn four_ranks_share_one_set_each_on_its_own_gpu_cpus_and_lease() {
     let sim = Sim::new(&scenario_file("ranks6.toml"));
     let dir = sim.dir.path();
-    let runs = reporting_ranks(&sim, 4, "job-a", "$LOCAL_RANK", "1.5");
+    let runs = reporting_ranks(&sim, 4, "job-a", "$LOCAL_RANK", "3");
     // While they run: a fifth job that wants a card to itself gets only GPU 5, the one the
     // group left (GPU 1 is a colleague's busy card).
     let fifth = std::thread::spawn({
         let lock_dir = sim.lock_dir();
+        let state = sim.scenario.with_extension("toml.state");
         let run = sim.gpurun().args(["--exclusive", "--gpus", "2", "--", "true"]);
         let single = sim.gpurun().args(["--exclusive", "--dry-run", "--json"]);
         move || {
@@ -102,6 +103,10 @@ fn four_ranks_share_one_set_each_on_its_own_gpu_cpus_and_lease() {
                 wait_until(Duration::from_secs(10), || leases(&lock_dir) == 4),
                 "the four leases never appeared"
             );
+            // And each rank's CUDA process in NVML (a lease comes first: issue 42's "reserved by
+            // gpurun PID" where "in use by PID" was expected was this race).
+            let registered = || nvml_sim::registry::live(&state).len() >= 4;
+            assert!(wait_until(Duration::from_secs(10), registered), "the ranks' processes never showed");
             (run.run(), single.run())
         }
     });
