@@ -171,6 +171,14 @@ pub(crate) fn export_lines(variables: &[(String, String)]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_mps_pinned_limit_never_asks_for_less_than_given() {
+        assert_eq!(super::pinned_limit(4 << 30), "4G");
+        assert_eq!(super::pinned_limit(512 << 20), "512M");
+        // 1.5 GiB + 1 byte: MiB rounded up.
+        assert_eq!(super::pinned_limit((3 << 29) + 1), "1537M");
+    }
+
     use super::*;
     use crate::options::count::Count;
     use crate::probe::gpu::{test_gpu, Gpu};

@@ -35,6 +35,14 @@ pub(crate) fn is_server(command: Option<&str>) -> bool {
         .is_some_and(|program| program == SERVER_PROGRAM)
 }
 
+/// Whether a process of a GPU's compute list may be its MPS server, so that the MPS list is
+/// worth asking for: it is the server, or /proc cannot say what it is (a server in another PID
+/// namespace). A GPU whose compute processes are all known and none the server runs no MPS,
+/// and costs no second NVML call.
+pub(crate) fn may_be_server(command: Option<&str>) -> bool {
+    command.is_none_or(|command| is_server(Some(command)))
+}
+
 impl Mps {
     /// The MPS of a GPU from the server found in its compute list (PID, owner's name), its MPS
     /// list, and whose the processes are (`uid_of`), for the user `own_uid`; `None` where it
@@ -87,5 +95,8 @@ mod tests {
         let unseen = Mps::from_lists(None, vec![client], uid, 65534).unwrap();
         assert_eq!((unseen.server_pid, unseen.foreign), (None, true));
         assert!(!is_server(Some("nvidia-cuda-mps-server-not")) && !is_server(None));
+        // Worth asking the MPS list: the server, or a process /proc cannot name.
+        assert!(may_be_server(None) && may_be_server(Some("/usr/bin/nvidia-cuda-mps-server")));
+        assert!(!may_be_server(Some("python train.py")));
     }
 }

@@ -823,6 +823,12 @@ impl Session {
             });
         let processes: Option<Vec<GpuProcess>> =
             listed.map(|listed| listed.into_iter().map(process_of).collect());
+        // As a poll does (`processes`): the MPS list only where a server may be listed.
+        let serves =
+            processes.iter().flatten().any(|p| crate::probe::mps::may_be_server(p.command.as_deref()));
+        if !serves {
+            return (processes, None);
+        }
         let v3_misread = self.v3_misread;
         let clients = queries
             .calls
@@ -931,7 +937,7 @@ impl Session {
         // server (a poll on a machine without MPS costs no second call per GPU); a driver
         // without the list (NOT_SUPPORTED) has none.
         let serves =
-            found.iter().any(|p| crate::probe::mps::is_server(procfs::command_line(p.pid).as_deref()));
+            found.iter().any(|p| crate::probe::mps::may_be_server(procfs::command_line(p.pid).as_deref()));
         if !serves {
             return Ok(found);
         }
