@@ -121,11 +121,7 @@ fn under_json_logs_even_a_usage_or_config_error_is_one_json_line() {
 fn vv_traces_each_nvml_call_and_each_lease_read() {
     let sim = Sim::new(&common::scenario_file("two_idle.toml"));
     let _holder = common::background(sim.gpurun().args(["-q", "--devices", "0", "--", "sleep", "30"]));
-    let leased = || {
-        std::fs::read_dir(sim.lock_dir())
-            .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".lease")))
-            .unwrap_or(false)
-    };
+    let leased = || common::leases_in(&sim.lock_dir()) > 0;
     assert!(common::wait_until(std::time::Duration::from_secs(20), leased));
     let traced = sim.gpurun().args(["-vv", "--", "true"]).run();
     traced

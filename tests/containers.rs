@@ -209,8 +209,7 @@ impl Words for common::Run {
 }
 
 fn nix_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    common::is_root()
 }
 
 fn stdout_json(output: &Output) -> Value {
@@ -459,11 +458,7 @@ fn a_container_on_a_device_it_was_not_given_is_wrong_gpu() {
 fn the_lease_lives_exactly_as_long_as_the_container() {
     let sim = Sim::new(&scenario(6));
     let Some(podman) = Podman::start(&sim, 6) else { return };
-    let leases = || {
-        std::fs::read_dir(sim.lock_dir()).map_or(0, |d| {
-            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
-        })
-    };
+    let leases = || common::leases_in(&sim.lock_dir());
     // A container that ignores SIGTERM: --kill-after ends the client and the container itself.
     let command = podman
         .gpurun(

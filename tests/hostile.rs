@@ -32,6 +32,14 @@ fn entries(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
+/// Whether a ticket whose name ends with `suffix` is planted and locked (flock -n fails on
+/// it): a ticket not locked is dead.
+fn planted_and_locked(dir: &std::path::Path, suffix: &str) -> bool {
+    entries(dir).iter().filter(|name| name.ends_with(suffix)).any(|name| {
+        Command::new("flock").arg("-n").arg(dir.join(name)).arg("true").status().is_ok_and(|s| !s.success())
+    })
+}
+
 fn leases(sim: &Sim) -> Vec<String> {
     entries(&sim.lock_dir()).into_iter().filter(|n| n.ends_with(".lease")).collect()
 }
@@ -564,16 +572,7 @@ fn forged_tickets_with_a_plausible_content_hold_nothing() {
         ));
         // Planted, and locked by its PID (flock -n fails on it): a ticket not locked is dead.
         // (An earlier forger's ticket of the same mask is dead, unlocked: any locked one is this.)
-        let locked = || {
-            let planted: Vec<_> = std::fs::read_dir(sim.lock_dir())
-                .map(|all| {
-                    all.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(mask)).collect()
-                })
-                .unwrap_or_default();
-            planted.iter().any(|ticket| {
-                Command::new("flock").arg("-n").arg(ticket).arg("true").status().is_ok_and(|s| !s.success())
-            })
-        };
+        let locked = || planted_and_locked(&sim.lock_dir(), mask);
         if !wait_until(Duration::from_secs(5), locked) {
             drop(forger);
             return common::skip("forged tickets with content", "setpriv or flock is unavailable");
@@ -594,11 +593,7 @@ fn a_head_that_never_reads_its_wake_ups_does_not_hold_up_the_queue() {
     let sim = two_gpus();
     let holder = background(sim.gpurun().args(["-q", "--exclusive", "--devices", "0", "--", "sleep", "600"]));
     let lock_dir = sim.lock_dir();
-    let leased = || {
-        std::fs::read_dir(&lock_dir)
-            .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".lease")))
-            .unwrap_or(false)
-    };
+    let leased = || common::leases_in(&lock_dir) > 0;
     assert!(wait_until(LONG, leased));
     let dir = lock_dir.display().to_string();
     let script = format!(
@@ -614,28 +609,8 @@ fn a_head_that_never_reads_its_wake_ups_does_not_hold_up_the_queue() {
             "setpriv",
             &["--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c", &script],
         ));
-    let tickets = || {
-        std::fs::read_dir(&lock_dir)
-            .map(|all| {
-                all.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("ticket.")).count()
-            })
-            .unwrap_or(0)
-    };
-    let locked = || {
-        std::fs::read_dir(&lock_dir).is_ok_and(|all| {
-            all.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(".0000000000000001"))
-                .any(|ticket| {
-                    Command::new("flock")
-                        .arg("-n")
-                        .arg(&ticket)
-                        .arg("true")
-                        .status()
-                        .is_ok_and(|s| !s.success())
-                })
-        })
-    };
+    let tickets = || entries(&lock_dir).iter().filter(|name| name.starts_with("ticket.")).count();
+    let locked = || planted_and_locked(&lock_dir, ".0000000000000001");
     if !wait_until(Duration::from_secs(5), locked) {
         return common::skip("an unresponsive head", "setpriv, mkfifo or flock is unavailable");
     }

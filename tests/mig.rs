@@ -265,11 +265,7 @@ fn doctor_names_a_pending_mode_and_a_gpu_in_mig_mode_without_devices() {
 fn a_leased_mig_device_goes_to_no_second_launch_without_exclusive() {
     let sim = mig_machine();
     let holder = common::background(sim.gpurun().args(["-q", "--devices", MIG_2_0, "--", "sleep", "30"]));
-    let leased = || {
-        std::fs::read_dir(sim.lock_dir())
-            .map(|all| all.flatten().any(|e| e.file_name().to_string_lossy().ends_with(".lease")))
-            .unwrap_or(false)
-    };
+    let leased = || common::leases_in(&sim.lock_dir()) > 0;
     assert!(common::wait_until(std::time::Duration::from_secs(20), leased));
     let same = sim.gpurun().args(["--devices", MIG_2_0, "--", "true"]).run();
     same.status(75).stderr_has("a MIG device leased by gpurun PID");

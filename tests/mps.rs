@@ -12,11 +12,6 @@ use serde_json::Value;
 
 const GPU0: &str = "GPU-22220000-0000-4000-8000-000000000000";
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Where this simulator keeps its live registrations (`<scenario>.state`).
 fn state_dir(sim: &Sim) -> std::path::PathBuf {
     sim.scenario.with_extension("toml.state")
@@ -94,7 +89,7 @@ fn the_clients_of_a_server_are_listed_as_mps() {
 /// Another user's MPS server: a CUDA context of ours there waits for that user's clients.
 #[test]
 fn another_users_mps_gpu_is_passed_over_with_the_user_named() {
-    if !is_root() {
+    if !common::is_root() {
         return common::skip("another user's MPS server", "a second user needs root (setpriv)");
     }
     let sim = Sim::new(&scenario_file("two_idle.toml"));

@@ -36,9 +36,7 @@ fn two_waiting_behind_a_holder() -> (Sim, Child, Child, Child) {
 }
 
 fn leases(sim: &Sim) -> usize {
-    std::fs::read_dir(sim.lock_dir())
-        .map(|all| all.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count())
-        .unwrap_or(0)
+    common::leases_in(&sim.lock_dir())
 }
 
 /// utime + stime, in clock ticks.

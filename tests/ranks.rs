@@ -56,8 +56,7 @@ fn report(path: &Path) -> Value {
 
 /// How many leases the lock directory holds.
 fn leases(lock_dir: &Path) -> usize {
-    std::fs::read_dir(lock_dir)
-        .map_or(0, |d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count())
+    common::leases_in(lock_dir)
 }
 
 /// `size` ranks of `job`, each writing its report to `rank<r>.json` in the simulator's folder,
@@ -503,8 +502,7 @@ fn another_users_planted_group_records_are_neither_joined_nor_counted() {
 }
 
 fn nix_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    common::is_root()
 }
 
 #[test]

@@ -12,11 +12,7 @@ use serde_json::Value;
 const LONG: Duration = Duration::from_secs(20);
 
 fn leases(sim: &Sim) -> usize {
-    std::fs::read_dir(sim.lock_dir())
-        .map(|entries| {
-            entries.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
-        })
-        .unwrap_or(0)
+    common::leases_in(&sim.lock_dir())
 }
 
 /// gpurun as another user (uid 4242), or None where setpriv cannot switch users.

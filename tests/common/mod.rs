@@ -361,6 +361,19 @@ pub fn background(run: Run) -> Running {
     Running(command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start"))
 }
 
+/// How many leases a lock directory holds (0 where it does not exist yet).
+pub fn leases_in(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |all| {
+        all.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".lease")).count()
+    })
+}
+
+/// Whether the tests run as root (a second user, chown and mount need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// The indices of the GPUs a `--list --json` or `--dry-run --json` object marks eligible.
 pub fn eligible(listing: &serde_json::Value) -> Vec<u64> {
     listing["gpus"]
