@@ -309,12 +309,13 @@ fn environment(out: &mut Out) {
 /// GPUs that run MPS (whose), the fabric and confidential computing, and the variable that
 /// would change what NVML answers.
 fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
-    let pipe = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").filter(|dir| !dir.is_empty());
-    let (pipe, whose) = match pipe {
-        Some(dir) => (std::path::PathBuf::from(dir), "CUDA_MPS_PIPE_DIRECTORY"),
-        None => (std::path::PathBuf::from("/tmp/nvidia-mps"), "the default"),
+    // The pipe --mps would use (`env::mps_control_pipe`), and where its directory came from.
+    let control = crate::launch::env::mps_control_pipe();
+    let pipe = control.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let whose = match std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").is_some_and(|dir| !dir.is_empty()) {
+        true => "CUDA_MPS_PIPE_DIRECTORY",
+        false => "the default",
     };
-    let control = pipe.join("control");
     match crate::process::stdio::fifo_has_reader(&control) {
         Some(true) => out.ok(format!(
             "an MPS control daemon reads {} ({whose}): CUDA programs of yours become its clients",

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 /// The program the MPS control daemon starts for each user's server.
-pub(crate) const SERVER_PROGRAM: &str = "nvidia-cuda-mps-server";
+const SERVER_PROGRAM: &str = "nvidia-cuda-mps-server";
 
 /// A GPU's MPS server and clients, as `--list --json` shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
