@@ -286,6 +286,9 @@ class Checker:
         c("power limit", "nvmlDeviceGetPowerManagementLimit",
           lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle), lambda: gpu["power_limit_mw"],
           unsupported="power_limit_mw" not in gpu)
+        c("enforced power limit", "nvmlDeviceGetEnforcedPowerLimit",
+          lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle), lambda: gpu["power_limit_mw"],
+          unsupported="power_limit_mw" not in gpu)
         capability = gpu.get("compute_capability") or next(
             (cc for model, cc in (("V100", "7.0"), ("A100", "8.0"), ("H100", "9.0"), ("H200", "9.0"))
              if model in gpu["name"].upper()), None)
@@ -411,11 +414,32 @@ class Checker:
           lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle),
           lambda: int(gpu.get("retired_pages_pending", False)), unsupported=ampere)
         bits = {"idle": 0x1, "applications_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
-                "sw_thermal": 0x20, "hw_thermal": 0x40, "power_brake": 0x80, "display_clocks": 0x100}
+                "sw_thermal": 0x20, "hw_thermal": 0x40, "power_brake": 0x80, "display_clocks": 0x100,
+                "board_limit": 0x200, "reliability": 0x400}
         names = gpu.get("clocks_event_reasons")
         events = sum(bits[n] for n in names) if names is not None else (1 if gpu.get("utilization_gpu") == 0 else 0)
         c("clock events", "nvmlDeviceGetCurrentClocksEventReasons",
           lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle), lambda: events)
+        # The energy counter (mJ) grows at power_mw from the Unix epoch: read between two clock
+        # reads, it lies between what they give.
+        has_energy = gpu.get("energy_counter", "power_mw" in gpu and int(capability.split(".")[0]) >= 7)
+        before = time.time()
+        energy = c("energy", "nvmlDeviceGetTotalEnergyConsumption",
+                   lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), lambda: ANY,
+                   unsupported=not has_energy or "power_mw" not in gpu)
+        after = time.time()
+        if energy is not None and "power_mw" in gpu:
+            low, high = int(gpu["power_mw"] * (before - 0.002)), int(gpu["power_mw"] * (after + 0.002))
+            self.check(f"GPU {index} energy within the clock reads", low <= energy <= high, True)
+        counters = {"sw_power_cap": 74, "sync_boost": 76, "board_limit": 77, "reliability": 79,
+                    "sw_thermal": 269, "hw_thermal": 270, "power_brake": 271}
+        if self.injected("nvmlDeviceGetFieldValues", index) is None and not self.injected_everywhere(index):
+            fields = pynvml.nvmlDeviceGetFieldValues(handle, list(counters.values()))
+            got = [(f.nvmlReturn, f.value.ullVal if f.nvmlReturn == 0 else None) for f in fields]
+            table = gpu.get("throttle_ns")
+            want = [(0, table.get(name, 0)) if table is not None else (pynvml.NVML_ERROR_NOT_SUPPORTED, None)
+                    for name in counters]
+            self.check(f"GPU {index} throttle counters", got, want)
         c("PCIe width", "nvmlDeviceGetCurrPcieLinkWidth", lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
           lambda: gpu.get("pcie_width", 16))
         c("PCIe max width", "nvmlDeviceGetMaxPcieLinkWidth", lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),

@@ -26,6 +26,7 @@ const FI_DEV_REMAPPED_UNC: c_uint = 143;
 const FI_DEV_REMAPPED_PENDING: c_uint = 144;
 const FI_DEV_REMAPPED_FAILURE: c_uint = 145;
 const VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+const VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
 
 /// `NVML_DEVICE_UUID_BUFFER_SIZE`.
 const UUID_BUFFER_SIZE: usize = 80;
@@ -144,8 +145,9 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
 }
 
 /// nvml.h: each requested field gets its own `nvmlReturn`; the call itself succeeds. The
-/// simulator serves the row-remapping fields (142-145) on Ampere and newer; every other field,
-/// and those before Ampere, is NOT_SUPPORTED in its entry.
+/// simulator serves the row-remapping fields (142-145) on Ampere and newer, and the throttle
+/// counters (74, 76, 77, 79, 269-271, in ns) where the scenario has `throttle_ns`; every other
+/// field, and those where the board lacks them, is NOT_SUPPORTED in its entry.
 ///
 /// # Safety
 /// `values` must be valid for `count` reads and writes.
@@ -159,33 +161,45 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         if values.is_null() || count <= 0 {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        let rows = remapped_rows(&state.scenario.gpus[gpu as usize]);
+        let spec = &state.scenario.gpus[gpu as usize];
+        let rows = remapped_rows(spec);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_micros() as i64);
         for at in 0..count as usize {
             // SAFETY: the caller gave `count` entries.
             let entry = unsafe { &mut *values.add(at) };
-            let answer = rows.as_ref().and_then(|rows| match entry.field_id {
+            let remapped = rows.as_ref().and_then(|rows| match entry.field_id {
                 FI_DEV_REMAPPED_COR => Some(rows.correctable),
                 FI_DEV_REMAPPED_UNC => Some(rows.uncorrectable),
                 FI_DEV_REMAPPED_PENDING => Some(u32::from(rows.pending)),
                 FI_DEV_REMAPPED_FAILURE => Some(u32::from(rows.failure)),
                 _ => None,
             });
+            let answer = remapped.map(|value| (VALUE_TYPE_UNSIGNED_INT, u64::from(value))).or_else(|| {
+                throttle_counter(spec, entry.field_id).map(|ns| (VALUE_TYPE_UNSIGNED_LONG_LONG, ns))
+            });
             entry.timestamp = now;
             entry.latency_usec = 0;
             match answer {
-                Some(value) => {
-                    entry.value_type = VALUE_TYPE_UNSIGNED_INT;
+                Some((value_type, value)) => {
+                    entry.value_type = value_type;
                     entry.nvml_return = NVML_SUCCESS;
-                    entry.value = u64::from(value);
+                    entry.value = value;
                 }
                 None => entry.nvml_return = NVML_ERROR_NOT_SUPPORTED,
             }
         }
         NVML_SUCCESS
     })
+}
+
+/// A throttle counter field's value: the scenario's `throttle_ns` for its reason (0 when not
+/// listed), `None` where the scenario has none or the field is no throttle counter.
+fn throttle_counter(spec: &GpuSpec, field: c_uint) -> Option<u64> {
+    let counters = spec.throttle_ns.as_ref()?;
+    let (name, _, _) = scenario::THROTTLE_COUNTERS.iter().find(|(_, id, _)| *id == field)?;
+    Some(counters.get(*name).copied().unwrap_or(0))
 }
 
 /// nvml.h: "For Kepler or newer fully supported devices." Ampere and newer boards remap rows
@@ -316,6 +330,7 @@ pub(crate) fn facts() -> Vec<(String, u64)> {
         ("NVML_FI_DEV_REMAPPED_PENDING", FI_DEV_REMAPPED_PENDING),
         ("NVML_FI_DEV_REMAPPED_FAILURE", FI_DEV_REMAPPED_FAILURE),
         ("NVML_VALUE_TYPE_UNSIGNED_INT", VALUE_TYPE_UNSIGNED_INT),
+        ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", VALUE_TYPE_UNSIGNED_LONG_LONG),
     ] {
         facts.push((name.to_owned(), u64::from(value)));
     }
@@ -329,11 +344,26 @@ pub(crate) fn facts() -> Vec<(String, u64)> {
         ("hw_thermal", "nvmlClocksThrottleReasonHwThermalSlowdown"),
         ("power_brake", "nvmlClocksThrottleReasonHwPowerBrakeSlowdown"),
         ("display_clocks", "nvmlClocksEventReasonDisplayClockSetting"),
+        ("board_limit", "nvmlClocksEventReasonBoardLimit"),
+        ("reliability", "nvmlClocksEventReasonReliability"),
     ];
     for (ours, theirs) in bit_names {
         let bit =
             scenario::CLOCKS_EVENT_REASONS.iter().find(|(name, _)| *name == ours).map_or(0, |(_, bit)| *bit);
         facts.push((format!("(unsigned long long){theirs}"), bit));
+    }
+    let counter_names = [
+        ("sw_power_cap", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP"),
+        ("sync_boost", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST"),
+        ("board_limit", "NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT"),
+        ("reliability", "NVML_FI_DEV_PERF_POLICY_RELIABILITY"),
+        ("sw_thermal", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN"),
+        ("hw_thermal", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN"),
+        ("power_brake", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN"),
+    ];
+    for (ours, theirs) in counter_names {
+        let field = scenario::THROTTLE_COUNTERS.iter().find(|(name, _, _)| *name == ours).map_or(0, |c| c.1);
+        facts.push((theirs.to_owned(), u64::from(field)));
     }
     facts
 }

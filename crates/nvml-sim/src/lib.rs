@@ -14,6 +14,7 @@ pub mod cuda;
 mod events;
 mod fabric;
 mod health;
+mod power;
 pub mod registry;
 pub mod scenario;
 mod state;

@@ -297,9 +297,18 @@ pub struct GpuSpec {
     /// Its place in the NVLink fabric (HGX, GB200/GB300 NVL); omitted: NOT_SUPPORTED.
     pub fabric: Option<FabricSpec>,
     /// Active clock event reasons: `idle`, `applications_clocks`, `sw_power_cap`,
-    /// `hw_slowdown`, `sync_boost`, `sw_thermal`, `hw_thermal`, `power_brake`, `display_clocks`.
-    /// Omitted: `idle` when utilization is 0, else none.
+    /// `hw_slowdown`, `sync_boost`, `sw_thermal`, `hw_thermal`, `power_brake`, `display_clocks`,
+    /// `board_limit`, `reliability`. Omitted: `idle` when utilization is 0, else none.
     pub clocks_event_reasons: Option<Vec<String>>,
+    /// The driver's throttle counters (`nvmlDeviceGetFieldValues`, nanoseconds held back since
+    /// the driver loaded) by reason: `sw_power_cap`, `sync_boost`, `sw_thermal`, `hw_thermal`,
+    /// `power_brake`, `board_limit`, `reliability`; unlisted ones are 0. Omitted: a driver
+    /// without them (NOT_SUPPORTED), whose clients sample the clock event reasons instead.
+    pub throttle_ns: Option<std::collections::BTreeMap<String, u64>>,
+    /// `nvmlDeviceGetTotalEnergyConsumption`: `true` answers the energy drawn at `power_mw`
+    /// since the Unix epoch (as if the driver loaded then), `false` NOT_SUPPORTED. Omitted: a
+    /// Volta or newer board with `power_mw` has it (nvml.h: "For Volta or newer").
+    pub energy_counter: Option<bool>,
     /// Current and maximum PCIe link width (default 16 and 16).
     pub pcie_width: Option<u32>,
     pub pcie_max_width: Option<u32>,
@@ -323,9 +332,30 @@ pub const CLOCKS_EVENT_REASONS: &[(&str, u64)] = &[
     ("hw_thermal", 0x40),
     ("power_brake", 0x80),
     ("display_clocks", 0x100),
+    ("board_limit", 0x200),
+    ("reliability", 0x400),
+];
+
+/// The throttle counters' names, with their `NVML_FI_DEV_*` field and the clock event reason
+/// bit each counts.
+pub const THROTTLE_COUNTERS: &[(&str, u32, u64)] = &[
+    ("sw_power_cap", 74, 0x4),
+    ("sync_boost", 76, 0x10),
+    ("board_limit", 77, 0x200),
+    ("reliability", 79, 0x400),
+    ("sw_thermal", 269, 0x20),
+    ("hw_thermal", 270, 0x40),
+    ("power_brake", 271, 0x80),
 ];
 
 impl GpuSpec {
+    /// Whether `nvmlDeviceGetTotalEnergyConsumption` answers on this board.
+    pub fn has_energy_counter(&self) -> bool {
+        self.energy_counter.unwrap_or(
+            self.power_mw.is_some() && self.compute_capability().is_some_and(|(major, _)| major >= 7),
+        )
+    }
+
     /// Ampere (compute capability 8.0) or newer: row remapping instead of page retirement.
     pub fn ampere_or_newer(&self) -> bool {
         self.compute_capability().is_some_and(|(major, _)| major >= 8)
@@ -600,6 +630,15 @@ impl Scenario {
                     let known: Vec<&str> = CLOCKS_EVENT_REASONS.iter().map(|(known, _)| *known).collect();
                     return Err(format!(
                         "gpu {index}: clocks event reason {name:?} is not one of {}",
+                        known.join(", ")
+                    ));
+                }
+            }
+            for name in gpu.throttle_ns.iter().flat_map(|counters| counters.keys()) {
+                if !THROTTLE_COUNTERS.iter().any(|(known, _, _)| known == name) {
+                    let known: Vec<&str> = THROTTLE_COUNTERS.iter().map(|(known, _, _)| *known).collect();
+                    return Err(format!(
+                        "gpu {index}: throttle_ns {name:?} is not one of {}",
                         known.join(", ")
                     ));
                 }
