@@ -170,11 +170,11 @@ fn the_shebang_split_is_gnu_env_s_on_coreutils_own_cases() {
         let script = dir.path().join(format!("case{n}"));
         std::fs::write(&script, format!("{line}\n")).unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let through_gpurun = variables(&mut Command::new(&script)).output().unwrap();
+        let through_gpurun = output_of_new_script(variables(&mut Command::new(&script)));
         let string = as_the_kernel_passes(&format!("{} {case}", args.display())).to_owned();
         let mut env = Command::new("env");
         env.arg(std::ffi::OsStr::from_bytes(format!("-S{string}").as_bytes())).arg(&script);
-        let through_env = variables(&mut env).output().unwrap();
+        let through_env = output_of_new_script(variables(&mut env));
         let env_err = String::from_utf8_lossy(&through_env.stderr).into_owned();
         let agree = match through_env.status.code() {
             // env refused the string: gpurun refuses it too, for env's reason.
@@ -204,4 +204,20 @@ fn the_shebang_split_is_gnu_env_s_on_coreutils_own_cases() {
         CASES.len(),
         differences.join("\n")
     );
+}
+
+/// The output of a command that executes a script just written. Another test thread's fork
+/// can hold the script's write descriptor open for a moment (until its child execs), and the
+/// kernel refuses to execute a file open for writing (ETXTBSY, here or in `env`'s exec): that
+/// is retried, not failed.
+fn output_of_new_script(command: &mut Command) -> std::process::Output {
+    for _ in 0..50 {
+        match command.output() {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {}
+            Ok(output) if String::from_utf8_lossy(&output.stderr).contains("Text file busy") => {}
+            other => return other.unwrap(),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    command.output().unwrap()
 }
