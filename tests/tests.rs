@@ -30,6 +30,7 @@ mod nvml_hangs;
 mod peers;
 mod queue;
 mod ranks;
+mod receipt;
 mod reserve;
 mod select;
 mod shared;

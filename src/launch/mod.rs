@@ -282,6 +282,8 @@ struct Ended {
     lost: Vec<(u32, SystemTime)>,
     /// The other clients of the MPS servers the command ran on (`Monitor::mps_shared`).
     mps_shared: Vec<(u32, crate::verify::monitor::MpsNeighbours)>,
+    /// What the chosen GPUs drew and did (None: nothing watched the run).
+    receipt: Option<crate::verify::receipt::Receipt>,
     wall: Duration,
     started_at: SystemTime,
 }
@@ -303,7 +305,7 @@ fn supervise_to_the_end(
     };
     let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
     if let Some(watch) = watch.as_mut() {
-        watch.last_xids();
+        watch.last_look();
     }
     watcher.into_iter().for_each(Watcher::stop);
     // An --on-start hook still running ends with the command's leftovers: it is never waited
@@ -344,6 +346,7 @@ fn supervise_to_the_end(
         xids_dropped: watch.as_ref().map_or(0, |w| w.monitor.xids_dropped),
         lost: watch.as_ref().map(|w| w.monitor.lost.clone()).unwrap_or_default(),
         mps_shared: watch.as_ref().map(|w| w.monitor.mps_shared()).unwrap_or_default(),
+        receipt: watch.as_ref().map(|w| w.monitor.receipt.clone()),
         wall: started.elapsed(),
         started_at,
     }
@@ -377,6 +380,7 @@ fn finish(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> E
         ended.exit,
     );
     summary.diagnosis = diagnosis;
+    summary.add_receipt(ended.receipt.as_ref(), &uuid_of);
     summary.min_free = about.sizing.map(str::to_owned);
     summary.cpus = plan.gpus.cpus.as_deref().map(cpus::list);
     summary.container = plan.container().map(|c| report::ContainerReport {
@@ -466,7 +470,10 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
         tracing::warn!("{}: {}", finding.kind, finding.detail);
     }
     found.extend(
-        ended.xids.iter().map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &utc_clock(*at))),
+        ended
+            .xids
+            .iter()
+            .map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &diagnosis::utc_clock(*at))),
     );
     found.extend((ended.xids_dropped > 0).then(|| diagnosis::xids_not_kept(ended.xids_dropped)));
     found.extend(ended.mps_shared.iter().map(|(gpu, others)| diagnosis::mps_shared(*gpu, others)));
@@ -475,7 +482,7 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
     for (xid, at) in ended.xids.iter().filter(|(xid, _)| xid.code == 79) {
         if !lost.contains(&xid.gpu) {
             lost.push(xid.gpu);
-            let gone = diagnosis::gpu_lost(xid.gpu, into_run(*at), &utc_clock(*at), Some(79));
+            let gone = diagnosis::gpu_lost(xid.gpu, into_run(*at), &diagnosis::utc_clock(*at), Some(79));
             tracing::warn!("{}: {}", gone.kind, gone.detail);
             found.push(gone);
         }
@@ -486,18 +493,12 @@ fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
         let gpu = crate::probe::gpu::mig_parts(*key).map_or(*key, |(parent, _)| parent);
         if !lost.contains(&gpu) {
             lost.push(gpu);
-            let gone = diagnosis::gpu_lost(gpu, into_run(*at), &utc_clock(*at), None);
+            let gone = diagnosis::gpu_lost(gpu, into_run(*at), &diagnosis::utc_clock(*at), None);
             tracing::warn!("{}: {}", gone.kind, gone.detail);
             found.push(gone);
         }
     }
     found
-}
-
-/// `12:34:56 UTC`: when an Xid was seen, as dmesg and the driver's logs can be matched to it.
-fn utc_clock(at: std::time::SystemTime) -> String {
-    let seconds = at.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs()) % 86_400;
-    format!("{:02}:{:02}:{:02} UTC", seconds / 3600, seconds / 60 % 60, seconds % 60)
 }
 
 /// The `--report-json` file, created or truncated. Opened without blocking (signals are

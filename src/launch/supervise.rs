@@ -37,7 +37,7 @@ pub(crate) struct Watch<'a> {
 /// hung: Xid monitoring is given up, so that process polling, and `--verify strict`, go on.
 const XID_CALL_HUNG: Duration = Duration::from_secs(2);
 
-/// How long the end of a run waits for NVML's last word on Xid errors (a healthy driver answers
+/// How long the end of a run waits for NVML's last word on Xid errors and the receipt (a healthy driver answers
 /// in well under a millisecond; a hung one must not hold the exit).
 const LAST_XIDS: Duration = Duration::from_millis(50);
 /// The last look reads every Xid event there is while NVML keeps answering (a flood of
@@ -45,8 +45,28 @@ const LAST_XIDS: Duration = Duration::from_millis(50);
 const LAST_XIDS_MOST: Duration = Duration::from_secs(1);
 
 impl<'a> Watch<'a> {
+    /// Starts watching: the receipt's first reading (the energy and throttle counters as the
+    /// command starts) is the NVML thread's first job.
     pub(crate) fn new(nvml: &'a mut NvmlThread, monitor: Monitor) -> Watch<'a> {
+        nvml.send(Job::Meter(monitor.meter(true)));
         Watch { nvml, spare: None, monitor }
+    }
+
+    /// Takes the NVML thread's answer, if one has come. Returns a wrong-gpu detail when
+    /// `--verify strict` must end the command.
+    fn take_answer(&mut self) -> Option<String> {
+        match self.thread().try_answer()? {
+            Answer::Polled { lists, xids, readings } => {
+                self.monitor.absorb_readings(&readings, false);
+                self.monitor.absorb_xids(xids);
+                self.monitor.absorb(lists)
+            }
+            Answer::Metered(readings) => {
+                self.monitor.absorb_readings(&readings, true);
+                None
+            }
+            Answer::Opened(_) | Answer::Probed(_) | Answer::Links(_) => None,
+        }
     }
 
     /// The thread the polls go to.
@@ -61,18 +81,25 @@ impl<'a> Watch<'a> {
         self.spare.as_ref().unwrap_or(self.nvml)
     }
 
-    /// After the command ended: the poll that was still out, and the Xid errors raised since
-    /// the last poll (an Xid often comes just before the crash it explains).
-    pub(crate) fn last_xids(&mut self) {
-        if let Some(Answer::Polled { lists, xids }) = self.thread().try_answer() {
-            self.monitor.absorb_xids(xids);
-            let _ = self.monitor.absorb(lists);
+    /// After the command ended: the poll that was still out (waited for while NVML answers),
+    /// the Xid errors raised since the last poll (an Xid often comes just before the crash it
+    /// explains) and the receipt's last reading.
+    pub(crate) fn last_look(&mut self) {
+        if self.thread_ref().is_busy() {
+            let _ = self.thread().answer_while_answering(LAST_XIDS, LAST_XIDS);
         }
-        let job = Job::Poll { watched: Vec::new(), chosen: self.monitor.xid_gpus(), drain: true };
-        if let Some(Answer::Polled { xids, .. }) =
+        let _ = self.take_answer();
+        let job = Job::Poll {
+            watched: Vec::new(),
+            chosen: self.monitor.xid_gpus(),
+            drain: true,
+            meter: self.monitor.meter(true),
+        };
+        if let Some(Answer::Polled { xids, readings, .. }) =
             self.thread().ask_while_answering(job, LAST_XIDS, LAST_XIDS_MOST)
         {
             self.monitor.absorb_xids(xids);
+            self.monitor.absorb_readings(&readings, true);
         }
     }
 
@@ -89,8 +116,12 @@ impl<'a> Watch<'a> {
         let stuck = self.stuck();
         self.monitor.check_deadline(now, stuck);
         if self.monitor.poll_due(now) && !self.thread_ref().is_busy() {
-            let job =
-                Job::Poll { watched: self.monitor.watched(), chosen: self.monitor.xid_gpus(), drain: false };
+            let job = Job::Poll {
+                watched: self.monitor.watched(),
+                chosen: self.monitor.xid_gpus(),
+                drain: false,
+                meter: self.monitor.meter(false),
+            };
             self.thread().send(job);
         }
         let busy = self.thread_ref().is_busy();
@@ -208,17 +239,10 @@ pub(crate) fn run(
                 kill_deadline = options.kill_after.map(|after| Instant::now() + after);
             }
         }
-        if answered {
-            if let Some(watch) = watch.as_deref_mut() {
-                if let Some(Answer::Polled { lists, xids }) = watch.thread().try_answer() {
-                    watch.monitor.absorb_xids(xids);
-                    if let Some(detail) = watch.monitor.absorb(lists) {
-                        send_to(child, libc::SIGTERM);
-                        kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
-                        strict_failure = Some(detail);
-                    }
-                }
-            }
+        if let Some(detail) = watch.as_deref_mut().filter(|_| answered).and_then(Watch::take_answer) {
+            send_to(child, libc::SIGTERM);
+            kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
+            strict_failure = Some(detail);
         }
     }
 }

@@ -38,7 +38,7 @@ fn field<'a>(record: &'a Record, name: &str) -> &'a serde_json::Value {
 /// The table: one run per line, newest last.
 pub(crate) fn table(records: &[&Record]) -> String {
     let mut out = String::from(
-        "STARTED (UTC)        WALL      GPUS    VERDICT       PEAK              EXIT     COMMAND\n",
+        "STARTED (UTC)        WALL      GPUS    VERDICT       PEAK              ENERGY   EXIT     COMMAND\n",
     );
     let shown = &records[records.len().saturating_sub(SHOWN)..];
     for record in shown {
@@ -68,12 +68,13 @@ pub(crate) fn table(records: &[&Record]) -> String {
         let words: Vec<String> = record.command().iter().map(|w| (*w).to_owned()).collect();
         let _ = writeln!(
             out,
-            "{:<20} {:<9} {:<7} {:<13} {:<17} {:<8} {}",
+            "{:<20} {:<9} {:<7} {:<13} {:<17} {:<8} {:<8} {}",
             utc(record.started),
             wall,
             if gpus.is_empty() { "-".to_owned() } else { gpus.join(",") },
             verdict,
             if peaks.is_empty() { "-".to_owned() } else { peaks.join(",") },
+            energy(record),
             ended,
             shell::quote(&words.iter().map(std::ffi::OsString::from).collect::<Vec<_>>())
         );
@@ -83,6 +84,27 @@ pub(crate) fn table(records: &[&Record]) -> String {
             writeln!(out, "({} earlier runs not shown; --json has them all)", records.len() - shown.len());
     }
     out
+}
+
+/// The run's energy over its GPUs (`183J`, `1.2kJ`, `3.4MJ`), from the receipt's
+/// `energy_joules`; `-` where no GPU's was known (an older record, an unsupported counter),
+/// and `≥` before it where only some were.
+fn energy(record: &Record) -> String {
+    let Some(by_gpu) = field(record, "energy_joules").as_object() else { return "-".to_owned() };
+    let known: Vec<f64> = by_gpu.values().filter_map(serde_json::Value::as_f64).collect();
+    if known.is_empty() {
+        return "-".to_owned();
+    }
+    let total: f64 = known.iter().sum();
+    let text = match total {
+        j if j < 1_000.0 => format!("{j:.0}J"),
+        j if j < 1_000_000.0 => format!("{:.1}kJ", j / 1_000.0),
+        j => format!("{:.1}MJ", j / 1_000_000.0),
+    };
+    if known.len() < by_gpu.len() {
+        return format!("≥{text}");
+    }
+    text
 }
 
 /// Every matching record, as one JSON array.

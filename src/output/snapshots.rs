@@ -157,6 +157,7 @@ fn snapshot_history() {
                 "selected": [{"index": 0, "uuid": uuid}],
                 "verification": {"verdict": "verified", "detail": "PID 4107 on GPU 0"},
                 "peak_memory_bytes": {uuid.clone(): 12_u64 << 30},
+                "energy_joules": {uuid.clone(): 1_080_000.0},
                 "wall_seconds": 3600.25,
                 "exit": {"code": 0},
             }),

@@ -4,6 +4,7 @@
 pub(crate) mod fabric;
 pub(crate) mod gpu;
 pub(crate) mod health;
+pub(crate) mod meter;
 pub(crate) mod mps;
 pub(crate) mod numa;
 pub(crate) mod nvml;

@@ -26,6 +26,7 @@ use crate::probe::gpu::{
     Utilization,
 };
 use crate::probe::health::{classify, Excluded, Findings};
+use crate::probe::meter::{Ask, Reading, THROTTLE_REASONS};
 use crate::probe::mps::{Mps, MpsClient};
 use crate::probe::numa;
 use crate::process::procfs;
@@ -161,7 +162,13 @@ impl Opened {
     /// A session on the same library that lists processes and probes, and asks for no Xid
     /// events (where they hung, polling goes on without them).
     pub(crate) fn session_without_xids(self, calls: Calls) -> Session {
-        Session { nvml: self.nvml, calls, v3_misread: self.v3_misread, xid_events: Some(None) }
+        Session {
+            nvml: self.nvml,
+            calls,
+            v3_misread: self.v3_misread,
+            xid_events: Some(None),
+            metered: Vec::new(),
+        }
     }
 }
 
@@ -177,6 +184,8 @@ pub(crate) struct Session {
     /// each GPU registered (an event names its GPU by handle: a GPU that fell off the bus
     /// answers GPU_IS_LOST to nvmlDeviceGetIndex, and that is the Xid 79 that must be said).
     xid_events: Option<Option<XidEvents>>,
+    /// The handles of the GPUs the receipt reads, looked up once (each poll reads them again).
+    metered: Vec<(u32, Device<'static>)>,
 }
 
 /// How many Xid events one poll reads, and the run's last look at most (a flood of thousands
@@ -252,7 +261,7 @@ pub(crate) fn open(library: Option<&Path>, calls: Calls) -> Result<Session, Open
     if v3_misread {
         tracing::debug!("driver 535.43-535.86: reading process lists with the _v2 call");
     }
-    Ok(Session { nvml: Box::leak(Box::new(nvml)), calls, v3_misread, xid_events: None })
+    Ok(Session { nvml: Box::leak(Box::new(nvml)), calls, v3_misread, xid_events: None, metered: Vec::new() })
 }
 
 /// A GPU's failed queries. Those a request may need (the handle, identity, memory, MIG mode,
@@ -373,6 +382,26 @@ fn sample_integer(value: &SampleValue) -> Option<u64> {
         SampleValue::I64(v) => u64::try_from(v).ok(),
         SampleValue::F64(_) => None,
     }
+}
+
+/// The throttle counters of `THROTTLE_REASONS`, in one `nvmlDeviceGetFieldValues` call: each
+/// reason's nanoseconds where the driver counts it.
+fn throttle_counters(calls: &Calls, gpu: u32, device: &Device) -> Vec<Option<u64>> {
+    let fields: Vec<FieldId> =
+        THROTTLE_REASONS.iter().filter_map(|reason| reason.counter.map(FieldId)).collect();
+    let values = calls
+        .run("nvmlDeviceGetFieldValues", Some(gpu), || device.field_values_for(&fields))
+        .unwrap_or_default();
+    let mut answered = values.iter().map(|sample| {
+        sample.as_ref().ok().and_then(|sample| sample.value.as_ref().ok().and_then(sample_integer))
+    });
+    THROTTLE_REASONS
+        .iter()
+        .map(|reason| match reason.counter {
+            Some(_) => answered.next().flatten(),
+            None => None,
+        })
+        .collect()
 }
 
 /// `nvmlDeviceGetCurrentClocksEventReasons`, which nvml-wrapper 0.13 does not wrap: its
@@ -917,6 +946,57 @@ impl Session {
             }
         }
         batch
+    }
+
+    /// The receipt's reading of each GPU in `ask` (DESIGN 9): power, utilization and the clock
+    /// event reasons, and at the start and the end the energy and throttle counters and the
+    /// power limit. Any of them may be unknown; a GPU whose handle NVML refuses is left out.
+    pub(crate) fn meter(&mut self, ask: &Ask) -> Vec<Reading> {
+        let (nvml, calls) = (self.nvml, self.calls.clone());
+        let mut readings = Vec::with_capacity(ask.gpus.len());
+        for &gpu in &ask.gpus {
+            let position = match self.metered.iter().position(|(known, _)| *known == gpu) {
+                Some(position) => position,
+                None => {
+                    let Ok(device) =
+                        calls.run("nvmlDeviceGetHandleByIndex_v2", Some(gpu), || nvml.device_by_index(gpu))
+                    else {
+                        continue;
+                    };
+                    self.metered.push((gpu, device));
+                    self.metered.len() - 1
+                }
+            };
+            let device = &self.metered[position].1;
+            let run =
+                |name, query: &dyn Fn() -> Result<u64, NvmlError>| calls.run(name, Some(gpu), query).ok();
+            let power_mw = run("nvmlDeviceGetPowerUsage", &|| device.power_usage().map(u64::from));
+            let gpu_percent = run("nvmlDeviceGetUtilizationRates", &|| {
+                device.utilization_rates().map(|u| u64::from(u.gpu))
+            });
+            let clock_events =
+                run("nvmlDeviceGetCurrentClocksEventReasons", &|| clock_event_reasons(nvml, device));
+            let mut reading = Reading {
+                gpu,
+                at: Instant::now(),
+                power_mw: power_mw.and_then(|mw| u32::try_from(mw).ok()),
+                gpu_percent: gpu_percent.and_then(|percent| u32::try_from(percent).ok()),
+                clock_events,
+                energy_mj: None,
+                limit_mw: None,
+                throttle_ns: Vec::new(),
+            };
+            if ask.bounds {
+                reading.energy_mj =
+                    run("nvmlDeviceGetTotalEnergyConsumption", &|| device.total_energy_consumption());
+                reading.limit_mw =
+                    run("nvmlDeviceGetEnforcedPowerLimit", &|| device.enforced_power_limit().map(u64::from))
+                        .and_then(|mw| u32::try_from(mw).ok());
+                reading.throttle_ns = throttle_counters(&calls, gpu, device);
+            }
+            readings.push(reading);
+        }
+        readings
     }
 
     /// The compute processes on GPU or MIG device `key`.

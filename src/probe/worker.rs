@@ -14,6 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::probe::gpu::{Machine, Topology};
+use crate::probe::meter::{Ask, Reading};
 use crate::probe::nvml::{self, Call, Calls, ListError, Listed, OpenError, Opened, Session, XidBatch};
 use crate::process::signals::Receiver;
 
@@ -25,21 +26,25 @@ pub(crate) enum Job {
     Probe,
     /// The links between every pair of these GPUs.
     Links(Vec<u32>),
-    /// The compute processes of `watched`, and the Xid errors raised on `chosen` since the
-    /// last poll.
+    /// The compute processes of `watched`, the Xid errors raised on `chosen` since the last
+    /// poll, and the receipt's reading of `meter`'s GPUs.
     Poll {
         watched: Vec<u32>,
         chosen: Vec<u32>,
         /// The run's last look: every Xid event that is there is read.
         drain: bool,
+        meter: Ask,
     },
+    /// The receipt's reading alone (its first, as the command starts).
+    Meter(Ask),
 }
 
 pub(crate) enum Answer {
     Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
     Links(Topology),
-    Polled { lists: Vec<(u32, Result<Vec<Listed>, ListError>)>, xids: XidBatch },
+    Polled { lists: Vec<(u32, Result<Vec<Listed>, ListError>)>, xids: XidBatch, readings: Vec<Reading> },
+    Metered(Vec<Reading>),
 }
 
 /// Why no answer came.
@@ -87,7 +92,8 @@ fn run(
                 Some(session) => Answer::Probed(session.probe()),
                 None => Answer::Probed(Err(OpenError::NotOpen)),
             },
-            Job::Poll { watched, chosen, drain } => Answer::Polled {
+            Job::Meter(ask) => Answer::Metered(session.as_mut().map(|s| s.meter(&ask)).unwrap_or_default()),
+            Job::Poll { watched, chosen, drain, meter } => Answer::Polled {
                 lists: watched
                     .into_iter()
                     .map(|gpu| {
@@ -98,7 +104,12 @@ fn run(
                         (gpu, listed)
                     })
                     .collect(),
-                xids: session.as_mut().map(|session| session.xids(&chosen, drain)).unwrap_or_default(),
+                // No GPUs named: no Xid look (the first look registers the GPUs it names).
+                xids: match session.as_mut() {
+                    Some(session) if !chosen.is_empty() => session.xids(&chosen, drain),
+                    _ => XidBatch::default(),
+                },
+                readings: session.as_mut().map(|session| session.meter(&meter)).unwrap_or_default(),
             },
         };
         if answers.send(answer).is_err() {
@@ -185,6 +196,11 @@ impl NvmlThread {
             return None;
         }
         self.send(job);
+        self.answer_while_answering(per_call, most)
+    }
+
+    /// The answer to the job in hand, waited for as `ask_while_answering` does.
+    pub(crate) fn answer_while_answering(&mut self, per_call: Duration, most: Duration) -> Option<Answer> {
         let deadline = Instant::now() + most;
         loop {
             if let Some(answer) = self.try_answer() {

@@ -206,6 +206,13 @@ pub(crate) fn xids_not_kept(count: u64) -> Diagnosis {
     }
 }
 
+/// `12:34:56 UTC`: when something was seen during the run, as dmesg and the driver's logs can
+/// be matched to it.
+pub(crate) fn utc_clock(at: std::time::SystemTime) -> String {
+    let seconds = at.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs()) % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", seconds / 3600, seconds / 60 % 60, seconds % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

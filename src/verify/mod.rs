@@ -4,6 +4,7 @@
 pub(crate) mod container;
 pub(crate) mod diagnosis;
 pub(crate) mod monitor;
+pub(crate) mod receipt;
 pub(crate) mod report;
 pub(crate) mod verdict;
 pub(crate) mod xid;

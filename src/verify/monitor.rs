@@ -6,10 +6,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::options::size::human;
 use crate::options::VerifyMode;
+use crate::probe::meter::{Ask, Reading};
 use crate::probe::nvml::{Call, ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
+use crate::verify::receipt::Receipt;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 
 /// The first poll comes this soon after launch; the interval then grows by half each time.
@@ -59,6 +62,12 @@ pub(crate) struct Monitor {
     mps_neighbours: BTreeMap<u32, std::collections::BTreeSet<(u32, Option<String>)>>,
     /// The devices a process of the command was seen on as an MPS client.
     mps_gpus: std::collections::BTreeSet<u32>,
+    /// The receipt: what the chosen GPUs drew and did, and who else appeared on them.
+    pub(crate) receipt: Receipt,
+    started: Instant,
+    /// `--per-rank`: the launcher that started this rank; the other ranks, its descendants,
+    /// are the job's own wherever they appear (NCCL's peer contexts), never intruders.
+    launcher: Option<u32>,
 }
 
 /// The other clients of one MPS server: (PID, owner).
@@ -97,11 +106,32 @@ impl Monitor {
             lost: Vec::new(),
             mps_neighbours: BTreeMap::new(),
             mps_gpus: std::collections::BTreeSet::new(),
+            receipt: Receipt::new(
+                &selected
+                    .iter()
+                    .copied()
+                    .filter(|key| crate::probe::gpu::mig_parts(*key).is_none())
+                    .collect::<Vec<_>>(),
+            ),
+            started: now,
+            launcher: None,
         }
+    }
+
+    /// What the receipt reads now: the chosen whole GPUs, with the counters at the start and
+    /// the end (`bounds`).
+    pub(crate) fn meter(&self, bounds: bool) -> Ask {
+        Ask { gpus: self.receipt.gpus(), bounds }
+    }
+
+    /// Takes the receipt's readings.
+    pub(crate) fn absorb_readings(&mut self, readings: &[Reading], bounds: bool) {
+        self.receipt.absorb(readings, bounds);
     }
 
     /// `--per-rank`: a process on another rank's GPU names that rank.
     pub(crate) fn for_rank(mut self, owners: Option<crate::rank::Owners>) -> Monitor {
+        self.launcher = owners.is_some().then(|| nix::unistd::getppid().as_raw() as u32);
         self.owners = owners;
         self
     }
@@ -325,6 +355,8 @@ impl Monitor {
                             && !procfs::exists(process.pid)
                         {
                             poll.foreign_namespace_pids.push((process.pid, gpu));
+                        } else if selected && !self.before_launch.contains(&process.pid) {
+                            self.intruder(process, gpu);
                         }
                     }
                     if tree_bytes > 0 || selected {
@@ -353,6 +385,42 @@ impl Monitor {
             }
         }
         poll
+    }
+}
+
+impl Monitor {
+    /// A process that appeared on a chosen GPU and is not the command's: said once, kept for
+    /// the receipt. Another rank of the same launch is the job's own.
+    fn intruder(&mut self, process: Listed, gpu: u32) {
+        if self.launcher.is_some_and(|launcher| procfs::descends_from(process.pid, launcher)) {
+            return;
+        }
+        // Our own MPS server, started on demand by the control daemon for the command's first
+        // client: the command's, in all but ancestry.
+        let ours = procfs::uid_of(process.pid) == Some(nix::unistd::getuid().as_raw());
+        if ours && crate::probe::mps::is_server(procfs::command_line(process.pid).as_deref()) {
+            return;
+        }
+        let at = self.started.elapsed();
+        let user = procfs::owner(process.pid);
+        let shown = user.clone();
+        if !self.receipt.intruder(process.pid, gpu, process.used_bytes, at, || user) {
+            return;
+        }
+        if self.receipt.intruders_not_kept > 0 {
+            tracing::warn!(
+                "more processes that are not the command's appeared on its GPUs: counted, not listed"
+            );
+            return;
+        }
+        let memory = process.used_bytes.map(|bytes| format!(" ({})", human(bytes))).unwrap_or_default();
+        tracing::warn!(
+            "PID {} of user {} appeared on {}{memory} at {}: it is not the command's, and shares the GPU with it",
+            process.pid,
+            shown.as_deref().unwrap_or("unknown"),
+            crate::probe::gpu::label(gpu),
+            crate::verify::diagnosis::utc_clock(std::time::SystemTime::now()),
+        );
     }
 }
 

@@ -15,6 +15,7 @@ use crate::options::size::human;
 use crate::probe::gpu::label;
 use crate::select::selection::{Device, Selection};
 use crate::verify::diagnosis::Diagnosis;
+use crate::verify::receipt::{GpuReceipt, Power, Receipt, Utilization};
 use crate::verify::verdict::Verdict;
 
 #[derive(Serialize)]
@@ -62,6 +63,35 @@ pub(crate) struct Report {
     /// `--per-rank`: which rank this was, of which group (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rank: Option<RankReport>,
+    /// The receipt, by UUID: what each chosen GPU drew and did (null where NVML could not say).
+    pub(crate) energy_joules: BTreeMap<String, Option<f64>>,
+    pub(crate) power_watts: BTreeMap<String, Power>,
+    pub(crate) utilization_percent: BTreeMap<String, Utilization>,
+    pub(crate) throttled_seconds: BTreeMap<String, Option<BTreeMap<&'static str, f64>>>,
+    /// Processes that were not the command's and appeared on its GPUs during the run.
+    pub(crate) intruders: Vec<IntruderReport>,
+    /// Intruders seen past the listed ones (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) intruders_not_listed: u64,
+    /// The receipt by index, for the summary.
+    #[serde(skip)]
+    receipt_lines: Vec<(u32, GpuReceipt)>,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+/// A process not the command's seen on one of its GPUs.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct IntruderReport {
+    pub(crate) pid: u32,
+    pub(crate) user: Option<String>,
+    pub(crate) gpu_uuid: Option<String>,
+    #[serde(skip)]
+    gpu: u32,
+    pub(crate) memory_bytes: Option<u64>,
+    pub(crate) first_seen_seconds: f64,
 }
 
 /// The container a run was.
@@ -124,7 +154,47 @@ impl Report {
             min_free: None,
             rank: None,
             container: None,
+            energy_joules: BTreeMap::new(),
+            power_watts: BTreeMap::new(),
+            utilization_percent: BTreeMap::new(),
+            throttled_seconds: BTreeMap::new(),
+            intruders: Vec::new(),
+            intruders_not_listed: 0,
+            receipt_lines: Vec::new(),
         }
+    }
+
+    /// The receipt (`None`: nothing watched the run): an entry for every chosen device, null
+    /// where nothing was read (a MIG device has no power or energy of its own).
+    pub(crate) fn add_receipt(&mut self, receipt: Option<&Receipt>, uuid_of: &dyn Fn(u32) -> Option<String>) {
+        let figures = receipt.map(Receipt::per_gpu).unwrap_or_default();
+        for device in &self.selected {
+            let key = device.uuid.clone().unwrap_or_else(|| label(device.index));
+            let found = figures.iter().find(|figures| figures.gpu == device.index);
+            let unknown = GpuReceipt::unknown(device.index);
+            let figures = found.unwrap_or(&unknown);
+            self.energy_joules.insert(key.clone(), figures.energy_joules);
+            self.power_watts.insert(key.clone(), figures.power);
+            self.utilization_percent.insert(key.clone(), figures.utilization);
+            self.throttled_seconds.insert(key, figures.throttled_seconds.clone());
+            if let Some(found) = found {
+                self.receipt_lines.push((device.index, found.clone()));
+            }
+        }
+        let Some(receipt) = receipt else { return };
+        self.intruders = receipt
+            .intruders
+            .iter()
+            .map(|intruder| IntruderReport {
+                pid: intruder.pid,
+                user: intruder.user.clone(),
+                gpu_uuid: uuid_of(intruder.gpu),
+                gpu: intruder.gpu,
+                memory_bytes: intruder.memory_bytes,
+                first_seen_seconds: (intruder.first_seen.as_secs_f64() * 10.0).round() / 10.0,
+            })
+            .collect();
+        self.intruders_not_listed = receipt.intruders_not_kept;
     }
 
     /// `--report`: the summary on stderr, in the log format in force.
@@ -176,6 +246,25 @@ impl Report {
             .collect();
         if !peaks.is_empty() {
             let _ = write!(text, "\n  peak memory:  {}", peaks.join(", "));
+        }
+        for (index, figures) in &self.receipt_lines {
+            if let Some(line) = figures.line() {
+                let _ = write!(text, "\n  {:<14}{line}", format!("{}:", label(*index)));
+            }
+        }
+        for intruder in &self.intruders {
+            let memory = intruder.memory_bytes.map(|bytes| format!(", {}", human(bytes))).unwrap_or_default();
+            let _ = write!(
+                text,
+                "\n  intruder:     PID {} of user {} on {}{memory}, {:.1} s into the run",
+                intruder.pid,
+                intruder.user.as_deref().unwrap_or("unknown"),
+                label(intruder.gpu),
+                intruder.first_seen_seconds
+            );
+        }
+        if self.intruders_not_listed > 0 {
+            let _ = write!(text, "\n  intruders:    {} more, not listed", self.intruders_not_listed);
         }
         let _ = write!(text, "\n  wall time:    {:.2} s", self.wall_seconds);
         let exit = match (&self.exit.code, &self.exit.signal_name) {

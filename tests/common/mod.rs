@@ -211,6 +211,11 @@ pub struct Run {
 }
 
 impl Run {
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Run {
+        self.command.arg(arg);
+        self
+    }
+
     pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, args: I) -> Run {
         self.command.args(args);
         self
@@ -434,4 +439,15 @@ pub fn wait_unless_hung(child: &mut Child) -> std::process::ExitStatus {
         panic!("PID {} was still running after {HANG:?}: hung", child.id());
     }
     status.expect("ended")
+}
+
+/// The name of the user a process runs as (`ps -o user=`'s answer, by /proc and `id`).
+pub fn owner_of(pid: u32) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata(format!("/proc/{pid}")).expect("a live process").uid();
+    let out = Command::new("id").args(["-nu", &uid.to_string()]).output().expect("id");
+    match out.status.success() {
+        true => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        false => uid.to_string(),
+    }
 }

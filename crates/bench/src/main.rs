@@ -254,7 +254,26 @@ impl Bench {
         let started = Instant::now();
         let mut child = command.spawn().expect("start gpurun");
         let pid = child.id();
-        std::thread::sleep(Duration::from_secs(seconds) - Duration::from_millis(500));
+        // Every thread's time on a CPU, in ns (schedstat's first field): utime and stime count
+        // in clock ticks, too coarse for a supervisor that wakes a few times a minute. Read once
+        // the launch is over and again near the end: the polling alone.
+        let cpu_ns = || -> u64 {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|tasks| {
+                    tasks
+                        .flatten()
+                        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+                        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        let settled = Duration::from_millis(1500);
+        std::thread::sleep(settled);
+        let polling_from = (cpu_ns(), Instant::now());
+        std::thread::sleep(Duration::from_secs(seconds) - Duration::from_millis(500) - settled);
+        let polling_ns = cpu_ns().saturating_sub(polling_from.0);
+        let polling_window = polling_from.1.elapsed();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
@@ -301,6 +320,7 @@ impl Bench {
             "own_rss_kib": kib("VmRSS:").saturating_sub(library_kib),
             "cpu_seconds": cpu_seconds,
             "cpu_percent_of_a_core": 100.0 * cpu_seconds / wall.as_secs_f64(),
+            "polling_cpu_us_per_second": polling_ns as f64 / 1000.0 / polling_window.as_secs_f64(),
         })
     }
 
@@ -837,7 +857,8 @@ fn print_table(results: &Value) {
     let supervision = &results["supervision"];
     println!(
         "\nSupervision of a {} s child with verification polling ({} threads): VmHWM {} KiB, VmRSS {} KiB of which \
-         the NVML library's pages {} KiB and gpurun's own {} KiB; CPU {:.3} s = {:.3}% of a core",
+         the NVML library's pages {} KiB and gpurun's own {} KiB; CPU {:.3} s = {:.3}% of a core; while polling \
+         {:.1} us of CPU per second",
         supervision["child_seconds"],
         supervision["threads"],
         supervision["vm_hwm_kib"],
@@ -845,7 +866,8 @@ fn print_table(results: &Value) {
         supervision["nvml_library_rss_kib"],
         supervision["own_rss_kib"],
         supervision["cpu_seconds"].as_f64().unwrap_or(0.0),
-        supervision["cpu_percent_of_a_core"].as_f64().unwrap_or(0.0)
+        supervision["cpu_percent_of_a_core"].as_f64().unwrap_or(0.0),
+        supervision["polling_cpu_us_per_second"].as_f64().unwrap_or(0.0)
     );
     let latency = &results["verification_latency"];
     println!(
@@ -953,7 +975,7 @@ fn main() {
         _ => {}
     }
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|ranks]");
+        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|ranks|supervision]");
         return;
     }
     let option = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -985,8 +1007,11 @@ fn main() {
             "burst" => json!({"queue": [bench.queue(400, LockFs::Disk), bench.queue(400, LockFs::Tmpfs)]}),
             "launch" => json!({"launch_cost": bench.launch_cost()}),
             "ranks" => json!({"ranks": bench.ranks(8)}),
+            "supervision" => json!({"supervision": bench.supervision()}),
             other => {
-                eprintln!("gpurun-bench: --only {other}: expected queue, burst, launch or ranks");
+                eprintln!(
+                    "gpurun-bench: --only {other}: expected queue, burst, launch, ranks or supervision"
+                );
                 std::process::exit(2);
             }
         };

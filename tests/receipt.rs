@@ -1,0 +1,224 @@
+//! The job's receipt (issue 38), through the binary on the simulator: the energy a run drew
+//! (NVML's counter, end minus start), its power and utilization, the seconds it was held back
+//! by reason (the driver's counters, else the sampled clock event reasons), and the processes
+//! that appeared on its GPU while it ran; in `--report-json`, `--report` and the history.
+
+use crate::common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{sim_cuda, wait_until, Sim};
+use nvml_sim::registry;
+use serde_json::Value;
+
+const UUID: &str = "GPU-38380000-0000-4000-8000-000000000000";
+
+/// One H100 drawing 200 W of 700 W at 55% utilization, with `extra` scenario keys.
+fn one_gpu(extra: &str) -> String {
+    format!(
+        "[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nuuid = \"{UUID}\"\npci_bus_id = \"00000000:17:00.0\"\n\
+         memory_total = \"80GiB\"\nutilization_gpu = 55\nutilization_memory = 10\npower_mw = 200000\n\
+         power_limit_mw = 700000\n{extra}\n"
+    )
+}
+
+fn report_of(sim: &Sim, sleep: &str) -> (common::Outcome, Value) {
+    let file = sim.dir.path().join("report.json");
+    let outcome = sim
+        .gpurun()
+        .args(["--report", "--report-json"])
+        .arg(&file)
+        .arg("--")
+        .arg(sim_cuda())
+        .args(["--quiet", "--sleep", sleep])
+        .run();
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}: {}", outcome.stderr));
+    (outcome, serde_json::from_str(&text).unwrap())
+}
+
+fn near(value: &Value, expected: f64, share: f64) -> bool {
+    value.as_f64().is_some_and(|v| (v - expected).abs() <= expected * share)
+}
+
+#[test]
+fn a_three_second_job_at_200_w_draws_600_j() {
+    let sim = Sim::new(&one_gpu(""));
+    let (outcome, report) = report_of(&sim, "3");
+    outcome.status(0);
+    let wall = report["wall_seconds"].as_f64().unwrap();
+    let energy = &report["energy_joules"][UUID];
+    assert!(near(energy, 600.0, 0.15), "energy {energy}, wall {wall} s");
+    assert!(near(energy, 200.0 * wall, 0.05), "energy {energy} for {wall} s at 200 W");
+    let power = &report["power_watts"][UUID];
+    assert!(near(&power["mean"], 200.0, 0.15), "{power}");
+    assert_eq!(power["max"], 200.0);
+    assert_eq!(power["limit"], 700.0);
+    assert_eq!(report["utilization_percent"][UUID], serde_json::json!({"p50": 55, "p95": 55, "max": 55}));
+    assert_eq!(report["throttled_seconds"][UUID], serde_json::json!({}));
+    assert_eq!(report["intruders"], serde_json::json!([]));
+    let line = outcome.stderr.lines().find(|l| l.trim_start().starts_with("GPU 0:")).unwrap_or_else(|| {
+        panic!("no receipt line in the report:\n{}", outcome.stderr);
+    });
+    assert!(line.contains(" J ("), "{line}");
+    assert!(line.contains("200 W mean / 200 W max of 700 W, util p50 55% p95 55%, not throttled"), "{line}");
+}
+
+#[test]
+fn a_gpu_without_the_energy_counter_gives_null_and_the_run_goes_on() {
+    let sim = Sim::new(&one_gpu("energy_counter = false"));
+    let (outcome, report) = report_of(&sim, "0.5");
+    outcome.status(0);
+    assert_eq!(report["energy_joules"], serde_json::json!({ UUID: null }));
+    assert_eq!(report["power_watts"][UUID]["mean"], 200.0, "power is read all the same");
+    let line = outcome.stderr.lines().find(|l| l.trim_start().starts_with("GPU 0:")).unwrap();
+    assert!(!line.contains("energy"), "{line}");
+}
+
+#[test]
+fn hw_slowdown_is_counted_from_the_samples_and_idle_is_not_throttling() {
+    let sim = Sim::new(&one_gpu("clocks_event_reasons = [\"hw_slowdown\", \"idle\"]"));
+    let (outcome, report) = report_of(&sim, "2");
+    outcome.status(0);
+    let wall = report["wall_seconds"].as_f64().unwrap();
+    let held = &report["throttled_seconds"][UUID];
+    let seconds = held["hw_slowdown"].as_f64().unwrap_or_else(|| panic!("{held}"));
+    assert!(seconds >= 1.5 && seconds <= wall + 0.1, "{seconds} s of {wall} s");
+    assert_eq!(held.as_object().unwrap().len(), 1, "idle is not throttling: {held}");
+    outcome.stderr_has("s hw_slowdown");
+}
+
+/// The driver's counter says what the samples cannot: the counter moved by 1.25 s while the
+/// reason was seen at every sample of a 3 s run.
+#[test]
+fn the_drivers_throttle_counter_beats_the_samples() {
+    let scenario = |ns: u64| {
+        one_gpu(&format!(
+            "clocks_event_reasons = [\"sw_power_cap\"]\nthrottle_ns = {{ sw_power_cap = {ns} }}"
+        ))
+    };
+    let sim = Sim::new(&scenario(500_000_000));
+    let file = sim.dir.path().join("report.json");
+    let mut run = sim
+        .gpurun()
+        .args(["--report-json"])
+        .arg(&file)
+        .arg("--")
+        .arg(sim_cuda())
+        .args(["--quiet", "--sleep", "3"]);
+    let mut child = run.command.stdin(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let state = sim.scenario.with_extension("toml.state");
+    assert!(wait_until(Duration::from_secs(10), || !registry::live(&state).is_empty()));
+    std::thread::sleep(Duration::from_millis(300));
+    sim.rewrite(&scenario(1_750_000_000));
+    assert!(common::wait_unless_hung(&mut child).success());
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(report["throttled_seconds"][UUID], serde_json::json!({"sw_power_cap": 1.25}));
+}
+
+/// Another user's process (as root: nobody, through setpriv; otherwise an untracked one of
+/// ours) appears on the job's GPU while it runs: warned about then, listed in the report.
+#[test]
+fn a_process_that_appears_on_the_gpu_mid_run_is_warned_about_and_listed() {
+    let sim = Sim::new(&one_gpu(""));
+    let file = sim.dir.path().join("report.json");
+    let log = sim.dir.path().join("stderr.txt");
+    let mut run = sim
+        .gpurun()
+        .args(["--report-json"])
+        .arg(&file)
+        .arg("--")
+        .arg(sim_cuda())
+        .args(["--quiet", "--sleep", "9"]);
+    let mut gpurun =
+        run.command.stdin(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+    let state = sim.scenario.with_extension("toml.state");
+    assert!(wait_until(Duration::from_secs(10), || !registry::live(&state).is_empty()));
+    let (program, args): (&str, Vec<&str>) = match common::is_root() {
+        true => ("setpriv", vec!["--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"]),
+        false => ("sleep", vec!["60"]),
+    };
+    let stranger = common::Running(Command::new(program).args(&args).stdin(Stdio::null()).spawn().unwrap());
+    let pid = stranger.0.id();
+    let switched =
+        || std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with("sleep"));
+    assert!(wait_until(Duration::from_secs(5), switched), "setpriv did not run sleep");
+    let user = common::owner_of(pid);
+    registry::register_as(&state, pid, &[(UUID.to_owned(), 3 << 30)], None).unwrap();
+    let said = format!("PID {pid} of user {user} appeared on GPU 0 (3 GiB) at ");
+    let warned = wait_until(Duration::from_secs(8), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains(&said)
+    });
+    let still_running = gpurun.try_wait().unwrap().is_none();
+    assert!(warned, "{}", std::fs::read_to_string(&log).unwrap());
+    assert!(still_running, "the warning came only after the job");
+    assert!(common::wait_unless_hung(&mut gpurun).success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches(&said).count(), 1, "warned once:\n{text}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let intruders = report["intruders"].as_array().unwrap();
+    assert_eq!(intruders.len(), 1, "{intruders:?}");
+    assert_eq!(intruders[0]["pid"], pid);
+    assert_eq!(intruders[0]["user"], user.as_str());
+    assert_eq!(intruders[0]["gpu_uuid"], UUID);
+    assert_eq!(intruders[0]["memory_bytes"], 3u64 << 30);
+    assert!(intruders[0]["first_seen_seconds"].as_f64().unwrap() > 0.0, "{intruders:?}");
+    assert_eq!(report["verification"]["verdict"], "verified", "an intruder is not the command's: {report}");
+}
+
+#[test]
+fn the_history_keeps_the_energy() {
+    let sim = Sim::new(&one_gpu(""));
+    sim.gpurun().arg("--").arg(sim_cuda()).args(["--quiet", "--sleep", "1"]).run().status(0);
+    let listed = sim.gpurun().args(["--history", "--json"]).run();
+    let records = listed.status(0).json();
+    let energy = &records[0]["energy_joules"][UUID];
+    assert!(near(energy, 200.0, 0.25), "{energy}");
+    assert_eq!(records[0]["power_watts"][UUID]["limit"], 700.0);
+    let table = sim.gpurun().args(["--history"]).run();
+    let header = table.stdout.lines().next().unwrap();
+    let column = header.find("ENERGY").expect("an energy column");
+    let row = table.stdout.lines().nth(1).unwrap();
+    assert!(row[column..].starts_with(&format!("{:.0}J", energy.as_f64().unwrap())), "{}", table.stdout);
+}
+
+/// An MPS server of our own appears mid-run (the control daemon starts it for the command's
+/// first client): the command's, not an intruder; an untracked process of ours beside it is.
+#[test]
+fn our_own_mps_server_is_no_intruder() {
+    let sim = Sim::new(&one_gpu(""));
+    let file = sim.dir.path().join("report.json");
+    let mut run = sim
+        .gpurun()
+        .args(["--report-json"])
+        .arg(&file)
+        .arg("--")
+        .arg(sim_cuda())
+        .args(["--quiet", "--sleep", "7"]);
+    let mut gpurun = common::Running(run.command.stdin(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let state = sim.scenario.with_extension("toml.state");
+    assert!(wait_until(Duration::from_secs(10), || !registry::live(&state).is_empty()));
+    let spawn = |script: &str| {
+        common::Running(Command::new("bash").args(["-c", script]).stdin(Stdio::null()).spawn().unwrap())
+    };
+    let server = spawn("exec -a nvidia-cuda-mps-server sleep 60");
+    let stranger = spawn("exec sleep 60");
+    let execed = |pid: u32, start: &'static str| {
+        move || std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(start))
+    };
+    assert!(wait_until(Duration::from_secs(5), execed(server.0.id(), "nvidia-cuda-mps-server")));
+    assert!(wait_until(Duration::from_secs(5), execed(stranger.0.id(), "sleep")));
+    registry::register_as(
+        &state,
+        server.0.id(),
+        &[(UUID.to_owned(), 256 << 20)],
+        Some(registry::MpsRole::Server),
+    )
+    .unwrap();
+    registry::register_as(&state, stranger.0.id(), &[(UUID.to_owned(), 1 << 30)], None).unwrap();
+    assert!(common::wait_unless_hung(&mut gpurun.0).success());
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let pids: Vec<u64> =
+        report["intruders"].as_array().unwrap().iter().map(|i| i["pid"].as_u64().unwrap()).collect();
+    assert_eq!(pids, vec![u64::from(stranger.0.id())], "{}", report["intruders"]);
+}
