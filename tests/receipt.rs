@@ -41,6 +41,45 @@ fn near(value: &Value, expected: f64, share: f64) -> bool {
     value.as_f64().is_some_and(|v| (v - expected).abs() <= expected * share)
 }
 
+/// A job of `sleep` seconds under `gpurun --report-json`, started and seen registered on the
+/// GPU: the running gpurun, its report's path and the simulator's registry.
+struct Job {
+    gpurun: std::process::Child,
+    report: std::path::PathBuf,
+    state: std::path::PathBuf,
+}
+
+fn start_job(sim: &Sim, sleep: &str, stderr: Stdio) -> Job {
+    let report = sim.dir.path().join("report.json");
+    let mut run = sim
+        .gpurun()
+        .args(["--report-json"])
+        .arg(&report)
+        .arg("--")
+        .arg(sim_cuda())
+        .args(["--quiet", "--sleep", sleep]);
+    let gpurun = run.command.stdin(Stdio::null()).stderr(stderr).spawn().unwrap();
+    let state = sim.scenario.with_extension("toml.state");
+    assert!(wait_until(Duration::from_secs(10), || !registry::live(&state).is_empty()));
+    Job { gpurun, report, state }
+}
+
+/// A test that fails mid-way leaves no job behind.
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = self.gpurun.kill();
+        let _ = self.gpurun.wait();
+    }
+}
+
+impl Job {
+    /// Waits for the end (status 0) and reads the report.
+    fn finish(&mut self) -> Value {
+        assert!(common::wait_unless_hung(&mut self.gpurun).success());
+        serde_json::from_str(&std::fs::read_to_string(&self.report).unwrap()).unwrap()
+    }
+}
+
 #[test]
 fn a_three_second_job_at_200_w_draws_600_j() {
     let sim = Sim::new(&one_gpu(""));
@@ -98,21 +137,10 @@ fn the_drivers_throttle_counter_beats_the_samples() {
         ))
     };
     let sim = Sim::new(&scenario(500_000_000));
-    let file = sim.dir.path().join("report.json");
-    let mut run = sim
-        .gpurun()
-        .args(["--report-json"])
-        .arg(&file)
-        .arg("--")
-        .arg(sim_cuda())
-        .args(["--quiet", "--sleep", "3"]);
-    let mut child = run.command.stdin(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let state = sim.scenario.with_extension("toml.state");
-    assert!(wait_until(Duration::from_secs(10), || !registry::live(&state).is_empty()));
+    let mut job = start_job(&sim, "3", Stdio::null());
     std::thread::sleep(Duration::from_millis(300));
     sim.rewrite(&scenario(1_750_000_000));
-    assert!(common::wait_unless_hung(&mut child).success());
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let report = job.finish();
     assert_eq!(report["throttled_seconds"][UUID], serde_json::json!({"sw_power_cap": 1.25}));
 }
 
@@ -121,19 +149,9 @@ fn the_drivers_throttle_counter_beats_the_samples() {
 #[test]
 fn a_process_that_appears_on_the_gpu_mid_run_is_warned_about_and_listed() {
     let sim = Sim::new(&one_gpu(""));
-    let file = sim.dir.path().join("report.json");
     let log = sim.dir.path().join("stderr.txt");
-    let mut run = sim
-        .gpurun()
-        .args(["--report-json"])
-        .arg(&file)
-        .arg("--")
-        .arg(sim_cuda())
-        .args(["--quiet", "--sleep", "9"]);
-    let mut gpurun =
-        run.command.stdin(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
-    let state = sim.scenario.with_extension("toml.state");
-    assert!(wait_until(Duration::from_secs(10), || !registry::live(&state).is_empty()));
+    let mut job = start_job(&sim, "9", std::fs::File::create(&log).unwrap().into());
+    let state = job.state.clone();
     let (program, args): (&str, Vec<&str>) = match common::is_root() {
         true => ("setpriv", vec!["--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"]),
         false => ("sleep", vec!["60"]),
@@ -149,13 +167,12 @@ fn a_process_that_appears_on_the_gpu_mid_run_is_warned_about_and_listed() {
     let warned = wait_until(Duration::from_secs(8), || {
         std::fs::read_to_string(&log).unwrap_or_default().contains(&said)
     });
-    let still_running = gpurun.try_wait().unwrap().is_none();
+    let still_running = job.gpurun.try_wait().unwrap().is_none();
     assert!(warned, "{}", std::fs::read_to_string(&log).unwrap());
     assert!(still_running, "the warning came only after the job");
-    assert!(common::wait_unless_hung(&mut gpurun).success());
+    let report = job.finish();
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text.matches(&said).count(), 1, "warned once:\n{text}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let intruders = report["intruders"].as_array().unwrap();
     assert_eq!(intruders.len(), 1, "{intruders:?}");
     assert_eq!(intruders[0]["pid"], pid);
@@ -187,17 +204,8 @@ fn the_history_keeps_the_energy() {
 #[test]
 fn our_own_mps_server_is_no_intruder() {
     let sim = Sim::new(&one_gpu(""));
-    let file = sim.dir.path().join("report.json");
-    let mut run = sim
-        .gpurun()
-        .args(["--report-json"])
-        .arg(&file)
-        .arg("--")
-        .arg(sim_cuda())
-        .args(["--quiet", "--sleep", "7"]);
-    let mut gpurun = common::Running(run.command.stdin(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    let state = sim.scenario.with_extension("toml.state");
-    assert!(wait_until(Duration::from_secs(10), || !registry::live(&state).is_empty()));
+    let mut job = start_job(&sim, "7", Stdio::null());
+    let state = job.state.clone();
     let spawn = |script: &str| {
         common::Running(Command::new("bash").args(["-c", script]).stdin(Stdio::null()).spawn().unwrap())
     };
@@ -216,8 +224,7 @@ fn our_own_mps_server_is_no_intruder() {
     )
     .unwrap();
     registry::register_as(&state, stranger.0.id(), &[(UUID.to_owned(), 1 << 30)], None).unwrap();
-    assert!(common::wait_unless_hung(&mut gpurun.0).success());
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let report = job.finish();
     let pids: Vec<u64> =
         report["intruders"].as_array().unwrap().iter().map(|i| i["pid"].as_u64().unwrap()).collect();
     assert_eq!(pids, vec![u64::from(stranger.0.id())], "{}", report["intruders"]);
