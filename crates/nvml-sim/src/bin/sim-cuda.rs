@@ -17,7 +17,7 @@ use nvml_sim::scenario::{self, Source};
 
 const USAGE: &str =
     "usage: sim-cuda [--mem SIZE] [--use N | --device ORDINAL[,ORDINAL...]] [--set-visible LIST] \
-[--workers N] [--mps-server] [--sleep SECONDS] [--exit CODE] [--quiet]
+[--workers N] [--mps-server] [--sleep SECONDS] [--exit CODE] [--quiet] [--count]
 
   --mem SIZE        memory each process takes on each GPU it uses (binary units; default 1GiB)
   --use N           use only the first N visible devices (a multi-GPU job that uses fewer)
@@ -31,7 +31,9 @@ const USAGE: &str =
                     then its MPS client (listed only in the MPS list), as CUDA makes it
   --sleep SECONDS   how long to hold the devices (default 0)
   --exit CODE       exit status once done (default 0)
-  --quiet           print nothing on stdout";
+  --quiet           print nothing on stdout
+  --count           print how many devices CUDA enumerates (torch.cuda.device_count()) and
+                    exit, registering nothing";
 
 struct Options {
     mem_bytes: u64,
@@ -43,6 +45,7 @@ struct Options {
     sleep: Duration,
     exit_code: u8,
     quiet: bool,
+    count: bool,
     /// Internal: this process is a worker of that parent.
     worker: bool,
 }
@@ -58,6 +61,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         sleep: Duration::ZERO,
         exit_code: 0,
         quiet: false,
+        count: false,
         worker: false,
     };
     let mut rest = args.iter();
@@ -83,6 +87,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--exit" => options.exit_code = number(flag, &value()?)?,
             "--quiet" => options.quiet = true,
+            "--count" => options.count = true,
             "--mps-server" => options.mps_server = true,
             "--worker" => options.worker = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
@@ -158,6 +163,10 @@ fn run() -> Result<u8, String> {
         std::env::var("CUDA_DEVICE_ORDER").ok().as_deref(),
         options.set_visible.clone().or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok()).as_deref(),
     );
+    if options.count {
+        println!("{}", visible.len());
+        return Ok(0);
+    }
     let used: Vec<CudaDevice> = match &options.ordinals {
         Some(ordinals) => ordinals
             .iter()
