@@ -28,7 +28,7 @@ use crate::launch::container::CidUse;
 use crate::launch::env;
 use crate::launch::plan::{Plan, PlanInput};
 use crate::options::size::Threshold;
-use crate::options::{Fallback, HealthUse, Verbosity};
+use crate::options::{Fallback, HealthUse, LauncherUse, Verbosity};
 use crate::output::{doctor, listing};
 use crate::probe::gpu::Machine;
 use crate::probe::nvml::OpenError;
@@ -85,11 +85,8 @@ fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Err
     }
     // What the command gets, or exit 75's explanation.
     let plan = match chosen {
-        Ok(selection) => {
-            Ok(Plan::build(&plan_input(config, goal), &machine, selection).map_err(|error| {
-                Error::Usage(format!("cannot make a private directory for the container's ID: {error}"))
-            })?)
-        }
+        Ok(selection) => Ok(Plan::build(&plan_input(config, goal), &machine, selection)
+            .map_err(|error| Error::Usage(error.to_string()))?),
         Err(why) => Err(why),
     };
     let seen = Seen { config, machine: &machine, decision: &decision, live: &live, queue: &queue, sizing };
@@ -122,6 +119,12 @@ fn plan_input<'a>(config: &'a Config, goal: &'a Goal) -> PlanInput<'a> {
             Goal::List { .. } | Goal::Export => None,
         },
         mps: config.mps.as_ref(),
+        launcher: config.launcher.as_ref().filter(|_| config.launcher_use == LauncherUse::Auto),
+        launcher_note: config
+            .launcher
+            .as_ref()
+            .filter(|_| config.launcher_use == LauncherUse::Off)
+            .and_then(|run| run.override_note()),
     }
 }
 

@@ -20,6 +20,7 @@ mod health;
 mod history;
 mod hostile;
 mod launch;
+mod launchers;
 mod layout;
 mod list;
 mod man_page;

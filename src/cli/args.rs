@@ -12,8 +12,8 @@ use crate::options::devices::{self, DeviceList};
 use crate::options::signal::{self, SignalList};
 use crate::options::size::{self, MinFree};
 use crate::options::{
-    duration, ContainerUse, CpuBind, Fallback, HealthUse, LogFormat, MigUse, Policy, RankView, TopologyUse,
-    VerifyMode, VisibleAs,
+    duration, ContainerUse, CpuBind, Fallback, HealthUse, LauncherUse, LogFormat, MigUse, Policy, RankView,
+    TopologyUse, VerifyMode, VisibleAs,
 };
 
 const ABOUT: &str = "Run a command on the right NVIDIA GPU";
@@ -520,6 +520,23 @@ pub(crate) struct Cli {
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = ContainerUse::Auto, help_heading = "Command environment")]
     pub(crate) container: ContainerUse,
 
+    /// Hand the choice to deepspeed or accelerate launch in their own flags: auto or off.
+    ///
+    /// deepspeed and accelerate launch set their ranks' CUDA_VISIBLE_DEVICES themselves, from
+    /// their flags or config file. With auto, gpurun recognises them (also behind env, nice,
+    /// uv run and python -m deepspeed.launcher.runner / accelerate.commands.launch) and hands
+    /// its choice over: deepspeed gets --include localhost:IDS in place of --num_gpus N (N must
+    /// equal the count chosen; without --gpus, gpurun chooses N); accelerate launch gets
+    /// --gpu_ids IDS before its options, which beats its config file's gpu_ids. Refused (125)
+    /// with the flag or file named: an --include or --gpu_ids naming other GPUs, more processes
+    /// than GPUs (--num_gpus, --num_processes, the config file's num_processes), --exclude, a
+    /// hostfile (-H, /job/hostfile), several nodes (--num_nodes, --num_machines, the config
+    /// file's num_machines: use --per-rank under the launcher). --dry-run shows the rewritten
+    /// command. off leaves the command alone; a wrong-gpu verdict then names the launcher's
+    /// override.
+    #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = LauncherUse::Auto, help_heading = "Command environment")]
+    pub(crate) launcher: LauncherUse,
+
     /// Do not set TF_FORCE_GPU_ALLOW_GROWTH=true and XLA_PYTHON_CLIENT_PREALLOCATE=false.
     #[arg(long, hide_short_help = true, help_heading = "Command environment")]
     pub(crate) no_framework_env: bool,
@@ -691,6 +708,10 @@ pub(crate) struct Cli {
     /// The command to run, and its arguments.
     #[arg(value_name = "COMMAND", trailing_var_arg = true, allow_hyphen_values = false, value_hint = clap::ValueHint::CommandWithArguments)]
     pub(crate) command: Vec<OsString>,
+
+    /// `--gpus` was given (on the command line, in a file or a variable), not its default.
+    #[arg(skip)]
+    pub(crate) gpus_given: bool,
 }
 
 /// `--wait`: how long; `None` is forever.

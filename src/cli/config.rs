@@ -82,6 +82,10 @@ pub(crate) struct Config {
     pub(crate) container: Option<crate::launch::container::ContainerRun>,
     /// `--mps`: the client settings the command gets.
     pub(crate) mps: Option<crate::launch::env::MpsJoin>,
+    /// `--launcher`, and the launcher the command is (refused here where several nodes or a
+    /// hostfile are asked for, before anything is probed).
+    pub(crate) launcher_use: crate::options::LauncherUse,
+    pub(crate) launcher: Option<crate::launch::launchers::LauncherRun>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +116,8 @@ pub(crate) enum ConfigError {
     Mps(String),
     #[error(transparent)]
     Container(#[from] crate::launch::container::ContainerError),
+    #[error(transparent)]
+    Launcher(#[from] crate::launch::launchers::LauncherError),
 }
 
 /// `--mps`: the control pipe a client of this user would use, and whether a daemon reads it.
@@ -143,6 +149,37 @@ fn mps_join(cli: &Cli, container: bool) -> Result<Option<crate::launch::env::Mps
     Ok(Some(crate::launch::env::MpsJoin { threads: cli.mps_threads, pinned_bytes: cli.mps_mem }))
 }
 
+/// `-q`, `-v`, `-vv`.
+fn verbosity(quiet: bool, verbose: u8) -> Verbosity {
+    match (quiet, verbose) {
+        (true, _) => Verbosity::Quiet,
+        (false, 0) => Verbosity::Normal,
+        (false, 1) => Verbosity::Debug,
+        (false, _) => Verbosity::Trace,
+    }
+}
+
+/// The launcher the command is, for a launch or a dry run on this host (`None` for a rank or
+/// a container run: a launcher that starts ranks gets the choice, not what runs under it);
+/// deepspeed's `--num_gpus N` without `--gpus` makes the request N GPUs.
+fn launcher(
+    cli: &mut Cli,
+    mode_flag: Option<Option<ModeFlag>>,
+) -> Result<Option<crate::launch::launchers::LauncherRun>, ConfigError> {
+    let launcher = match mode_flag {
+        Some(None | Some(ModeFlag::DryRun)) if !cli.gpus.is_none() => {
+            crate::launch::launchers::recognise(&cli.command)?
+        }
+        _ => None,
+    };
+    if let Some(asked) = launcher.as_ref().and_then(|run| run.asked_count()) {
+        if !cli.gpus_given && cli.launcher == crate::options::LauncherUse::Auto {
+            cli.gpus = crate::options::count::Count::exactly(asked);
+        }
+    }
+    Ok(launcher)
+}
+
 impl Config {
     pub(crate) fn from_cli(
         mut cli: Cli,
@@ -167,6 +204,8 @@ impl Config {
             }
             _ => None,
         };
+        let on_host = container.is_none() && per_rank.is_none();
+        let launcher = launcher(&mut cli, on_host.then_some(mode_flag))?;
         let mode = mode(mode_flag, &mut cli, &origins)?;
         if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
             let origin = origins.get("model").map(|o| format!("{o}: ")).unwrap_or_default();
@@ -178,12 +217,6 @@ impl Config {
         if let Some(why) = limits.lock_escape(cli.no_lock, &lock_dir, root).filter(|_| reserves) {
             return Err(ConfigError::HouseRule(why));
         }
-        let verbosity = match (cli.quiet, cli.verbose) {
-            (true, _) => Verbosity::Quiet,
-            (false, 0) => Verbosity::Normal,
-            (false, 1) => Verbosity::Debug,
-            (false, _) => Verbosity::Trace,
-        };
         let (min_free, min_free_auto) = match cli.min_free {
             Some(MinFree::Given(threshold)) => (Some(threshold), None),
             Some(MinFree::Auto { fallback }) => (None, Some(fallback)),
@@ -227,7 +260,7 @@ impl Config {
             framework_env: !cli.no_framework_env,
             nvml_lib: cli.nvml_lib,
             nvml_timeout: cli.nvml_timeout,
-            verbosity,
+            verbosity: verbosity(cli.quiet, cli.verbose),
             log_format: cli.log_format,
             lock_dir: (!cli.no_lock).then_some(lock_dir),
             wait: cli.wait.map(|limit| limit.0),
@@ -240,6 +273,8 @@ impl Config {
             per_rank,
             container_use: cli.container,
             container,
+            launcher_use: cli.launcher,
+            launcher,
             mps,
         })
     }

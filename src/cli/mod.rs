@@ -102,8 +102,9 @@ pub(crate) fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, 
             return Err(usage(error, &args));
         }
     };
-    let cli =
+    let mut cli =
         <Cli as clap::FromArgMatches>::from_arg_matches(&matches).map_err(|error| usage(error, &args))?;
+    cli.gpus_given = matches.value_source("gpus").is_some_and(|source| source != ValueSource::DefaultValue);
     let mut origins = layered.origins();
     // A setting the user's own words give again is the command line's.
     if let Some(Ok(matches)) = user_only {

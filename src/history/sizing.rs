@@ -8,6 +8,7 @@
 
 use crate::history::Record;
 use crate::options::size::{human, Threshold};
+use crate::options::wrappers::{after_options, base, is_python};
 
 /// How many of the latest matching runs count.
 pub(crate) const RUNS: usize = 5;
@@ -21,60 +22,6 @@ pub(crate) struct Sizing {
     pub(crate) why: String,
     /// Sized from recorded peaks (then selection may lower it to what a card can have free).
     pub(crate) from_history: bool,
-}
-
-fn base(word: &str) -> &str {
-    word.rsplit('/').next().unwrap_or(word)
-}
-
-fn is_python(program: &str) -> bool {
-    program.strip_prefix("python").is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
-}
-
-/// The options of a wrapper that take a value in the next word (`nice -n 5`).
-fn takes_value(wrapper: &str, option: &str) -> bool {
-    let options: &[&str] = match wrapper {
-        "env" => &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
-        "nice" => &["-n", "--adjustment"],
-        "ionice" => &["-c", "--class", "-n", "--classdata"],
-        "taskset" => &[],
-        "numactl" => &[
-            "-N",
-            "--cpunodebind",
-            "-m",
-            "--membind",
-            "-C",
-            "--physcpubind",
-            "-p",
-            "--preferred",
-            "-i",
-            "--interleave",
-        ],
-        "uv" => &["--with", "--python", "-p", "--project", "--directory", "--package", "--group", "--extra"],
-        "poetry" | "pipenv" => &["-C", "--directory", "-P", "--project"],
-        "python" => &["-X", "-W", "-Q"],
-        _ => &[],
-    };
-    !option.contains('=') && options.contains(&option)
-}
-
-/// The words after a wrapper's own options: `nice -n 5 python x.py` -> `python x.py`.
-fn after_options<'a>(wrapper: &str, mut words: &'a [&'a str]) -> &'a [&'a str] {
-    while let Some((first, rest)) = words.split_first() {
-        if *first == "--" {
-            return rest;
-        }
-        if wrapper == "env" && first.contains('=') && !first.starts_with('-') {
-            words = rest;
-            continue;
-        }
-        // Python's -m and -c end its options: what follows is the module or the code.
-        if !first.starts_with('-') || (wrapper == "python" && matches!(*first, "-m" | "-c")) {
-            break;
-        }
-        words = if takes_value(wrapper, first) { rest.get(1..).unwrap_or_default() } else { rest };
-    }
-    words
 }
 
 /// A launcher that runs a Python script given later among its options (`torchrun

@@ -7,6 +7,7 @@ pub(crate) mod container;
 pub(crate) mod container_options;
 pub(crate) mod env;
 pub(crate) mod hooks;
+pub(crate) mod launchers;
 pub(crate) mod orphans;
 pub(crate) mod plan;
 pub(crate) mod signals;
@@ -264,6 +265,7 @@ fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor
     )
     .for_rank(plan.rank.as_ref().map(|member| member.owners.clone()))
     .for_container(plan.container().map(|c| c.cidfile.clone()))
+    .for_launcher(plan.launcher_note.clone())
 }
 
 /// How the command ended, and what verification saw.

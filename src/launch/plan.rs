@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use crate::launch::affinity;
 use crate::launch::container::{self, CidUse, ContainerRun, Prepared};
 use crate::launch::env;
+use crate::launch::launchers::{Chosen, LauncherError, LauncherRun};
 use crate::options::{ContainerUse, CpuBind, VisibleAs};
 use crate::probe::gpu::Machine;
 use crate::rank::{Owners, PerRank};
@@ -27,6 +28,19 @@ pub(crate) struct PlanInput<'a> {
     pub(crate) command: Option<(&'a [OsString], CidUse)>,
     /// `--mps`: the command joins its user's MPS server.
     pub(crate) mps: Option<&'a env::MpsJoin>,
+    /// The launcher the command is (`deepspeed`, `accelerate launch`), unless `--launcher off`.
+    pub(crate) launcher: Option<&'a LauncherRun>,
+    /// `--launcher off`: how the launcher left alone overrides CUDA_VISIBLE_DEVICES, if it does.
+    pub(crate) launcher_note: Option<String>,
+}
+
+/// Why no plan could be made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PlanError {
+    #[error("cannot make a private directory for the container's ID: {0}")]
+    ContainerId(#[from] std::io::Error),
+    #[error(transparent)]
+    Launcher(#[from] LauncherError),
 }
 
 /// Where the command runs.
@@ -35,6 +49,9 @@ pub(crate) enum Target {
     Host,
     /// In a container its client starts: the GPUs go in as the runtime's options.
     Container(Box<Prepared>),
+    /// On this host, through a launcher that sets its ranks' GPUs itself: the command with
+    /// gpurun's choice in the launcher's own flags.
+    Launcher(Vec<OsString>),
 }
 
 /// One rank of a `--per-rank` group: who it is, and whose each of the group's GPUs is.
@@ -47,6 +64,8 @@ pub(crate) struct Plan {
     pub(crate) gpus: env::Plan,
     pub(crate) target: Target,
     pub(crate) rank: Option<Member>,
+    /// `--launcher off`: why the launcher's ranks may land elsewhere (a wrong-gpu's cause).
+    pub(crate) launcher_note: Option<String>,
 }
 
 impl Plan {
@@ -55,7 +74,7 @@ impl Plan {
         input: &PlanInput,
         machine: &Machine,
         selection: Selection,
-    ) -> Result<Plan, std::io::Error> {
+    ) -> Result<Plan, PlanError> {
         let rank = input.per_rank.map(|per_rank| Member {
             owners: Owners::new(&selection.indices(), per_rank),
             per_rank: per_rank.clone(),
@@ -87,15 +106,23 @@ impl Plan {
                 let prepared = in_container(run, mode, command, input.framework_env, &mut gpus, cid)?;
                 Target::Container(Box::new(prepared))
             }
+            (None, Some((command, _))) if !gpus.selection.is_empty() => match input.launcher {
+                Some(launcher) => match launcher.hand_over(command, &chosen_for(&gpus))? {
+                    Some(rewritten) => Target::Launcher(rewritten),
+                    None => Target::Host,
+                },
+                None => Target::Host,
+            },
             _ => Target::Host,
         };
-        Ok(Plan { gpus, target, rank })
+        Ok(Plan { gpus, target, rank, launcher_note: input.launcher_note.clone() })
     }
 
     /// The command as it is run: a container run's with gpurun's options in it.
     pub(crate) fn command<'a>(&'a self, asked: &'a [OsString]) -> &'a [OsString] {
         match &self.target {
             Target::Container(prepared) => &prepared.command,
+            Target::Launcher(rewritten) => rewritten,
             Target::Host => asked,
         }
     }
@@ -103,8 +130,17 @@ impl Plan {
     pub(crate) fn container(&self) -> Option<&Prepared> {
         match &self.target {
             Target::Container(prepared) => Some(prepared),
-            Target::Host => None,
+            Target::Host | Target::Launcher(_) => None,
         }
+    }
+}
+
+/// The choice in a launcher's terms: CUDA's ordinals, and the CUDA_VISIBLE_DEVICES given.
+fn chosen_for(gpus: &env::Plan) -> Chosen<'_> {
+    Chosen {
+        ordinals: gpus.selection.devices.iter().map(|device| device.cuda_ordinal).collect(),
+        visible: gpus.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default(),
+        mig: gpus.selection.devices.iter().any(|device| device.mig),
     }
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod model;
 pub(crate) mod shell;
 pub(crate) mod signal;
 pub(crate) mod size;
+pub(crate) mod wrappers;
 
 use clap::ValueEnum;
 
@@ -111,6 +112,17 @@ pub(crate) enum CpuBind {
     None,
     /// The CPUs local to the chosen GPUs, within gpurun's own.
     Numa,
+}
+
+/// `--launcher`: whether a launcher that sets its ranks' GPUs itself (`deepspeed`, `accelerate
+/// launch`) gets gpurun's choice in its own flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub(crate) enum LauncherUse {
+    /// deepspeed: --include localhost:IDS in place of --num_gpus; accelerate: --gpu_ids IDS.
+    #[default]
+    Auto,
+    /// Leave the command alone (verification then names the launcher's override).
+    Off,
 }
 
 /// `--container`: whether a container run gets the chosen GPUs as the runtime's options.

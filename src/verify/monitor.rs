@@ -65,6 +65,8 @@ pub(crate) struct Monitor {
     /// The receipt: what the chosen GPUs drew and did, and who else appeared on them.
     pub(crate) receipt: Receipt,
     started: Instant,
+    /// `--launcher off`: how the launcher left alone overrides CUDA_VISIBLE_DEVICES.
+    launcher_note: Option<String>,
     /// `--per-rank`: the launcher that started this rank; the other ranks, its descendants,
     /// are the job's own wherever they appear (NCCL's peer contexts), never intruders.
     launcher: Option<u32>,
@@ -115,6 +117,7 @@ impl Monitor {
             ),
             started: now,
             launcher: None,
+            launcher_note: None,
         }
     }
 
@@ -133,6 +136,12 @@ impl Monitor {
     pub(crate) fn for_rank(mut self, owners: Option<crate::rank::Owners>) -> Monitor {
         self.launcher = owners.is_some().then(|| nix::unistd::getppid().as_raw() as u32);
         self.owners = owners;
+        self
+    }
+
+    /// `--launcher off`: a wrong GPU's cause names the launcher's override.
+    pub(crate) fn for_launcher(mut self, note: Option<String>) -> Monitor {
+        self.launcher_note = note;
         self
     }
 
@@ -214,6 +223,7 @@ impl Monitor {
         let visible_given = self.visible_given.clone();
         let owners = self.owners.clone();
         let in_container = self.container.is_some();
+        let launcher_note = self.launcher_note.clone();
         self.tracker.observe(poll, |sighting| {
             let another_ranks =
                 owners.as_ref().and_then(|owners| Some((owners.own_rank, owners.rank_of(sighting.gpu)?)));
@@ -225,7 +235,10 @@ impl Monitor {
                     volume passed by hand, --privileged, or a runtime that injects every GPU by default"
                         .to_owned()
                 }
-                None => likely_cause(sighting, &visible_given),
+                None => match &launcher_note {
+                    Some(note) => format!("{}; {note}", likely_cause(sighting, &visible_given)),
+                    None => likely_cause(sighting, &visible_given),
+                },
             }
         });
         let mut strict_failure = None;
