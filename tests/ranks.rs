@@ -239,7 +239,8 @@ fn a_rank_that_never_comes_holds_its_gpu_only_until_the_rank_timeout() {
         .collect();
     assert!(wait_until(Duration::from_secs(10), || leases(&sim.lock_dir()) == 3));
     let list = sim.gpurun().args(["--list"]).run();
-    list.status(0).stdout_has("(for rank 3, not started yet)");
+    let host = String::from_utf8(std::process::Command::new("hostname").output().unwrap().stdout).unwrap();
+    list.status(0).stdout_has(&format!("(for rank 3 on node {}, not started yet)", host.trim()));
     // Within its --rank-timeout (8 s, far longer than these two looks) GPU 4 stays rank 3's.
     sim.gpurun()
         .args(["--exclusive", "--gpus", "2", "--", "true"])
@@ -616,4 +617,63 @@ fn a_group_size_from_the_environment_is_checked_and_said_in_ranks() {
         .run()
         .status(125)
         .stderr_has("gpurun: 5 ranks x 2 GPUs = 10: this machine has 8 GPUs");
+}
+
+/// Two "hosts" of one mpirun on this machine (Open MPI's rsh agent runs each host's daemon
+/// here, with that host's own simulated GPUs and TMPDIR) and one lock directory: each host's
+/// two ranks form their own group on their own GPUs (issue 40: before, host b's ranks joined
+/// host a's group and failed).
+#[test]
+fn two_hosts_of_one_mpirun_share_a_lock_directory_and_never_meet() {
+    let Some(mpirun) = find_program("mpirun") else {
+        return common::skip("mpirun", "Open MPI is not installed (make test installs openmpi-bin as root)");
+    };
+    let host_gpus = |host: char| {
+        scenario_file("two_idle.toml").replace("GPU-22220000", &format!("GPU-{}", host.to_string().repeat(8)))
+    };
+    let sim = Sim::new(&host_gpus('a'));
+    let dir = sim.dir.path();
+    for host in ['a', 'b'] {
+        std::fs::write(dir.join(format!("{host}.toml")), host_gpus(host)).unwrap();
+    }
+    let agent = dir.join("agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\n# plm_rsh_agent: HOST COMMAND... runs COMMAND here, as that host.\nhost=$1; shift\n\
+             export NVML_SIM_SCENARIO={0}/$host.toml TMPDIR={0}/tmp-$host\nmkdir -p \"$TMPDIR\"\nexec sh -c \"$*\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = format!(
+        "exec {} --per-rank --report-json {}/rank$OMPI_COMM_WORLD_RANK.json -- {} --device $OMPI_COMM_WORLD_LOCAL_RANK --quiet --sleep 0.5",
+        common::gpurun_binary(),
+        dir.display(),
+        common::sim_cuda().display()
+    );
+    let mut command = sim.gpurun_command(&mpirun, &[]).command;
+    command
+        .args(["--allow-run-as-root", "--oversubscribe", "--mca", "plm_rsh_agent"])
+        .arg(&agent)
+        .args(["--host", "a:2,b:2", "-np", "4", "sh", "-c", &script]);
+    let output = command.stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let mut by_host: std::collections::BTreeMap<String, Vec<(String, String)>> = Default::default();
+    for r in 0..4 {
+        let report = report(&dir.join(format!("rank{r}.json")));
+        assert_eq!(report["verification"]["verdict"], "verified", "{report}");
+        let uuid = report["selected"][0]["uuid"].as_str().unwrap().to_owned();
+        let node = report["rank"]["node"].as_str().unwrap().to_owned();
+        by_host.entry(uuid[4..5].to_owned()).or_default().push((uuid, node));
+    }
+    assert_eq!(by_host.len(), 2, "each host's ranks on its own GPUs: {by_host:?}");
+    for (host, ranks) in &by_host {
+        assert_eq!(ranks.len(), 2, "{host}: {ranks:?}");
+        assert_ne!(ranks[0].0, ranks[1].0, "{host}: two ranks on one GPU");
+        assert_eq!(ranks[0].1, ranks[1].1, "{host}: one node");
+    }
+    let nodes: Vec<&String> = by_host.values().map(|ranks| &ranks[0].1).collect();
+    assert_ne!(nodes[0], nodes[1], "two nodes");
 }

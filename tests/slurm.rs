@@ -25,14 +25,13 @@ struct Cluster {
 
 impl Cluster {
     /// A running cluster, or None (with the reason printed) where this machine cannot run one.
-    fn start(test: &str, proctrack_pgid: bool) -> Option<Cluster> {
+    /// `mode`: cluster.sh's `PGID` (proctrack/pgid) or `NODES2` (nodes n1 and n2 on this host).
+    fn start(test: &str, mode: Option<&str>) -> Option<Cluster> {
         let sim = Sim::new(&scenario_file("slurm4.toml"));
         let dir = sim.dir.path().join("slurm");
         let mut command = Command::new(script());
         command.arg("start").arg(&dir);
-        if proctrack_pgid {
-            command.arg("PGID");
-        }
+        command.args(mode);
         let output = command.output().expect("run cluster.sh");
         let stdout = String::from_utf8_lossy(&output.stdout);
         match output.status.code() {
@@ -119,7 +118,7 @@ fn landed(report: &Value) -> Vec<u64> {
 
 #[test]
 fn a_step_selects_only_inside_its_allocation() {
-    let Some(cluster) = Cluster::start("a_step_selects_only_inside_its_allocation", false) else { return };
+    let Some(cluster) = Cluster::start("a_step_selects_only_inside_its_allocation", None) else { return };
     // Another job holds GPUs 0 and 1, so the step gets 2 and 3 (global ids).
     let holder = cluster.sbatch(&["--gpus=2", "-o", "/dev/null", "--wrap", "sleep 120"]);
     cluster.wait_state(&holder, &["RUNNING"]);
@@ -172,7 +171,7 @@ fn a_step_selects_only_inside_its_allocation() {
 
 #[test]
 fn each_task_gets_its_own_card() {
-    let Some(cluster) = Cluster::start("each_task_gets_its_own_card", false) else { return };
+    let Some(cluster) = Cluster::start("each_task_gets_its_own_card", None) else { return };
     let sim_cuda = sim_cuda().display().to_string();
     let step = cluster
         .run("srun", &["--ntasks=2", "--gpus-per-task=1", "gpurun", "-q", "--", &sim_cuda, "--sleep", "0.5"]);
@@ -187,7 +186,7 @@ fn each_task_gets_its_own_card() {
 
 #[test]
 fn four_tasks_of_a_step_share_one_set_with_per_rank() {
-    let Some(cluster) = Cluster::start("four_tasks_of_a_step_share_one_set_with_per_rank", false) else {
+    let Some(cluster) = Cluster::start("four_tasks_of_a_step_share_one_set_with_per_rank", None) else {
         return;
     };
     let sim_cuda = sim_cuda().display().to_string();
@@ -237,7 +236,7 @@ fn settle() {
 
 #[test]
 fn scancel_signals_reach_the_child_once() {
-    let Some(cluster) = Cluster::start("scancel_signals_reach_the_child_once", false) else { return };
+    let Some(cluster) = Cluster::start("scancel_signals_reach_the_child_once", None) else { return };
     for signal in ["TERM", "USR1"] {
         let (job, log) = recorded_job(&cluster, signal, &[], "");
         let sent = cluster.run("scancel", &[&format!("--signal={signal}"), &job]);
@@ -258,7 +257,7 @@ fn scancel_signals_reach_the_child_once() {
 
 #[test]
 fn the_jobs_exit_status_is_the_childs() {
-    let Some(cluster) = Cluster::start("the_jobs_exit_status_is_the_childs", false) else { return };
+    let Some(cluster) = Cluster::start("the_jobs_exit_status_is_the_childs", None) else { return };
     let out = cluster.file("exit.out");
     let job = cluster.sbatch(&[
         "--gpus=1",
@@ -287,7 +286,7 @@ fn the_jobs_exit_status_is_the_childs() {
 
 #[test]
 fn early_warning_signals_reach_the_child() {
-    let Some(cluster) = Cluster::start("early_warning_signals_reach_the_child", false) else { return };
+    let Some(cluster) = Cluster::start("early_warning_signals_reach_the_child", None) else { return };
     // USR1 50 s before a 1-minute limit; slurmctld checks limits every few seconds.
     let (job, log) = recorded_job(&cluster, "warning", &["--time=1", "--signal=USR1@50"], "");
     assert!(wait_until(Duration::from_secs(90), || count(&log, "USR1") >= 1), "no early warning arrived");
@@ -298,7 +297,7 @@ fn early_warning_signals_reach_the_child() {
 
 #[test]
 fn proctrack_pgid_signals_once_and_no_forward_is_the_remedy_for_other_group_signallers() {
-    let Some(cluster) = Cluster::start("proctrack_pgid", true) else { return };
+    let Some(cluster) = Cluster::start("proctrack_pgid", Some("PGID")) else { return };
     let (job, log) = recorded_job(&cluster, "pgid", &[], "");
     assert!(cluster.run("scancel", &["--signal=USR1", &job]).status.success());
     assert!(wait_until(LONG, || count(&log, "USR1") >= 1));
@@ -341,7 +340,7 @@ fn signal_step_group(out: &Path, signal: i32) {
 
 #[test]
 fn sbatch_scripts_with_gpurun_as_prefix_and_as_shebang() {
-    let Some(cluster) = Cluster::start("sbatch_scripts", false) else { return };
+    let Some(cluster) = Cluster::start("sbatch_scripts", None) else { return };
     let prefix = cluster.file("prefix.sh");
     std::fs::write(
         &prefix,
@@ -365,5 +364,53 @@ fn sbatch_scripts_with_gpurun_as_prefix_and_as_shebang() {
         assert_eq!(fields[0], fields[2], "{line}");
         assert!(["0", "1", "2", "3"].contains(&fields[0]), "{line}");
         assert_eq!(cluster.job_field(&job, "ExitCode").as_deref(), Some("0:0"));
+    }
+}
+
+/// Two nodes of one cluster on this host (two slurmd, each with its own four simulated GPUs
+/// through a TaskProlog) and one lock directory: each node's ranks form their own group on that
+/// node's GPUs, also when the tasks are placed 3 + 1 (issue 40: before, node n2's ranks joined
+/// n1's group and failed with 125).
+#[test]
+fn two_nodes_share_a_lock_directory_and_each_nodes_ranks_its_own_gpus() {
+    let Some(cluster) = Cluster::start("two_nodes", Some("NODES2")) else { return };
+    for node in ["n1", "n2"] {
+        let text = scenario_file("slurm4.toml").replace("GPU-51a0a000", &format!("GPU-{node}{node}a000"));
+        std::fs::write(cluster.file(&format!("{node}.toml")), text).unwrap();
+    }
+    let sim_cuda = sim_cuda().display().to_string();
+    let reports_dir = cluster.file("reports");
+    for (placement, per_node) in [
+        (&["-N2", "--ntasks-per-node=2", "--gpus-per-node=2"][..], [("n1", 2), ("n2", 2)]),
+        (&["-N2", "-n4", "-m", "plane=3", "--gpus-per-node=3"][..], [("n1", 3), ("n2", 1)]),
+    ] {
+        let _ = std::fs::remove_dir_all(&reports_dir);
+        std::fs::create_dir_all(&reports_dir).unwrap();
+        let task = format!(
+            "exec gpurun --per-rank --report-json {}/rank$SLURM_PROCID.json -- {sim_cuda} --device $SLURM_LOCALID --quiet --sleep 0.5",
+            reports_dir.display()
+        );
+        let step = cluster.run("srun", &[placement, &["sh", "-c", &task]].concat());
+        assert!(step.status.success(), "{placement:?}: {step:?}");
+        let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for rank in 0..4 {
+            let text = std::fs::read_to_string(reports_dir.join(format!("rank{rank}.json"))).unwrap();
+            let report: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(report["verification"]["verdict"], "verified", "{report}");
+            let node = report["rank"]["node"].as_str().unwrap().to_owned();
+            let uuid = report["selected"][0]["uuid"].as_str().unwrap().to_owned();
+            assert!(uuid.starts_with(&format!("GPU-{node}{node}")), "rank {rank} on {node} got {uuid}");
+            let local_size = report["rank"]["local_size"].as_u64().unwrap();
+            let expected = per_node.iter().find(|(n, _)| *n == node).unwrap().1;
+            assert_eq!(local_size, expected, "{placement:?}: {report}");
+            seen.entry(node).or_default().push(uuid);
+        }
+        for (node, count) in per_node {
+            let mut uuids = seen.get(node).cloned().unwrap_or_default();
+            assert_eq!(uuids.len() as u64, count, "{placement:?}: {seen:?}");
+            uuids.sort();
+            uuids.dedup();
+            assert_eq!(uuids.len() as u64, count, "{placement:?}: two ranks of {node} on one GPU: {seen:?}");
+        }
     }
 }

@@ -533,7 +533,8 @@ fn per_rank(
     }
     let parent = nix::unistd::getppid().as_raw() as u32;
     let parent = crate::process::procfs::stat(parent).map(|stat| (parent, stat.start_ticks));
-    let rank = launcher::detect(|name| std::env::var(name).ok(), cli.group.as_deref(), parent)
+    let host = nix::unistd::gethostname().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let rank = launcher::detect(|name| std::env::var(name).ok(), cli.group.as_deref(), parent, &host)
         .map_err(ConfigError::PerRank)?;
     // The group's size comes from the environment: a product that does not fit is no request.
     // (No node has more than a few dozen GPUs; a count NVML's u32 indices could not name is a

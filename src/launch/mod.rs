@@ -395,6 +395,7 @@ fn finish(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> E
         local_size: per_rank.rank.local_size,
         launcher: per_rank.rank.launcher.to_owned(),
         group: per_rank.rank.job.clone(),
+        node: per_rank.rank.node.clone(),
         group_gpus: owners.gpus.iter().map(|(index, _)| *index).collect(),
     });
     if supervision.report {

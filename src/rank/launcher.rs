@@ -11,15 +11,25 @@ pub(crate) struct Rank {
     pub(crate) local_rank: u32,
     /// How many ranks the job has on this node.
     pub(crate) local_size: u32,
-    /// What names the job (and so the group) on this node: the same for every rank of one
-    /// launch, different for two launches running at once.
+    /// What names the job: the same for every rank of one launch, different for two launches
+    /// running at once.
     pub(crate) job: String,
+    /// Which node this rank is on: the group is one node's (`group_key`), so that nodes that
+    /// share a lock directory (a home on NFS, several emulated nodes on one host) never meet.
+    pub(crate) node: String,
     /// Which launcher said so: `torchrun`, `Open MPI`, `MPICH`, `Slurm`, or the variables.
     pub(crate) launcher: &'static str,
     /// The variable that gave the rank, for messages (`LOCAL_RANK`).
     pub(crate) rank_variable: &'static str,
     /// The one that gave the node's rank count (`LOCAL_WORLD_SIZE`).
     pub(crate) size_variable: &'static str,
+}
+
+impl Rank {
+    /// What the node's ranks find their group by: the job on this node.
+    pub(crate) fn group_key(&self) -> String {
+        format!("{}@{}", self.job, self.node)
+    }
 }
 
 impl fmt::Display for Rank {
@@ -54,11 +64,13 @@ pub(crate) const LOOKED_FOR: &str =
 /// The rank from the launcher's variables. `group`: `--group NAME`, which names the job where
 /// the launcher does not (and wins where it does). `parent`: the parent process's identity
 /// (PID and start time), which names an MPICH job: Hydra puts no job id in its ranks'
-/// environment, but every local rank is a child of the node's one hydra_pmi_proxy.
+/// environment, but every local rank is a child of the node's one hydra_pmi_proxy. `host`:
+/// this host's name, the node where the launcher names none.
 pub(crate) fn detect(
     variable: impl Fn(&str) -> Option<String>,
     group: Option<&str>,
     parent: Option<(u32, u64)>,
+    host: &str,
 ) -> Result<Rank, String> {
     let Some(launcher) = LAUNCHERS.iter().find(|l| variable(l.rank).is_some()) else {
         return Err(format!("--per-rank: no launcher's rank variables are set; looked for {LOOKED_FOR}"));
@@ -98,6 +110,7 @@ pub(crate) fn detect(
         local_rank,
         local_size,
         job,
+        node: node_of(launcher.name, &variable, host),
         launcher: launcher.name,
         rank_variable: launcher.rank,
         size_variable: launcher.size,
@@ -130,6 +143,29 @@ fn job_id(
         "Slurm" => all(&["SLURM_JOB_ID", "SLURM_STEP_ID"]).map(|id| format!("slurm:{id}")),
         _ => None,
     }
+}
+
+/// Which node a rank of each launcher is on: Slurm's node name (two slurmd on one host are two
+/// nodes); Open MPI's local daemon (`jobid.vpid` of the orted that started the rank: one per
+/// node, also where several "hosts" are one machine), after its host name; torchrun's node
+/// rank (`GROUP_RANK`) on this host; else this host's name.
+fn node_of(launcher: &str, variable: &impl Fn(&str) -> Option<String>, host: &str) -> String {
+    let named = match launcher {
+        "Slurm" => variable("SLURMD_NODENAME"),
+        "Open MPI" => {
+            let daemon = variable("OMPI_MCA_orte_local_daemon_uri")
+                .and_then(|uri| uri.split(';').next().map(str::to_owned))
+                .filter(|daemon| !daemon.is_empty());
+            let name = variable("PMIX_HOSTNAME").unwrap_or_else(|| host.to_owned());
+            Some(match daemon {
+                Some(daemon) => format!("{name}/{daemon}"),
+                None => name,
+            })
+        }
+        "torchrun" => variable("GROUP_RANK").map(|node| format!("{host}/{node}")),
+        _ => None,
+    };
+    named.filter(|name| !name.is_empty()).unwrap_or_else(|| host.to_owned())
 }
 
 /// This node's task count from `SLURM_STEP_TASKS_PER_NODE` (`4`, `2(x3),1`: per node, in
@@ -181,7 +217,7 @@ mod tests {
             ("MASTER_PORT", "29500"),
             ("TORCHELASTIC_RESTART_COUNT", "0"),
         ];
-        let rank = detect(env(&torchrun), None, None).unwrap();
+        let rank = detect(env(&torchrun), None, None, "vm").unwrap();
         assert_eq!((rank.local_rank, rank.local_size, rank.launcher), (2, 4, "torchrun"));
         assert_eq!(rank.job, "torchrun:none:127.0.0.1:29500:0");
         let ompi = [
@@ -189,13 +225,13 @@ mod tests {
             ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
             ("PMIX_NAMESPACE", "prterun-host-1234@1"),
         ];
-        let rank = detect(env(&ompi), None, None).unwrap();
+        let rank = detect(env(&ompi), None, None, "vm").unwrap();
         assert_eq!(
             (rank.local_rank, rank.local_size, rank.job.as_str()),
             (1, 4, "openmpi:prterun-host-1234@1")
         );
         let mpich = [("MPI_LOCALRANKID", "3"), ("MPI_LOCALNRANKS", "4"), ("PMI_RANK", "7")];
-        let rank = detect(env(&mpich), None, Some((4242, 99))).unwrap();
+        let rank = detect(env(&mpich), None, Some((4242, 99)), "vm").unwrap();
         assert_eq!((rank.local_rank, rank.job.as_str()), (3, "mpich:4242:99"));
         let slurm = [
             ("SLURM_LOCALID", "0"),
@@ -204,26 +240,70 @@ mod tests {
             ("SLURM_JOB_ID", "77"),
             ("SLURM_STEP_ID", "3"),
         ];
-        let rank = detect(env(&slurm), None, None).unwrap();
+        let rank = detect(env(&slurm), None, None, "vm").unwrap();
         assert_eq!((rank.local_rank, rank.local_size, rank.job.as_str()), (0, 2, "slurm:77:3"));
         // --group names the job, also where the launcher does.
-        assert_eq!(detect(env(&slurm), Some("sweep"), None).unwrap().job, "group:sweep");
+        assert_eq!(detect(env(&slurm), Some("sweep"), None, "vm").unwrap().job, "group:sweep");
     }
 
     #[test]
     fn what_is_missing_or_wrong_is_named() {
-        let error = detect(env(&[]), None, None).unwrap_err();
+        let error = detect(env(&[]), None, None, "vm").unwrap_err();
         assert!(error.contains("LOCAL_RANK") && error.contains("SLURM_LOCALID"), "{error}");
-        let error = detect(env(&[("LOCAL_RANK", "0")]), None, None).unwrap_err();
+        let error = detect(env(&[("LOCAL_RANK", "0")]), None, None, "vm").unwrap_err();
         assert!(error.contains("LOCAL_WORLD_SIZE is not"), "{error}");
-        let error = detect(env(&[("LOCAL_RANK", "4"), ("LOCAL_WORLD_SIZE", "4")]), None, None).unwrap_err();
+        let error =
+            detect(env(&[("LOCAL_RANK", "4"), ("LOCAL_WORLD_SIZE", "4")]), None, None, "vm").unwrap_err();
         assert!(error.contains("LOCAL_RANK=4 is not below LOCAL_WORLD_SIZE=4"), "{error}");
-        let error = detect(env(&[("LOCAL_RANK", "x"), ("LOCAL_WORLD_SIZE", "4")]), None, None).unwrap_err();
+        let error =
+            detect(env(&[("LOCAL_RANK", "x"), ("LOCAL_WORLD_SIZE", "4")]), None, None, "vm").unwrap_err();
         assert!(error.contains("LOCAL_RANK=\"x\""), "{error}");
         // Plain variables with no job id: --group is the way.
-        let error = detect(env(&[("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")]), None, None).unwrap_err();
+        let error =
+            detect(env(&[("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")]), None, None, "vm").unwrap_err();
         assert!(error.contains("--group NAME"), "{error}");
-        assert!(detect(env(&[("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")]), Some("a"), None).is_ok());
+        assert!(detect(env(&[("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")]), Some("a"), None, "vm").is_ok());
+    }
+
+    #[test]
+    fn the_group_is_one_nodes() {
+        let slurm = |node: &'static str| {
+            [
+                ("SLURM_LOCALID", "0"),
+                ("SLURM_STEP_TASKS_PER_NODE", "2"),
+                ("SLURM_JOB_ID", "7"),
+                ("SLURM_STEP_ID", "0"),
+                ("SLURMD_NODENAME", node),
+            ]
+        };
+        let (n1, n2) = (slurm("n1"), slurm("n2"));
+        let (one, two) =
+            (detect(env(&n1), None, None, "vm").unwrap(), detect(env(&n2), None, None, "vm").unwrap());
+        assert_eq!((one.job.as_str(), one.node.as_str()), ("slurm:7:0", "n1"));
+        assert_ne!(one.group_key(), two.group_key(), "two nodes of one job, one host");
+        // Open MPI's two emulated hosts: one host name, one daemon each.
+        let ompi = |daemon: &'static str| {
+            [
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+                ("PMIX_NAMESPACE", "1883"),
+                ("PMIX_HOSTNAME", "vm"),
+                ("OMPI_MCA_orte_local_daemon_uri", daemon),
+            ]
+        };
+        let (a, b) = (ompi("1882.1;tcp://10.0.0.1:4048"), ompi("1882.2;tcp://10.0.0.1:4050"));
+        let (a, b) = (detect(env(&a), None, None, "vm").unwrap(), detect(env(&b), None, None, "vm").unwrap());
+        assert_eq!(a.node, "vm/1882.1");
+        assert_ne!(a.group_key(), b.group_key());
+        let torchrun = [
+            ("LOCAL_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("TORCHELASTIC_RUN_ID", "x"),
+            ("GROUP_RANK", "1"),
+        ];
+        assert_eq!(detect(env(&torchrun), None, None, "vm").unwrap().node, "vm/1");
+        let plain = [("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")];
+        assert_eq!(detect(env(&plain), Some("a"), None, "vm").unwrap().node, "vm");
     }
 
     #[test]

@@ -90,8 +90,10 @@ pub(crate) fn acquire(
     };
     let mut machine: Option<Machine> = None;
     let mut said_waiting = false;
+    let group_key = per_rank.rank.group_key();
     let member = Member {
-        job: &per_rank.rank.job,
+        job: &group_key,
+        node: &per_rank.rank.node,
         launcher: per_rank.rank.launcher,
         local_rank: per_rank.rank.local_rank,
         local_size: per_rank.rank.local_size,
@@ -339,6 +341,7 @@ mod tests {
                 local_rank,
                 local_size: 4 / n,
                 job: "group:t".to_owned(),
+                node: "vm".to_owned(),
                 launcher: "torchrun",
                 rank_variable: "LOCAL_RANK",
                 size_variable: "LOCAL_WORLD_SIZE",

@@ -27,8 +27,11 @@ use crate::reserve::lockdir::{current_uid, LockDir, LockDirError};
 /// What a group's record says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Record {
-    /// The job, as the launcher names it (`torchrun:...`, `slurm:77:0`).
+    /// The job on its node, as the launcher names them (`torchrun:...@host`, `slurm:77:0@n2`).
     pub(crate) job: String,
+    /// The node the group is (for `--list`; older records have none).
+    #[serde(default)]
+    pub(crate) node: String,
     pub(crate) launcher: String,
     pub(crate) local_size: u32,
     /// GPUs per rank.
@@ -185,8 +188,10 @@ impl Drop for Membership {
 
 /// The rank looking for its group, as the record needs it.
 pub(crate) struct Member<'a> {
-    /// What names the job on this node (`rank::launcher::Rank::job`).
+    /// What names the job on this node (`rank::launcher::Rank::group_key`).
     pub(crate) job: &'a str,
+    /// The node (`rank::launcher::Rank::node`).
+    pub(crate) node: &'a str,
     pub(crate) launcher: &'a str,
     pub(crate) local_rank: u32,
     pub(crate) local_size: u32,
@@ -242,6 +247,7 @@ pub(crate) fn find_or_make(dir: &LockDir, rank: &Member) -> Result<Found, LockDi
     }
     let record = Record {
         job: rank.job.to_owned(),
+        node: rank.node.to_owned(),
         launcher: rank.launcher.to_owned(),
         local_size: rank.local_size,
         per_rank: rank.per_rank,
@@ -306,7 +312,14 @@ pub(crate) fn unclaimed(dir: &LockDir, names: Vec<Vec<u8>>, live: &[Lease]) -> V
                 user: record.user.clone(),
                 reserved_bytes: gpu.reserved_bytes,
                 exclusive: *exclusive,
-                command: format!("(for rank {}, not started yet)", record.rank_of(position)),
+                command: match record.node.is_empty() {
+                    true => format!("(for rank {}, not started yet)", record.rank_of(position)),
+                    false => format!(
+                        "(for rank {} on node {}, not started yet)",
+                        record.rank_of(position),
+                        record.node
+                    ),
+                },
                 started: *at as u64,
                 for_rank: Some(record.rank_of(position)),
             });
@@ -330,6 +343,7 @@ mod tests {
     fn rank(local_rank: u32) -> Member<'static> {
         Member {
             job: "group:test",
+            node: "vm",
             launcher: "torchrun",
             local_rank,
             local_size: 2,
@@ -372,6 +386,7 @@ mod tests {
         let uid = current_uid();
         let record = Record {
             job: "group:test".to_owned(),
+            node: "vm".to_owned(),
             launcher: "torchrun".to_owned(),
             local_size: 2,
             per_rank: 1,

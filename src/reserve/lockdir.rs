@@ -155,7 +155,7 @@ impl LockDir {
         let fd = match Flock::lock(fresh, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => return Ok(DirLock { _lock: lock }),
             Err((back, Errno::EWOULDBLOCK)) => back,
-            Err((_, error)) => return Err(self.io(error)),
+            Err((_, error)) => return Err(self.cannot_lock(error)),
         };
         let ready =
             EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| self.io(e))?;
@@ -192,6 +192,21 @@ impl LockDir {
                 tracing::info!("waiting for the lock directory {}, {}", self.path.display(), self.holder());
                 said = true;
             }
+        }
+    }
+
+    /// A directory whose filesystem takes no flock (NFS without its lock manager, some FUSE
+    /// filesystems): no reservation could hold there, so none is made.
+    fn cannot_lock(&self, error: Errno) -> LockDirError {
+        match error {
+            Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::EINVAL => LockDirError::Untrusted {
+                path: self.path.display().to_string(),
+                problem: format!(
+                    "its filesystem cannot flock ({error}), so no reservation would hold; on NFS, flock needs \
+                     the lock manager (NFSv4, or NFSv3 with lockd and rpc.statd running)"
+                ),
+            },
+            other => self.io(other),
         }
     }
 
@@ -444,6 +459,18 @@ pub(crate) fn resolve_dir(flag: Option<&Path>) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filesystem_that_cannot_flock_is_refused_with_the_reason() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = LockDir::open(&base.path().join("locks"), true).unwrap();
+        let refused = dir.cannot_lock(Errno::ENOLCK).to_string();
+        assert!(
+            refused.contains("its filesystem cannot flock") && refused.contains("--lock-dir"),
+            "{refused}"
+        );
+        assert!(matches!(dir.cannot_lock(Errno::EIO), LockDirError::Io { .. }));
+    }
 
     #[test]
     fn an_entry_is_made_locked_and_never_over_another() {

@@ -109,8 +109,11 @@ pub(crate) struct RankReport {
     pub(crate) local_rank: u32,
     pub(crate) local_size: u32,
     pub(crate) launcher: String,
-    /// What names the job on this node (`slurm:77:0`, `torchrun:...`, `group:NAME`).
+    /// What names the job (`slurm:77:0`, `torchrun:...`, `group:NAME`).
     pub(crate) group: String,
+    /// The node the rank ran on (Slurm's node name, Open MPI's daemon, the host name): its
+    /// group is that node's.
+    pub(crate) node: String,
     /// The whole set's NVML indices, in rank order.
     pub(crate) group_gpus: Vec<u32>,
 }
@@ -228,11 +231,12 @@ impl Report {
         if let Some(rank) = &self.rank {
             let _ = write!(
                 text,
-                "\n  rank:         {} of {} ({}), group {} on {}",
+                "\n  rank:         {} of {} ({}), group {} on node {}, GPUs {}",
                 rank.local_rank,
                 rank.local_size,
                 rank.launcher,
                 rank.group,
+                rank.node,
                 crate::probe::gpu::labels(&rank.group_gpus)
             );
         }

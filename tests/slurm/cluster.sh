@@ -7,6 +7,10 @@
 #   cluster.sh install             install Debian's Slurm and MUNGE if missing (root)
 #   cluster.sh start DIR [PGID]    configure and start munged, slurmctld and slurmd in DIR;
 #                                  PGID: ProctrackType=proctrack/pgid instead of linuxproc
+#   cluster.sh start DIR NODES2    two nodes on this host, n1 and n2 (two slurmd on their own
+#                                  ports and spool directories, four GPUs each); a TaskProlog
+#                                  gives each node's tasks its own simulated GPUs:
+#                                  NVML_SIM_SCENARIO=DIR/<node>.toml
 #   cluster.sh stop DIR            stop them
 #
 # Prints "SKIP: reason" and exits 3 where the machine cannot run a cluster (not root, no mknod).
@@ -33,13 +37,18 @@ start)
     dir=${2:?cluster.sh start DIR}
     proctrack=linuxproc
     [ "${3:-}" = PGID ] && proctrack=pgid
+    nodes=1
+    [ "${3:-}" = NODES2 ] && nodes=2
     [ "$(id -u)" = 0 ] || skip "slurmd and mknod need root"
     command -v slurmctld >/dev/null || skip "Slurm is not installed (cluster.sh install)"
     mkdir -p "$dir"/{munge,state,spool,dev,log}
     # munged refuses a socket directory others cannot enter; clients connect as any user.
     chmod 0755 "$dir" "$dir/munge"
-    for n in 0 1 2 3; do
-        [ -c "$dir/dev/nvidia$n" ] || mknod "$dir/dev/nvidia$n" c 195 "$n" 2>/dev/null || skip "mknod is not permitted here"
+    for node in $( [ "$nodes" = 2 ] && echo n1 n2 || echo . ); do
+        mkdir -p "$dir/dev/$node"
+        for n in 0 1 2 3; do
+            [ -c "$dir/dev/$node/nvidia$n" ] || mknod "$dir/dev/$node/nvidia$n" c 195 "$n" 2>/dev/null || skip "mknod is not permitted here"
+        done
     done
     key=/etc/munge/munge.key
     if [ ! -s "$key" ]; then
@@ -63,11 +72,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge/munge.socket
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd.%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd.%n.log
 ProctrackType=proctrack/$proctrack
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -82,21 +91,49 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 KillWait=3
 MessageTimeout=10
+CONF
+    if [ "$nodes" = 2 ]; then
+        mkdir -p "$dir/spool/n1" "$dir/spool/n2"
+        cat >> "$dir/slurm.conf" <<CONF
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 2)) CPUs=8 Gres=gpu:4 State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 3)) CPUs=8 Gres=gpu:4 State=UNKNOWN
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+TaskProlog=$dir/task_prolog.sh
+CONF
+        cat > "$dir/gres.conf" <<CONF
+AutoDetect=off
+NodeName=n1 Name=gpu File=$dir/dev/n1/nvidia[0-3]
+NodeName=n2 Name=gpu File=$dir/dev/n2/nvidia[0-3]
+CONF
+        # Each node's tasks see that node's simulated GPUs (a TaskProlog's "export" lines
+        # are set in the task's environment).
+        printf '#!/bin/sh\necho "export NVML_SIM_SCENARIO=%s/$SLURMD_NODENAME.toml"\n' "$dir" > "$dir/task_prolog.sh"
+        chmod 0755 "$dir/task_prolog.sh"
+        names="n1 n2"
+    else
+        mkdir -p "$dir/spool/$host"
+        cat >> "$dir/slurm.conf" <<CONF
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 Gres=gpu:4 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
-    cat > "$dir/gres.conf" <<CONF
+        cat > "$dir/gres.conf" <<CONF
 AutoDetect=off
 Name=gpu File=$dir/dev/nvidia[0-3]
 CONF
+        names=$host
+    fi
     export SLURM_CONF="$dir/slurm.conf"
     slurmctld -c -f "$SLURM_CONF"
-    slurmd -f "$SLURM_CONF" -N "$host"
+    for name in $names; do
+        slurmd -f "$SLURM_CONF" -N "$name"
+    done
     for _ in $(seq 1 100); do
-        state=$(sinfo -h -o %t 2>/dev/null || true)
-        case "$state" in idle*|mix*|alloc*) echo "started: SLURM_CONF=$SLURM_CONF"; exit 0 ;; esac
+        states=$(sinfo -h -N -o %t 2>/dev/null | sort -u | tr '\n' ' ' || true)
+        up=$(sinfo -h -N -o %t 2>/dev/null | grep -cE '^(idle|mix|alloc)' || true)
+        if [ "$up" = "$nodes" ]; then echo "started: SLURM_CONF=$SLURM_CONF"; exit 0; fi
         sleep 0.1
     done
+    echo "node states: $states" >&2
     echo "the cluster did not come up; logs in $dir/log" >&2
     tail -n 20 "$dir"/log/*.log >&2 || true
     exit 1
@@ -112,7 +149,7 @@ stop)
             sleep 0.1
         done
     fi
-    for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
+    for pidfile in "$dir"/slurmd.*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
         [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
     done
     sleep 0.5
