@@ -549,3 +549,23 @@ fn a_lost_gpu_is_never_chosen() {
     outcome.status(75).stderr_has("GPU 5: unreadable: handle: GPU is lost");
     assert_eq!(visible(&sim, &["--model", "L40S"]), "4");
 }
+
+/// `--min-free 8GB` is 7.45 GiB: it admits GPU 4 (7.6 GiB free) that `8G` refuses, and every
+/// place that shows the threshold says what it was read as (issue 42, point 5).
+#[test]
+fn decimal_sizes_say_what_they_were_read_as() {
+    let sim = Sim::new(&default_scenario());
+    let binary = sim.gpurun().args(["--dry-run", "--devices", "4", "--min-free", "8G"]).run();
+    binary.status(75).stderr_has("GPU 4: free 7.6 GiB < 8 GiB (NVIDIA H100 80GB HBM3)");
+    let decimal = sim.gpurun().args(["--dry-run", "--devices", "4", "--min-free", "8GB"]).run();
+    decimal
+        .status(0)
+        .stdout_has("selected: GPU 4")
+        .stdout_has("min-free: 8 GB = 7.45 GiB (KB, MB, GB, TB are decimal");
+    let table = sim.gpurun().args(["--dry-run", "--min-free", "8GB"]).run();
+    table.status(0).stdout_has("not eligible: free 2.3 GiB < 8 GB = 7.45 GiB");
+    let verbose = sim.gpurun().args(["-v", "--no-history", "--min-free", "8GB", "--", "true"]).run();
+    verbose.status(0).stderr_has("gpurun: debug: --min-free 8 GB = 7.45 GiB");
+    let quiet = sim.gpurun().args(["--no-history", "--min-free", "8GB", "--", "true"]).run();
+    assert!(!quiet.stderr.contains("7.45 GiB"), "only -v says it at launch: {}", quiet.stderr);
+}

@@ -106,7 +106,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         "Sizes",
         &[
             ("K, M, G, T, KiB..TiB", "binary: 8G = 8GiB = 8192M = 8 x 1024^3 bytes"),
-            ("KB, MB, GB, TB", "decimal: 16GB = 16 x 1000^3 bytes"),
+            ("KB, MB, GB, TB", "decimal: 16GB = 16 x 1000^3 bytes, shown as read (16 GB = 14.90 GiB) by --dry-run, -v, the report and every refusal"),
             ("B", "bytes: 512B; a bare number other than 0 is an error (--min-free 8: did you mean 8G?)"),
             ("fractions", "0.5T, rounded down to whole bytes; units ignore case"),
             ("P%", "with --min-free: that share of each card's total memory"),

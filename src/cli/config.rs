@@ -149,6 +149,15 @@ fn mps_join(cli: &Cli, container: bool) -> Result<Option<crate::launch::env::Mps
     Ok(Some(crate::launch::env::MpsJoin { threads: cli.mps_threads, pinned_bytes: cli.mps_mem }))
 }
 
+/// What a `--min-free` in decimal units was read as (`8 GB = 7.45 GiB`), for the dry run, the
+/// report and `-v`; `None` for binary units and percentages, which read as typed.
+fn read_as(threshold: Threshold) -> Option<String> {
+    let Threshold::Bytes(bytes) = threshold else { return None };
+    let exact = crate::options::size::exact(bytes);
+    (exact != crate::options::size::human(bytes))
+        .then(|| format!("{exact} (KB, MB, GB, TB are decimal; K, M, G, T and KiB..TiB binary)"))
+}
+
 /// `-q`, `-v`, `-vv`.
 fn verbosity(quiet: bool, verbose: u8) -> Verbosity {
     match (quiet, verbose) {
@@ -268,7 +277,7 @@ impl Config {
             origins,
             request_text,
             min_free_auto,
-            sizing: None,
+            sizing: min_free.and_then(read_as),
             limits,
             per_rank,
             container_use: cli.container,
@@ -282,6 +291,9 @@ impl Config {
     /// The settings resolved against the world before anything is probed: for a mode that
     /// chooses GPUs, `--min-free auto` sized from the history and the house rules applied.
     pub(crate) fn resolve(mut self) -> Config {
+        if let (Some(read), None) = (&self.sizing, self.min_free_auto) {
+            tracing::debug!("--min-free {read}");
+        }
         if let Mode::Select(_) = self.mode {
             self.size_min_free();
             self.apply_limits();

@@ -18,7 +18,7 @@ pub(crate) fn human(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::human;
+    use super::{exact, human};
 
     #[test]
     fn human_sizes() {
@@ -27,6 +27,37 @@ mod tests {
         assert_eq!(human(512 << 20), "512 MiB");
         assert_eq!(human(80 << 30), "80 GiB");
         assert_eq!(human((6 << 30) + (1 << 27)), "6.1 GiB");
+    }
+
+    #[test]
+    fn decimal_sizes_say_what_they_were_read_as() {
+        assert_eq!(exact(8_000_000_000), "8 GB = 7.45 GiB");
+        assert_eq!(exact(8 << 30), "8 GiB");
+        assert_eq!(exact(2_000_000_000_000), "2 TB = 1862.65 GiB");
+        assert_eq!(exact(500_000_000), "500 MB = 476.84 MiB");
+        // A whole number of MiB is binary whatever else it is.
+        assert_eq!(exact(1_048_576_000_000), human(1_048_576_000_000));
+        assert_eq!(exact(0), "0 B");
+    }
+}
+
+/// A size as it was most likely typed, where decimal and binary units part: `8 GB = 7.45 GiB`
+/// for a whole number of MB, GB or TB that is no whole number of MiB, else `human`. `--min-free
+/// 8GB` admits a card with 7.6 GiB free that `8G` refuses; said this way, the two never look
+/// alike.
+pub(crate) fn exact(bytes: u64) -> String {
+    const DECIMAL: [(u64, &str); 3] = [(1_000_000_000_000, "TB"), (1_000_000_000, "GB"), (1_000_000, "MB")];
+    let decimal = DECIMAL.iter().find(|(unit, _)| bytes >= *unit && bytes % unit == 0);
+    match decimal {
+        Some((unit, name)) if bytes % (1 << 20) != 0 => {
+            let binary = bytes as f64 / (1u64 << 30) as f64;
+            let shown = match binary >= 1.0 {
+                true => format!("{binary:.2} GiB"),
+                false => format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64),
+            };
+            format!("{} {name} = {shown}", bytes / unit)
+        }
+        _ => human(bytes),
     }
 }
 

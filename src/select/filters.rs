@@ -19,7 +19,7 @@
 use crate::options::count::Count;
 use crate::options::devices::{normalize_pci_bus_id, DeviceRef};
 use crate::options::model::ModelPattern;
-use crate::options::size::{human, Threshold};
+use crate::options::size::{exact, human, Threshold};
 use crate::options::{Fallback, HealthUse, MigUse, Policy, TopologyUse};
 use crate::probe::gpu::{ComputeMode, Gpu};
 use crate::probe::health::HealthState;
@@ -292,7 +292,7 @@ impl Fixed<'_> {
                     format!(
                         "free {} < {} (never: {} in total)",
                         human(memory.free_bytes),
-                        human(needed),
+                        exact(needed),
                         human(usable)
                     ),
                 ));
@@ -352,7 +352,7 @@ pub(crate) fn assess(
                 let usable = m.total_bytes.saturating_sub(m.reserved_bytes);
                 if m.free_bytes < needed && needed <= usable {
                     let wanted = match threshold {
-                        Threshold::Bytes(_) | Threshold::Larger { .. } => human(needed),
+                        Threshold::Bytes(_) | Threshold::Larger { .. } => exact(needed),
                         Threshold::PercentOfTotal(p) => {
                             format!("{p}% of {} ({})", human(m.total_bytes), human(needed))
                         }
