@@ -145,7 +145,16 @@ fn zsh_and_fish_scripts_are_valid_in_their_shells() {
         std::fs::write(&file, script("zsh")).unwrap();
         let check = Command::new("zsh").arg("-n").arg(&file).output().unwrap();
         assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-        assert!(std::fs::read_to_string(&file).unwrap().starts_with("#compdef gpurun"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.starts_with("#compdef gpurun"));
+        // A size or a count completes to nothing (zsh's _default would offer file names); a
+        // path to files (issue 42, point 10).
+        let spec = |option: &str| {
+            text.lines().find(|l| l.contains(&format!("'{option}=["))).unwrap_or("").to_owned()
+        };
+        assert!(spec("--min-free").ends_with(":SIZE|P%|auto:' \\"), "{}", spec("--min-free"));
+        assert!(spec("--gpus").ends_with(":N|MIN-MAX|all:' \\"), "{}", spec("--gpus"));
+        assert!(spec("--nvml-lib").ends_with(":PATH:_files' \\"), "{}", spec("--nvml-lib"));
     }
     if has("fish") {
         let file = dir.path().join("gpurun.fish");

@@ -677,3 +677,16 @@ fn two_hosts_of_one_mpirun_share_a_lock_directory_and_never_meet() {
     let nodes: Vec<&String> = by_host.values().map(|ranks| &ranks[0].1).collect();
     assert_ne!(nodes[0], nodes[1], "two nodes");
 }
+
+/// Every rank prints its running line and its verdict: each names its rank (issue 42, point 10).
+#[test]
+fn each_ranks_status_lines_name_the_rank() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let outcome =
+        rank(&sim, 0, 1, "job-lines").args(["--per-rank", "--"]).args(rank_command("0", "0.3")).run();
+    outcome.status(0);
+    let running = outcome.stderr.lines().find(|l| l.starts_with("gpurun: running ")).unwrap_or("");
+    assert!(running.ends_with(", rank 0 of 1 (torchrun)"), "{}", outcome.stderr);
+    let verdict = outcome.stderr.lines().find(|l| l.starts_with("gpurun: verified: ")).unwrap_or("");
+    assert!(verdict.ends_with(" (rank 0)"), "{}", outcome.stderr);
+}

@@ -569,3 +569,18 @@ fn decimal_sizes_say_what_they_were_read_as() {
     let quiet = sim.gpurun().args(["--no-history", "--min-free", "8GB", "--", "true"]).run();
     assert!(!quiet.stderr.contains("7.45 GiB"), "only -v says it at launch: {}", quiet.stderr);
 }
+
+/// An exclusive-process card with a process on it is refused naming who holds its one context
+/// (issue 42, point 10: the reason named nobody).
+#[test]
+fn an_exclusive_process_card_in_use_names_its_holder() {
+    let sim = Sim::new(&default_scenario());
+    let holder = sim.spawn_sim_cuda(
+        &[("CUDA_VISIBLE_DEVICES", "7"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")],
+        &["--sleep", "30"],
+    );
+    let pid = holder.child.id();
+    sim.gpurun().args(["--dry-run", "--devices", "7"]).run().status(75).stderr_has(&format!(
+        "GPU 7: compute mode is exclusive-process and PID {pid} holds its one CUDA context"
+    ));
+}

@@ -16,6 +16,7 @@ pub(crate) fn script(shell: CompletionShell, mut command: Command) -> String {
         CompletionShell::Fish => clap_complete::Shell::Fish,
     };
     let with_values = options_with_a_value(&command);
+    command = with_value_hints(command);
     let mut generated = Vec::new();
     clap_complete::generate(generator, &mut command, "gpurun", &mut generated);
     let generated = String::from_utf8_lossy(&generated).into_owned();
@@ -24,6 +25,28 @@ pub(crate) fn script(shell: CompletionShell, mut command: Command) -> String {
         CompletionShell::Zsh => zsh(&generated),
         CompletionShell::Fish => fish(generated, &with_values),
     }
+}
+
+/// What each option's value is, for the shells: a path where it is one (`--nvml-lib`,
+/// `--report-json`, `--lock-dir`), nothing to complete for the rest (a size, a count, a
+/// duration), where clap_complete would offer file names (zsh's `_default`).
+fn with_value_hints(mut command: Command) -> Command {
+    use clap::ValueHint;
+    let ids: Vec<(String, Option<String>)> = command
+        .get_arguments()
+        .filter(|arg| !arg.is_positional() && arg.get_action().takes_values())
+        .filter(|arg| arg.get_value_hint() == ValueHint::Unknown && arg.get_possible_values().is_empty())
+        .map(|arg| (arg.get_id().to_string(), arg.get_long().map(str::to_owned)))
+        .collect();
+    for (id, long) in ids {
+        let hint = match long.as_deref() {
+            Some("nvml-lib" | "report-json") => ValueHint::FilePath,
+            Some("lock-dir") => ValueHint::DirPath,
+            _ => ValueHint::Other,
+        };
+        command = command.mut_arg(id, |arg| arg.value_hint(hint));
+    }
+    command
 }
 
 /// The spellings of the options whose value may be the next word (`--gpus 2`, `-n 2`): a word

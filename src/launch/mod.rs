@@ -202,7 +202,9 @@ fn start<'a>(
     }
     let command_started = procfs::stat(child).map_or(0, |stat| stat.start_ticks);
     let leftovers = orphans::Leftovers { inherited, command_started, announced: Vec::new() };
-    tracing::info!("running {} on {}", shell::quote(command), plan.gpus.selection.describe());
+    // Under --per-rank every rank says this: each says which it is.
+    let rank = plan.rank.as_ref().map(|member| format!(", {}", member.per_rank.rank)).unwrap_or_default();
+    tracing::info!("running {} on {}{rank}", shell::quote(command), plan.gpus.selection.describe());
     if let Some(mixed) = plan.gpus.selection.mixed_models() {
         tracing::warn!("{mixed}");
     }

@@ -400,7 +400,14 @@ pub(crate) fn assess(
         }
     } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
         // Only one context fits on such a card: a second one fails at cudaSetDevice.
-        soft.push("compute mode is exclusive-process and the card is (or may be) in use".to_owned());
+        soft.push(match gpu.processes.as_deref() {
+            Some(list @ [_, ..]) => format!(
+                "compute mode is exclusive-process and {} holds its one CUDA context",
+                describe_pids(list.iter().map(|p| p.pid))
+            ),
+            _ => "compute mode is exclusive-process and its processes cannot be listed: it may be in use"
+                .to_owned(),
+        });
     }
     let health = match (request.health, gpu.health.state) {
         (HealthUse::Ignore, _) | (_, HealthState::Ok) => Vec::new(),

@@ -314,6 +314,9 @@ impl Monitor {
             return false;
         }
         self.logged.push(verdict);
+        // Under --per-rank every rank gives a verdict: each says which rank it is.
+        let rank = self.owners.as_ref().map(|owners| format!(" (rank {})", owners.own_rank));
+        let detail = format!("{detail}{}", rank.unwrap_or_default());
         match verdict {
             Verdict::Verified | Verdict::Unverifiable => tracing::info!("{verdict}: {detail}"),
             Verdict::WrongGpu if self.mode == VerifyMode::Strict => {
