@@ -22,7 +22,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
+.PHONY: build sim demo demo-container test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -40,6 +40,11 @@ demo: sim
 	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --list
 	@echo
 	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --gpus 2 --min-free 8G --report -- target/debug/sim-cuda --mem 4GiB --sleep 1
+
+# The same job in a container, without a GPU: podman runs a busybox image on the simulated GPUs
+# through a CDI spec (root, podman and runc; tests/containers/try.sh says what it sets up).
+demo-container: sim
+	tests/containers/try.sh
 
 # Rebuilt when the pins above change.
 $(VENV)/.installed: Makefile

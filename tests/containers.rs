@@ -642,3 +642,18 @@ fn runs_are_read_with_the_clients_own_option_tables() {
     let words = ["--dry-run", "--gpus", "1", "--", "podman", "run", "--env-file", &fifo, "img"];
     sim.gpurun().args(words).run_unless_hung().status(0);
 }
+
+/// `make demo-container`, as the guide tells a new user to try it: a container run on the
+/// simulated GPUs that ends verified (issue 42, point 8).
+#[test]
+fn the_container_try_out_ends_verified() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/containers/try.sh");
+    let output = Command::new(&script).stdin(Stdio::null()).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    if output.status.code() == Some(3) {
+        return common::skip("the container try-out", stdout.trim());
+    }
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("gpurun: verified: PID "), "{stderr}");
+    assert!(stderr.contains("--device nvidia.com/gpu=GPU-"), "{stderr}");
+}
