@@ -389,7 +389,8 @@ fn wait_times_out_with_75_and_shows_progress() {
     let waited = started.elapsed();
     outcome
         .status(75)
-        .stderr_has("gpurun: waiting: 0 qualify now, 0 ahead in the queue, waited 0 s; needs 1 GPU, exclusive: GPU 0 reserved exclusively by gpurun PID ")
+        .stderr_has("gpurun: waiting 0 s: GPU 0 reserved exclusively by gpurun PID ")
+        .stderr_has("; needs 1 GPU, exclusive; 0 qualify now, 0 ahead")
         .stderr_has("(after waiting");
     assert!(waited >= Duration::from_millis(600), "{waited:?}");
     holder.kill().unwrap();

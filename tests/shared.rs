@@ -89,7 +89,10 @@ fn the_waiters_own_progress_line_says_why() {
     let _holder = background(sim.gpurun().args(["--exclusive", "--gpus", "2", "--", "sleep", "3"]));
     assert!(wait_until(LONG, || leases(&sim) == 2));
     let waited = sim.gpurun().args(["--exclusive", "--wait=1s", "--", "true"]).run();
-    waited.status(75).stderr_has("waiting: 0 qualify now, 0 ahead in the queue, waited 0 s; needs 1 GPU, exclusive: GPU 0 reserved exclusively by gpurun PID ");
+    waited
+        .status(75)
+        .stderr_has("waiting 0 s: GPU 0 reserved exclusively by gpurun PID ")
+        .stderr_has("; needs 1 GPU, exclusive; 0 qualify now, 0 ahead");
 }
 
 fn house_rules(sim: &Sim, rules: &str) {

@@ -269,7 +269,7 @@ fn the_wait_progress_line_is_rewritten_in_place_on_a_terminal() {
     assert!(terminal.expect("S=75."), "{}", terminal.text());
     let text = terminal.text();
     // Carriage return, the line, erase-to-end: one line updated, not one per try.
-    assert!(text.contains("\rgpurun: waiting: 0 qualify now"), "{text:?}");
+    assert!(text.contains("\rgpurun: waiting 0 s: GPU 3 reserved exclusively by gpurun PID "), "{text:?}");
     assert!(text.contains("\x1b[K"), "{text:?}");
     assert_eq!(text.matches("\ngpurun: waiting").count(), 0, "{text:?}");
 }
@@ -294,12 +294,42 @@ fn the_wait_line_fits_the_terminal_and_is_erased_at_the_end() {
             .collect();
         assert!(shown.len() >= 2, "rewritten in place at least twice: {text:?}");
         for line in &shown {
-            assert!(line.chars().count() < usize::from(columns), "{} columns: {line:?}", columns);
+            // Room for the "^C" a terminal echoes at Ctrl-C, so that the line never wraps.
+            assert!(line.chars().count() <= usize::from(columns) - 3, "{} columns: {line:?}", columns);
             assert!(!line.contains('\n'), "{line:?}");
         }
         assert!(shown.iter().any(|line| line.ends_with('…')), "the reason is cut: {shown:?}");
         // Erased before the refusal is printed: nothing of the line is left on screen.
         assert!(text.contains("\r\x1b[Kgpurun: not enough GPUs"), "{text:?}");
+    }
+}
+
+/// Ctrl-C during a wait at any width: the terminal's "^C" echo fits on the progress line (it
+/// is three columns short of the width), so the erase that follows takes the whole line and
+/// nothing of it stays above the prompt (issue 42, point 4).
+#[test]
+fn ctrl_c_erases_the_wait_line_at_any_width() {
+    for columns in [60u16, 80, 133] {
+        let sim = Sim::new(&default_scenario());
+        let mut terminal = Terminal::start(&sim);
+        terminal.set_columns(columns);
+        terminal.type_text("gpurun -q --exclusive --devices 3 -- sleep 20 &\n");
+        std::thread::sleep(Duration::from_millis(500));
+        terminal.clear();
+        terminal.type_text("gpurun --exclusive --devices 3 --wait -- true\n");
+        assert!(terminal.expect("gpurun: waiting"), "{}", terminal.text());
+        std::thread::sleep(Duration::from_millis(300));
+        terminal.ctrl('c');
+        assert!(terminal.expect("READY$ "), "{}", terminal.text());
+        let text = terminal.text();
+        assert_eq!(terminal.status_of_last(), "130");
+        let after_line = text.rsplit("gpurun: waiting").next().unwrap();
+        let shown = format!("gpurun: waiting{}", after_line.split("\x1b[K").next().unwrap());
+        assert!(shown.chars().count() <= usize::from(columns) - 3, "{columns} columns: {shown:?}");
+        // The echo, then the erase of the line it sits on, before anything else is written.
+        let tail = &after_line[after_line.find("\x1b[K").unwrap() + 3..];
+        assert!(tail.contains("^C") && tail.contains("\r\x1b[K"), "{columns} columns: {tail:?}");
+        terminal.type_text("kill %1\n");
     }
 }
 

@@ -679,7 +679,8 @@ impl Search {
         receiver: &Receiver,
     ) -> Result<(), AcquireError> {
         let qualified = decision.assessments.iter().filter(|a| a.eligible()).count();
-        self.progress.show(&decision.why_not(request), qualified, ahead, self.started.elapsed());
+        let needs = crate::select::policy::needs(request);
+        self.progress.show(&decision.blockers(), &needs, qualified, ahead, self.started.elapsed());
         match (&self.ticket, &self.lock_dir) {
             (Some(ticket), Some(dir)) if ticket.wake_fd().is_some() => {
                 let until = self.waiting_until.flatten();
@@ -851,15 +852,19 @@ impl Progress {
         }
     }
 
-    fn show(&mut self, why_not: &str, qualified: usize, ahead: usize, waited: Duration) {
+    /// The blocker first, short, then what is needed and the counts: the part a narrow
+    /// terminal cuts is the least telling. `waiting 2 s: GPU 0 reserved exclusively by gpurun
+    /// PID 4242 (alice, python); needs 1 GPU, exclusive; 0 qualify now, 0 ahead`.
+    fn show(&mut self, blockers: &[String], needs: &str, qualified: usize, ahead: usize, waited: Duration) {
         let counts =
             format!("{qualified} qualif{} now, {ahead} ahead", if qualified == 1 { "ies" } else { "y" });
-        let text = format!(
-            "waiting: {qualified} qualif{} now, {ahead} ahead in the queue, waited {}; {why_not}",
-            if qualified == 1 { "ies" } else { "y" },
-            duration::shown(Duration::from_secs(waited.as_secs()))
-        );
-        self.show_line(&text, &format!("{counts}; {why_not}"));
+        let blocked = match blockers.is_empty() {
+            true => format!("{ahead} ahead in the queue"),
+            false => blockers.join(", "),
+        };
+        let reason = format!("{blocked}; {needs}; {counts}");
+        let text = format!("waiting {}: {reason}", duration::shown(Duration::from_secs(waited.as_secs())));
+        self.show_line(&text, &reason);
     }
 
     fn show_text(&mut self, text: &str) {
@@ -881,7 +886,9 @@ impl Progress {
         }
         self.said = reason.to_owned();
         let columns = crate::process::stdio::terminal_columns(std::io::stderr().as_fd()).unwrap_or(80);
-        let line = crate::process::stdio::fit(&format!("gpurun: {text}"), columns);
+        // Three columns short of the width: the "^C" a terminal echoes at Ctrl-C still fits on
+        // the line (a full line made it wrap, and the erase below then missed the line).
+        let line = crate::process::stdio::fit(&format!("gpurun: {text}"), columns.saturating_sub(3).max(20));
         let _ = write!(std::io::stderr().lock(), "\r{line}\x1b[K");
         self.shown = true;
     }

@@ -56,25 +56,36 @@ impl Decision {
     /// Why a waiter cannot start now, in the words of the exit-75 table: `needs 2 GPUs with
     /// 20 GiB free: GPU 0 reserved by gpurun PID 7 (bob), GPU 3 free 12 GiB < 20 GiB`.
     pub(crate) fn why_not(&self, request: &Request) -> String {
-        let count = request.count;
-        let mut needs = format!("needs {count} GPU{}", if count == Count::exactly(1) { "" } else { "s" });
-        if let Some(threshold) = request.min_free {
-            needs.push_str(&format!(" with {threshold} free"));
-        }
-        if request.exclusive {
-            needs.push_str(", exclusive");
-        }
-        let blocked: Vec<String> = self
-            .assessments
-            .iter()
-            .filter(|a| a.possible() && !a.eligible())
-            .map(|a| format!("{} {}", crate::probe::gpu::label(a.index), a.reasons().join("; ")))
-            .collect();
+        let needs = needs(request);
+        let blocked = self.blockers();
         match blocked.is_empty() {
             true => needs,
             false => format!("{needs}: {}", blocked.join(", ")),
         }
     }
+
+    /// What holds each GPU that could qualify but does not now: `GPU 0 reserved exclusively
+    /// by gpurun PID 4242 (alice, python)`.
+    pub(crate) fn blockers(&self) -> Vec<String> {
+        self.assessments
+            .iter()
+            .filter(|a| a.possible() && !a.eligible())
+            .map(|a| format!("{} {}", crate::probe::gpu::label(a.index), a.reasons().join("; ")))
+            .collect()
+    }
+}
+
+/// What the request needs, in words: `needs 2 GPUs with 8 GiB free, exclusive`.
+pub(crate) fn needs(request: &Request) -> String {
+    let count = request.count;
+    let mut needs = format!("needs {count} GPU{}", if count == Count::exactly(1) { "" } else { "s" });
+    if let Some(threshold) = request.min_free {
+        needs.push_str(&format!(" with {threshold} free"));
+    }
+    if request.exclusive {
+        needs.push_str(", exclusive");
+    }
+    needs
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
