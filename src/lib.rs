@@ -248,7 +248,11 @@ fn warn_sick(machine: &Machine, selection: &Selection, health: HealthUse) {
 fn show_history(json: bool, pattern: Option<&str>) -> Result<Exit, Error> {
     let records = history::path().map(|path| history::read(&path)).unwrap_or_default();
     let matching = output::history::matching(&records, pattern);
-    let text = if json { output::history::json(&matching) } else { output::history::table(&matching) };
+    let columns = process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout()));
+    let text = match json {
+        true => output::history::json(&matching),
+        false => output::history::table_for(&matching, columns),
+    };
     print(&text).map_err(Error::Output)?;
     Ok(Exit::Code(0))
 }

@@ -57,6 +57,10 @@ impl Cluster {
             .env("NVML_SIM_SCENARIO", &self.sim.scenario)
             .env("GPURUN_NVML_LIB", self.sim.library())
             .env("GPURUN_LOCK_DIR", self.sim.lock_dir())
+            // The jobs' history and configuration are the sandbox's, not the user's own.
+            .env("XDG_STATE_HOME", self.sim.dir.path().join("state"))
+            .env("XDG_CONFIG_HOME", self.sim.dir.path().join("config"))
+            .env("GPURUN_SYSTEM_CONFIG", self.sim.system_file())
             .env("PATH", format!("{}:{}", gpurun_dir.display(), std::env::var("PATH").unwrap_or_default()))
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("CUDA_DEVICE_ORDER")

@@ -49,6 +49,11 @@ impl Terminal {
             .env("NVML_SIM_SCENARIO", &sim.scenario)
             .env("GPURUN_NVML_LIB", sim.library())
             .env("GPURUN_LOCK_DIR", sim.lock_dir())
+            // The sandbox's history and configuration, never the user's own (the runs here
+            // were kept in the real ~/.local/state/gpurun/history.jsonl).
+            .env("XDG_STATE_HOME", sim.dir.path().join("state"))
+            .env("XDG_CONFIG_HOME", sim.dir.path().join("config"))
+            .env("GPURUN_SYSTEM_CONFIG", sim.system_file())
             .env_remove("CUDA_VISIBLE_DEVICES")
             .stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
@@ -333,6 +338,35 @@ fn ctrl_c_erases_the_wait_line_at_any_width() {
     }
 }
 
+/// `--history` at 80 columns: the compact table, no line wraps; piped, the whole table
+/// (issue 42, point 7).
+#[test]
+fn history_fits_the_terminal_and_a_pipe_gets_the_whole_table() {
+    let sim = Sim::new(&default_scenario());
+    let long = format!("{} --sleep 0.1 --mem 3GiB {}", common::sim_cuda().display(), "--quiet ".repeat(8));
+    let words: Vec<&str> = long.split_whitespace().collect();
+    sim.gpurun().arg("--").args(&words).run().status(0);
+    let mut terminal = Terminal::start(&sim);
+    terminal.set_columns(80);
+    terminal.clear();
+    terminal.type_text("gpurun --history; echo \"S=$?.\"\n");
+    assert!(terminal.expect("S=0."), "{}", terminal.text());
+    let text = terminal.text();
+    let rows: Vec<&str> = text
+        .split("\r\n")
+        .skip_while(|l| !l.starts_with("STARTED"))
+        .take_while(|l| !l.starts_with("S="))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text:?}");
+    assert!(rows[0].starts_with("STARTED     WALL"), "the compact layout: {rows:?}");
+    for row in &rows {
+        assert!(row.chars().count() < 80, "{row:?}");
+    }
+    assert!(rows[1].ends_with('…') && rows[1].contains(" verified "), "{rows:?}");
+    let piped = sim.gpurun().args(["--history"]).run();
+    piped.status(0).stdout_has("STARTED (UTC)").stdout_has(long.trim_end());
+}
+
 #[test]
 fn list_fits_the_terminal_and_a_pipe_gets_every_character() {
     let sim = Sim::new(&default_scenario());
@@ -354,10 +388,13 @@ fn list_fits_the_terminal_and_a_pipe_gets_every_character() {
         }
         let header = rows.iter().find(|row| row.starts_with("GPU")).unwrap();
         match columns {
-            // Narrow: the compact layout, and the process column cut with an ellipsis.
+            // Narrow: the compact layout, each process as owner, PID (* not via gpurun) and
+            // memory, with a legend; at 80 columns the process column is cut with an ellipsis.
             80 | 100 => {
                 assert!(!header.contains("TEMP") && header.contains("USED / TOTAL"), "{header}");
-                assert!(rows.iter().any(|row| row.ends_with('…')), "{rows:#?}");
+                assert!(rows.iter().any(|row| row.ends_with("? 4190001* 29.4G")), "{rows:#?}");
+                assert!(text.contains("PID*: not via gpurun (no reservation)"), "{text:?}");
+                assert!(columns == 100 || rows.iter().any(|row| row.ends_with('…')), "{rows:#?}");
             }
             _ => assert!(header.contains("TEMP") && header.contains("POWER"), "{header}"),
         }

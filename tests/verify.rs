@@ -73,6 +73,10 @@ fn a_command_under_a_long_path_is_clipped_and_still_verified() {
     assert!(lines[0].contains("verified:"), "{lines:?}");
     assert_eq!(lines[0].matches("PID ").count(), 2, "{lines:?}");
     assert_eq!(lines[0].matches(") on GPUs 2, 3").count(), 2, "{lines:?}");
+    // A clipped command keeps its program's name: the directory goes first (issue 42, point 7).
+    let outcome = run(&sim, &[], &[program.to_str().unwrap(), "--sleep", "0.5"]);
+    let lines = verdict_lines(outcome.status(0));
+    assert!(lines[0].contains("(…/sim-cuda --sleep 0.5) on GPU 3"), "{lines:?}");
 }
 
 #[test]

@@ -35,6 +35,71 @@ fn field<'a>(record: &'a Record, name: &str) -> &'a serde_json::Value {
     record.report.get(name).unwrap_or(&serde_json::Value::Null)
 }
 
+/// The table for a terminal of `columns` (`None`: a pipe, which gets every character): the
+/// full layout where it fits, else a compact one (no year or seconds, the largest peak only, the
+/// command cut with `…`), every row within the width (DESIGN 9: what fits the terminal).
+pub(crate) fn table_for(records: &[&Record], columns: Option<usize>) -> String {
+    let full = table(records);
+    let Some(columns) = columns else { return full };
+    if full.lines().all(|line| line.chars().count() < columns) {
+        return full;
+    }
+    let mut out = String::from("STARTED     WALL    GPUS  VERDICT      PEAK     ENERGY EXIT    COMMAND\n");
+    let shown = &records[records.len().saturating_sub(SHOWN)..];
+    for record in shown {
+        let row = Row::of(record);
+        let largest = record.peaks().iter().map(|(_, bytes)| *bytes).max();
+        let line = format!(
+            "{:<11} {:<7} {:<5} {:<12} {:<8} {:<6} {:<7} {}",
+            &utc(record.started)[5..16],
+            row.wall,
+            crate::process::stdio::clip(&row.gpus, 5),
+            row.verdict,
+            largest.map_or("-".to_owned(), |bytes| human(bytes).replace(' ', "")),
+            energy(record),
+            row.ended,
+            row.command
+        );
+        let _ = writeln!(out, "{}", crate::process::stdio::fit(&line, columns));
+    }
+    if records.len() > shown.len() {
+        let _ =
+            writeln!(out, "({} earlier runs not shown; --json has them all)", records.len() - shown.len());
+    }
+    out
+}
+
+/// One record's cells, as both layouts show them.
+struct Row {
+    wall: String,
+    gpus: String,
+    verdict: String,
+    ended: String,
+    command: String,
+}
+
+impl Row {
+    fn of(record: &Record) -> Row {
+        let selected = field(record, "selected").as_array().cloned().unwrap_or_default();
+        let gpus: Vec<String> =
+            selected.iter().filter_map(|d| d["index"].as_u64()).map(|i| i.to_string()).collect();
+        let exit = &field(record, "exit");
+        let ended = match (exit["code"].as_u64(), exit["signal_name"].as_str()) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(signal)) => signal.to_owned(),
+            _ => "-".to_owned(),
+        };
+        let words: Vec<std::ffi::OsString> = record.command().iter().map(std::ffi::OsString::from).collect();
+        Row {
+            wall: field(record, "wall_seconds").as_f64().map_or("-".to_owned(), |s| format!("{s:.1}s")),
+            gpus: if gpus.is_empty() { "-".to_owned() } else { gpus.join(",") },
+            verdict: field(record, "verification")["verdict"].as_str().unwrap_or("-").to_owned(),
+            ended,
+            command: shell::quote(&words),
+        }
+    }
+}
+
 /// The table: one run per line, newest last.
 pub(crate) fn table(records: &[&Record]) -> String {
     let mut out = String::from(
@@ -50,33 +115,23 @@ pub(crate) fn table(records: &[&Record]) -> String {
                 .and_then(|d| d["index"].as_u64())
                 .map_or_else(|| uuid.to_owned(), |i| i.to_string())
         };
-        let gpus: Vec<String> =
-            selected.iter().filter_map(|d| d["index"].as_u64()).map(|i| i.to_string()).collect();
         let peaks: Vec<String> = record
             .peaks()
             .iter()
             .map(|(uuid, bytes)| format!("{}:{}", index_of(uuid), human(*bytes).replace(' ', "")))
             .collect();
-        let verdict = field(record, "verification")["verdict"].as_str().unwrap_or("-").to_owned();
-        let exit = &field(record, "exit");
-        let ended = match (exit["code"].as_u64(), exit["signal_name"].as_str()) {
-            (Some(code), _) => code.to_string(),
-            (None, Some(signal)) => signal.to_owned(),
-            _ => "-".to_owned(),
-        };
-        let wall = field(record, "wall_seconds").as_f64().map_or("-".to_owned(), |s| format!("{s:.1}s"));
-        let words: Vec<String> = record.command().iter().map(|w| (*w).to_owned()).collect();
+        let row = Row::of(record);
         let _ = writeln!(
             out,
             "{:<20} {:<9} {:<7} {:<13} {:<17} {:<8} {:<8} {}",
             utc(record.started),
-            wall,
-            if gpus.is_empty() { "-".to_owned() } else { gpus.join(",") },
-            verdict,
+            row.wall,
+            row.gpus,
+            row.verdict,
             if peaks.is_empty() { "-".to_owned() } else { peaks.join(",") },
             energy(record),
-            ended,
-            shell::quote(&words.iter().map(std::ffi::OsString::from).collect::<Vec<_>>())
+            row.ended,
+            row.command
         );
     }
     if records.len() > shown.len() {

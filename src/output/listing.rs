@@ -376,7 +376,7 @@ pub(crate) fn link_matrix(machine: &Machine) -> String {
 }
 
 /// The PROCESSES column of a device: a line per process (`PID user command (memory)` and whose
-/// reservation it is), or all on one line as `PID user (memory)` in the compact layout.
+/// reservation it is), or all on one line as `user PID[*] memory` in the compact layout.
 fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
     // An MPS GPU's clients are only in its MPS list: listed after its compute processes
     // (where its server is), each marked.
@@ -396,14 +396,17 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
     match &gpu.processes {
         None if clients.is_empty() => vec!["?".to_owned()],
         _ if all.is_empty() => vec!["-".to_owned()],
+        // The owner first (who is on the card), then the PID, the memory without its space,
+        // and `*` for a process not started through gpurun (the legend says so).
         _ if compact => vec![all
             .iter()
             .map(|p| {
                 format!(
-                    "{} {} ({}){}",
-                    p.pid,
+                    "{} {}{} {}{}",
                     p.user.as_deref().unwrap_or("?"),
-                    p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
+                    p.pid,
+                    if reservation_of(gpu, p.pid, live).is_none() { "*" } else { "" },
+                    p.used_bytes.map(short_size).unwrap_or_else(|| "?".to_owned()),
                     if is_client(p.pid) { " MPS" } else { "" }
                 )
             })
@@ -433,9 +436,18 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
     }
 }
 
+/// `29.4G`, `512M`: a size in the compact layout's few columns.
+fn short_size(bytes: u64) -> String {
+    let text = human(bytes);
+    match text.split_once(' ') {
+        Some((number, unit)) => format!("{number}{}", unit.trim_end_matches("iB")),
+        None => text,
+    }
+}
+
 /// One row of the table (and its continuation lines) for a GPU or a MIG device. `compact`:
 /// the layout of a narrow terminal (no temperature or power, a shorter name, every process on
-/// the row as `PID user (memory)`).
+/// the row as `user PID memory`, `*` where not via gpurun).
 fn device_rows(
     out: &mut String,
     gpu: &Gpu,
@@ -604,8 +616,11 @@ pub(crate) fn table(
     if !shared.rules.is_empty() {
         let _ = writeln!(out, "\nhouse rules: {}", shared.rules.join("; "));
     }
-    let unknown = machine.devices().flat_map(|gpu| gpu.processes.iter().flatten());
-    if unknown.into_iter().any(|p| p.user.is_none() || p.command.is_none()) {
+    let listed = || machine.devices().flat_map(|gpu| gpu.processes.iter().flatten());
+    if compact && listed().next().is_some() {
+        let _ = writeln!(out, "\nPROCESSES: user PID memory; PID*: not via gpurun (no reservation)");
+    }
+    if listed().any(|p| p.user.is_none() || p.command.is_none()) {
         let _ = writeln!(out, "\n?: unknown here (another PID namespace, an ended process, or hidepid)");
     }
     match shared.columns {

@@ -176,4 +176,8 @@ fn snapshot_history() {
     ];
     let all: Vec<&crate::history::Record> = records.iter().collect();
     snapshot("history.txt", &history::table(&all));
+    assert_eq!(history::table_for(&all, None), history::table(&all), "a pipe gets every character");
+    let compact = history::table_for(&all, Some(80));
+    assert!(compact.lines().all(|line| line.chars().count() < 80), "{compact}");
+    snapshot("history-80.txt", &compact);
 }

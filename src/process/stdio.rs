@@ -112,9 +112,37 @@ pub(crate) fn clip(text: &str, width: usize) -> String {
     cut
 }
 
+/// A command line in at most `width` characters that keeps the program's name: a long
+/// directory in front of it goes first (`…/sim-cuda --sleep 1`), then the end of the arguments.
+pub(crate) fn clip_command(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_owned();
+    }
+    let (program, rest) = line.split_once(' ').map_or((line, ""), |(program, rest)| (program, rest));
+    let shortened = match program.rsplit_once('/') {
+        Some((_, name)) if !name.is_empty() => format!("…/{name}"),
+        _ => program.to_owned(),
+    };
+    let joined = if rest.is_empty() { shortened } else { format!("{shortened} {rest}") };
+    clip(&joined, width)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{clip, fit};
+    use super::{clip, clip_command, fit};
+
+    #[test]
+    fn a_clipped_command_keeps_its_programs_name() {
+        let long =
+            "/root/src/github.com/ml-team-with-a-long-name/checkouts/gpurun/target/debug/sim-cuda --sleep 1";
+        assert_eq!(clip_command(long, 40), "…/sim-cuda --sleep 1");
+        assert_eq!(clip_command("python train.py --lr 3", 40), "python train.py --lr 3");
+        assert_eq!(
+            clip_command("/usr/bin/python3 train.py --lr 3e-4 --epochs 100", 24),
+            "…/python3 train.py --lr…"
+        );
+        assert_eq!(clip_command("/a-very-long-directory/", 10).chars().count(), 10);
+    }
 
     #[test]
     fn fit_cuts_with_an_ellipsis_before_the_last_column() {

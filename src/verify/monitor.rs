@@ -355,7 +355,7 @@ impl Monitor {
                             let command = procfs::command_line(process.pid).unwrap_or_else(|| "?".to_owned());
                             poll.sightings.push(Sighting {
                                 pid: process.pid,
-                                command: crate::process::stdio::clip(&command, 60),
+                                command: crate::process::stdio::clip_command(&command, 60),
                                 gpu,
                                 mps_client: process.mps_client,
                             });
