@@ -180,7 +180,8 @@ fn dry_run(seen: &Seen, command: &[OsString], plan: Result<Plan, String>, json: 
         return plan.map(|_| exit).map_err(Error::NotEnoughGpus);
     }
     let Some(chosen) = chosen else { return Err(Error::NotEnoughGpus(plan.err().unwrap_or_default())) };
-    show(listing::dry_run(seen.machine, &seen.decision.assessments, seen.live, &chosen.gpus, &asked))
+    let columns = process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout()));
+    show(listing::dry_run(seen.machine, &seen.decision.assessments, seen.live, &chosen.gpus, &asked, columns))
 }
 
 /// Runs the command on the plan.

@@ -367,6 +367,30 @@ fn history_fits_the_terminal_and_a_pipe_gets_the_whole_table() {
     piped.status(0).stdout_has("STARTED (UTC)").stdout_has(long.trim_end());
 }
 
+/// `--dry-run` at 80 columns: the table fits as --list's does, and the lines below it wrap at
+/// spaces (nothing of them is cut); only a single word wider than the terminal may reach the
+/// edge (issue 42, point 7).
+#[test]
+fn a_dry_run_fits_the_terminal() {
+    let sim = Sim::new(&default_scenario());
+    let mut terminal = Terminal::start(&sim);
+    terminal.set_columns(80);
+    terminal.clear();
+    terminal.type_text("gpurun --dry-run --gpus 2 --min-free 8GB -- python train.py; echo \"S=$?.\"\n");
+    assert!(terminal.expect("S=0."), "{}", terminal.text());
+    let text = terminal.text();
+    let lines: Vec<&str> = text
+        .split("\r\n")
+        .skip_while(|l| !l.starts_with("NVIDIA driver"))
+        .take_while(|l| !l.starts_with("S="))
+        .collect();
+    for line in &lines {
+        assert!(line.chars().count() < 80 || !line.trim().contains(' '), "{line:?}");
+    }
+    assert!(lines.iter().any(|l| l.starts_with("  GPU-8f3b2c1d")), "the selected line wrapped: {lines:#?}");
+    assert!(lines.iter().any(|l| l.starts_with("min-free: 8 GB = 7.45 GiB")), "{lines:#?}");
+}
+
 #[test]
 fn list_fits_the_terminal_and_a_pipe_gets_every_character() {
     let sim = Sim::new(&default_scenario());

@@ -136,7 +136,16 @@ fn snapshot_dry_run() {
         sizing: None,
         passed_over: &decision.passed_over,
     };
-    snapshot("dry-run.txt", &listing::dry_run(&machine, &decision.assessments, &leases(), &plan, &asked));
+    snapshot(
+        "dry-run.txt",
+        &listing::dry_run(&machine, &decision.assessments, &leases(), &plan, &asked, None),
+    );
+    let narrow = listing::dry_run(&machine, &decision.assessments, &leases(), &plan, &asked, Some(80));
+    for line in narrow.lines() {
+        // Only a word wider than the terminal (a list of UUIDs) may reach the edge.
+        assert!(line.chars().count() < 80 || !line.trim().contains(' '), "{line:?}\n{narrow}");
+    }
+    snapshot("dry-run-80.txt", &narrow);
 }
 
 #[test]
