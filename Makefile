@@ -144,7 +144,9 @@ install-files:
 		echo "tmpfiles entry not installed: PREFIX=$(PREFIX) is not /usr or /usr/local (TMPFILESDIR=DIR installs it); gpurun makes /run/lock/gpurun on first use"; \
 	fi
 	install -D -m 0644 packaging/config.toml $(SHARE)/doc/gpurun/config.toml
-	install -m 0644 README.md doc/guide.md doc/design.md doc/performance.md $(SHARE)/doc/gpurun/
+	install -m 0644 README.md $(SHARE)/doc/gpurun/
+	# As in the source tree, so that the docs' links between them resolve where installed.
+	install -D -m 0644 -t $(SHARE)/doc/gpurun/doc doc/guide.md doc/design.md doc/performance.md doc/development.md
 	install -d $(SHARE)/bash-completion/completions $(SHARE)/zsh/site-functions $(SHARE)/fish/vendor_completions.d
 	$(BIN) --completions bash > $(SHARE)/bash-completion/completions/gpurun
 	$(BIN) --completions zsh > $(SHARE)/zsh/site-functions/_gpurun

@@ -33,7 +33,7 @@ Examples:
   gpurun --gpus 2 --min-free 8G -- python train.py   two GPUs with 8 GiB free each
   vars=$(gpurun --export) && eval \"$vars\"            CUDA_VISIBLE_DEVICES for this shell
 
-Every option and the reference: gpurun --help, man gpurun; the guide: share/doc/gpurun/guide.md";
+Every option and the reference: gpurun --help, man gpurun; the guide: share/doc/gpurun/doc/guide.md";
 
 /// `--completions`: the shells a script is generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -244,7 +244,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("/run/lock/gpurun/", "the lock directory: UUID.PID.*.lease (one per reserved GPU), ticket.* and wake.* (a waiter's place in the queue and the FIFO it sleeps on); created mode 1777 (packaging/gpurun-tmpfiles.conf creates it at boot)"),
             ("~/.local/state/gpurun/history.jsonl", "the history of runs ($XDG_STATE_HOME/gpurun); see History"),
             ("/usr/share/doc/gpurun/config.toml", "an example configuration with every key, commented out"),
-            ("/usr/share/doc/gpurun/guide.md", "the user's guide, feature by feature (doc/guide.md in the source); design.md and performance.md beside it"),
+            ("/usr/share/doc/gpurun/doc/guide.md", "the user's guide, feature by feature (doc/guide.md in the source); design.md, performance.md and development.md beside it, README.md above"),
         ],
     ),
     ("Exit status", crate::exit_code::TABLE),
