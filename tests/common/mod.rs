@@ -10,7 +10,23 @@ pub const GPURUN: &str = env!("CARGO_BIN_EXE_gpurun");
 /// The gpurun binary the tests run: this build's, or `GPURUN_UNDER_TEST` (to show that a new
 /// test fails on an older build). The simulator is always this build's.
 pub fn gpurun_binary() -> String {
+    default_signals();
     std::env::var("GPURUN_UNDER_TEST").unwrap_or_else(|_| GPURUN.to_owned())
+}
+
+/// SIGINT and SIGQUIT at their defaults in the test process, whatever it inherited: a suite
+/// started in the background of a script (`make test &`, nohup) ignores both, every gpurun
+/// and command a test starts would inherit that, as gpurun keeps what its caller ignored, and
+/// the tests of Ctrl-C and of forwarding INT failed for it. A test of an ignored signal sets
+/// it itself in its child.
+pub fn default_signals() {
+    static RESET: std::sync::Once = std::sync::Once::new();
+    RESET.call_once(|| {
+        for signal in [libc::SIGINT, libc::SIGQUIT] {
+            // SAFETY: setting a disposition to the default; no handler of ours is replaced.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
+        }
+    });
 }
 
 /// Where cargo put gpurun, and with it the simulator (built by `make sim`/`make test`).
@@ -90,6 +106,7 @@ pub struct Sim {
 
 impl Sim {
     pub fn new(scenario: &str) -> Sim {
+        default_signals();
         let dir = tempfile::tempdir().expect("temporary directory");
         let scenario_path = dir.path().join("scenario.toml");
         std::fs::write(&scenario_path, scenario).expect("write scenario");
