@@ -295,6 +295,29 @@ fn kill_after_ends_a_child_that_ignores_term() {
     assert_eq!(patient.stop().code(), Some(0));
 }
 
+/// A command that signals its own process group (`kill -TERM 0`, as shells and launchers do
+/// to end their children) reaches gpurun too; gpurun drops it (the command's own) and starts
+/// no --kill-after countdown: the command, which ignores TERM, is not SIGKILLed (issue 44).
+#[test]
+fn a_commands_signal_to_its_own_group_starts_no_kill_after() {
+    let sim = Sim::new(&default_scenario());
+    let started = std::time::Instant::now();
+    let mut run = sim.gpurun().args([
+        "-q",
+        "--kill-after",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; kill -TERM 0; sleep 1.2; exit 7",
+    ]);
+    // A group of its own: `kill -TERM 0` must not reach the test harness.
+    std::os::unix::process::CommandExt::process_group(&mut run.command, 0);
+    let outcome = run.run();
+    outcome.status(7);
+    assert!(started.elapsed() >= Duration::from_secs(1), "it ran its course");
+}
+
 /// SigIgn/SigBlk of a process, from /proc.
 fn signal_sets(status: &str) -> (u64, u64) {
     let field = |name: &str| {

@@ -199,6 +199,22 @@ fn ctrl_c_stops_a_for_loop() {
     assert!(!text.contains("ITER") && !text.contains("AFTER"), "the loop went on: {text}");
 }
 
+/// Ctrl-C reaches the command from the kernel, not through gpurun, and still starts
+/// --kill-after: a command that ignores INT is SIGKILLed after it (issue 44: a mutant that
+/// never started the countdown for a dropped signal survived every test).
+#[test]
+fn ctrl_c_starts_kill_after_for_a_command_that_ignores_it() {
+    let sim = Sim::new(&default_scenario());
+    let mut terminal = Terminal::start(&sim);
+    terminal.clear();
+    terminal.type_text("gpurun -q --kill-after 500ms -- sh -c 'trap \"\" INT; echo UP; sleep 30'\n");
+    assert!(terminal.expect("UP"), "{}", terminal.text());
+    std::thread::sleep(Duration::from_millis(200));
+    terminal.ctrl('c');
+    assert!(terminal.expect("READY$ "), "the command outlived --kill-after: {}", terminal.text());
+    assert_eq!(terminal.status_of_last(), "137");
+}
+
 #[test]
 fn ctrl_z_and_fg_twice_then_ctrl_c() {
     let sim = Sim::new(&default_scenario());

@@ -106,6 +106,21 @@ mod tests {
         assert_eq!(decide(libc::SIGCHLD, Sender::Outside, true, &[]), Action::Reap);
     }
 
+    /// `--kill-after` counts from a TERM, INT or HUP that reached the command: Ctrl-C (the
+    /// kernel signalled the whole foreground group) and Slurm's step daemon (it signals every
+    /// process) did, though gpurun dropped them; the command's own signal to its process group
+    /// did not start any countdown (issue 44: no test pinned either).
+    #[test]
+    fn which_dropped_signals_still_start_kill_after() {
+        assert!(reached_anyway(Sender::Terminal, true));
+        assert!(!reached_anyway(Sender::Terminal, false), "forwarded instead, and counted there");
+        assert!(reached_anyway(Sender::Launcher, true));
+        assert!(reached_anyway(Sender::Launcher, false));
+        for sender in [Sender::Tree, Sender::Other, Sender::Outside] {
+            assert!(!reached_anyway(sender, true), "{sender:?}");
+        }
+    }
+
     #[test]
     fn senders_are_placed() {
         let own = std::process::id();

@@ -112,6 +112,18 @@ mod tests {
         assert!(parse("two").unwrap_err().contains("a range MIN-MAX such as 2-4, or all"));
     }
 
+    /// The edges (issue 44): a range of one, the range's ends taken exactly.
+    #[test]
+    fn a_range_of_one_and_the_ends_of_a_range() {
+        assert_eq!(parse("2-2"), Ok(Count::exactly(2)));
+        assert_eq!(parse("2-2").unwrap().to_string(), "2");
+        let range = Count { min: 2, max: Some(4) };
+        assert_eq!(range.take(2), Some(2), "exactly the minimum qualifies");
+        assert_eq!(range.take(4), Some(4), "exactly the maximum is taken whole");
+        assert!(!Count::exactly(1).is_none() && Count::exactly(0).is_none());
+        assert!(!parse("0-2").unwrap().is_none(), "a range from 0 may still take GPUs");
+    }
+
     #[test]
     fn how_many_are_taken() {
         let range = Count { min: 2, max: Some(4) };

@@ -72,3 +72,22 @@ pub(crate) fn parse_device_list(text: &str) -> Result<DeviceList, String> {
         .collect::<Result<_, _>>()
         .map(DeviceList)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PCI bus ids at and past their fields' ranges (issue 44): bus 0xFF, device 0x1F and
+    /// function 7 are the last; one more is no bus id.
+    #[test]
+    fn pci_bus_ids_at_the_edges_of_their_fields() {
+        assert_eq!(normalize_pci_bus_id("ff:1f.7").as_deref(), Some("00000000:FF:1F.7"));
+        assert_eq!(normalize_pci_bus_id("ffffffff:00:00.0").as_deref(), Some("FFFFFFFF:00:00.0"));
+        for bad in
+            ["100:00.0", "00:20.0", "00:00.8", "1ffffffff:00:00.0", ":00.0", "00:00", "00:00.", "0:0:0:0.0"]
+        {
+            assert_eq!(normalize_pci_bus_id(bad), None, "{bad}");
+        }
+        assert!(parse_device_list("0000:100:00.0").unwrap_err().contains("is not a PCI bus id"));
+    }
+}

@@ -78,4 +78,31 @@ mod tests {
             assert!(parse(bad).unwrap_err().contains(&format!("{bad:?}")), "{bad}");
         }
     }
+
+    /// The edges a mutant could move unnoticed (issue 44): days, the 1e9 s bound, zero.
+    #[test]
+    fn the_edges_of_a_duration() {
+        assert_eq!(parse("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse("1000000000"), Ok(Duration::from_secs(1_000_000_000)));
+        assert!(parse("1000000001").is_err(), "above 1e9 s is refused");
+        assert!(parse("11575d").is_err(), "11575 days is above 1e9 s");
+        assert_eq!(parse("0.001s"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_positive("1ms"), Ok(Duration::from_millis(1)));
+        for zero in ["0", "0s", "0.0", "0ms"] {
+            assert!(parse_positive(zero).unwrap_err().contains("no time at all"), "{zero}");
+        }
+    }
+
+    #[test]
+    fn compact_durations_read_back_as_themselves() {
+        assert_eq!(compact(Duration::from_secs(4 * 3600)), "4h");
+        assert_eq!(compact(Duration::from_secs(30 * 60)), "30m");
+        assert_eq!(compact(Duration::from_secs(90)), "90s");
+        assert_eq!(compact(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(compact(Duration::ZERO), "0s");
+        assert_eq!(compact(Duration::from_secs(3600 + 60)), "61m");
+        for duration in [7200, 5400, 61, 1].map(Duration::from_secs) {
+            assert_eq!(parse(&compact(duration)), Ok(duration));
+        }
+    }
 }

@@ -286,6 +286,18 @@ mod parse_tests {
         "８G",
     ];
 
+    /// The edges (issue 44): 16 EiB and the 30-digit bound; a huge size is refused, never read
+    /// as 0 bytes (which would be no filter at all).
+    #[test]
+    fn huge_sizes_are_refused_never_read_as_nothing() {
+        assert_eq!(parse_bytes("17179869183G"), Ok(17_179_869_183 << 30));
+        assert!(parse_bytes("17179869184G").unwrap_err().contains("too large"));
+        let digits = "9".repeat(39);
+        assert!(parse_bytes(&format!("{digits}B")).unwrap_err().contains("too large"));
+        assert!(parse_bytes(&format!("0.{}1G", "0".repeat(40))).unwrap_err().contains("too large"));
+        assert_eq!(parse_bytes("0.000000001G"), Ok(1), "a fraction rounds down to whole bytes");
+    }
+
     #[test]
     fn valid_sizes() {
         for (text, bytes) in VALID {

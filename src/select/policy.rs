@@ -356,6 +356,37 @@ mod tests {
         assert_eq!(chosen(&gpus, &request), Outcome::FallbackCpu);
     }
 
+    /// The edges (issue 44): free memory exactly at --min-free qualifies, one byte less does
+    /// not; free exactly at the house floor may still be taken by --fallback best, below it never.
+    #[test]
+    fn free_memory_exactly_at_the_threshold_and_at_the_house_floor() {
+        let exactly = |free_bytes: u64| {
+            let mut gpu = with_load(0, 0, 0);
+            gpu.memory = Some(Memory {
+                total_bytes: 80 << 30,
+                reserved_bytes: 0,
+                used_bytes: (80 << 30) - free_bytes,
+                free_bytes,
+            });
+            gpu
+        };
+        let request = Request { min_free: Some(Threshold::Bytes(8 << 30)), ..Request::default() };
+        assert_eq!(chosen(&[exactly(8 << 30)], &request), Outcome::Selected(vec![0]));
+        assert_eq!(chosen(&[exactly((8 << 30) - 1)], &request), Outcome::Refused { qualified: 0 });
+        let floored = Request {
+            min_free: Some(Threshold::Bytes(16 << 30)),
+            min_free_floor: Some(Threshold::Bytes(8 << 30)),
+            fallback: Some(Fallback::Best),
+            ..Request::default()
+        };
+        assert_eq!(chosen(&[exactly(8 << 30)], &floored), Outcome::FallbackBest(vec![0]), "at the floor");
+        let below = chosen(&[exactly((8 << 30) - 1)], &floored);
+        assert!(
+            !matches!(below, Outcome::FallbackBest(_) | Outcome::Selected(_)),
+            "below the floor: {below:?}"
+        );
+    }
+
     #[test]
     fn requests_no_state_of_the_machine_can_meet_say_why() {
         let gpus: Vec<Gpu> = (0..3).map(test_gpu).collect();
