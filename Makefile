@@ -22,7 +22,7 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo demo-container test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
+.PHONY: build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
 
 build:
 	$(CARGO) build --release --bin gpurun
@@ -109,6 +109,23 @@ $(BENCH_VENV)/.installed:
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check nvitop==$(NVITOP_VERSION)
 	touch $@
+
+# Mutation testing: cargo-mutants (from crates.io into target/mutants-tools, once) changes the
+# decisions of the code one at a time and runs the tests that cover them; a mutant that no test
+# notices is a decision nothing pins. Slow on two cores (an hour or more for the whole tree), so
+# never in CI: MUTANTS_FILE=src/options/duration.rs for one file, MUTANTS_TESTS=--lib (the
+# default: the unit tests, minutes per file) or MUTANTS_TESTS="--test tests" for the binary's.
+CARGO_MUTANTS_VERSION = 27.1.0
+MUTANTS_TOOLS = target/mutants-tools
+MUTANTS_FILE ?=
+MUTANTS_TESTS ?= --lib
+mutants:
+	@if ! $(MUTANTS_TOOLS)/bin/cargo-mutants --version 2>/dev/null | grep -q " $(CARGO_MUTANTS_VERSION)$$"; then \
+		echo "make mutants: installing cargo-mutants $(CARGO_MUTANTS_VERSION) into $(MUTANTS_TOOLS) (once)"; \
+		$(CARGO) install --quiet --locked --root $(MUTANTS_TOOLS) --version $(CARGO_MUTANTS_VERSION) cargo-mutants; \
+	fi
+	$(MUTANTS_TOOLS)/bin/cargo-mutants mutants --package gpurun $(if $(MUTANTS_FILE),--file $(MUTANTS_FILE)) \
+		--output target/mutants -- $(MUTANTS_TESTS)
 
 # Speed and memory, measured (release builds, the simulator, nvisel side by side); about 2 min.
 # BENCH_ARGS=--quick for a shorter run. Results: target/bench/bench.json.
