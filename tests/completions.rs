@@ -205,7 +205,7 @@ fn make_install_puts_everything_where_it_is_looked_for() {
     assert_eq!(installed("usr/share/fish/vendor_completions.d/gpurun.fish"), script("fish"));
     assert!(installed("usr/share/man/man1/gpurun.1").contains(".SH \"EXIT STATUS\""));
     assert_eq!(installed("usr/share/doc/gpurun/config.toml"), std::fs::read_to_string(example()).unwrap());
-    assert!(installed("usr/share/doc/gpurun/guide.md").starts_with("# gpurun: the user's guide"));
+    assert!(installed("usr/share/doc/gpurun/doc/guide.md").starts_with("# gpurun: the user's guide"));
     assert!(root.path().join("usr/bin/gpurun").exists());
 }
 

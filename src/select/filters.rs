@@ -399,15 +399,7 @@ pub(crate) fn assess(
             }
         }
     } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
-        // Only one context fits on such a card: a second one fails at cudaSetDevice.
-        soft.push(match gpu.processes.as_deref() {
-            Some(list @ [_, ..]) => format!(
-                "compute mode is exclusive-process and {} holds its one CUDA context",
-                describe_pids(list.iter().map(|p| p.pid))
-            ),
-            _ => "compute mode is exclusive-process and its processes cannot be listed: it may be in use"
-                .to_owned(),
-        });
+        soft.push(exclusive_process_holder(gpu));
     }
     let health = match (request.health, gpu.health.state) {
         (HealthUse::Ignore, _) | (_, HealthState::Ok) => Vec::new(),
@@ -573,6 +565,19 @@ pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
     } else {
         format!("{message}; {count} requested")
     })
+}
+
+/// Why an exclusive-process card is not free: only one context fits on it, and a second one
+/// fails at cudaSetDevice. Names who holds it where NVML lists its processes.
+fn exclusive_process_holder(gpu: &Gpu) -> String {
+    match gpu.processes.as_deref() {
+        Some(list @ [_, ..]) => format!(
+            "compute mode is exclusive-process and {} holds its one CUDA context",
+            describe_pids(list.iter().map(|p| p.pid))
+        ),
+        _ => "compute mode is exclusive-process and its processes cannot be listed: it may be in use"
+            .to_owned(),
+    }
 }
 
 pub(crate) fn describe_pids(pids: impl Iterator<Item = u32>) -> String {

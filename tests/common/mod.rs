@@ -14,15 +14,25 @@ pub fn gpurun_binary() -> String {
     std::env::var("GPURUN_UNDER_TEST").unwrap_or_else(|_| GPURUN.to_owned())
 }
 
-/// SIGINT and SIGQUIT at their defaults in the test process, whatever it inherited: a suite
-/// started in the background of a script (`make test &`, nohup) ignores both, every gpurun
-/// and command a test starts would inherit that, as gpurun keeps what its caller ignored, and
-/// the tests of Ctrl-C and of forwarding INT failed for it. A test of an ignored signal sets
-/// it itself in its child.
+/// The signals the tests send at their defaults in the test process, whatever it inherited: a
+/// suite started in the background of a script (`make test &`) ignores SIGINT and SIGQUIT,
+/// under nohup SIGHUP too; every gpurun and command a test starts would inherit that, as gpurun
+/// keeps what its caller ignored, and the tests of Ctrl-C and of forwarding failed for it. A
+/// test of an ignored signal sets it itself in its child. (SIGPIPE stays as Rust's runtime has
+/// it: Command gives children the default.)
 pub fn default_signals() {
     static RESET: std::sync::Once = std::sync::Once::new();
     RESET.call_once(|| {
-        for signal in [libc::SIGINT, libc::SIGQUIT] {
+        let sent = [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+        ];
+        for signal in sent {
             // SAFETY: setting a disposition to the default; no handler of ours is replaced.
             unsafe { libc::signal(signal, libc::SIG_DFL) };
         }
