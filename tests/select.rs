@@ -584,3 +584,13 @@ fn an_exclusive_process_card_in_use_names_its_holder() {
         "GPU 7: compute mode is exclusive-process and PID {pid} holds its one CUDA context"
     ));
 }
+
+/// `--wait` never waits for what no state of the machine can give: 125 at once, not 75 when
+/// the time is up (issue 44, point 5).
+#[test]
+fn an_impossible_request_is_not_waited_for() {
+    let sim = Sim::new(&default_scenario());
+    for request in [&["--gpus", "9"][..], &["--min-free", "200G"], &["--devices", "0", "--gpus", "2"]] {
+        sim.gpurun().args(["--wait=5m"]).args(request).args(["--", "true"]).run_unless_hung().status(125);
+    }
+}
