@@ -682,8 +682,7 @@ fn two_hosts_of_one_mpirun_share_a_lock_directory_and_never_meet() {
 #[test]
 fn each_ranks_status_lines_name_the_rank() {
     let sim = Sim::new(&scenario_file("ranks6.toml"));
-    let outcome =
-        rank(&sim, 0, 1, "job-lines").args(["--per-rank", "--"]).args(rank_command("0", "1")).run();
+    let outcome = rank(&sim, 0, 1, "job-lines").args(["--per-rank", "--"]).args(rank_command("0", "1")).run();
     outcome.status(0);
     let running = outcome.stderr.lines().find(|l| l.starts_with("gpurun: running ")).unwrap_or("");
     assert!(running.ends_with(", rank 0 of 1 (torchrun)"), "{}", outcome.stderr);

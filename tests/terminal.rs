@@ -354,6 +354,22 @@ fn ctrl_c_erases_the_wait_line_at_any_width() {
     }
 }
 
+/// What `line` (a gpurun command) prints on a terminal of `columns`: its lines from the first
+/// that starts with `first` up to the shell's `S=` marker.
+fn shown_on(sim: &Sim, columns: u16, line: &str, first: &str) -> Vec<String> {
+    let mut terminal = Terminal::start(sim);
+    terminal.set_columns(columns);
+    terminal.clear();
+    terminal.type_text(&format!("{line}; echo \"S=$?.\"\n"));
+    assert!(terminal.expect("S=0."), "{}", terminal.text());
+    let text = terminal.text();
+    text.split("\r\n")
+        .skip_while(|l| !l.starts_with(first))
+        .take_while(|l| !l.starts_with("S="))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// `--history` at 80 columns: the compact table, no line wraps; piped, the whole table
 /// (issue 42, point 7).
 #[test]
@@ -362,18 +378,8 @@ fn history_fits_the_terminal_and_a_pipe_gets_the_whole_table() {
     let long = format!("{} --sleep 0.1 --mem 3GiB {}", common::sim_cuda().display(), "--quiet ".repeat(8));
     let words: Vec<&str> = long.split_whitespace().collect();
     sim.gpurun().arg("--").args(&words).run().status(0);
-    let mut terminal = Terminal::start(&sim);
-    terminal.set_columns(80);
-    terminal.clear();
-    terminal.type_text("gpurun --history; echo \"S=$?.\"\n");
-    assert!(terminal.expect("S=0."), "{}", terminal.text());
-    let text = terminal.text();
-    let rows: Vec<&str> = text
-        .split("\r\n")
-        .skip_while(|l| !l.starts_with("STARTED"))
-        .take_while(|l| !l.starts_with("S="))
-        .collect();
-    assert_eq!(rows.len(), 2, "{text:?}");
+    let rows = shown_on(&sim, 80, "gpurun --history", "STARTED");
+    assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(rows[0].starts_with("STARTED     WALL"), "the compact layout: {rows:?}");
     for row in &rows {
         assert!(row.chars().count() < 80, "{row:?}");
@@ -390,17 +396,8 @@ fn history_fits_the_terminal_and_a_pipe_gets_the_whole_table() {
 #[test]
 fn a_dry_run_fits_the_terminal() {
     let sim = Sim::new(&default_scenario());
-    let mut terminal = Terminal::start(&sim);
-    terminal.set_columns(80);
-    terminal.clear();
-    terminal.type_text("gpurun --dry-run --gpus 2 --min-free 8GB -- python train.py; echo \"S=$?.\"\n");
-    assert!(terminal.expect("S=0."), "{}", terminal.text());
-    let text = terminal.text();
-    let lines: Vec<&str> = text
-        .split("\r\n")
-        .skip_while(|l| !l.starts_with("NVIDIA driver"))
-        .take_while(|l| !l.starts_with("S="))
-        .collect();
+    let lines =
+        shown_on(&sim, 80, "gpurun --dry-run --gpus 2 --min-free 8GB -- python train.py", "NVIDIA driver");
     for line in &lines {
         assert!(line.chars().count() < 80 || !line.trim().contains(' '), "{line:?}");
     }
