@@ -112,6 +112,18 @@ mod tests {
         assert!(parse("two").unwrap_err().contains("a range MIN-MAX such as 2-4, or all"));
     }
 
+    /// A number too large for any machine says so; an empty part is no number at all (the two
+    /// mutants `make mutants` found that no test noticed).
+    #[test]
+    fn too_large_is_said_only_of_numbers() {
+        assert!(parse("99999999999").unwrap_err().contains("is too large"));
+        assert!(parse("2-99999999999").unwrap_err().contains("is too large"));
+        for empty in ["2-", "-2", ""] {
+            let error = parse(empty).unwrap_err();
+            assert!(!error.contains("too large") && error.contains("is not"), "{empty:?}: {error}");
+        }
+    }
+
     /// The edges (issue 44): a range of one, the range's ends taken exactly.
     #[test]
     fn a_range_of_one_and_the_ends_of_a_range() {
