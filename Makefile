@@ -120,7 +120,7 @@ MUTANTS_TOOLS = target/mutants-tools
 MUTANTS_FILE ?=
 MUTANTS_TESTS ?= --lib
 mutants:
-	@if ! $(MUTANTS_TOOLS)/bin/cargo-mutants --version 2>/dev/null | grep -q " $(CARGO_MUTANTS_VERSION)$$"; then \
+	@if ! $(MUTANTS_TOOLS)/bin/cargo-mutants mutants --version 2>/dev/null | grep -q " $(CARGO_MUTANTS_VERSION)$$"; then \
 		echo "make mutants: installing cargo-mutants $(CARGO_MUTANTS_VERSION) into $(MUTANTS_TOOLS) (once)"; \
 		$(CARGO) install --quiet --locked --root $(MUTANTS_TOOLS) --version $(CARGO_MUTANTS_VERSION) cargo-mutants; \
 	fi
