@@ -195,3 +195,22 @@ fn a_hanging_link_query_ends_a_multi_gpu_launch_in_one_line() {
         .run()
         .status(0);
 }
+
+/// The receipt's counters are read on the NVML thread: an energy call that never returns
+/// holds neither the command's end nor gpurun's exit; the report says energy unknown and that
+/// NVML did not answer (issue 38's new calls, hung).
+#[test]
+fn a_hanging_energy_counter_does_not_delay_the_end() {
+    let sim = with_hang("nvmlDeviceGetTotalEnergyConsumption", "ms = 600000");
+    let file = sim.dir.path().join("report.json");
+    let outcome = sim
+        .gpurun()
+        .args(["--report-json"])
+        .arg(&file)
+        .args(["--", "sh", "-c", "sleep 1; exit 7"])
+        .run_unless_hung();
+    outcome.status(7).stderr_has("NVML did not answer: nvmlDeviceGetTotalEnergyConsumption on GPU 3");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let energy = report["energy_joules"].as_object().unwrap();
+    assert!(energy.values().all(serde_json::Value::is_null), "{report}");
+}
