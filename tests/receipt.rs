@@ -53,6 +53,7 @@ fn start_job(sim: &Sim, sleep: &str, stderr: Stdio) -> Job {
     let report = sim.dir.path().join("report.json");
     let mut run = sim
         .gpurun()
+        .env("NVML_SIM_CALL_LOG", sim.dir.path().join("calls.log"))
         .args(["--report-json"])
         .arg(&report)
         .arg("--")
@@ -138,7 +139,15 @@ fn the_drivers_throttle_counter_beats_the_samples() {
     };
     let sim = Sim::new(&scenario(500_000_000));
     let mut job = start_job(&sim, "3", Stdio::null());
-    std::thread::sleep(Duration::from_millis(300));
+    // Once gpurun has read the counters at the start: the field values after its first energy
+    // call (the probe reads field values too, for row remapping, before any energy).
+    let log = sim.dir.path().join("calls.log");
+    let read = || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.split_once(" nvmlDeviceGetTotalEnergyConsumption ")
+            .is_some_and(|(_, after)| after.contains(" nvmlDeviceGetFieldValues "))
+    };
+    assert!(wait_until(Duration::from_secs(10), read), "the start's counters were never read");
     sim.rewrite(&scenario(1_750_000_000));
     let report = job.finish();
     assert_eq!(report["throttled_seconds"][UUID], serde_json::json!({"sw_power_cap": 1.25}));

@@ -234,7 +234,7 @@ pub(crate) struct Intruder {
 }
 
 /// Intruders listed per run: past these, they are counted.
-pub(crate) const INTRUDERS_KEPT: usize = 32;
+const INTRUDERS_KEPT: usize = 32;
 
 /// The receipt as the run goes.
 #[derive(Debug, Clone, PartialEq)]
