@@ -113,8 +113,9 @@ $(BENCH_VENV)/.installed:
 # Mutation testing: cargo-mutants (from crates.io into target/mutants-tools, once) changes the
 # decisions of the code one at a time and runs the tests that cover them; a mutant that no test
 # notices is a decision nothing pins. Slow on two cores (an hour or more for the whole tree), so
-# never in CI: MUTANTS_FILE=src/options/duration.rs for one file, MUTANTS_TESTS=--lib (the
-# default: the unit tests, minutes per file) or MUTANTS_TESTS="--test tests" for the binary's.
+# never in CI: MUTANTS_FILE=src/options/duration.rs for one file (or several, space-separated),
+# MUTANTS_TESTS=--lib (the default: the unit tests, minutes per file) or MUTANTS_TESTS="--test
+# tests" for the binary's.
 CARGO_MUTANTS_VERSION = 27.1.0
 MUTANTS_TOOLS = target/mutants-tools
 MUTANTS_FILE ?=
@@ -124,7 +125,7 @@ mutants:
 		echo "make mutants: installing cargo-mutants $(CARGO_MUTANTS_VERSION) into $(MUTANTS_TOOLS) (once)"; \
 		$(CARGO) install --quiet --locked --root $(MUTANTS_TOOLS) --version $(CARGO_MUTANTS_VERSION) cargo-mutants; \
 	fi
-	$(MUTANTS_TOOLS)/bin/cargo-mutants mutants --package gpurun $(if $(MUTANTS_FILE),--file $(MUTANTS_FILE)) \
+	$(MUTANTS_TOOLS)/bin/cargo-mutants mutants --package gpurun $(foreach f,$(MUTANTS_FILE),--file $(f)) \
 		--output target/mutants -- $(MUTANTS_TESTS)
 
 # Speed and memory, measured (release builds, the simulator, nvisel side by side); about 2 min.
