@@ -31,3 +31,37 @@ fn the_gpu_checks_pass_on_the_simulator() {
     );
     outcome.status(0);
 }
+
+/// "check.sh never changes a GPU's clocks, modes or MIG layout": the script runs gpurun and
+/// cuda-hold and no `nvidia-smi`, cuda-hold uses no NVML, and gpurun's one NVML module calls no
+/// setter (nvml-wrapper's `set_*`, `reset*`, `clear_*`, `create_*`, `destroy_*`, or the C
+/// `nvml*Set*`, `Reset`, `Clear`, `Create`, `Destroy` calls); an event set, which only listens
+/// for Xid events, is gpurun's own object, not the GPU's.
+#[test]
+fn the_gpu_check_changes_no_gpu_setting() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join("tests/gpu/check.sh")).unwrap();
+    let commands: Vec<&str> = script.lines().filter(|l| !l.trim_start().starts_with('#')).collect();
+    assert!(!commands.iter().any(|l| l.contains("nvidia-smi")), "check.sh runs nvidia-smi");
+    let mut hold = String::new();
+    for entry in std::fs::read_dir(root.join("crates/cuda-hold/src")).unwrap().flatten() {
+        hold.push_str(&std::fs::read_to_string(entry.path()).unwrap());
+    }
+    assert!(!hold.contains("libnvidia-ml") && !hold.contains("nvml_wrapper"), "cuda-hold uses NVML");
+    let nvml = std::fs::read_to_string(root.join("src/probe/nvml.rs")).unwrap();
+    assert!(nvml.contains(".memory_info()"), "the module that calls NVML moved");
+    for line in nvml.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        let code = line.replace(".create_event_set(", "");
+        for setter in [".set_", ".reset", ".clear_", ".create_", ".destroy_"] {
+            assert!(!code.contains(setter), "src/probe/nvml.rs changes a GPU: {code}");
+        }
+        for call in code
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .filter(|w| w.starts_with("nvml") && !w.starts_with("nvmlEventSet"))
+        {
+            let changes =
+                ["Set", "Reset", "Clear", "Create", "Destroy"].iter().any(|verb| call.contains(verb));
+            assert!(!changes, "src/probe/nvml.rs changes a GPU: {call}");
+        }
+    }
+}

@@ -217,3 +217,17 @@ fn accelerate_refusals_name_the_flag_or_file() {
     accelerate_config(&sim, "num_machines: 2\n");
     run(&sim, &["--gpus", "2", "--min-free", "8G"], &words).status(125).stderr_has("says num_machines: 2");
 }
+
+/// deepspeed's `--include` takes indices and a MIG device has none: a launch that chose a MIG
+/// device refuses to hand it over (125), naming why, before anything runs.
+#[test]
+fn a_mig_device_is_not_handed_to_deepspeed() {
+    let sim = Sim::new(&common::scenario_file("mig.toml"));
+    let rank = rank_script(&sim);
+    let outcome =
+        run(&sim, &["--mig", "only"], &[&stand_in("deepspeed"), "--num_gpus", "1", "--no_python", &rank]);
+    outcome
+        .status(125)
+        .stderr_has("deepspeed takes GPUs by index (--include localhost:0,1), and a MIG device has none");
+    assert!(!outcome.stderr.contains("running"), "nothing started: {}", outcome.stderr);
+}

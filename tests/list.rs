@@ -322,6 +322,9 @@ fn verbosity_flags_change_what_reaches_stderr() {
 
     let verbose = sim.gpurun().args(["-v", "--list"]).run();
     verbose.status(0).stderr_has("gpurun: debug: NVML initialised");
+    // The long spellings are the same switches.
+    assert_eq!(sim.gpurun().args(["--quiet", "--list"]).run().status(0).stderr, "");
+    sim.gpurun().args(["--verbose", "--list"]).run().status(0).stderr_has("gpurun: debug: NVML initialised");
 
     let filtered = sim.gpurun().env("GPURUN_LOG", "error").args(["--list"]).run();
     assert_eq!(filtered.status(0).stderr, "");

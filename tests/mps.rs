@@ -280,6 +280,12 @@ fn mps_options_are_checked() {
         .run()
         .status(125)
         .stderr_has("--mps names the GPUs by UUID");
+    // A container needs the pipe directory mounted: the runtime's options, not gpurun's.
+    sim.gpurun()
+        .args(["--mps", "--", "podman", "run", "--rm", "busybox", "true"])
+        .run()
+        .status(125)
+        .stderr_has("--mps with a container run: the container needs the MPS pipe directory mounted");
 }
 
 #[test]

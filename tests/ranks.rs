@@ -689,3 +689,25 @@ fn each_ranks_status_lines_name_the_rank() {
     let verdict = outcome.stderr.lines().find(|l| l.starts_with("gpurun: verified: ")).unwrap_or("");
     assert!(verdict.ends_with(" (rank 0)"), "{}", outcome.stderr);
 }
+
+/// Every rank must be started alike: a rank whose `--gpus` or rank count differs from the
+/// chooser's is refused (125) naming both, not given a part of a set sized for others.
+#[test]
+fn a_rank_started_unlike_the_chooser_is_refused() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let _chooser =
+        common::background(rank(&sim, 0, 2, "job-alike").args(["--per-rank", "--", "sleep", "20"]));
+    assert!(
+        wait_until(Duration::from_secs(10), || !group_files(&sim).is_empty()),
+        "the chooser made no record"
+    );
+    for (size, gpus) in [(2, "2"), (3, "1")] {
+        rank(&sim, 1, size, "job-alike")
+            .args(["--per-rank", "--gpus", gpus, "--", "true"])
+            .run()
+            .status(125)
+            .stderr_has("every rank must be started alike");
+    }
+    // Started alike, the second rank joins.
+    rank(&sim, 1, 2, "job-alike").args(["--per-rank", "--", "true"]).run().status(0);
+}

@@ -397,6 +397,28 @@ fn wait_times_out_with_75_and_shows_progress() {
     holder.wait().unwrap();
 }
 
+/// Without a terminal the progress line is printed about every 6 s: at the first look, then at
+/// the first look 5 s or more after the last line (looks are 2 s apart). A 9 s wait prints two,
+/// not one per look and not only one.
+#[test]
+fn without_a_terminal_the_wait_line_comes_about_every_6_s() {
+    let sim = two_gpus();
+    let mut holder = hold(&sim, &["--exclusive", "--devices", "0"], "30");
+    let outcome = sim.gpurun().args(["--wait=9s", "--exclusive", "--devices", "0", "--", "true"]).run();
+    outcome.status(75);
+    let seconds: Vec<u64> = outcome
+        .stderr
+        .lines()
+        .filter_map(|line| line.strip_prefix("gpurun: waiting "))
+        .map(|rest| rest.split_once(" s:").expect("waiting N s:").0.parse().unwrap())
+        .collect();
+    assert_eq!(seconds.len(), 2, "{}", outcome.stderr);
+    assert_eq!(seconds[0], 0, "{}", outcome.stderr);
+    assert!((5..=8).contains(&seconds[1]), "{}", outcome.stderr);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
 #[test]
 fn wait_then_run_when_the_gpu_frees_up() {
     let sim = two_gpus();

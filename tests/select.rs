@@ -594,3 +594,36 @@ fn an_impossible_request_is_not_waited_for() {
         sim.gpurun().args(["--wait=5m"]).args(request).args(["--", "true"]).run_unless_hung().status(125);
     }
 }
+
+/// Ties break by index: two identical idle cards give GPU 0 first under every ordering policy,
+/// every time (the guide: "the same machine state always gives the same choice").
+#[test]
+fn identical_gpus_are_taken_in_index_order_every_time() {
+    let sim = Sim::new(&common::scenario_file("two_idle.toml"));
+    for policy in ["most-free", "least-util", "balanced", "pack", "index"] {
+        for _ in 0..3 {
+            assert_eq!(visible(&sim, &["--policy", policy]), "0", "--policy {policy}");
+            assert_eq!(visible(&sim, &["--policy", policy, "--gpus", "2"]), "0,1", "--policy {policy}");
+        }
+    }
+}
+
+/// A GPU in the prohibited compute mode takes no CUDA context: it is never chosen, not by
+/// `--devices`, not by `--fallback best`, and the refusal says why.
+#[test]
+fn a_prohibited_gpu_is_never_chosen() {
+    let scenario = common::scenario_file("two_idle.toml").replacen(
+        "utilization_memory = 0\n",
+        "utilization_memory = 0\ncompute_mode = \"prohibited\"\n",
+        1,
+    );
+    let sim = Sim::new(&scenario);
+    assert_eq!(visible(&sim, &["--gpus", "1"]), "1");
+    sim.gpurun()
+        .args(["--devices", "0", "--", "true"])
+        .run()
+        .status(75)
+        .stderr_has("GPU 0: compute mode is prohibited: no CUDA context allowed");
+    sim.gpurun().args(["--devices", "0", "--fallback", "best", "--export"]).run().status(75);
+    sim.gpurun().args(["--gpus", "2", "--fallback", "best", "--export"]).run().status(75);
+}
