@@ -29,6 +29,7 @@ mod mps;
 mod numa;
 mod nvml_hangs;
 mod peers;
+mod promises;
 mod queue;
 mod ranks;
 mod receipt;
