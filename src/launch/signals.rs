@@ -41,8 +41,9 @@ pub(crate) enum Sender {
 /// Places the sender of a signal (reads /proc for processes).
 pub(crate) fn sender(received: &Received, child: u32, own_pid: u32) -> Sender {
     match received.origin {
-        Origin::Process(pid) if pid == own_pid || pid == child => Sender::Tree,
-        Origin::Process(pid) if procfs::descends_from(pid, own_pid) => Sender::Tree,
+        // The command itself even once reaped (its /proc entry gone): a signal it sent just
+        // before exiting is read after. gpurun counts as its own descendant.
+        Origin::Process(pid) if pid == child || procfs::descends_from(pid, own_pid) => Sender::Tree,
         Origin::Process(pid)
             if procfs::short_name(pid).is_some_and(|n| TREE_SIGNALLERS.contains(&n.as_str())) =>
         {
@@ -134,5 +135,27 @@ mod tests {
         child.wait().unwrap();
         let kernel = Received { signal: libc::SIGINT, origin: Origin::Kernel };
         assert_eq!(sender(&kernel, 0, own), Sender::Terminal);
+        // The command, by PID, though it is not below gpurun any more (reaped: here, init).
+        assert_eq!(sender(&from(1), 1, own), Sender::Tree);
+    }
+
+    /// slurmstepd signals every process of the step itself: from outside the tree, by name.
+    #[test]
+    fn a_launcher_that_signals_the_whole_job_is_placed_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let stepd = dir.path().join("slurmstepd");
+        std::fs::copy("/bin/sleep", &stepd).unwrap();
+        let mut launcher = std::process::Command::new(&stepd).arg("5").spawn().unwrap();
+        let mut plain = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        // Placed as a gpurun would place them whose tree neither is in: `plain`'s.
+        let elsewhere = plain.id();
+        let from = |pid| Received { signal: libc::SIGTERM, origin: Origin::Process(pid) };
+        assert!(crate::process::procfs::short_name(launcher.id()).is_some_and(|n| n == "slurmstepd"));
+        assert_eq!(sender(&from(launcher.id()), 0, elsewhere), Sender::Launcher);
+        assert_eq!(sender(&from(std::process::id()), 0, elsewhere), Sender::Outside);
+        for child in [&mut launcher, &mut plain] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
     }
 }

@@ -15,9 +15,8 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         "d" => 86400.0,
         _ => f64::NAN,
     };
-    let valid_number =
-        !number.is_empty() && number.bytes().filter(|b| *b == b'.').count() <= 1 && number != ".";
-    let value: f64 = if valid_number { number.parse().unwrap_or(f64::NAN) } else { f64::NAN };
+    // Digits and dots only, so f64's parser refuses exactly "", ".", and two dots or more.
+    let value: f64 = number.parse().unwrap_or(f64::NAN);
     let seconds = value * seconds_per_unit;
     if !seconds.is_finite() || seconds > 1e9 {
         return Err(format!(
@@ -71,9 +70,14 @@ mod tests {
         assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse("0"), Ok(Duration::ZERO));
+        // As timeout(1) reads them: a dot at either end of the number.
+        assert_eq!(parse(".5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("1.m"), Ok(Duration::from_secs(60)));
         assert_eq!(shown(Duration::from_secs(30)), "30 s");
         assert_eq!(shown(Duration::from_millis(1500)), "1.5 s");
         assert_eq!(shown(Duration::from_millis(250)), "250 ms");
+        assert_eq!(shown(Duration::from_secs(1)), "1 s");
+        assert_eq!(shown(Duration::from_millis(999)), "999 ms");
         for bad in ["", "s", "-1", "1x", "1.2.3", "inf", "1 s s", "."] {
             assert!(parse(bad).unwrap_err().contains(&format!("{bad:?}")), "{bad}");
         }
