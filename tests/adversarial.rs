@@ -188,6 +188,14 @@ fn min_free_auto_never_asks_more_than_a_card_can_have() {
     let json = small.json();
     assert!(json["min_free"].as_str().unwrap().contains("auto: lowered to 39.3 GiB"), "{json}");
     assert_eq!(common::eligible(&json), [6, 7], "the idle 40 GiB cards qualify");
+    // The same where --exclude leaves only them: the cap is of the GPUs the request allows.
+    let excluded = sim
+        .gpurun()
+        .args(["--dry-run", "--json", "--exclude", "0,1,2,3,4,5", "--min-free", "auto", "--"])
+        .args(job)
+        .run();
+    let json = excluded.json();
+    assert!(json["min_free"].as_str().unwrap().contains("auto: lowered to 39.3 GiB"), "{json}");
     // Absurd recorded peaks do not wrap around to a small request.
     write_history(&sim, record(&job, u64::MAX - 5).as_bytes());
     let huge = sim.gpurun().args(["--dry-run", "--json", "--min-free", "auto", "--"]).args(job).run();

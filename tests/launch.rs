@@ -520,14 +520,21 @@ fn shebang_direct_and_env_s_forms() {
         "env_s",
         &format!("#!/usr/bin/env -S gpurun -q --devices 6 -- /bin/sh\n{body}"),
     );
+    // The kernel ends the interpreter at a tab too, and the text need not start with an option.
+    let tabbed = executable(dir.path(), "tabbed", &format!("#!{GPURUN}\t-q --gpus 2\t-- /bin/sh\n{body}"));
+    let bare = executable(dir.path(), "bare", &format!("#!{GPURUN} /bin/sh -e\n{body}"));
     let path = format!(
         "{}:{}",
         Path::new(GPURUN).parent().unwrap().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    for (script, expected) in
-        [(&direct, "cvd=3,2 args=a b"), (&quoted, "cvd=5 args=a b"), (&env_s, "cvd=6 args=a b")]
-    {
+    for (script, expected) in [
+        (&direct, "cvd=3,2 args=a b"),
+        (&quoted, "cvd=5 args=a b"),
+        (&env_s, "cvd=6 args=a b"),
+        (&tabbed, "cvd=3,2 args=a b"),
+        (&bare, "cvd=3 args=a b"),
+    ] {
         let outcome = sim.gpurun_command(script.to_str().unwrap(), &["a", "b"]).env("PATH", &path).run();
         assert_eq!(outcome.status(0).stdout.trim(), expected, "{}", script.display());
     }

@@ -55,7 +55,9 @@ fn trim(bytes: &[u8]) -> &[u8] {
 pub(crate) fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let (Some(first), Some(script)) = (args.get(1), args.get(2)) else { return Ok(args) };
     let bytes = first.as_bytes();
-    let packed = bytes.first() == Some(&b'-') && bytes.iter().any(|b| b.is_ascii_whitespace());
+    // Only a word with blanks is worth a look at the next argument's first line: a one-word
+    // shebang splits into itself.
+    let packed = bytes.iter().any(|b| b.is_ascii_whitespace());
     if !packed || !is_interpreter_line(&args[0], bytes, script) {
         return Ok(args);
     }
@@ -201,6 +203,21 @@ mod tests {
             expanded,
             argv(&["/usr/local/bin/gpurun", "--gpus", "1", "--", "python3", &path, "--lr 3"])
         );
+    }
+
+    /// The kernel ends the interpreter at a space or a tab; the packed text need not be
+    /// options (`#!/usr/local/bin/gpurun python3 -u` runs `python3 -u script`).
+    #[test]
+    fn a_tab_or_a_command_without_options_is_split_too() {
+        let (_dir, path) = script("#!/usr/local/bin/gpurun\t--gpus 1\t-- python3\t");
+        let expanded = expand(argv(&["/usr/local/bin/gpurun", "--gpus 1\t-- python3", &path])).unwrap();
+        assert_eq!(expanded, argv(&["/usr/local/bin/gpurun", "--gpus", "1", "--", "python3", &path]));
+        let (_dir, path) = script("#!/usr/local/bin/gpurun python3 -u");
+        let expanded = expand(argv(&["/usr/local/bin/gpurun", "python3 -u", &path])).unwrap();
+        assert_eq!(expanded, argv(&["/usr/local/bin/gpurun", "python3", "-u", &path]));
+        // Not that line: left alone.
+        let unchanged = argv(&["/usr/local/bin/gpurun", "python3 -X", &path]);
+        assert_eq!(expand(unchanged.clone()).unwrap(), unchanged);
     }
 
     #[test]
