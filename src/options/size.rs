@@ -27,6 +27,8 @@ mod tests {
         assert_eq!(human(512 << 20), "512 MiB");
         assert_eq!(human(80 << 30), "80 GiB");
         assert_eq!(human((6 << 30) + (1 << 27)), "6.1 GiB");
+        // From 100 up no decimal: 150.25 MiB is 150 MiB.
+        assert_eq!(human((150 << 20) + (1 << 18)), "150 MiB");
     }
 
     #[test]
@@ -35,6 +37,8 @@ mod tests {
         assert_eq!(exact(8 << 30), "8 GiB");
         assert_eq!(exact(2_000_000_000_000), "2 TB = 1862.65 GiB");
         assert_eq!(exact(500_000_000), "500 MB = 476.84 MiB");
+        // The largest unit the size is a whole number of, not the largest it exceeds.
+        assert_eq!(exact(2_500_000_000_000), "2500 GB = 2328.31 GiB");
         // A whole number of MiB is binary whatever else it is.
         assert_eq!(exact(1_048_576_000_000), human(1_048_576_000_000));
         assert_eq!(exact(0), "0 B");
@@ -296,6 +300,9 @@ mod parse_tests {
         assert!(parse_bytes(&format!("{digits}B")).unwrap_err().contains("too large"));
         assert!(parse_bytes(&format!("0.{}1G", "0".repeat(40))).unwrap_err().contains("too large"));
         assert_eq!(parse_bytes("0.000000001G"), Ok(1), "a fraction rounds down to whole bytes");
+        // 30 digits are read, 31 are too many.
+        assert_eq!(parse_bytes(&format!("{}1G", "0".repeat(29))), Ok(1 << 30));
+        assert!(parse_bytes(&format!("{}1G", "0".repeat(30))).unwrap_err().contains("too large"));
     }
 
     #[test]
@@ -330,7 +337,8 @@ mod parse_tests {
         assert_eq!(parse_threshold("50%"), Ok(Threshold::PercentOfTotal(50.0)));
         assert_eq!(parse_threshold("12.5%"), Ok(Threshold::PercentOfTotal(12.5)));
         assert_eq!(parse_threshold("8G"), Ok(Threshold::Bytes(8 << 30)));
-        for bad in ["101%", "-1%", "%", "x%", "8G%"] {
+        // Digits and one dot: not f64's other spellings (1e1 would be 10).
+        for bad in ["101%", "-1%", "%", "x%", "8G%", "1e1%", "inf%", "NaN%"] {
             assert!(parse_threshold(bad).unwrap_err().contains(bad), "{bad}");
         }
         assert_eq!(Threshold::PercentOfTotal(50.0).bytes_on(1000), 500);
@@ -367,6 +375,16 @@ mod parse_tests {
         assert_eq!(parse_util_percent("0"), Ok(0));
         for bad in ["101", "-1", "5.5", "", "x"] {
             assert!(parse_util_percent(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn thread_shares() {
+        assert_eq!(parse_thread_percent("1"), Ok(1));
+        assert_eq!(parse_thread_percent("25%"), Ok(25));
+        assert_eq!(parse_thread_percent(" 100 "), Ok(100));
+        for bad in ["0", "101", "-1", "5.5", "", "x"] {
+            assert!(parse_thread_percent(bad).unwrap_err().contains("1 to 100"), "{bad}");
         }
     }
 
