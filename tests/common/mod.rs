@@ -335,6 +335,18 @@ pub fn state(pid: u32) -> Option<char> {
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
+/// SIGKILLs `pid` only while it is still `parent`'s child (alive, or a zombie `parent` has not
+/// reaped: either way its PID is not anyone else's). A PID read earlier may be another
+/// process's by now: pid_max is 32768 on many machines, threads take PIDs too, and a suite run
+/// goes round it; an unchecked SIGKILL in a cleanup once killed another test's gpurun.
+pub fn kill_if_child_of(pid: u32, parent: u32) {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return };
+    let ppid = stat.rfind(')').and_then(|end| stat[end + 1..].split_whitespace().nth(1)?.parse::<u32>().ok());
+    if ppid == Some(parent) {
+        send_signal(pid, libc::SIGKILL);
+    }
+}
+
 pub fn send_signal(pid: u32, signal: i32) {
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(pid as i32, signal) };
