@@ -214,3 +214,32 @@ fn a_hanging_energy_counter_does_not_delay_the_end() {
     let energy = report["energy_joules"].as_object().unwrap();
     assert!(energy.values().all(serde_json::Value::is_null), "{report}");
 }
+
+/// A receipt call that hangs mid-run (power, read at every poll) gives up the receipt, not
+/// verification: the polls go on from a spare thread, the job is verified, and the report's
+/// energy is null.
+#[test]
+fn a_hanging_power_reading_gives_up_the_receipt_not_verification() {
+    // The probe reads it once; the command's start is the read that hangs.
+    let sim = with_hang("nvmlDeviceGetPowerUsage", "gpu = 3\nafter = 1\nms = 600000");
+    let file = sim.dir.path().join("report.json");
+    let outcome = sim
+        .gpurun()
+        .args(["--report-json"])
+        .arg(&file)
+        .args(["--", "env", "CUDA_DEVICE_ORDER=PCI_BUS_ID"])
+        .arg(common::sim_cuda())
+        .args(["--sleep", "4"])
+        .run_unless_hung();
+    outcome
+        .status(0)
+        .stderr_has(
+            "warning: the receipt (energy, power, utilization, throttling) and Xid errors are not read for the \
+             rest of the run: nvmlDeviceGetPowerUsage on GPU 3 (waiting for 2",
+        )
+        .stderr_has("verified: PID ");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(report["verification"]["verdict"], "verified", "{report}");
+    let energy = report["energy_joules"].as_object().unwrap();
+    assert!(energy.values().all(serde_json::Value::is_null), "{report}");
+}

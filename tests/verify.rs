@@ -429,7 +429,7 @@ fn a_hung_xid_call_does_not_switch_off_verification() {
             .run_unless_hung();
         outcome
             .status(125)
-            .stderr_has("Xid errors are not watched for the rest of the run")
+            .stderr_has("Xid errors are not read for the rest of the run")
             .stderr_has("gpurun: error: wrong-gpu: PID");
     }
 }

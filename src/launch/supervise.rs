@@ -28,14 +28,30 @@ pub(crate) struct Options<'a> {
 /// Verification beside supervision: the monitor and the thread that makes its NVML calls.
 pub(crate) struct Watch<'a> {
     nvml: &'a mut NvmlThread,
-    /// Where polling goes on once an Xid call hung the first thread (Xid events given up).
+    /// Where polling goes on once a call that is not a process list hung the thread before.
     spare: Option<NvmlThread>,
+    /// What hung calls made the watch give up: the spare's session watches no Xid events, and
+    /// once a receipt call hung, its polls carry no receipt readings either.
+    xids_given_up: bool,
+    receipt_given_up: bool,
     pub(crate) monitor: Monitor,
 }
 
-/// An Xid call (registering, or reading the events) that has not returned for this long is
-/// hung: Xid monitoring is given up, so that process polling, and `--verify strict`, go on.
-const XID_CALL_HUNG: Duration = Duration::from_secs(2);
+/// An Xid or receipt call that has not returned for this long is hung: what it reads is given
+/// up for the run, so that process polling, and `--verify strict`, go on.
+const EXTRA_CALL_HUNG: Duration = Duration::from_secs(2);
+
+/// The calls of the Xid watch and of the receipt (`Session::meter`), which verification can
+/// do without.
+const XID_CALLS: [&str; 3] = ["nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2"];
+const RECEIPT_CALLS: [&str; 6] = [
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetFieldValues",
+];
 
 /// How long the end of a run waits for NVML's last word on Xid errors and the receipt (a healthy driver answers
 /// in well under a millisecond; a hung one must not hold the exit).
@@ -49,7 +65,16 @@ impl<'a> Watch<'a> {
     /// command starts) is the NVML thread's first job.
     pub(crate) fn new(nvml: &'a mut NvmlThread, monitor: Monitor) -> Watch<'a> {
         nvml.send(Job::Meter(monitor.meter(true)));
-        Watch { nvml, spare: None, monitor }
+        Watch { nvml, spare: None, xids_given_up: false, receipt_given_up: false, monitor }
+    }
+
+    /// What the receipt asks of a poll: nothing once a receipt call hung.
+    fn meter(&self, bounds: bool) -> crate::probe::meter::Ask {
+        let ask = self.monitor.meter(bounds);
+        match self.receipt_given_up {
+            true => crate::probe::meter::Ask { gpus: Vec::new(), ..ask },
+            false => ask,
+        }
     }
 
     /// Takes the NVML thread's answer, if one has come. Returns a wrong-gpu detail when
@@ -93,7 +118,7 @@ impl<'a> Watch<'a> {
             watched: Vec::new(),
             chosen: self.monitor.xid_gpus(),
             drain: true,
-            meter: self.monitor.meter(true),
+            meter: self.meter(true),
         };
         if let Some(Answer::Polled { xids, readings, .. }) =
             self.thread().ask_while_answering(job, LAST_XIDS, LAST_XIDS_MOST)
@@ -108,11 +133,11 @@ impl<'a> Watch<'a> {
         self.thread_ref().stuck(SLOW_CALL)
     }
 
-    /// The monitor's turn in the loop: its deadline, a poll when one is due (the hung Xid watch
-    /// given up first), and when it next wants the loop's attention: while a poll is out (or
-    /// hangs), only the verification deadline, and the look for a hung Xid call.
+    /// The monitor's turn in the loop: its deadline, a poll when one is due (a hung Xid watch
+    /// or receipt given up first), and when it next wants the loop's attention: while a poll is
+    /// out (or hangs), only the verification deadline, and the look for a hung call.
     fn tend(&mut self, now: Instant) -> Option<Instant> {
-        self.give_up_hung_xids();
+        self.give_up_hung_calls();
         let stuck = self.stuck();
         self.monitor.check_deadline(now, stuck);
         if self.monitor.poll_due(now) && !self.thread_ref().is_busy() {
@@ -120,32 +145,38 @@ impl<'a> Watch<'a> {
                 watched: self.monitor.watched(),
                 chosen: self.monitor.xid_gpus(),
                 drain: false,
-                meter: self.monitor.meter(false),
+                meter: self.meter(false),
             };
             self.thread().send(job);
         }
         let busy = self.thread_ref().is_busy();
-        let xid_check = (busy && self.spare.is_none()).then(|| Instant::now() + XID_CALL_HUNG / 2);
-        [self.monitor.next_wake(!busy), xid_check].into_iter().flatten().min()
+        let hang_check = (busy && !self.receipt_given_up).then(|| Instant::now() + EXTRA_CALL_HUNG / 2);
+        [self.monitor.next_wake(!busy), hang_check].into_iter().flatten().min()
     }
 
-    /// Where an Xid call hangs the thread, Xid monitoring is given up (said once) and the polls
-    /// go to a thread of their own: verification must not wait on Xid events.
-    fn give_up_hung_xids(&mut self) {
-        if self.spare.is_some() {
-            return;
-        }
-        let Some(Some(call)) = self.nvml.stuck(XID_CALL_HUNG) else { return };
-        if !matches!(call.name, "nvmlEventSetCreate" | "nvmlDeviceRegisterEvents" | "nvmlEventSetWait_v2") {
+    /// Where an Xid or receipt call hangs the thread, what it reads is given up (said once) and
+    /// the polls go to a thread of their own: verification must wait on neither. The spare's
+    /// session watches no Xid events, so a hung receipt call ends the Xid watch too; a spare
+    /// that hangs in turn is left to its call (its thread ends if the call ever returns).
+    fn give_up_hung_calls(&mut self) {
+        let Some(Some(call)) = self.thread_ref().stuck(EXTRA_CALL_HUNG) else { return };
+        let receipt = RECEIPT_CALLS.contains(&call.name);
+        let news = receipt && !self.receipt_given_up || XID_CALLS.contains(&call.name) && !self.xids_given_up;
+        if !news {
             return;
         }
         let Some(spare) = self.nvml.without_xids() else { return };
+        let what = match (receipt, self.xids_given_up) {
+            (true, false) => "the receipt (energy, power, utilization, throttling) and Xid errors are",
+            (true, true) => "the receipt (energy, power, utilization, throttling) is",
+            (false, _) => "Xid errors are",
+        };
+        // The call says how long it has waited: "nvmlDeviceGetPowerUsage on GPU 3 (waiting for 2.0 s)".
         tracing::warn!(
-            "Xid errors are not watched for the rest of the run: {call} has not returned for {} s \
-             (verification goes on)",
-            XID_CALL_HUNG.as_secs()
+            "{what} not read for the rest of the run: {call} did not return (verification goes on)"
         );
-        // The spare's session asks for no Xid events, whatever GPUs a poll names.
+        self.xids_given_up = true;
+        self.receipt_given_up |= receipt;
         self.spare = Some(spare);
     }
 }
