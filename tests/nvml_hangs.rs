@@ -159,15 +159,15 @@ fn a_library_thread_cannot_take_a_signal_meant_for_the_command() {
                 "--signals",
                 name,
             ]));
-        let threads = std::fs::read_dir(format!("/proc/{}/task", gpurun.id())).unwrap().count();
+        let threads = std::fs::read_dir(format!("/proc/{}/task", gpurun.0.id())).unwrap().count();
         assert!(threads >= 3, "gpurun, its NVML thread and the library's: {threads}");
-        send_signal(gpurun.id(), signal);
+        send_signal(gpurun.0.id(), signal);
         let recorded = || std::fs::read_to_string(&log).unwrap_or_default();
         assert!(wait_until(LONG, || !recorded().is_empty()), "{name} never arrived");
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(recorded(), format!("{name}\n"));
         std::fs::write(format!("{}.stop", log.display()), "").unwrap();
-        assert!(gpurun.wait().unwrap().success(), "{name}: gpurun did not survive to pass on the status");
+        assert!(gpurun.0.wait().unwrap().success(), "{name}: gpurun did not survive to pass on the status");
     }
 }
 

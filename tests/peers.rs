@@ -16,7 +16,7 @@ use common::{default_scenario, recorder, send_signal, start_recorder, wait_until
 const LONG: Duration = Duration::from_secs(10);
 
 /// Starts the recorder under gpurun.
-fn recorded(sim: &Sim, log: &Path, signals: &str) -> Child {
+fn recorded(sim: &Sim, log: &Path, signals: &str) -> common::Running {
     start_recorder(sim.gpurun().args(["-q", "--gpus", "0", "--", "python3"]).args([recorder()]).args([
         log.to_str().unwrap(),
         "--signals",
@@ -39,13 +39,13 @@ fn fault_signals_sent_by_kill_reach_the_command_once() {
     ] {
         let log = dir.path().join(format!("{name}.log"));
         let mut gpurun = recorded(&sim, &log, name);
-        send_signal(gpurun.id(), signal);
+        send_signal(gpurun.0.id(), signal);
         let recorded = || std::fs::read_to_string(&log).unwrap_or_default();
         assert!(wait_until(LONG, || !recorded().is_empty()), "{name} never reached the command");
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(recorded(), format!("{name}\n"));
         std::fs::write(format!("{}.stop", log.display()), "").unwrap();
-        let status = gpurun.wait().unwrap();
+        let status = gpurun.0.wait().unwrap();
         assert_eq!(status.code(), Some(0), "{name}: gpurun must exit with the command's status: {status:?}");
     }
 }

@@ -370,8 +370,9 @@ pub fn skip(what: &str, why: &str) {
 }
 
 /// Starts `run` (gpurun in front of tests/helpers/recorder.py) with the recorder's stdout piped,
-/// and returns once the recorder says it is ready (its handlers are installed).
-pub fn start_recorder(run: Run) -> Child {
+/// and returns once the recorder says it is ready (its handlers are installed). Killed when the
+/// test ends, even by a panic: a gpurun left behind outlives its scenario's folder.
+pub fn start_recorder(run: Run) -> Running {
     let mut command = run.command;
     let mut child = command.stdout(Stdio::piped()).stdin(Stdio::null()).spawn().expect("start gpurun");
     let mut line = String::new();
@@ -381,7 +382,7 @@ pub fn start_recorder(run: Run) -> Child {
     )
     .expect("read the recorder's first line");
     assert!(line.starts_with("ready "), "the recorder did not start: {line:?}");
-    child
+    Running(child)
 }
 
 /// How many CPUs this test process may run on.
