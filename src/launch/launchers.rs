@@ -24,7 +24,7 @@ use crate::options::wrappers::{after_options, base, inner_start, is_python};
 
 /// Which launcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Launcher {
+enum Launcher {
     DeepSpeed,
     Accelerate,
 }
@@ -165,7 +165,7 @@ struct Given {
 /// The command's launcher, read: where its options are, what they say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LauncherRun {
-    pub(crate) launcher: Launcher,
+    launcher: Launcher,
     /// Where the launcher's own options start in the command.
     options_at: usize,
     given: Vec<Given>,
