@@ -644,3 +644,79 @@ pub(crate) fn auto_cap(gpus: &[Gpu], fixed: &Fixed) -> Option<(u64, String)> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::gpu::{test_gpu, test_mig};
+
+    const GIB: u64 = 1 << 30;
+
+    fn assessed(gpu: &Gpu, request: &Request, reservations: &[&Reservation]) -> Assessment {
+        let visibility = Visibility::default();
+        let fixed = Fixed { visibility: &visibility, devices: &None, excluded: &[], request };
+        assess(gpu, &fixed, reservations, None)
+    }
+
+    /// `--health ignore would take them` is said only of GPUs that nothing but their health
+    /// turned away.
+    #[test]
+    fn only_health_means_nothing_but_health() {
+        let reason = || vec!["a reason".to_owned()];
+        let sick = Assessment { index: 0, permanent: vec![], hard: vec![], soft: vec![], health: reason() };
+        assert!(sick.only_health());
+        assert!(!Assessment { health: vec![], ..sick.clone() }.only_health());
+        assert!(!Assessment { permanent: reason(), ..sick.clone() }.only_health());
+        assert!(!Assessment { hard: reason(), ..sick.clone() }.only_health());
+        assert!(!Assessment { soft: reason(), ..sick.clone() }.only_health());
+    }
+
+    /// A card exactly at `--min-total`, or whose usable memory is exactly `--min-free`, passes;
+    /// one byte more is never possible there.
+    #[test]
+    fn sizes_exactly_at_a_bound_pass() {
+        let mut gpu = test_gpu(0);
+        gpu.memory = Some(crate::probe::gpu::Memory {
+            total_bytes: 80 * GIB,
+            reserved_bytes: GIB,
+            used_bytes: 0,
+            free_bytes: 79 * GIB,
+        });
+        let total = |bytes| Request { min_total: Some(bytes), ..Request::default() };
+        assert!(assessed(&gpu, &total(80 * GIB), &[]).eligible());
+        // One byte more shows as 80.0: not quite the 80 GiB the card has.
+        assert_eq!(assessed(&gpu, &total(80 * GIB + 1), &[]).permanent, ["total 80 GiB < 80.0 GiB"]);
+        let free = |bytes| Request { min_free: Some(Threshold::Bytes(bytes)), ..Request::default() };
+        assert!(assessed(&gpu, &free(79 * GIB), &[]).eligible());
+        let past = assessed(&gpu, &free(79 * GIB + 1), &[]);
+        assert!(
+            past.permanent.len() == 1 && past.permanent[0].contains("(never: 79 GiB in total)"),
+            "{past:?}"
+        );
+    }
+
+    /// A MIG device under another launch's lease is one job's, whatever this launch asks; a
+    /// whole GPU is only when the lease is exclusive.
+    #[test]
+    fn a_leased_mig_device_says_one_job_per_device() {
+        let lease = |exclusive| Reservation {
+            index: 0,
+            pid: 4242,
+            user: "alice".to_owned(),
+            pending_bytes: 0,
+            exclusive,
+            queued: false,
+        };
+        let held = lease(true);
+        let mig = test_mig(0, 0, "3g.40gb", 40);
+        assert_eq!(
+            assessed(&mig, &Request::default(), &[&held]).hard,
+            ["a MIG device leased by gpurun PID 4242 (alice): one job per MIG device"]
+        );
+        assert_eq!(
+            assessed(&test_gpu(0), &Request::default(), &[&held]).hard,
+            ["reserved exclusively by gpurun PID 4242 (alice)"]
+        );
+        assert!(assessed(&test_gpu(0), &Request::default(), &[&lease(false)]).hard.is_empty());
+    }
+}
