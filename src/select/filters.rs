@@ -719,4 +719,158 @@ mod tests {
         );
         assert!(assessed(&test_gpu(0), &Request::default(), &[&lease(false)]).hard.is_empty());
     }
+
+    fn with_visibility(
+        gpus: &[Gpu],
+        request: &Request,
+        visibility: &Visibility,
+        devices: Option<Vec<u32>>,
+    ) -> Option<String> {
+        let devices = devices;
+        impossible(gpus, &Fixed { visibility, devices: &devices, excluded: &[], request })
+    }
+
+    /// The one line that says why no state of the machine can meet a request, one case per
+    /// filter in the order they are tried.
+    #[test]
+    fn impossible_names_the_first_filter_that_leaves_too_few() {
+        let gpus = [test_gpu(0), test_gpu(1)];
+        let all = Visibility::default();
+        let two = Request { count: Count::exactly(2), ..Request::default() };
+        let why = |request: &Request, visibility: &Visibility, devices| {
+            with_visibility(&gpus, request, visibility, devices)
+        };
+        assert_eq!(why(&two, &all, None), None);
+        let three = Request { count: Count::exactly(3), ..Request::default() };
+        assert_eq!(why(&three, &all, None).unwrap(), "--gpus 3: this machine has 2 GPUs");
+        let empty = Visibility {
+            allowed: Some(vec![]),
+            source: Some("CUDA_VISIBLE_DEVICES=".to_owned()),
+            ..Visibility::default()
+        };
+        assert!(why(&two, &empty, None)
+            .unwrap()
+            .starts_with("--gpus 2: CUDA_VISIBLE_DEVICES is set but empty"));
+        let one = Visibility {
+            allowed: Some(vec![0]),
+            source: Some("CUDA_VISIBLE_DEVICES=0".to_owned()),
+            ..Visibility::default()
+        };
+        assert_eq!(why(&two, &one, None).unwrap(), "--gpus 2: CUDA_VISIBLE_DEVICES=0 allows only 1 GPU");
+        // An empty source that still allows one GPU is not the empty variable.
+        let odd = Visibility {
+            allowed: Some(vec![0]),
+            source: Some("CUDA_VISIBLE_DEVICES=".to_owned()),
+            ..Visibility::default()
+        };
+        assert_eq!(why(&two, &odd, None).unwrap(), "--gpus 2: CUDA_VISIBLE_DEVICES= allows only 1 GPU");
+        let exported = Visibility { exported: true, ..one.clone() };
+        assert!(why(&two, &exported, None).unwrap().ends_with(crate::select::visibility::UNDO_EXPORT));
+        assert_eq!(why(&two, &all, Some(vec![1])).unwrap(), "--gpus 2: --devices/--exclude leave only 1 GPU");
+        let model = Request { model: Some(ModelPattern("H100".to_owned())), ..two.clone() };
+        assert_eq!(
+            why(&model, &all, None).unwrap(),
+            "--model H100: 0 of the GPUs gpurun may use match, 2 requested (models here: NVIDIA A100-SXM4-80GB)"
+        );
+        let total = Request { min_total: Some(100 * GIB), ..two.clone() };
+        assert_eq!(
+            why(&total, &all, None).unwrap(),
+            "--min-total 100 GiB: no GPU has that much in total (the largest has 80 GiB)"
+        );
+        let free = Request { min_free: Some(Threshold::Bytes(90 * GIB)), ..two.clone() };
+        assert_eq!(
+            why(&free, &all, None).unwrap(),
+            "--min-free: no GPU can ever have that much free (the largest GPU this request allows can have at most 80 GiB free)"
+        );
+        // One of two left: said with the count asked for.
+        let mut small = test_gpu(1);
+        small.memory = Some(crate::probe::gpu::Memory {
+            total_bytes: 40 * GIB,
+            reserved_bytes: 0,
+            used_bytes: 0,
+            free_bytes: 40 * GIB,
+        });
+        let mixed = [test_gpu(0), small];
+        let big = Request { min_total: Some(60 * GIB), ..two.clone() };
+        assert_eq!(
+            with_visibility(&mixed, &big, &all, None).unwrap(),
+            "--min-total 60 GiB: only 1 GPU has that much in total (the largest has 80 GiB); 2 requested"
+        );
+        let model_one = Request {
+            model: Some(ModelPattern("A100".to_owned())),
+            count: Count::exactly(3),
+            mig: MigUse::Auto,
+            ..Request::default()
+        };
+        let three_of_one = [test_gpu(0), test_gpu(1), test_mig(1, 0, "3g.40gb", 40)];
+        assert!(with_visibility(&three_of_one, &model_one, &all, None)
+            .unwrap()
+            .starts_with("--gpus 3: this machine has 2 GPUs"));
+        // A GPU in MIG mode and its one device: --visible-as index rules out the device, and
+        // the refusal is the general one unless --mig only was asked for too.
+        let mut parent = test_gpu(0);
+        parent.mig_enabled = Some(true);
+        let partitioned = [parent, test_mig(0, 0, "7g.80gb", 80)];
+        let by_index = Request { index_only: true, ..Request::default() };
+        assert!(with_visibility(&partitioned, &by_index, &all, None)
+            .unwrap()
+            .starts_with("--gpus 1: no GPU can be given (--mig auto;"));
+        let only = Request { mig: MigUse::Only, ..by_index };
+        assert_eq!(
+            with_visibility(&partitioned, &only, &all, None).unwrap(),
+            "--visible-as index --mig only: CUDA takes a MIG device only by its MIG- UUID"
+        );
+    }
+
+    /// What keeps a context of this launch off a GPU: its compute mode, another user's MPS
+    /// server, or (--mps) no server of ours to join.
+    #[test]
+    fn contexts_that_would_not_start_are_named() {
+        let reasons = |gpu: &Gpu, request: &Request| assessed(gpu, request, &[]).reasons();
+        let mut held = test_gpu(0);
+        held.compute_mode = Some(ComputeMode::ExclusiveProcess);
+        held.processes = Some(vec![crate::probe::gpu::GpuProcess {
+            pid: 4242,
+            used_bytes: Some(GIB),
+            user: None,
+            command: None,
+        }]);
+        assert!(reasons(&held, &Request::default()).contains(
+            &"compute mode is exclusive-process and PID 4242 holds its one CUDA context".to_owned()
+        ));
+        held.processes = None;
+        assert!(
+            reasons(&held, &Request::default()).iter().any(|r| r
+                == "compute mode is exclusive-process and its processes cannot be listed: it may be in use"),
+            "{:?}",
+            reasons(&held, &Request::default())
+        );
+        held.processes = Some(Vec::new());
+        assert!(reasons(&held, &Request::default()).is_empty());
+        let mut foreign = test_gpu(0);
+        let server = |foreign| crate::probe::mps::Mps {
+            server_pid: Some(7),
+            server_user: Some("bob".to_owned()),
+            foreign,
+            clients: Vec::new(),
+        };
+        foreign.mps = Some(server(true));
+        assert_eq!(
+            reasons(&foreign, &Request::default()),
+            ["MPS server of user bob (PID 7): our CUDA context would wait for that user's clients"]
+        );
+        foreign.mps = Some(server(false));
+        assert!(reasons(&foreign, &Request::default()).is_empty());
+        let plain = test_gpu(0);
+        assert!(reasons(&plain, &Request::default()).is_empty());
+        let join = Request { mps: true, ..Request::default() };
+        assert_eq!(reasons(&plain, &join), ["no MPS server of yours runs on it"]);
+        let pipe = std::path::PathBuf::from("/tmp/nvidia-mps");
+        let no_daemon = Request { mps_daemon: Some((pipe.clone(), false)), ..join.clone() };
+        assert!(reasons(&plain, &no_daemon)[0].starts_with(
+            "no MPS server of yours runs on it, and no MPS control daemon reads /tmp/nvidia-mps"
+        ));
+        let daemon = Request { mps_daemon: Some((pipe, true)), ..join };
+        assert!(reasons(&plain, &daemon).is_empty());
+    }
 }
