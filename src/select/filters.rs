@@ -873,4 +873,49 @@ mod tests {
         let daemon = Request { mps_daemon: Some((pipe, true)), ..join };
         assert!(reasons(&plain, &daemon).is_empty());
     }
+
+    /// `--min-free auto` is capped at what the largest allowed GPU can have free when idle: its
+    /// total less the reservation and 0.5% for the driver's context; never below the house floor.
+    #[test]
+    fn auto_is_capped_at_the_largest_allowed_idle_card() {
+        let card = |index, total_gib: u64| {
+            let mut gpu = test_gpu(index);
+            gpu.memory = Some(crate::probe::gpu::Memory {
+                total_bytes: total_gib * GIB,
+                reserved_bytes: GIB / 2,
+                used_bytes: 0,
+                free_bytes: total_gib * GIB - GIB / 2,
+            });
+            gpu
+        };
+        let gpus = [card(0, 80), card(1, 40)];
+        let all = Visibility::default();
+        let auto = |asked: u64| Request {
+            min_free: Some(Threshold::Bytes(asked)),
+            min_free_auto: true,
+            ..Request::default()
+        };
+        let cap = |request: &Request, devices: Option<Vec<u32>>| {
+            auto_cap(&gpus, &Fixed { visibility: &all, devices: &devices, excluded: &[], request })
+        };
+        // 80 GiB - 0.5 GiB - 80 GiB / 200 = 79.1 GiB.
+        let idle_80 = 80 * GIB - GIB / 2 - 80 * GIB / 200;
+        let (lowered, why) = cap(&auto(100 * GIB), None).unwrap();
+        assert_eq!(lowered, idle_80);
+        assert_eq!(
+            why,
+            "auto: lowered to 79.1 GiB: the largest GPU this request allows can have at most 79.1 GiB free when idle"
+        );
+        assert_eq!(cap(&auto(idle_80), None), None, "exactly the cap is not lowered");
+        assert_eq!(cap(&auto(idle_80 + 1), None).map(|(bytes, _)| bytes), Some(idle_80));
+        // Only the 40 GiB card allowed: its idle room is the cap.
+        let idle_40 = 40 * GIB - GIB / 2 - 40 * GIB / 200;
+        assert_eq!(cap(&auto(idle_80), Some(vec![1])).map(|(bytes, _)| bytes), Some(idle_40));
+        // Not auto: nothing to lower.
+        let given = Request { min_free_auto: false, ..auto(100 * GIB) };
+        assert_eq!(cap(&given, None), None);
+        // The house floor stands above what a card can have.
+        let floored = Request { min_free_floor: Some(Threshold::Bytes(90 * GIB)), ..auto(100 * GIB) };
+        assert_eq!(cap(&floored, None).map(|(bytes, _)| bytes), Some(90 * GIB));
+    }
 }
