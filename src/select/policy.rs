@@ -282,6 +282,63 @@ mod tests {
         assert_eq!(chosen(&plain, &two), Outcome::Selected(vec![0, 2]));
     }
 
+    /// The decision's own summaries: the --min-free it applied, the GPUs that could ever
+    /// qualify, and what holds those that do not now.
+    #[test]
+    fn a_decision_says_what_it_applied_and_what_blocks() {
+        let gpus = vec![with_load(0, 70, 0), with_load(1, 10, 0), with_load(2, 70, 0)];
+        let request = Request {
+            min_free: Some(Threshold::Bytes(20 << 30)),
+            devices: Some(vec![DeviceRef::Index(0), DeviceRef::Index(1)]),
+            ..Request::default()
+        };
+        let decision = decide(&gpus, &unrestricted(), &request, &[], &[]).unwrap();
+        // GPU 2 is outside --devices: never possible; GPU 1 lacks room now.
+        assert_eq!(decision.possible(), [0, 1]);
+        assert_eq!(decision.blockers(), ["GPU 1 free 10 GiB < 20 GiB"]);
+        assert_eq!(decision.min_free(request.min_free), request.min_free);
+        // --min-free auto above any card's room: lowered, and the lowered size is the one applied.
+        let auto = Request {
+            min_free: Some(Threshold::Bytes(200 << 30)),
+            min_free_auto: true,
+            ..Request::default()
+        };
+        let lowered = decide(&gpus, &unrestricted(), &auto, &[], &[]).unwrap();
+        let (bytes, _) = lowered.min_free_note.clone().expect("lowered");
+        assert_eq!(lowered.min_free(auto.min_free), Some(Threshold::Bytes(bytes)));
+        assert!(matches!(lowered.outcome, Outcome::Refused { .. }), "{:?}", lowered.outcome);
+    }
+
+    /// `--same-model` (or a required link) that no GPUs gpurun may use can ever meet is
+    /// impossible (125), not a wait; for one GPU, or where too few are possible anyway, the set
+    /// rule is not what refuses.
+    #[test]
+    fn a_set_rule_no_state_can_meet_is_impossible() {
+        let mut other = with_load(1, 70, 0);
+        other.name = Some("NVIDIA H100 80GB HBM3".to_owned());
+        let gpus = vec![with_load(0, 70, 0), other];
+        let same = |count| Request { count: Count::exactly(count), same_model: true, ..Request::default() };
+        match chosen(&gpus, &same(2)) {
+            Outcome::Impossible(why) => assert!(why.starts_with("--same-model --gpus 2: no 2 of"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(chosen(&gpus, &same(1)), Outcome::Selected(vec![0]));
+        match chosen(&gpus, &same(3)) {
+            Outcome::Impossible(why) => assert_eq!(why, "--gpus 3: this machine has 2 GPUs"),
+            other => panic!("{other:?}"),
+        }
+        // Both possible but one held now: a wait (75), since a state exists that meets it.
+        let mut twin = with_load(1, 70, 0);
+        twin.memory = Some(Memory {
+            total_bytes: 80 << 30,
+            reserved_bytes: 0,
+            used_bytes: 75 << 30,
+            free_bytes: 5 << 30,
+        });
+        let request = Request { min_free: Some(Threshold::Bytes(20 << 30)), ..same(2) };
+        assert!(matches!(chosen(&[with_load(0, 70, 0), twin], &request), Outcome::Refused { qualified: 1 }));
+    }
+
     #[test]
     fn policies_rank_as_documented() {
         // (free GiB, util %): 0 (10, 0), 1 (70, 45), 2 (40, 10), 3 (70, 20): none busy.
