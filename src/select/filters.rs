@@ -726,7 +726,6 @@ mod tests {
         visibility: &Visibility,
         devices: Option<Vec<u32>>,
     ) -> Option<String> {
-        let devices = devices;
         impossible(gpus, &Fixed { visibility, devices: &devices, excluded: &[], request })
     }
 

@@ -339,6 +339,45 @@ mod tests {
         assert!(matches!(chosen(&[with_load(0, 70, 0), twin], &request), Outcome::Refused { qualified: 1 }));
     }
 
+    /// What a decision records beside its outcome: `never` (no state can meet it: 125) only
+    /// when too few GPUs are eligible, and `set_reason` only for a set rule that the eligible
+    /// GPUs cannot meet now.
+    #[test]
+    fn never_and_set_reason_are_said_only_where_they_hold() {
+        let decide_on = |gpus: &[Gpu], request: &Request, reservations: &[Reservation]| {
+            decide(gpus, &unrestricted(), request, reservations, &[]).unwrap()
+        };
+        let two = vec![with_load(0, 70, 0), with_load(1, 70, 0)];
+        let count = |n| Request { count: Count::exactly(n), ..Request::default() };
+        let fits = decide_on(&two, &count(2), &[]);
+        assert_eq!((fits.never.as_deref(), fits.set_reason.as_deref()), (None, None));
+        let too_many = decide_on(&two, &count(3), &[]);
+        assert_eq!(too_many.never.as_deref(), Some("--gpus 3: this machine has 2 GPUs"));
+        assert_eq!(too_many.set_reason, None);
+        // Two A100s and an H100; one A100 held exclusively: one of each model is free now.
+        let mut h100 = with_load(1, 70, 0);
+        h100.name = Some("NVIDIA H100 80GB HBM3".to_owned());
+        let three = vec![with_load(0, 70, 0), h100, with_load(2, 70, 0)];
+        let held = Reservation {
+            index: 2,
+            pid: 7,
+            user: "bob".to_owned(),
+            pending_bytes: 0,
+            exclusive: true,
+            queued: false,
+        };
+        let plain = decide_on(&three, &count(3), std::slice::from_ref(&held));
+        assert_eq!((plain.never.as_deref(), plain.set_reason.as_deref()), (None, None));
+        let same = Request { same_model: true, ..count(2) };
+        let waits = decide_on(&three, &same, &[held]);
+        assert!(matches!(waits.outcome, Outcome::Refused { qualified: 2 }), "{:?}", waits.outcome);
+        assert_eq!(waits.never, None, "a state exists that meets it: GPU 2 freed");
+        assert!(waits
+            .set_reason
+            .as_deref()
+            .is_some_and(|why| why.starts_with("--same-model --gpus 2: no 2 of those")));
+    }
+
     #[test]
     fn policies_rank_as_documented() {
         // (free GiB, util %): 0 (10, 0), 1 (70, 45), 2 (40, 10), 3 (70, 20): none busy.

@@ -73,23 +73,14 @@ fn balanced_score(free_bytes: u64, util_percent: u32) -> f64 {
     0.7 * (free_bytes as f64 / (1u64 << 30) as f64) + 0.3 * (100.0 - f64::from(util_percent))
 }
 
-/// Fisher-Yates with xorshift64*: no dependency, and reproducible from the seed in tests.
+/// Fisher-Yates, each draw SipHash of (seed, position) with std's fixed keys: no dependency,
+/// the same order for the same seed, and seeds that differ in one bit shuffle differently.
 fn shuffle(items: &mut [u32], seed: u64) {
-    // splitmix64's finaliser spreads the seed (a bijection: seeds that differ in one bit
-    // shuffle differently); xorshift needs a state that is not 0.
-    let mut state = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    state = (state ^ (state >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    state = (state ^ (state >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    state ^= state >> 31;
-    if state == 0 {
-        state = 0x9E37_79B9_7F4A_7C15;
-    }
+    use std::hash::{Hash, Hasher};
     for i in (1..items.len()).rev() {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        let random = state.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        items.swap(i, (random % (i as u64 + 1)) as usize);
+        let mut draw = std::collections::hash_map::DefaultHasher::new();
+        (seed, i).hash(&mut draw);
+        items.swap(i, (draw.finish() % (i as u64 + 1)) as usize);
     }
 }
 
@@ -186,6 +177,11 @@ mod tests {
             (0..20).map(|seed| rank(&refs, Policy::Random, seed)).collect();
         // 8! orders: 20 seeds give 20 (one in about 2,000 pairs may collide).
         assert!(orders.len() >= 19, "{} orders of 20 seeds", orders.len());
+        // Every position may keep its GPU (a draw over 0..=i, not 0..i: that would shuffle
+        // in one cycle and never leave a GPU where it was).
+        let kept =
+            (0..50).map(|seed| rank(&refs, Policy::Random, seed)).filter(|order| order[7] == 7).count();
+        assert!(kept > 0, "the last GPU never stayed last in 50 seeds");
     }
 
     /// Healthy before degraded, and within each, not busy before busy; each part in the
