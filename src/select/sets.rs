@@ -190,3 +190,120 @@ pub(crate) fn set_refusal(request: &Request, k: usize, gpus: &[Gpu], pool: &[u32
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::count::Count;
+    use crate::probe::gpu::{test_gpu, Memory, Utilization};
+
+    fn links(pairs: &[(u32, u32, Link)]) -> Topology {
+        let mut topology = Topology::default();
+        for &(a, b, link) in pairs {
+            topology.insert(a, b, link);
+        }
+        topology
+    }
+
+    fn request(k: u32) -> Request {
+        Request { count: Count::exactly(k), ..Request::default() }
+    }
+
+    fn named(index: u32, name: &str) -> Gpu {
+        Gpu { name: Some(name.to_owned()), ..test_gpu(index) }
+    }
+
+    fn busy(index: u32) -> Gpu {
+        Gpu { utilization: Some(Utilization { gpu_percent: 90, memory_percent: 0 }), ..test_gpu(index) }
+    }
+
+    #[test]
+    fn a_model_is_its_name_and_its_total_memory() {
+        let gpu = test_gpu(0);
+        assert_eq!(model_of(&gpu), (Some("NVIDIA A100-SXM4-80GB"), Some(80 << 30)));
+        let request = |topology| Request { topology, ..Request::default() };
+        assert_eq!(required_link(&request(TopologyUse::Nvlink)), Some(Link::Nvlink));
+        assert_eq!(required_link(&request(TopologyUse::Switch)), Some(Link::Switch));
+        assert_eq!(required_link(&request(TopologyUse::Node)), Some(Link::Node));
+        assert_eq!(required_link(&request(TopologyUse::Prefer)), None);
+        assert_eq!(required_link(&request(TopologyUse::Ignore)), None);
+    }
+
+    /// The best worst link wins, its members in the policy's order; `--topology ignore` takes
+    /// the policy's first; one GPU needs no links.
+    #[test]
+    fn the_set_with_the_best_worst_link_is_taken_in_the_policys_order() {
+        let gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
+        let nvlinked = links(&[(2, 3, Link::Nvlink), (0, 1, Link::Switch)]);
+        assert_eq!(choose_set(&[0, 1, 2, 3], 2, &request(2), &gpus, Some(&nvlinked)), Some(vec![2, 3]));
+        assert_eq!(choose_set(&[3, 2, 1, 0], 2, &request(2), &gpus, Some(&nvlinked)), Some(vec![3, 2]));
+        let ignore = Request { topology: TopologyUse::Ignore, ..request(2) };
+        assert_eq!(choose_set(&[0, 1, 2, 3], 2, &ignore, &gpus, Some(&nvlinked)), Some(vec![0, 1]));
+        assert_eq!(choose_set(&[1, 0], 1, &request(1), &gpus, Some(&nvlinked)), Some(vec![1]));
+        // Three: the worst pair decides. 0-1-2 all within a switch beats 1-2-3 with a system hop.
+        let three =
+            links(&[(0, 1, Link::Switch), (0, 2, Link::Switch), (1, 2, Link::Nvlink), (2, 3, Link::Nvlink)]);
+        assert_eq!(choose_set(&[3, 2, 1, 0], 3, &request(3), &gpus, Some(&three)), Some(vec![2, 1, 0]));
+        // Without a topology every pair is equal: the policy's first.
+        assert_eq!(choose_set(&[3, 2, 1, 0], 2, &request(2), &gpus, None), Some(vec![3, 2]));
+    }
+
+    /// A required level is met by every pair or by no set; the next level down does not do.
+    #[test]
+    fn a_required_link_is_every_pairs_or_none() {
+        let gpus: Vec<Gpu> = (0..3).map(test_gpu).collect();
+        let switch = links(&[(0, 1, Link::Switch), (1, 2, Link::Switches)]);
+        let nvlink = Request { topology: TopologyUse::Nvlink, ..request(2) };
+        assert_eq!(choose_set(&[0, 1, 2], 2, &nvlink, &gpus, Some(&switch)), None);
+        let within = Request { topology: TopologyUse::Switch, ..request(2) };
+        assert_eq!(choose_set(&[0, 1, 2], 2, &within, &gpus, Some(&switch)), Some(vec![0, 1]));
+        assert_eq!(
+            choose_set(&[0, 1, 2], 3, &Request { count: Count::exactly(3), ..within }, &gpus, Some(&switch)),
+            None
+        );
+    }
+
+    /// One model before links, busy cards after everything: a colleague's job is worth more
+    /// than an NVLink hop.
+    #[test]
+    fn fewer_busy_then_one_model_then_links() {
+        let mixed = [test_gpu(0), named(1, "NVIDIA H100 80GB HBM3"), test_gpu(2)];
+        let pcie = links(&[(0, 1, Link::Nvlink)]);
+        assert_eq!(choose_set(&[0, 1, 2], 2, &request(2), &mixed, Some(&pcie)), Some(vec![0, 2]));
+        let same = Request { same_model: true, ..request(2) };
+        assert_eq!(choose_set(&[0, 1, 2], 2, &same, &mixed, Some(&pcie)), Some(vec![0, 2]));
+        assert_eq!(choose_set(&[0, 1], 2, &same, &mixed, Some(&pcie)), None);
+        // Same name, other memory size: another model.
+        let mut small = test_gpu(2);
+        small.memory =
+            Some(Memory { total_bytes: 40 << 30, reserved_bytes: 0, used_bytes: 0, free_bytes: 40 << 30 });
+        let sizes = [test_gpu(0), test_gpu(1), small];
+        assert_eq!(choose_set(&[0, 2, 1], 2, &same, &sizes, None), Some(vec![0, 1]));
+        // Idle 0 and 1 over the system bus beat an NVLink pair with a busy card.
+        let gpus = [test_gpu(0), test_gpu(1), test_gpu(2), busy(3)];
+        let pair = links(&[(2, 3, Link::Nvlink)]);
+        assert_eq!(choose_set(&[0, 1, 2, 3], 2, &request(2), &gpus, Some(&pair)), Some(vec![0, 1]));
+        // Where one busy card is unavoidable, the link decides among the sets with one.
+        assert_eq!(choose_set(&[2, 3], 2, &request(2), &gpus, Some(&pair)), Some(vec![2, 3]));
+    }
+
+    #[test]
+    fn a_set_refusal_says_the_rule_and_the_models() {
+        let gpus = [test_gpu(0), named(1, "NVIDIA H100 80GB HBM3"), test_gpu(2)];
+        let same = Request { same_model: true, ..request(2) };
+        assert_eq!(
+            set_refusal(&same, 2, &gpus, &[0, 1, 2], "those"),
+            "--same-model --gpus 2: no 2 of those are of one model (models: NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3)"
+        );
+        let nvlink = Request { topology: TopologyUse::Nvlink, ..request(2) };
+        assert_eq!(
+            set_refusal(&nvlink, 2, &gpus, &[0, 1], "the GPUs gpurun may use"),
+            "--topology nvlink --gpus 2: no 2 of the GPUs gpurun may use are joined pairwise by NVLink or better (see gpurun --list --topology)"
+        );
+        let both = Request { same_model: true, topology: TopologyUse::Switch, ..request(2) };
+        assert_eq!(
+            set_refusal(&both, 2, &gpus, &[0, 1], "those"),
+            "--topology switch --gpus 2: no 2 of those, of one model, are joined pairwise by one PCIe switch or better (see gpurun --list --topology)"
+        );
+    }
+}
