@@ -115,18 +115,19 @@ $(BENCH_VENV)/.installed:
 # notices is a decision nothing pins. Slow on two cores (an hour or more for the whole tree), so
 # never in CI: MUTANTS_FILE=src/options/duration.rs for one file (or several, space-separated),
 # MUTANTS_TESTS=--lib (the default: the unit tests, minutes per file) or MUTANTS_TESTS="--test
-# tests" for the binary's.
+# tests" for the binary's; MUTANTS_ARGS=--iterate tests only what the last run did not catch.
 CARGO_MUTANTS_VERSION = 27.1.0
 MUTANTS_TOOLS = target/mutants-tools
 MUTANTS_FILE ?=
 MUTANTS_TESTS ?= --lib
+MUTANTS_ARGS ?=
 mutants:
 	@if ! $(MUTANTS_TOOLS)/bin/cargo-mutants mutants --version 2>/dev/null | grep -q " $(CARGO_MUTANTS_VERSION)$$"; then \
 		echo "make mutants: installing cargo-mutants $(CARGO_MUTANTS_VERSION) into $(MUTANTS_TOOLS) (once)"; \
 		$(CARGO) install --quiet --locked --root $(MUTANTS_TOOLS) --version $(CARGO_MUTANTS_VERSION) cargo-mutants; \
 	fi
 	$(MUTANTS_TOOLS)/bin/cargo-mutants mutants --package gpurun $(foreach f,$(MUTANTS_FILE),--file $(f)) \
-		--output target/mutants -- $(MUTANTS_TESTS)
+		--output target/mutants $(MUTANTS_ARGS) -- $(MUTANTS_TESTS)
 
 # Speed and memory, measured (release builds, the simulator, nvisel side by side); about 2 min.
 # BENCH_ARGS=--quick for a shorter run. Results: target/bench/bench.json.
