@@ -132,6 +132,8 @@ struct Recorded {
     gpurun: Child,
     log: PathBuf,
     child_pid: u32,
+    /// The recorder, for the cleanup: by then its PID may be another process's.
+    child: Option<common::PidFd>,
     _dir: tempfile::TempDir,
 }
 
@@ -165,7 +167,9 @@ impl Recorded {
             .nth(1)
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("recorder said {line:?}"));
-        Recorded { gpurun, log, child_pid, _dir: dir }
+        // Alive now: it has just said it is ready, and gpurun has not reaped it.
+        let child = common::PidFd::open(child_pid);
+        Recorded { gpurun, log, child_pid, child, _dir: dir }
     }
 
     fn received(&self) -> Vec<String> {
@@ -188,10 +192,10 @@ impl Recorded {
 
 impl Drop for Recorded {
     fn drop(&mut self) {
-        // The child first, while gpurun (not yet reaped) is its parent; once the test is over
-        // its PID may be another process's.
-        if matches!(self.gpurun.try_wait(), Ok(None)) {
-            common::kill_if_child_of(self.child_pid, self.gpurun.id());
+        // Through its pidfd: a recorder that outlived gpurun (--parent-death-signal none or
+        // USR1) would hold the suite's output pipe open, and a PID may be reused by now.
+        if let Some(child) = &self.child {
+            child.kill();
         }
         let _ = self.gpurun.kill();
         let _ = self.gpurun.wait();

@@ -335,15 +335,31 @@ pub fn state(pid: u32) -> Option<char> {
     stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
-/// SIGKILLs `pid` only while it is still `parent`'s child (alive, or a zombie `parent` has not
-/// reaped: either way its PID is not anyone else's). A PID read earlier may be another
-/// process's by now: pid_max is 32768 on many machines, threads take PIDs too, and a suite run
-/// goes round it; an unchecked SIGKILL in a cleanup once killed another test's gpurun.
-pub fn kill_if_child_of(pid: u32, parent: u32) {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return };
-    let ppid = stat.rfind(')').and_then(|end| stat[end + 1..].split_whitespace().nth(1)?.parse::<u32>().ok());
-    if ppid == Some(parent) {
-        send_signal(pid, libc::SIGKILL);
+/// A process held by a pidfd: a signal through it reaches that process or none, never one that
+/// took its PID after it ended. Open it while the process is known to be alive.
+pub struct PidFd(std::os::fd::OwnedFd);
+
+impl PidFd {
+    pub fn open(pid: u32) -> Option<PidFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes no pointers.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        // SAFETY: a non-negative result is a new descriptor that nothing else owns.
+        (fd >= 0).then(|| PidFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    pub fn kill(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal with a null siginfo; no memory is written.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<u8>(),
+                0,
+            )
+        };
     }
 }
 
