@@ -285,4 +285,41 @@ mod tests {
         assert_eq!(visibility.allowed, None);
         assert_eq!(visibility.warnings.len(), 1);
     }
+
+    /// A restriction is "exported" (and a refusal says how to undo it) only when it is exactly
+    /// what an earlier gpurun told: GPURUN_GPUS or GPURUN_GPU_UUIDS, and not empty.
+    #[test]
+    fn an_exported_restriction_is_exactly_what_gpurun_told() {
+        let machine = on(&machine());
+        let told = |visible: &str, gpus: Option<&str>, uuids: Option<&str>| {
+            let inherited = Inherited {
+                gpurun_gpus: gpus.map(str::to_owned),
+                gpurun_gpu_uuids: uuids.map(str::to_owned),
+                ..inherited(Some(visible), Some("PCI_BUS_ID"))
+            };
+            resolve(&machine, &inherited).exported
+        };
+        assert!(told("0,1", Some("0,1"), None));
+        let uuid = machine.gpus[3].uuid.clone().unwrap();
+        assert!(told(&uuid, Some("3"), Some(&uuid)));
+        assert!(!told("0,1", Some("1,0"), None));
+        assert!(!told("0", None, None));
+        assert!(!told("", Some(""), None), "an empty variable hides everything, whoever set it");
+    }
+
+    /// Without CUDA_VISIBLE_DEVICES, Slurm's allocation is the restriction, named as its
+    /// variable (the step's first).
+    #[test]
+    fn a_slurm_allocation_is_named_in_refusals() {
+        let machine = on(&machine());
+        let slurm = Inherited {
+            slurm_step_gpus: Some("1,2".to_owned()),
+            slurm_job_gpus: Some("0,1,2".to_owned()),
+            ..Inherited::default()
+        };
+        let step = resolve(&machine, &slurm);
+        assert_eq!((step.allowed, step.source.as_deref()), (Some(vec![1, 2]), Some("SLURM_STEP_GPUS=1,2")));
+        let job = resolve(&machine, &Inherited { slurm_step_gpus: None, ..slurm });
+        assert_eq!(job.source.as_deref(), Some("SLURM_JOB_GPUS=0,1,2"));
+    }
 }
