@@ -814,6 +814,19 @@ mod tests {
         assert!(with_visibility(&partitioned, &by_index, &all, None)
             .unwrap()
             .starts_with("--gpus 1: no GPU can be given (--mig auto;"));
+        // Two asked of a machine with one whole GPU beside the partitioned one: the general
+        // refusal (--mig auto), not --mig only's.
+        let beside = [partitioned[0].clone(), partitioned[1].clone(), test_gpu(1)];
+        assert!(with_visibility(&beside, &two, &all, None)
+            .unwrap()
+            .starts_with("--gpus 2: only 1 GPU can be given (--mig auto;"));
+        // No GPU at all: what counts them says so under --mig never; otherwise the visibility.
+        assert_eq!(
+            with_visibility(&[], &Request::default(), &all, None).unwrap(),
+            "--gpus 1: the inherited visibility allows no GPU"
+        );
+        let never = Request { mig: MigUse::Never, ..Request::default() };
+        assert_eq!(with_visibility(&[], &never, &all, None).unwrap(), "--gpus 1: this machine has 0 GPUs");
         let only = Request { mig: MigUse::Only, ..by_index };
         assert_eq!(
             with_visibility(&partitioned, &only, &all, None).unwrap(),
