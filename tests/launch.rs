@@ -647,3 +647,35 @@ fn cpu_bind_numa_runs_the_command_on_its_gpus_cpus_within_its_own() {
     let plan = sim.gpurun().args(["--dry-run", "--json", "--devices", "3", "--cpu-bind", "numa"]).run();
     assert!(plan.json()["cpus"].is_string(), "{}", plan.stdout);
 }
+
+/// A stop right after a continue is followed, not undone: the shell's `fg` continues the whole
+/// process group, and the next Ctrl-Z may come at once. gpurun used to decide, as it resumed,
+/// whether to continue the command itself, and that SIGCONT could land after the new stop (seen
+/// as a Ctrl-Z that did nothing). Here the group is continued and the command stopped again
+/// back to back, five times: each time both end up stopped, and stay so.
+#[test]
+fn a_stop_right_after_a_continue_is_followed_not_undone() {
+    let sim = Sim::new(&default_scenario());
+    let recorded = Recorded::start_with(&sim, &[], &["--signals", "CONT"], |command| {
+        command.process_group(0);
+    });
+    let (child, gpurun) = (recorded.child_pid, recorded.gpurun.id());
+    let state = |pid| common::state(pid);
+    let both_stopped = || state(child) == Some('T') && state(gpurun) == Some('T');
+    send_signal(child, libc::SIGSTOP);
+    assert!(wait_until(LONG, both_stopped), "gpurun did not follow the first stop");
+    for round in 1..=5 {
+        // As a shell's fg, then someone's SIGSTOP on its heels.
+        send_signal(gpurun, libc::SIGCONT);
+        send_signal(child, libc::SIGCONT);
+        send_signal(child, libc::SIGSTOP);
+        assert!(wait_until(LONG, both_stopped), "round {round}: {:?} {:?}", state(child), state(gpurun));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(both_stopped(), "round {round}: undone: {:?} {:?}", state(child), state(gpurun));
+    }
+    // SAFETY: kill has no memory effects; -PID is gpurun's process group, as a shell's fg.
+    unsafe { libc::kill(-(gpurun as i32), libc::SIGCONT) };
+    assert!(wait_until(LONG, || matches!(state(child), Some('S' | 'R'))
+        && matches!(state(gpurun), Some('S' | 'R'))));
+    assert_eq!(recorded.stop().code(), Some(0));
+}

@@ -141,7 +141,7 @@ impl Hook {
             return false;
         }
         match event {
-            ChildEvent::Stopped(_) => return true,
+            ChildEvent::Stopped(_) | ChildEvent::Continued => return true,
             ChildEvent::Exited(0) => {}
             ChildEvent::Exited(code) => tracing::warn!("{} hook exited with status {code}", self.name),
             ChildEvent::Signaled(signal) => {

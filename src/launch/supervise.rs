@@ -209,14 +209,13 @@ pub(crate) fn run(
     let own_pid = std::process::id();
     let mut strict_failure = None;
     let mut kill_deadline: Option<Instant> = None;
-    // The SIGCONT that resumed gpurun after a job-control stop reached the command directly
-    // (or was sent to it below): it is not forwarded again.
-    let mut resumed_from_stop = false;
+    let mut stops = JobControl::default();
     loop {
         loop {
             match reap(None, true) {
                 Reaped::Child(pid, event) if pid == child => match event {
-                    ChildEvent::Stopped(_) => resumed_from_stop |= follow_stop(child),
+                    ChildEvent::Stopped(_) => stops.follow(child),
+                    ChildEvent::Continued => stops.continue_at = None,
                     ChildEvent::Exited(code) => return Supervised { end: End::Exited(code), strict_failure },
                     ChildEvent::Signaled(signal) => {
                         return Supervised { end: End::Signaled(signal), strict_failure }
@@ -228,6 +227,7 @@ pub(crate) fn run(
             }
         }
         let now = Instant::now();
+        stops.continue_if_left(child, now);
         if let Some(hook) = hook.as_deref_mut() {
             hook.enforce(now);
         }
@@ -244,7 +244,7 @@ pub(crate) fn run(
         }
         let monitor_wake = watch.as_deref_mut().and_then(|watch| watch.tend(now));
         let hook_wake = hook.as_deref().and_then(Hook::wake);
-        let wake = [kill_deadline, monitor_wake, hook_wake].into_iter().flatten().min();
+        let wake = [kill_deadline, monitor_wake, hook_wake, stops.continue_at].into_iter().flatten().min();
         let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
         let (received, answered) =
             receiver.wait(watch.as_deref().map(|w| w.thread_ref().ready_fd()), timeout);
@@ -253,8 +253,8 @@ pub(crate) fn run(
             let in_group = in_our_process_group(child);
             let reached_child = match signals::decide(signal.signal, sender, in_group, options.no_forward) {
                 Action::Reap => false,
-                Action::Forward if signal.signal == libc::SIGCONT && resumed_from_stop => {
-                    resumed_from_stop = false;
+                Action::Forward if signal.signal == libc::SIGCONT && stops.resumed => {
+                    stops.resumed = false;
                     false
                 }
                 Action::Forward => {
@@ -278,18 +278,43 @@ pub(crate) fn run(
     }
 }
 
-/// The command stopped (Ctrl-Z, SIGSTOP from someone): stop gpurun too, so the shell sees the
-/// whole job stopped; when gpurun is continued, make sure the command is too. Returns whether
-/// gpurun stopped (and so was resumed by a SIGCONT).
-fn follow_stop(child: u32) -> bool {
-    tracing::debug!("the command stopped; stopping too");
-    // It may already have been continued (a quick `fg`): then there is nothing to follow.
-    if !procfs::stat(child).is_some_and(|s| s.is_stopped()) {
-        return false;
+/// How long a resumed gpurun waits for the command's own SIGCONT (a shell's `fg` continues the
+/// whole process group) before it continues the command itself (someone continued gpurun
+/// alone). Sending it at once raced with the shell: a SIGCONT decided on before the shell's
+/// reached the command could land after the next Ctrl-Z and undo that stop.
+const CONTINUE_GRACE: Duration = Duration::from_millis(100);
+
+/// Job-control stops, followed: the command stopped (Ctrl-Z, SIGSTOP from someone), so
+/// gpurun stops too and the shell sees the whole job stopped.
+#[derive(Default)]
+struct JobControl {
+    /// gpurun was resumed after following a stop: the SIGCONT that did it is not forwarded.
+    resumed: bool,
+    /// When to continue the command if nobody has by then.
+    continue_at: Option<Instant>,
+}
+
+impl JobControl {
+    fn follow(&mut self, child: u32) {
+        self.continue_at = None;
+        tracing::debug!("the command stopped; stopping too");
+        // It may already have been continued (a quick `fg`): then there is nothing to follow.
+        if !procfs::stat(child).is_some_and(|s| s.is_stopped()) {
+            return;
+        }
+        stop_self();
+        self.resumed = true;
+        self.continue_at = Some(Instant::now() + CONTINUE_GRACE);
     }
-    stop_self();
-    if procfs::stat(child).is_some_and(|s| s.is_stopped()) {
-        send_to(child, libc::SIGCONT);
+
+    /// The command was not continued with gpurun (its `Continued` would have cleared this):
+    /// continue it, unless it is running already.
+    fn continue_if_left(&mut self, child: u32, now: Instant) {
+        if self.continue_at.is_some_and(|at| now >= at) {
+            self.continue_at = None;
+            if procfs::stat(child).is_some_and(|s| s.is_stopped()) {
+                send_to(child, libc::SIGCONT);
+            }
+        }
     }
-    true
 }

@@ -33,6 +33,8 @@ pub(crate) enum ChildEvent {
     /// Killed by this signal (real-time ones included, which nix's `WaitStatus` cannot hold).
     Signaled(i32),
     Stopped(i32),
+    /// Continued by a SIGCONT (reported where stops are).
+    Continued,
 }
 
 /// What one non-blocking wait for children found.
@@ -49,7 +51,7 @@ pub(crate) enum Reaped {
 /// report job-control stops (WUNTRACED).
 pub(crate) fn reap(pid: Option<u32>, stops: bool) -> Reaped {
     let mut status = 0;
-    let flags = libc::WNOHANG | if stops { libc::WUNTRACED } else { 0 };
+    let flags = libc::WNOHANG | if stops { libc::WUNTRACED | libc::WCONTINUED } else { 0 };
     let target = pid.map(|p| p as libc::pid_t).unwrap_or(-1);
     // SAFETY: waitpid writes the status into a local.
     let found = unsafe { libc::waitpid(target, &mut status, flags) };
@@ -66,6 +68,8 @@ pub(crate) fn reap(pid: Option<u32>, stops: bool) -> Reaped {
                 ChildEvent::Signaled(libc::WTERMSIG(status))
             } else if libc::WIFSTOPPED(status) {
                 ChildEvent::Stopped(libc::WSTOPSIG(status))
+            } else if libc::WIFCONTINUED(status) {
+                ChildEvent::Continued
             } else {
                 return Reaped::Nothing;
             };
