@@ -306,4 +306,29 @@ mod tests {
             "--topology switch --gpus 2: no 2 of those, of one model, are joined pairwise by one PCIe switch or better (see gpurun --list --topology)"
         );
     }
+
+    fn in_clique(gpu: Gpu, clique_id: u32) -> Gpu {
+        use crate::probe::fabric::{Fabric, FabricHealth};
+        let fabric = Fabric {
+            state: "completed",
+            clique_id,
+            cluster_uuid: "c".to_owned(),
+            health: FabricHealth { state: "ok", reasons: Vec::new() },
+        };
+        Gpu { fabric: Some(fabric), ..gpu }
+    }
+
+    /// A fabric clique is a pool of its own only when it is smaller than all the GPUs and big
+    /// enough for the set: one clique of everything must not let `--same-model` take a mixed
+    /// set, and a clique of one must not be a pool for two (with `--topology ignore` that would
+    /// slice past its end).
+    #[test]
+    fn a_clique_is_a_pool_only_between_the_set_and_the_whole() {
+        let mixed = [in_clique(test_gpu(0), 1), in_clique(named(1, "NVIDIA H100 80GB HBM3"), 1)];
+        let same = Request { same_model: true, ..request(2) };
+        assert_eq!(choose_set(&[0, 1], 2, &same, &mixed, None), None);
+        let singles = [in_clique(test_gpu(0), 1), in_clique(test_gpu(1), 2), in_clique(test_gpu(2), 3)];
+        let ignore = Request { topology: TopologyUse::Ignore, ..request(2) };
+        assert_eq!(choose_set(&[2, 1, 0], 2, &ignore, &singles, None), Some(vec![2, 1]));
+    }
 }
