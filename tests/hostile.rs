@@ -49,9 +49,16 @@ fn closed_descriptors_cannot_turn_a_lease_into_a_log_and_double_book() {
     let sim = two_gpus();
     // A holds GPU 0 exclusively, started like a cron job with stdin, stdout and stderr closed.
     let _a = background(shell(&sim, "exec \"$G\" --exclusive --devices 0 -- sleep 3 <&- >&- 2>&-"));
-    assert!(wait_until(LONG, || leases(&sim).len() == 1), "A took no lease");
+    // A lease is made, then written (other launches count it meanwhile by its lock).
+    let written = || {
+        leases(&sim)
+            .first()
+            .and_then(|name| std::fs::read_to_string(sim.lock_dir().join(name)).ok())
+            .filter(|text| !text.is_empty())
+    };
+    assert!(wait_until(LONG, || written().is_some()), "A took no lease");
     // Its lease is its lease, not its log: the file is the JSON record.
-    let lease = std::fs::read_to_string(sim.lock_dir().join(&leases(&sim)[0])).unwrap();
+    let lease = written().unwrap();
     let parsed: serde_json::Value = serde_json::from_str(&lease).unwrap_or_else(|e| panic!("{e}: {lease:?}"));
     assert_eq!(parsed["exclusive"], true);
     // B asks for the same card and must be turned away.
