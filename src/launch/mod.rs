@@ -25,7 +25,7 @@ use crate::launch::plan::{Member, Plan};
 use crate::options::size::Threshold;
 use crate::options::{cpus, shell, VerifyMode};
 use crate::probe::gpu::Machine;
-use crate::probe::nvml::Xid;
+use crate::probe::watch::Xid;
 use crate::probe::worker::NvmlThread;
 use crate::process::death::Watcher;
 use crate::process::procfs;

@@ -129,7 +129,7 @@ impl<'a> Watch<'a> {
     }
 
     /// The NVML call that has not returned for a while, if one is hanging.
-    pub(crate) fn stuck(&self) -> Option<Option<crate::probe::nvml::Call>> {
+    pub(crate) fn stuck(&self) -> Option<Option<crate::probe::calls::Call>> {
         self.thread_ref().stuck(SLOW_CALL)
     }
 

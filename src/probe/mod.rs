@@ -1,6 +1,8 @@
-//! Stage 2, the probe: what the machine looks like, from NVML (the only user of nvml-wrapper)
-//! and /proc, as plain data.
+//! Stage 2, the probe: what the machine looks like, from NVML (`nvml/`, the only user of
+//! nvml-wrapper) and /proc, as plain data (`gpu`, `watch`, `meter`) that no later stage reads
+//! a vendor into.
 
+pub(crate) mod calls;
 pub(crate) mod fabric;
 pub(crate) mod gpu;
 pub(crate) mod health;
@@ -8,4 +10,5 @@ pub(crate) mod meter;
 pub(crate) mod mps;
 pub(crate) mod numa;
 pub(crate) mod nvml;
+pub(crate) mod watch;
 pub(crate) mod worker;

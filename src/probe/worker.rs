@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+use crate::probe::calls::{Call, Calls};
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::meter::{Ask, Reading};
-use crate::probe::nvml::{self, Call, Calls, ListError, Listed, OpenError, Opened, Session, XidBatch};
+use crate::probe::nvml::{self, OpenError, Opened, Session};
+use crate::probe::watch::{ListError, Listed, XidBatch};
 use crate::process::signals::Receiver;
 
 /// Small: the thread makes NVML calls and nothing else (the pages it never touches cost nothing).

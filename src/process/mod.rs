@@ -1,7 +1,7 @@
 //! gpurun's own process, which every stage shares: descriptors 0-2, the signals it reads
 //! instead of letting them act, what `/proc` says about processes, and the children gpurun
 //! starts (the command, its parent-death watcher). Every `unsafe` of gpurun's own outside the
-//! driver's seam (probe/nvml.rs) is in this folder: the rest of the tree calls safe functions.
+//! driver's seam (probe/nvml/) is in this folder: the rest of the tree calls safe functions.
 
 pub(crate) mod death;
 pub(crate) mod environment;

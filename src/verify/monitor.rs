@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::options::size::human;
 use crate::options::VerifyMode;
+use crate::probe::calls::Call;
 use crate::probe::meter::{Ask, Reading};
-use crate::probe::nvml::{Call, ListError, Listed, Xid, XidBatch, XIDS_KEPT};
+use crate::probe::watch::{ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
 use crate::verify::receipt::Receipt;
