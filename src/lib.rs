@@ -261,7 +261,7 @@ fn show_history(json: bool, pattern: Option<&str>) -> Result<Exit, Error> {
 /// `--doctor`: its findings on stdout; 125 when NVML is unusable.
 fn doctor(config: &Config, receiver: &Receiver) -> Result<Exit, Error> {
     let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
-    let diagnosis = doctor::diagnose(&mut nvml, receiver, config).map_err(Error::Interrupted)?;
+    let diagnosis = doctor::examine(&mut nvml, receiver, config).map_err(Error::Interrupted)?;
     print(&diagnosis.text).map_err(Error::Output)?;
     Ok(Exit::Code(if diagnosis.usable { 0 } else { exit_code::GPURUN_ERROR }))
 }

@@ -168,7 +168,7 @@ impl Hook {
     }
 
     /// Waits for the hook to end (killing it at its deadline) and reaps it.
-    pub(crate) fn finish(mut self) {
+    pub(crate) fn wait_out(mut self) {
         while !self.done {
             match reap(Some(self.pid), false) {
                 Reaped::Child(pid, event) => {

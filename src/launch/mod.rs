@@ -13,7 +13,6 @@ pub(crate) mod plan;
 pub(crate) mod signals;
 pub(crate) mod supervise;
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -25,15 +24,14 @@ use crate::launch::plan::{Member, Plan};
 use crate::options::size::Threshold;
 use crate::options::{cpus, shell, VerifyMode};
 use crate::probe::gpu::Machine;
-use crate::probe::watch::Xid;
 use crate::probe::worker::NvmlThread;
 use crate::process::death::Watcher;
 use crate::process::procfs;
 use crate::process::signals::{default_action, send_to, DefaultAction, Receiver};
 use crate::process::spawn::{self, Launch, LaunchError};
 use crate::reserve::lease::HeldLease;
-use crate::verify::diagnosis::{self, Card};
-use crate::verify::monitor::Monitor;
+use crate::verify::ending;
+use crate::verify::monitor::{Monitor, Seen};
 use crate::verify::report::{self, Report};
 
 /// How the command is run and watched.
@@ -111,7 +109,7 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
     after_exec
 }
 
-/// start -> supervise (and verify) -> finish (report, history, hook) -> how it ended. With
+/// start -> supervise (and verify) -> wrap up (report, history, hook) -> how it ended. With
 /// `--exec`, gpurun becomes the command instead (returns only if that failed).
 pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let Job { command, plan, supervision, held, receiver, .. } = job;
@@ -136,7 +134,7 @@ pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let running = start(command, plan, supervision, receiver, machine, nvml)?;
     let ended = supervise_to_the_end(running, plan, supervision, receiver, held);
     let about = Finish { command, plan, supervision, machine, receiver, min_free, request_text, sizing };
-    Ok(finish(&about, ended, report_file))
+    Ok(wrap_up(&about, ended, report_file))
 }
 
 /// The command, started, with what watches it.
@@ -274,20 +272,7 @@ fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor
 struct Ended {
     end: End,
     exit: Exit,
-    verification: report::Verification,
-    /// Whether NVML watched the run (without it nothing was seen: nothing to diagnose).
-    watched: bool,
-    peaks: BTreeMap<u32, u64>,
-    used: Vec<u32>,
-    xids: Vec<(Xid, SystemTime)>,
-    /// Xid events past the bound, counted (`Monitor::absorb_xids`).
-    xids_dropped: u64,
-    /// Chosen devices whose process list answered GPU_IS_LOST (`Monitor::lost`).
-    lost: Vec<(u32, SystemTime)>,
-    /// The other clients of the MPS servers the command ran on (`Monitor::mps_shared`).
-    mps_shared: Vec<(u32, crate::verify::monitor::MpsNeighbours)>,
-    /// What the chosen GPUs drew and did (None: nothing watched the run).
-    receipt: Option<crate::verify::receipt::Receipt>,
+    seen: Seen,
     wall: Duration,
     started_at: SystemTime,
 }
@@ -328,32 +313,15 @@ fn supervise_to_the_end(
     }
     drop(held);
     let exit = Exit::of(supervised.end, supervised.strict_failure.is_some());
-    let verification = match watch.as_mut() {
+    let seen = match watch.as_mut() {
         Some(watch) => {
             let stuck = watch.stuck();
-            let (verdict, detail) = watch.monitor.finish(stuck);
-            report::Verification { verdict: Some(verdict), detail }
+            watch.monitor.conclude(stuck)
         }
-        None if supervision.verify == VerifyMode::Off => {
-            report::Verification { verdict: None, detail: "--verify off".to_owned() }
-        }
-        None => report::Verification { verdict: None, detail: "no GPU was selected".to_owned() },
+        None if supervision.verify == VerifyMode::Off => Seen::unwatched("--verify off"),
+        None => Seen::unwatched("no GPU was selected"),
     };
-    Ended {
-        end: supervised.end,
-        exit,
-        verification,
-        watched: watch.is_some(),
-        peaks: watch.as_ref().map(|w| w.monitor.peak_bytes.clone()).unwrap_or_default(),
-        used: watch.as_ref().map(|w| w.monitor.used()).unwrap_or_default(),
-        xids: watch.as_ref().map(|w| w.monitor.xids.clone()).unwrap_or_default(),
-        xids_dropped: watch.as_ref().map_or(0, |w| w.monitor.xids_dropped),
-        lost: watch.as_ref().map(|w| w.monitor.lost.clone()).unwrap_or_default(),
-        mps_shared: watch.as_ref().map(|w| w.monitor.mps_shared()).unwrap_or_default(),
-        receipt: watch.as_ref().map(|w| w.monitor.receipt.clone()),
-        wall: started.elapsed(),
-        started_at,
-    }
+    Ended { end: supervised.end, exit, seen, wall: started.elapsed(), started_at }
 }
 
 /// What the end of a run reports about.
@@ -368,38 +336,21 @@ struct Finish<'a> {
     sizing: Option<&'a str>,
 }
 
-/// The diagnosis, the report (logged, as JSON), the history and the --on-exit hook.
-fn finish(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> Exit {
+/// The report (built by verification; logged, as JSON), the history and the --on-exit hook.
+fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> Exit {
     let Finish { command, plan, supervision, machine, .. } = *about;
-    let diagnosis = diagnose(about, &ended);
-    let uuid_of = |index: u32| machine.device(index).and_then(|gpu| gpu.uuid.clone());
-    let mut summary = Report::new(
+    let run = ending::Run {
         command,
-        &plan.gpus.selection,
-        ended.verification,
-        &ended.peaks,
-        &uuid_of,
-        ended.wall.as_secs_f64(),
-        ended.end,
-        ended.exit,
-    );
-    summary.diagnosis = diagnosis;
-    summary.add_receipt(ended.receipt.as_ref(), &uuid_of);
-    summary.min_free = about.sizing.map(str::to_owned);
-    summary.cpus = plan.gpus.cpus.as_deref().map(cpus::list);
-    summary.container = plan.container().map(|c| report::ContainerReport {
-        client: c.run.client.name().to_owned(),
-        image: c.run.image.clone(),
-        id: c.id(),
-    });
-    summary.rank = plan.rank.as_ref().map(|Member { per_rank, owners }| report::RankReport {
-        local_rank: per_rank.rank.local_rank,
-        local_size: per_rank.rank.local_size,
-        launcher: per_rank.rank.launcher.to_owned(),
-        group: per_rank.rank.job.clone(),
-        node: per_rank.rank.node.clone(),
-        group_gpus: owners.gpus.iter().map(|(index, _)| *index).collect(),
-    });
+        selection: &plan.gpus.selection,
+        machine,
+        end: ended.end,
+        exit: ended.exit,
+        wall: ended.wall,
+        started_at: ended.started_at,
+        min_free: about.min_free,
+        verify_timeout: supervision.verify_timeout,
+    };
+    let summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
     if supervision.report {
         summary.log();
     }
@@ -414,96 +365,30 @@ fn finish(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> E
         let variables = hook_variables(plan, Some((ended.exit.status(), verdict)));
         Hook::start("--on-exit", line, &summary.json(), &variables, about.receiver.caller().mask)
             .into_iter()
-            .for_each(Hook::finish);
+            .for_each(Hook::wait_out);
     }
     ended.exit
 }
 
-/// What the run's end says of it: near-oom, idle GPUs and the like (logged now), and the Xid
-/// errors seen (logged when they were seen; a command that died right after one most likely
-/// died of it).
-fn diagnose(about: &Finish, ended: &Ended) -> Vec<diagnosis::Diagnosis> {
-    if !ended.watched {
-        return Vec::new();
+/// Where the plan ran the command, for the report.
+fn placement(plan: &Plan, sizing: Option<&str>) -> report::Placement {
+    report::Placement {
+        cpus: plan.gpus.cpus.as_deref().map(cpus::list),
+        min_free: sizing.map(str::to_owned),
+        container: plan.container().map(|c| report::ContainerReport {
+            client: c.run.client.name().to_owned(),
+            image: c.run.image.clone(),
+            id: c.id(),
+        }),
+        rank: plan.rank.as_ref().map(|Member { per_rank, owners }| report::RankReport {
+            local_rank: per_rank.rank.local_rank,
+            local_size: per_rank.rank.local_size,
+            launcher: per_rank.rank.launcher.to_owned(),
+            group: per_rank.rank.job.clone(),
+            node: per_rank.rank.node.clone(),
+            group_gpus: owners.gpus.iter().map(|(index, _)| *index).collect(),
+        }),
     }
-    let cards: Vec<Card> = about
-        .plan
-        .gpus
-        .selection
-        .devices
-        .iter()
-        .map(|device| {
-            let gpu = about.machine.device(device.index);
-            let total = gpu.and_then(|gpu| gpu.memory).map(|m| m.total_bytes);
-            // Only --min-free is a memory request: --exclusive asks for the card unshared (a
-            // benchmark, a job that must not meet another), whatever its peak.
-            let reserved = match (about.min_free, total) {
-                (Some(threshold), Some(total)) => Some((threshold.bytes_on(total), "--min-free")),
-                _ => None,
-            };
-            Card {
-                index: device.index,
-                free_at_launch: gpu.and_then(|gpu| gpu.memory).map(|m| m.free_bytes),
-                peak: ended.peaks.get(&device.index).copied().unwrap_or(0),
-                used: ended.used.contains(&device.index),
-                reserved,
-            }
-        })
-        .collect();
-    let failed = ended.end != End::Exited(0);
-    let most_room = about
-        .machine
-        .devices()
-        .filter_map(|gpu| gpu.memory)
-        .map(|memory| memory.total_bytes.saturating_sub(memory.reserved_bytes))
-        .max();
-    let ran_past = ended.wall >= about.supervision.verify_timeout;
-    let mut found = diagnosis::diagnose(&cards, failed, ran_past, most_room);
-    let into_run = |at: SystemTime| at.duration_since(ended.started_at).unwrap_or_default().as_secs_f64();
-    if let (Some((last, at)), true) = (ended.xids.last(), failed) {
-        tracing::warn!(
-            "the command {} {:.1} s after {}",
-            match ended.end {
-                End::Exited(code) => format!("exited with status {code}"),
-                End::Signaled(signal) => format!("was killed by {}", crate::options::signal::name(signal)),
-            },
-            ended.wall.as_secs_f64() - into_run(*at),
-            crate::verify::xid::describe(last.code, last.gpu)
-        );
-    }
-    for finding in &found {
-        tracing::warn!("{}: {}", finding.kind, finding.detail);
-    }
-    found.extend(
-        ended
-            .xids
-            .iter()
-            .map(|(xid, at)| diagnosis::xid(xid.gpu, xid.code, into_run(*at), &diagnosis::utc_clock(*at))),
-    );
-    found.extend((ended.xids_dropped > 0).then(|| diagnosis::xids_not_kept(ended.xids_dropped)));
-    found.extend(ended.mps_shared.iter().map(|(gpu, others)| diagnosis::mps_shared(*gpu, others)));
-    // The first Xid 79 of each GPU: the GPU is gone, which says more than its code.
-    let mut lost: Vec<u32> = Vec::new();
-    for (xid, at) in ended.xids.iter().filter(|(xid, _)| xid.code == 79) {
-        if !lost.contains(&xid.gpu) {
-            lost.push(xid.gpu);
-            let gone = diagnosis::gpu_lost(xid.gpu, into_run(*at), &diagnosis::utc_clock(*at), Some(79));
-            tracing::warn!("{}: {}", gone.kind, gone.detail);
-            found.push(gone);
-        }
-    }
-    // A GPU lost without an Xid 79 seen (events not supported, or not delivered): its process
-    // list said so.
-    for (key, at) in &ended.lost {
-        let gpu = crate::probe::gpu::mig_parts(*key).map_or(*key, |(parent, _)| parent);
-        if !lost.contains(&gpu) {
-            lost.push(gpu);
-            let gone = diagnosis::gpu_lost(gpu, into_run(*at), &diagnosis::utc_clock(*at), None);
-            tracing::warn!("{}: {}", gone.kind, gone.detail);
-            found.push(gone);
-        }
-    }
-    found
 }
 
 /// The `--report-json` file, created or truncated. Opened without blocking (signals are

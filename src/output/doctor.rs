@@ -47,11 +47,7 @@ impl Out {
 }
 
 /// The findings. `Err(signal)`: a signal that ends gpurun arrived while NVML was asked.
-pub(crate) fn diagnose(
-    nvml: &mut NvmlThread,
-    receiver: &Receiver,
-    config: &Config,
-) -> Result<Diagnosis, i32> {
+pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> Result<Diagnosis, i32> {
     let mut out = Out { text: String::from("gpurun doctor\n"), problems: 0 };
     out.section("NVML and driver");
     let library = config.library().display().to_string();

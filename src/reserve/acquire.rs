@@ -459,7 +459,7 @@ pub(crate) fn acquire(
         if let Some(why) = over_rule {
             drop(guard);
             if timed_out {
-                search.progress.finish();
+                search.progress.clear();
                 let chosen = Err(format!("not enough GPUs now: {why}"));
                 return Ok(Acquisition {
                     machine,
@@ -481,7 +481,7 @@ pub(crate) fn acquire(
         if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
             let leases_and_choice = search.take_choice(&machine, &known, &decision, &visibility, options)?;
             drop(guard);
-            search.progress.finish();
+            search.progress.clear();
             let (leases, chosen) = leases_and_choice;
             return Ok(Acquisition { machine, decision, chosen, leases, live, queue, group: None });
         }
@@ -881,7 +881,7 @@ impl Progress {
             return;
         }
         if reason != self.said && tracing::enabled!(tracing::Level::DEBUG) {
-            self.finish();
+            self.clear();
             tracing::debug!("{text}");
         }
         self.said = reason.to_owned();
@@ -893,7 +893,7 @@ impl Progress {
         self.shown = true;
     }
 
-    fn finish(&mut self) {
+    fn clear(&mut self) {
         if self.shown {
             let _ = write!(std::io::stderr(), "\r\x1b[K");
             self.shown = false;
@@ -903,7 +903,7 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        self.finish();
+        self.clear();
     }
 }
 

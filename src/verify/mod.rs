@@ -3,6 +3,7 @@
 
 pub(crate) mod container;
 pub(crate) mod diagnosis;
+pub(crate) mod ending;
 pub(crate) mod monitor;
 pub(crate) mod receipt;
 pub(crate) mod report;

@@ -3,8 +3,8 @@
 //! children, DataLoader workers, orphans reparented to gpurun), quickly at first and backing
 //! off; each verdict is logged once, and the tree's GPU memory is sampled for the report.
 
-use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::options::size::human;
 use crate::options::VerifyMode;
@@ -14,6 +14,7 @@ use crate::probe::watch::{ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
 use crate::verify::receipt::Receipt;
+use crate::verify::report::Verification;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 
 /// The first poll comes this soon after launch; the interval then grows by half each time.
@@ -29,48 +30,78 @@ pub(crate) const SLOW_CALL: Duration = Duration::from_millis(500);
 /// What the NVML thread returned for one poll: each watched GPU's processes, or why not.
 pub(crate) type Lists = Vec<(u32, Result<Vec<Listed>, ListError>)>;
 
+/// Verification of one run: what the command was given, how to tell its processes, when to
+/// look next, and the parts that each watch one thing (health, MPS, the receipt).
 pub(crate) struct Monitor {
     mode: VerifyMode,
     own_pid: u32,
+    given: Given,
+    causes: Causes,
+    tracker: Tracker,
+    pace: Pace,
+    logged: Vec<Verdict>,
+    /// Largest total of the tree's memory seen on each GPU.
+    peak_bytes: BTreeMap<u32, u64>,
+    health: HealthWatch,
+    mps: MpsWatch,
+    /// The receipt: what the chosen GPUs drew and did, and who else appeared on them.
+    receipt: Receipt,
+    started: Instant,
+}
+
+/// What the command was given, and what was there before it.
+struct Given {
     /// NVML indices of the selected GPUs.
     selected: Vec<u32>,
     /// GPUs whose processes are listed each poll (all that could be read at launch).
     watched: Vec<u32>,
     /// PIDs on any GPU at launch: not the command's.
     before_launch: HashSet<u32>,
+}
+
+/// What tells the command's processes from others', and why one is on a GPU it was not given.
+struct Causes {
     /// The CUDA_VISIBLE_DEVICES gpurun gave the command, to explain a wrong GPU.
     visible_given: String,
     /// `--per-rank`: whose each GPU of the group is, to name the rank a wrong GPU belongs to.
     owners: Option<crate::rank::Owners>,
+    /// `--per-rank`: the launcher that started this rank; the other ranks, its descendants,
+    /// are the job's own wherever they appear (NCCL's peer contexts), never intruders.
+    launcher: Option<u32>,
+    /// `--launcher off`: how the launcher left alone overrides CUDA_VISIBLE_DEVICES.
+    launcher_note: Option<String>,
     /// A container run: the file its ID comes in, and the ID once read. Its processes are the
     /// runtime's children, not gpurun's: a process NVML lists is the container's when its
     /// cgroup path names the container's ID (podman's libpod-<ID>, docker's docker-<ID>).
     container: Option<(std::path::PathBuf, Option<String>)>,
-    tracker: Tracker,
+}
+
+/// When to look next: quickly at first and backing off, then samples after the verdict.
+struct Pace {
     interval: Duration,
     next_poll: Instant,
+    /// `--verify-timeout`, until a verdict settles.
     deadline: Option<Instant>,
-    logged: Vec<Verdict>,
-    /// Largest total of the tree's memory seen on each GPU.
-    pub(crate) peak_bytes: BTreeMap<u32, u64>,
+}
+
+/// What the chosen GPUs' health did during the run: Xid errors, and devices lost.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HealthWatch {
     /// The Xid errors NVML raised on the chosen GPUs, with when they were seen.
-    pub(crate) xids: Vec<(Xid, std::time::SystemTime)>,
+    pub(crate) xids: Vec<(Xid, SystemTime)>,
     /// Xid events read and not kept (repeats past the bound), for the report.
     pub(crate) xids_dropped: u64,
     /// Chosen devices whose process list answered GPU_IS_LOST, with when that was first seen.
-    pub(crate) lost: Vec<(u32, std::time::SystemTime)>,
+    pub(crate) lost: Vec<(u32, SystemTime)>,
+}
+
+/// The other clients of the MPS servers the command ran on.
+#[derive(Default)]
+struct MpsWatch {
     /// The other clients of the MPS server on each chosen device, with their owners.
-    mps_neighbours: BTreeMap<u32, std::collections::BTreeSet<(u32, Option<String>)>>,
+    neighbours: BTreeMap<u32, BTreeSet<(u32, Option<String>)>>,
     /// The devices a process of the command was seen on as an MPS client.
-    mps_gpus: std::collections::BTreeSet<u32>,
-    /// The receipt: what the chosen GPUs drew and did, and who else appeared on them.
-    pub(crate) receipt: Receipt,
-    started: Instant,
-    /// `--launcher off`: how the launcher left alone overrides CUDA_VISIBLE_DEVICES.
-    launcher_note: Option<String>,
-    /// `--per-rank`: the launcher that started this rank; the other ranks, its descendants,
-    /// are the job's own wherever they appear (NCCL's peer contexts), never intruders.
-    launcher: Option<u32>,
+    gpus: BTreeSet<u32>,
 }
 
 /// The other clients of one MPS server: (PID, owner).
@@ -78,6 +109,36 @@ pub(crate) type MpsNeighbours = Vec<(u32, Option<String>)>;
 
 /// Other MPS clients remembered per device (the report names them; a busy server has many).
 const MPS_NEIGHBOURS_KEPT: usize = 64;
+
+/// What verification saw of a run, taken from the monitor once the command has ended.
+pub(crate) struct Seen {
+    pub(crate) verification: Verification,
+    /// Whether NVML watched the run (without it nothing was seen: nothing to diagnose).
+    pub(crate) watched: bool,
+    pub(crate) peaks: BTreeMap<u32, u64>,
+    /// The selected GPUs a process of the tree was seen on.
+    pub(crate) used: Vec<u32>,
+    pub(crate) health: HealthWatch,
+    /// For each device the command ran on as an MPS client, the other clients of its server.
+    pub(crate) mps_shared: Vec<(u32, MpsNeighbours)>,
+    /// What the chosen GPUs drew and did (None: nothing watched the run).
+    pub(crate) receipt: Option<Receipt>,
+}
+
+impl Seen {
+    /// A run no monitor watched, and why.
+    pub(crate) fn unwatched(detail: &str) -> Seen {
+        Seen {
+            verification: Verification { verdict: None, detail: detail.to_owned() },
+            watched: false,
+            peaks: BTreeMap::new(),
+            used: Vec::new(),
+            health: HealthWatch::default(),
+            mps_shared: Vec::new(),
+            receipt: None,
+        }
+    }
+}
 
 impl Monitor {
     pub(crate) fn new(
@@ -89,36 +150,46 @@ impl Monitor {
         timeout: Duration,
     ) -> Monitor {
         let now = Instant::now();
+        let whole: Vec<u32> =
+            selected.iter().copied().filter(|key| crate::probe::gpu::mig_parts(*key).is_none()).collect();
         Monitor {
             mode,
             own_pid: std::process::id(),
-            selected: selected.to_vec(),
-            watched,
-            before_launch,
-            visible_given,
-            owners: None,
-            container: None,
+            given: Given { selected: selected.to_vec(), watched, before_launch },
+            causes: Causes {
+                visible_given,
+                owners: None,
+                launcher: None,
+                launcher_note: None,
+                container: None,
+            },
             tracker: Tracker::new(selected),
-            interval: FIRST_INTERVAL,
-            next_poll: now + FIRST_INTERVAL,
-            deadline: Some(now + timeout),
+            pace: Pace {
+                interval: FIRST_INTERVAL,
+                next_poll: now + FIRST_INTERVAL,
+                deadline: Some(now + timeout),
+            },
             logged: Vec::new(),
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
-            xids: Vec::new(),
-            xids_dropped: 0,
-            lost: Vec::new(),
-            mps_neighbours: BTreeMap::new(),
-            mps_gpus: std::collections::BTreeSet::new(),
-            receipt: Receipt::new(
-                &selected
-                    .iter()
-                    .copied()
-                    .filter(|key| crate::probe::gpu::mig_parts(*key).is_none())
-                    .collect::<Vec<_>>(),
-            ),
+            health: HealthWatch::default(),
+            mps: MpsWatch::default(),
+            receipt: Receipt::new(&whole),
             started: now,
-            launcher: None,
-            launcher_note: None,
+        }
+    }
+
+    /// The run's end, as verification saw it: the final verdict (`stuck`: the NVML call that
+    /// has not returned, if one hangs) and everything watched.
+    pub(crate) fn conclude(&mut self, stuck: Option<Option<Call>>) -> Seen {
+        let (verdict, detail) = self.final_verdict(stuck);
+        Seen {
+            verification: Verification { verdict: Some(verdict), detail },
+            watched: true,
+            peaks: self.peak_bytes.clone(),
+            used: self.used(),
+            health: self.health.clone(),
+            mps_shared: self.mps_shared(),
+            receipt: Some(self.receipt.clone()),
         }
     }
 
@@ -135,31 +206,32 @@ impl Monitor {
 
     /// `--per-rank`: a process on another rank's GPU names that rank.
     pub(crate) fn for_rank(mut self, owners: Option<crate::rank::Owners>) -> Monitor {
-        self.launcher = owners.is_some().then(|| nix::unistd::getppid().as_raw() as u32);
-        self.owners = owners;
+        self.causes.launcher = owners.is_some().then(|| nix::unistd::getppid().as_raw() as u32);
+        self.causes.owners = owners;
         self
     }
 
     /// `--launcher off`: a wrong GPU's cause names the launcher's override.
     pub(crate) fn for_launcher(mut self, note: Option<String>) -> Monitor {
-        self.launcher_note = note;
+        self.causes.launcher_note = note;
         self
     }
 
     /// A container run: its processes are found by the ID the runtime writes to `cidfile`.
     pub(crate) fn for_container(mut self, cidfile: Option<std::path::PathBuf>) -> Monitor {
-        self.container = cidfile.map(|cidfile| (cidfile, None));
+        self.causes.container = cidfile.map(|cidfile| (cidfile, None));
         self
     }
 
     /// The selected GPUs a process of the tree was seen on.
-    pub(crate) fn used(&self) -> Vec<u32> {
+    fn used(&self) -> Vec<u32> {
         self.tracker.used().iter().copied().collect()
     }
 
     /// The physical GPUs whose Xid errors count: the chosen ones (a MIG device's GPU).
     pub(crate) fn xid_gpus(&self) -> Vec<u32> {
         let mut gpus: Vec<u32> = self
+            .given
             .selected
             .iter()
             .map(|&key| crate::probe::gpu::mig_parts(key).map_or(key, |(parent, _)| parent))
@@ -174,28 +246,29 @@ impl Monitor {
     pub(crate) fn absorb_xids(&mut self, batch: XidBatch) {
         let mut dropped = batch.dropped;
         for xid in batch.kept {
-            let seen = self.xids.iter().any(|(kept, _)| kept.gpu == xid.gpu && kept.code == xid.code);
+            let seen = self.health.xids.iter().any(|(kept, _)| kept.gpu == xid.gpu && kept.code == xid.code);
             if !seen {
                 tracing::warn!("{}", crate::verify::xid::describe(xid.code, xid.gpu));
             }
-            match self.xids.len() < XIDS_KEPT || !seen {
-                true => self.xids.push((xid, std::time::SystemTime::now())),
+            match self.health.xids.len() < XIDS_KEPT || !seen {
+                true => self.health.xids.push((xid, SystemTime::now())),
                 false => dropped += 1,
             }
         }
         if dropped > 0 {
             tracing::warn!("and {dropped} more Xid events of the codes above (counted, not kept)");
-            self.xids_dropped += dropped;
+            self.health.xids_dropped += dropped;
         }
     }
 
     /// For each device the command ran on as an MPS client, the other clients seen on its
     /// server (PID, owner): they share its fault domain.
-    pub(crate) fn mps_shared(&self) -> Vec<(u32, MpsNeighbours)> {
-        self.mps_gpus
+    fn mps_shared(&self) -> Vec<(u32, MpsNeighbours)> {
+        self.mps
+            .gpus
             .iter()
             .map(|gpu| {
-                (*gpu, self.mps_neighbours.get(gpu).map(|n| n.iter().cloned().collect()).unwrap_or_default())
+                (*gpu, self.mps.neighbours.get(gpu).map(|n| n.iter().cloned().collect()).unwrap_or_default())
             })
             .filter(|(_, others): &(u32, MpsNeighbours)| !others.is_empty())
             .collect()
@@ -203,28 +276,28 @@ impl Monitor {
 
     /// The GPUs to list at each poll.
     pub(crate) fn watched(&self) -> Vec<u32> {
-        self.watched.clone()
+        self.given.watched.clone()
     }
 
     pub(crate) fn poll_due(&self, now: Instant) -> bool {
-        now >= self.next_poll
+        now >= self.pace.next_poll
     }
 
     /// When the monitor next wants the supervisor's attention: the next poll (if one may be
     /// sent now) or the verification deadline.
     pub(crate) fn next_wake(&self, may_poll: bool) -> Option<Instant> {
-        let poll = may_poll.then_some(self.next_poll);
-        [poll, self.deadline].into_iter().flatten().min()
+        let poll = may_poll.then_some(self.pace.next_poll);
+        [poll, self.pace.deadline].into_iter().flatten().min()
     }
 
     /// Takes one poll's lists. Returns a wrong-gpu detail when `--verify strict` must end the
     /// command.
     pub(crate) fn absorb(&mut self, lists: Lists) -> Option<String> {
         let poll = self.poll(lists);
-        let visible_given = self.visible_given.clone();
-        let owners = self.owners.clone();
-        let in_container = self.container.is_some();
-        let launcher_note = self.launcher_note.clone();
+        let visible_given = self.causes.visible_given.clone();
+        let owners = self.causes.owners.clone();
+        let in_container = self.causes.container.is_some();
+        let launcher_note = self.causes.launcher_note.clone();
         self.tracker.observe(poll, |sighting| {
             let another_ranks =
                 owners.as_ref().and_then(|owners| Some((owners.own_rank, owners.rank_of(sighting.gpu)?)));
@@ -250,23 +323,23 @@ impl Monitor {
             {
                 strict_failure = Some(detail);
             }
-            self.deadline = None;
-            self.interval = SAMPLE_INTERVAL;
-        } else if self.deadline.is_some() {
-            self.interval = (self.interval * 3 / 2).min(LONGEST_INTERVAL);
+            self.pace.deadline = None;
+            self.pace.interval = SAMPLE_INTERVAL;
+        } else if self.pace.deadline.is_some() {
+            self.pace.interval = (self.pace.interval * 3 / 2).min(LONGEST_INTERVAL);
         }
-        self.next_poll = Instant::now() + self.interval;
+        self.pace.next_poll = Instant::now() + self.pace.interval;
         strict_failure
     }
 
     /// At `--verify-timeout` with no settled verdict: say what is known. `stuck`: the NVML
     /// call that has not returned, if one is hanging.
     pub(crate) fn check_deadline(&mut self, now: Instant, stuck: Option<Option<Call>>) {
-        if self.deadline.is_none_or(|deadline| now < deadline) {
+        if self.pace.deadline.is_none_or(|deadline| now < deadline) {
             return;
         }
-        self.deadline = None;
-        self.interval = SAMPLE_INTERVAL;
+        self.pace.deadline = None;
+        self.pace.interval = SAMPLE_INTERVAL;
         let (verdict, detail) = self.verdict(stuck);
         self.log_once(verdict, &format!("{detail} (within --verify-timeout)"));
     }
@@ -274,7 +347,7 @@ impl Monitor {
     /// The final verdict, once the command has ended; logged if nothing was yet. A command
     /// that ended before `--verify-timeout` without touching a GPU is most often one that never
     /// meant to (a quick script): that is worth a line, not a warning.
-    pub(crate) fn finish(&mut self, stuck: Option<Option<Call>>) -> (Verdict, String) {
+    fn final_verdict(&mut self, stuck: Option<Option<Call>>) -> (Verdict, String) {
         let (verdict, detail) = self.verdict(stuck);
         if verdict == Verdict::NotObserved && self.logged.is_empty() {
             self.logged.push(verdict);
@@ -289,7 +362,7 @@ impl Monitor {
     /// "not observed" but "could not be checked".
     fn verdict(&self, stuck: Option<Option<Call>>) -> (Verdict, String) {
         let (verdict, detail) = self.tracker.verdict();
-        if let (Some((cidfile, None)), Verdict::NotObserved) = (&self.container, verdict) {
+        if let (Some((cidfile, None)), Verdict::NotObserved) = (&self.causes.container, verdict) {
             return (
                 Verdict::Unverifiable,
                 format!(
@@ -316,7 +389,7 @@ impl Monitor {
         }
         self.logged.push(verdict);
         // Under --per-rank every rank gives a verdict: each says which rank it is.
-        let rank = self.owners.as_ref().map(|owners| format!(" (rank {})", owners.own_rank));
+        let rank = self.causes.owners.as_ref().map(|owners| format!(" (rank {})", owners.own_rank));
         let detail = format!("{detail}{}", rank.unwrap_or_default());
         match verdict {
             Verdict::Verified | Verdict::Unverifiable => tracing::info!("{verdict}: {detail}"),
@@ -332,12 +405,12 @@ impl Monitor {
 
     fn poll(&mut self, lists: Lists) -> Poll {
         let mut poll = Poll::default();
-        if let Some((cidfile, id @ None)) = &mut self.container {
+        if let Some((cidfile, id @ None)) = &mut self.causes.container {
             *id = crate::verify::container::read_id(cidfile);
         }
-        let container_id = self.container.as_ref().and_then(|(_, id)| id.clone());
+        let container_id = self.causes.container.as_ref().and_then(|(_, id)| id.clone());
         for (gpu, listed) in lists {
-            let selected = self.selected.contains(&gpu);
+            let selected = self.given.selected.contains(&gpu);
             match listed {
                 Ok(listed) => {
                     let mut tree_bytes = 0u64;
@@ -350,7 +423,7 @@ impl Monitor {
                                     .is_some_and(|id| container::runs_in(process.pid, id)));
                         if in_tree {
                             if process.mps_client {
-                                self.mps_gpus.insert(gpu);
+                                self.mps.gpus.insert(gpu);
                             }
                             tree_bytes += process.used_bytes.unwrap_or(0);
                             let command = procfs::command_line(process.pid).unwrap_or_else(|| "?".to_owned());
@@ -363,16 +436,16 @@ impl Monitor {
                         } else if selected && process.mps_client {
                             // Another client of the same MPS server: a fatal fault in either
                             // ends both (the report says who).
-                            let neighbours = self.mps_neighbours.entry(gpu).or_default();
+                            let neighbours = self.mps.neighbours.entry(gpu).or_default();
                             if neighbours.len() < MPS_NEIGHBOURS_KEPT {
                                 neighbours.insert((process.pid, procfs::owner(process.pid)));
                             }
                         } else if selected
-                            && !self.before_launch.contains(&process.pid)
+                            && !self.given.before_launch.contains(&process.pid)
                             && !procfs::exists(process.pid)
                         {
                             poll.foreign_namespace_pids.push((process.pid, gpu));
-                        } else if selected && !self.before_launch.contains(&process.pid) {
+                        } else if selected && !self.given.before_launch.contains(&process.pid) {
                             self.intruder(process, gpu);
                         }
                     }
@@ -382,12 +455,12 @@ impl Monitor {
                     }
                 }
                 Err(error) if selected => {
-                    if error.lost && !self.lost.iter().any(|(lost, _)| *lost == gpu) {
+                    if error.lost && !self.health.lost.iter().any(|(lost, _)| *lost == gpu) {
                         tracing::warn!(
                             "{}: NVML answers GPU is lost: it fell off the bus; what ran there is gone",
                             crate::probe::gpu::label(gpu)
                         );
-                        self.lost.push((gpu, std::time::SystemTime::now()));
+                        self.health.lost.push((gpu, SystemTime::now()));
                         poll.lost.push(gpu);
                     }
                     poll.unlistable.push((gpu, error.text));
@@ -409,7 +482,7 @@ impl Monitor {
     /// A process that appeared on a chosen GPU and is not the command's: said once, kept for
     /// the receipt. Another rank of the same launch is the job's own.
     fn intruder(&mut self, process: Listed, gpu: u32) {
-        if self.launcher.is_some_and(|launcher| procfs::descends_from(process.pid, launcher)) {
+        if self.causes.launcher.is_some_and(|launcher| procfs::descends_from(process.pid, launcher)) {
             return;
         }
         // Our own MPS server, started on demand by the control daemon for the command's first

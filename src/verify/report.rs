@@ -33,25 +33,71 @@ pub(crate) struct Ended {
     pub(crate) signal_name: Option<String>,
 }
 
+/// The report of a run. Its parts are flattened into one JSON object (DESIGN 9's schema, in this
+/// order): what was asked and taken, the verdict, the peaks, how the command ended, the
+/// diagnosis, where it ran, and the receipt.
 #[derive(Serialize)]
 pub(crate) struct Report {
+    #[serde(flatten)]
+    pub(crate) taken: Taken,
+    pub(crate) verification: Verification,
+    #[serde(flatten)]
+    peaks: Peaks,
+    #[serde(flatten)]
+    pub(crate) outcome: Outcome,
+    /// What went wrong or nearly (near-oom, idle-gpu, cpu-fallback, over-reserved, xid, ...).
+    pub(crate) diagnosis: Vec<Diagnosis>,
+    #[serde(flatten)]
+    pub(crate) placement: Placement,
+    #[serde(flatten)]
+    receipt: ReceiptReport,
+}
+
+/// The command, and the GPUs asked for and taken.
+#[derive(Serialize)]
+pub(crate) struct Taken {
     pub(crate) command: Vec<String>,
     /// What --gpus asked for (`2`, `2-4`, `all`) and how many were taken.
     pub(crate) requested: String,
     pub(crate) count: usize,
     pub(crate) selected: Vec<Device>,
-    pub(crate) verification: Verification,
+}
+
+#[derive(Serialize)]
+struct Peaks {
     /// The largest total of the tree's GPU memory seen on each GPU, by UUID.
-    pub(crate) peak_memory_bytes: BTreeMap<String, u64>,
+    peak_memory_bytes: BTreeMap<String, u64>,
     /// The same by index, for the summary (people name GPUs by index).
     #[serde(skip)]
     peak_by_index: BTreeMap<u32, u64>,
+}
+
+/// How the command ended, and what gpurun exits with.
+#[derive(Serialize)]
+pub(crate) struct Outcome {
     pub(crate) wall_seconds: f64,
     pub(crate) exit: Ended,
     /// What gpurun itself exits with (125 after `--verify strict` ended the command).
     pub(crate) gpurun_exit_status: i32,
-    /// What went wrong or nearly (near-oom, idle-gpu, cpu-fallback, over-reserved).
-    pub(crate) diagnosis: Vec<Diagnosis>,
+}
+
+impl Outcome {
+    pub(crate) fn new(wall_seconds: f64, end: End, exit: Exit) -> Outcome {
+        let exit_of = match end {
+            End::Exited(code) => Ended { code: Some(code), signal: None, signal_name: None },
+            End::Signaled(signal) => Ended {
+                code: None,
+                signal: Some(signal),
+                signal_name: Some(crate::options::signal::name(signal)),
+            },
+        };
+        Outcome { wall_seconds, exit: exit_of, gpurun_exit_status: exit.status() }
+    }
+}
+
+/// Where and how the command ran, as the plan made it.
+#[derive(Serialize, Default)]
+pub(crate) struct Placement {
     /// `--cpu-bind numa`: the CPUs the command ran on (null: gpurun's own).
     pub(crate) cpus: Option<String>,
     /// What `--min-free auto` asked for, and why (absent otherwise).
@@ -63,19 +109,23 @@ pub(crate) struct Report {
     /// `--per-rank`: which rank this was, of which group (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rank: Option<RankReport>,
-    /// The receipt, by UUID: what each chosen GPU drew and did (null where NVML could not say).
-    pub(crate) energy_joules: BTreeMap<String, Option<f64>>,
-    pub(crate) power_watts: BTreeMap<String, Power>,
-    pub(crate) utilization_percent: BTreeMap<String, Utilization>,
-    pub(crate) throttled_seconds: BTreeMap<String, Option<BTreeMap<&'static str, f64>>>,
+}
+
+/// The receipt, by UUID: what each chosen GPU drew and did (null where NVML could not say).
+#[derive(Serialize, Default)]
+struct ReceiptReport {
+    energy_joules: BTreeMap<String, Option<f64>>,
+    power_watts: BTreeMap<String, Power>,
+    utilization_percent: BTreeMap<String, Utilization>,
+    throttled_seconds: BTreeMap<String, Option<BTreeMap<&'static str, f64>>>,
     /// Processes that were not the command's and appeared on its GPUs during the run.
-    pub(crate) intruders: Vec<IntruderReport>,
+    intruders: Vec<IntruderReport>,
     /// Intruders seen past the listed ones (absent when none).
     #[serde(skip_serializing_if = "is_zero")]
-    pub(crate) intruders_not_listed: u64,
+    intruders_not_listed: u64,
     /// The receipt by index, for the summary.
     #[serde(skip)]
-    receipt_lines: Vec<(u32, GpuReceipt)>,
+    lines: Vec<(u32, GpuReceipt)>,
 }
 
 fn is_zero(count: &u64) -> bool {
@@ -119,51 +169,35 @@ pub(crate) struct RankReport {
 }
 
 impl Report {
-    /// The report of a run. `uuid_of`: a GPU's UUID by index, for the per-GPU peaks.
-    #[allow(clippy::too_many_arguments)]
+    /// The report of a run, before its diagnosis and receipt. `uuid_of`: a GPU's UUID by index,
+    /// for the per-GPU peaks.
     pub(crate) fn new(
         command: &[OsString],
         selection: &Selection,
         verification: Verification,
         peaks: &BTreeMap<u32, u64>,
         uuid_of: &dyn Fn(u32) -> Option<String>,
-        wall_seconds: f64,
-        end: End,
-        exit: Exit,
+        outcome: Outcome,
     ) -> Report {
         Report {
-            command: command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
-            requested: selection.requested.to_string(),
-            count: selection.devices.len(),
-            selected: selection.devices.clone(),
-            verification,
-            peak_memory_bytes: peaks
-                .iter()
-                .map(|(index, bytes)| (uuid_of(*index).unwrap_or_else(|| label(*index)), *bytes))
-                .collect(),
-            peak_by_index: peaks.clone(),
-            wall_seconds,
-            exit: match end {
-                End::Exited(code) => Ended { code: Some(code), signal: None, signal_name: None },
-                End::Signaled(signal) => Ended {
-                    code: None,
-                    signal: Some(signal),
-                    signal_name: Some(crate::options::signal::name(signal)),
-                },
+            taken: Taken {
+                command: command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
+                requested: selection.requested.to_string(),
+                count: selection.devices.len(),
+                selected: selection.devices.clone(),
             },
-            gpurun_exit_status: exit.status(),
+            verification,
+            peaks: Peaks {
+                peak_memory_bytes: peaks
+                    .iter()
+                    .map(|(index, bytes)| (uuid_of(*index).unwrap_or_else(|| label(*index)), *bytes))
+                    .collect(),
+                peak_by_index: peaks.clone(),
+            },
+            outcome,
             diagnosis: Vec::new(),
-            cpus: None,
-            min_free: None,
-            rank: None,
-            container: None,
-            energy_joules: BTreeMap::new(),
-            power_watts: BTreeMap::new(),
-            utilization_percent: BTreeMap::new(),
-            throttled_seconds: BTreeMap::new(),
-            intruders: Vec::new(),
-            intruders_not_listed: 0,
-            receipt_lines: Vec::new(),
+            placement: Placement::default(),
+            receipt: ReceiptReport::default(),
         }
     }
 
@@ -171,21 +205,21 @@ impl Report {
     /// where nothing was read (a MIG device has no power or energy of its own).
     pub(crate) fn add_receipt(&mut self, receipt: Option<&Receipt>, uuid_of: &dyn Fn(u32) -> Option<String>) {
         let figures = receipt.map(Receipt::per_gpu).unwrap_or_default();
-        for device in &self.selected {
+        for device in &self.taken.selected {
             let key = device.uuid.clone().unwrap_or_else(|| label(device.index));
             let found = figures.iter().find(|figures| figures.gpu == device.index);
             let unknown = GpuReceipt::unknown(device.index);
             let figures = found.unwrap_or(&unknown);
-            self.energy_joules.insert(key.clone(), figures.energy_joules);
-            self.power_watts.insert(key.clone(), figures.power);
-            self.utilization_percent.insert(key.clone(), figures.utilization);
-            self.throttled_seconds.insert(key, figures.throttled_seconds.clone());
+            self.receipt.energy_joules.insert(key.clone(), figures.energy_joules);
+            self.receipt.power_watts.insert(key.clone(), figures.power);
+            self.receipt.utilization_percent.insert(key.clone(), figures.utilization);
+            self.receipt.throttled_seconds.insert(key, figures.throttled_seconds.clone());
             if let Some(found) = found {
-                self.receipt_lines.push((device.index, found.clone()));
+                self.receipt.lines.push((device.index, found.clone()));
             }
         }
         let Some(receipt) = receipt else { return };
-        self.intruders = receipt
+        self.receipt.intruders = receipt
             .intruders
             .iter()
             .map(|intruder| IntruderReport {
@@ -197,7 +231,7 @@ impl Report {
                 first_seen_seconds: (intruder.first_seen.as_secs_f64() * 10.0).round() / 10.0,
             })
             .collect();
-        self.intruders_not_listed = receipt.intruders_not_kept;
+        self.receipt.intruders_not_listed = receipt.intruders_not_kept;
     }
 
     /// `--report`: the summary on stderr, in the log format in force.
@@ -212,23 +246,25 @@ impl Report {
     pub(crate) fn summary(&self) -> String {
         let mut text = String::from("report:");
         let gpus: Vec<String> = self
+            .taken
             .selected
             .iter()
             .map(|s| format!("{} ({})", label(s.index), s.name.as_deref().unwrap_or("unknown model")))
             .collect();
         let listed = if gpus.is_empty() { "none".to_owned() } else { gpus.join(", ") };
-        match self.requested == self.count.to_string() {
+        let Taken { requested, count, .. } = &self.taken;
+        match *requested == count.to_string() {
             true => write!(text, "\n  GPUs:         {listed}"),
             false => {
-                write!(text, "\n  GPUs:         {} of {} requested: {listed}", self.count, self.requested)
+                write!(text, "\n  GPUs:         {count} of {requested} requested: {listed}")
             }
         }
         .expect("writing to a String");
-        if let Some(container) = &self.container {
+        if let Some(container) = &self.placement.container {
             let id = container.id.as_deref().map_or("no ID", |id| &id[..12.min(id.len())]);
             let _ = write!(text, "\n  container:    {} ({}, {})", container.image, container.client, id);
         }
-        if let Some(rank) = &self.rank {
+        if let Some(rank) = &self.placement.rank {
             let _ = write!(
                 text,
                 "\n  rank:         {} of {} ({}), group {} on node {}, GPUs {}",
@@ -244,6 +280,7 @@ impl Report {
             self.verification.verdict.map(|v| v.to_string()).unwrap_or_else(|| "not checked".to_owned());
         let _ = write!(text, "\n  verification: {verdict}: {}", self.verification.detail);
         let peaks: Vec<String> = self
+            .peaks
             .peak_by_index
             .iter()
             .map(|(index, bytes)| format!("{} on {}", human(*bytes), label(*index)))
@@ -251,12 +288,12 @@ impl Report {
         if !peaks.is_empty() {
             let _ = write!(text, "\n  peak memory:  {}", peaks.join(", "));
         }
-        for (index, figures) in &self.receipt_lines {
+        for (index, figures) in &self.receipt.lines {
             if let Some(line) = figures.line() {
                 let _ = write!(text, "\n  {:<14}{line}", format!("{}:", label(*index)));
             }
         }
-        for intruder in &self.intruders {
+        for intruder in &self.receipt.intruders {
             let memory = intruder.memory_bytes.map(|bytes| format!(", {}", human(bytes))).unwrap_or_default();
             let _ = write!(
                 text,
@@ -267,20 +304,20 @@ impl Report {
                 intruder.first_seen_seconds
             );
         }
-        if self.intruders_not_listed > 0 {
-            let _ = write!(text, "\n  intruders:    {} more, not listed", self.intruders_not_listed);
+        if self.receipt.intruders_not_listed > 0 {
+            let _ = write!(text, "\n  intruders:    {} more, not listed", self.receipt.intruders_not_listed);
         }
-        let _ = write!(text, "\n  wall time:    {:.2} s", self.wall_seconds);
-        let exit = match (&self.exit.code, &self.exit.signal_name) {
+        let _ = write!(text, "\n  wall time:    {:.2} s", self.outcome.wall_seconds);
+        let exit = match (&self.outcome.exit.code, &self.outcome.exit.signal_name) {
             (Some(code), _) => format!("exit code {code}"),
             (None, Some(name)) => format!("killed by {name}"),
             (None, None) => "unknown".to_owned(),
         };
         let _ = write!(text, "\n  command:      {exit}");
-        if let Some(cpus) = &self.cpus {
+        if let Some(cpus) = &self.placement.cpus {
             let _ = write!(text, "\n  cpus:         {cpus}");
         }
-        if let Some(why) = &self.min_free {
+        if let Some(why) = &self.placement.min_free {
             let _ = write!(text, "\n  min-free:     {why}");
         }
         for found in &self.diagnosis {
