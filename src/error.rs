@@ -1,8 +1,8 @@
 //! gpurun's own failures, each with the exit code it means.
 
-use crate::cli::config::{Config, ConfigError};
 use crate::cli::settings::SettingsError;
 use crate::cli::CliError;
+use crate::config::{Config, ConfigError};
 use crate::exit_code;
 use crate::probe::nvml::OpenError;
 use crate::process::spawn::LaunchError;

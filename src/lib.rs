@@ -6,6 +6,7 @@
 //! vocabulary they share and `process` is gpurun's own process (descriptors, signals, /proc).
 
 pub mod cli;
+pub(crate) mod config;
 pub(crate) mod error;
 pub(crate) mod exit_code;
 pub(crate) mod history;
@@ -21,14 +22,13 @@ pub(crate) mod verify;
 
 use std::ffi::OsString;
 
-use crate::cli::config::{Config, Goal, Mode};
+use crate::config::{Config, Goal, Mode};
 use crate::error::Error;
 use crate::exit_code::Exit;
-use crate::launch::container::CidUse;
 use crate::launch::env;
-use crate::launch::plan::{Plan, PlanInput};
+use crate::launch::plan::Plan;
 use crate::options::size::Threshold;
-use crate::options::{Fallback, HealthUse, LauncherUse, Verbosity};
+use crate::options::{Fallback, HealthUse, Verbosity};
 use crate::output::{doctor, listing};
 use crate::probe::gpu::Machine;
 use crate::probe::nvml::OpenError;
@@ -47,10 +47,8 @@ use crate::select::visibility::Inherited;
 /// history, or probe, choose and reserve (`select`), then the goal.
 pub(crate) fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     let Some(parsed) = cli::parse_command_line(args)? else { return Ok(Exit::Code(0)) };
-    let settings = Config::from_cli(parsed.cli, parsed.origins, parsed.request_text, parsed.limits)?;
-    logging::init(&settings.verbosity, settings.log_format);
-    settings.log_origins();
-    let config = settings.resolve();
+    logging::init(&parsed.verbosity(), parsed.cli.log_format);
+    let config = config::resolve(parsed)?;
     match &config.mode {
         Mode::Doctor => doctor(&config, receiver),
         Mode::History { json, pattern } => show_history(*json, pattern.as_deref()),
@@ -85,7 +83,7 @@ fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Err
     }
     // What the command gets, or exit 75's explanation.
     let plan = match chosen {
-        Ok(selection) => Ok(Plan::build(&plan_input(config, goal), &machine, selection)
+        Ok(selection) => Ok(Plan::build(&config.plan_input(goal), &machine, selection)
             .map_err(|error| Error::Usage(error.to_string()))?),
         Err(why) => Err(why),
     };
@@ -100,31 +98,6 @@ fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Err
             let held = launch::Held { leases, group };
             launch(&seen, &plan, command, held, min_free, nvml.as_mut(), receiver)
         }
-    }
-}
-
-/// The settings that shape what the command gets, for this goal.
-fn plan_input<'a>(config: &'a Config, goal: &'a Goal) -> PlanInput<'a> {
-    PlanInput {
-        visible_as: config.visible_as,
-        framework_env: config.framework_env,
-        cpu_bind: config.cpu_bind,
-        cpu_bind_asked: config.cpu_bind_asked,
-        per_rank: config.per_rank.as_ref(),
-        container: config.container.as_ref().map(|run| (run, config.container_use)),
-        command: match goal {
-            Goal::Run { command } if config.supervision.exec => Some((command.as_slice(), CidUse::Left)),
-            Goal::Run { command } => Some((command.as_slice(), CidUse::Made)),
-            Goal::DryRun { command, .. } => Some((command.as_slice(), CidUse::Shown)),
-            Goal::List { .. } | Goal::Export => None,
-        },
-        mps: config.mps.as_ref(),
-        launcher: config.launcher.as_ref().filter(|_| config.launcher_use == LauncherUse::Auto),
-        launcher_note: config
-            .launcher
-            .as_ref()
-            .filter(|_| config.launcher_use == LauncherUse::Off)
-            .and_then(|run| run.override_note()),
     }
 }
 

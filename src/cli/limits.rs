@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::options::duration;
 use crate::options::size::{self, Threshold};
+use crate::options::{duration, Wait};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Limits {
@@ -75,14 +75,14 @@ impl Limits {
 
     /// The lock directory the rules count in: the system file's `lock-dir`, else the default.
     pub(crate) fn system_lock_dir(&self) -> PathBuf {
-        self.lock_dir.clone().unwrap_or_else(|| PathBuf::from(crate::reserve::lockdir::DEFAULT_DIR))
+        self.lock_dir.clone().unwrap_or_else(|| PathBuf::from(crate::options::DEFAULT_LOCK_DIR))
     }
 
     /// `--wait` within max-wait: forever becomes max-wait, a longer wait is shortened.
-    pub(crate) fn cap_wait(&self, wait: Option<Option<Duration>>) -> Option<Option<Duration>> {
+    pub(crate) fn cap_wait(&self, wait: Wait) -> Wait {
         match (wait, self.max_wait) {
-            (Some(None), Some(max)) => Some(Some(max)),
-            (Some(Some(asked)), Some(max)) => Some(Some(asked.min(max))),
+            (Wait::Forever, Some(max)) => Wait::AtMost(max),
+            (Wait::AtMost(asked), Some(max)) => Wait::AtMost(asked.min(max)),
             (wait, _) => wait,
         }
     }
@@ -141,9 +141,16 @@ mod tests {
         ];
         let limits = parse(Path::new("/etc/gpurun/config.toml"), &entries).unwrap();
         assert_eq!(limits.max_gpus_per_user, Some(2));
-        assert_eq!(limits.cap_wait(Some(None)), Some(Some(Duration::from_secs(3600))));
-        assert_eq!(limits.cap_wait(Some(Some(Duration::from_secs(60)))), Some(Some(Duration::from_secs(60))));
-        assert_eq!(limits.cap_wait(None), None);
+        assert_eq!(limits.cap_wait(Wait::Forever), Wait::AtMost(Duration::from_secs(3600)));
+        assert_eq!(
+            limits.cap_wait(Wait::AtMost(Duration::from_secs(60))),
+            Wait::AtMost(Duration::from_secs(60))
+        );
+        assert_eq!(
+            limits.cap_wait(Wait::AtMost(Duration::from_secs(7200))),
+            Wait::AtMost(Duration::from_secs(3600))
+        );
+        assert_eq!(limits.cap_wait(Wait::No), Wait::No);
         assert_eq!(limits.describe()[0], "max-gpus-per-user = 2 (/etc/gpurun/config.toml [limits])");
         let bad = parse(Path::new("/f"), &[("max-gpu".to_owned(), 7, toml::Value::Integer(1))]).unwrap_err();
         assert!(bad.starts_with("/f:7: unknown key \"max-gpu\" in [limits]"), "{bad}");

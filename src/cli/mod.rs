@@ -1,9 +1,9 @@
 //! Stage 1, the command line: argv (a packed shebang line split first), configuration files and
-//! `GPURUN_*` variables layered under it, parsed by one clap definition into a `Config`.
+//! `GPURUN_*` variables layered under it, parsed by one clap definition into `Parsed`, which
+//! `config::resolve` turns into the run's `Config`. Nothing here knows a later stage.
 
 mod args;
 mod completion;
-pub(crate) mod config;
 pub(crate) mod limits;
 pub mod settings;
 pub(crate) mod shebang;
@@ -38,6 +38,24 @@ pub(crate) struct Parsed {
     pub(crate) request_text: String,
     /// The house rules of the system file.
     pub(crate) limits: limits::Limits,
+}
+
+impl Parsed {
+    /// How much gpurun says (`-q`, `-v`, `-vv`), known before anything is resolved.
+    pub(crate) fn verbosity(&self) -> crate::options::Verbosity {
+        verbosity(self.cli.quiet, self.cli.verbose)
+    }
+}
+
+/// `-q`, `-v`, `-vv`.
+pub(crate) fn verbosity(quiet: bool, verbose: u8) -> crate::options::Verbosity {
+    use crate::options::Verbosity;
+    match (quiet, verbose) {
+        (true, _) => Verbosity::Quiet,
+        (false, 0) => Verbosity::Normal,
+        (false, 1) => Verbosity::Debug,
+        (false, _) => Verbosity::Trace,
+    }
 }
 
 /// clap's error as one line in gpurun's style, naming a non-UTF-8 argument if that was it.

@@ -159,18 +159,14 @@ fn start<'a>(
     machine: &Machine,
     nvml: Option<&'a mut NvmlThread>,
 ) -> Result<Running<'a>, LaunchError> {
-    let container = plan.container();
-    // A container's processes are the runtime's (conmon, containerd-shim): gpurun does not
-    // become their reaper, so that the runtime ends and removes its container as it does
-    // without gpurun; gpurun ends a container by its ID when it must.
-    if !supervision.keep_orphans && container.is_none() {
+    if !supervision.keep_orphans && plan.target.leftovers_are_gpurun_s() {
         orphans::become_subreaper();
     }
     // Before the command exists: every child gpurun has now came with it from an exec.
     let inherited = orphans::Inherited::capture();
     let (started, started_at) = (Instant::now(), SystemTime::now());
     // Prepared before the command exists: it looks the client up on PATH.
-    let death_kill = supervision.parent_death_signal.and_then(|signal| container?.death_kill(signal));
+    let death_kill = supervision.parent_death_signal.and_then(|signal| plan.target.death_kill(signal));
     let mut watcher = None;
     let mut stops = Vec::new();
     let launch = Launch { command, variables: &plan.gpus.variables };
@@ -211,12 +207,7 @@ fn start<'a>(
     let watch = nvml
         .filter(|_| supervision.verify != VerifyMode::Off && !plan.gpus.selection.is_empty())
         .map(|nvml| supervise::Watch::new(nvml, monitor(plan, supervision, machine)));
-    if let Some(container) = container.filter(|c| c.run.sig_proxy_off) {
-        tracing::warn!(
-            "--sig-proxy=false: signals reach the {} client, not the container (gpurun still ends the container by its ID when it must)",
-            container.run.client.name()
-        );
-    }
+    plan.target.warn_at_start();
     Ok(Running { child, watcher, on_start, watch, leftovers, started, started_at })
 }
 
@@ -264,7 +255,7 @@ fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor
         supervision.verify_timeout,
     )
     .for_rank(plan.rank.as_ref().map(|member| member.owners.clone()))
-    .for_container(plan.container().map(|c| c.cidfile.clone()))
+    .for_container(plan.target.cidfile())
     .for_launcher(plan.launcher_note.clone())
 }
 
@@ -375,11 +366,7 @@ fn placement(plan: &Plan, sizing: Option<&str>) -> report::Placement {
     report::Placement {
         cpus: plan.gpus.cpus.as_deref().map(cpus::list),
         min_free: sizing.map(str::to_owned),
-        container: plan.container().map(|c| report::ContainerReport {
-            client: c.run.client.name().to_owned(),
-            image: c.run.image.clone(),
-            id: c.id(),
-        }),
+        container: plan.target.report(),
         rank: plan.rank.as_ref().map(|Member { per_rank, owners }| report::RankReport {
             local_rank: per_rank.rank.local_rank,
             local_size: per_rank.rank.local_size,

@@ -54,6 +54,56 @@ pub(crate) enum Target {
     Launcher(Vec<OsString>),
 }
 
+impl Target {
+    /// Whether gpurun reaps what the command leaves: a container's processes are the
+    /// runtime's (conmon, containerd-shim), so that the runtime ends and removes its container
+    /// as it does without gpurun; gpurun ends a container by its ID when it must.
+    pub(crate) fn leftovers_are_gpurun_s(&self) -> bool {
+        !matches!(self, Target::Container(_))
+    }
+
+    /// What the parent-death watcher ends besides the command: a container, by its ID.
+    pub(crate) fn death_kill(&self, signal: i32) -> Option<crate::process::death::ContainerKill> {
+        match self {
+            Target::Container(prepared) => prepared.death_kill(signal),
+            Target::Host | Target::Launcher(_) => None,
+        }
+    }
+
+    /// Where verification finds the command's processes besides its tree: a container's ID
+    /// file.
+    pub(crate) fn cidfile(&self) -> Option<std::path::PathBuf> {
+        match self {
+            Target::Container(prepared) => Some(prepared.cidfile.clone()),
+            Target::Host | Target::Launcher(_) => None,
+        }
+    }
+
+    /// What is said as the command starts: signals that go to a container's client only.
+    pub(crate) fn warn_at_start(&self) {
+        if let Target::Container(prepared) = self {
+            if prepared.run.sig_proxy_off {
+                tracing::warn!(
+                    "--sig-proxy=false: signals reach the {} client, not the container (gpurun still ends the container by its ID when it must)",
+                    prepared.run.client.name()
+                );
+            }
+        }
+    }
+
+    /// The report's container: the client, the image, the ID.
+    pub(crate) fn report(&self) -> Option<crate::verify::report::ContainerReport> {
+        match self {
+            Target::Container(prepared) => Some(crate::verify::report::ContainerReport {
+                client: prepared.run.client.name().to_owned(),
+                image: prepared.run.image.clone(),
+                id: prepared.id(),
+            }),
+            Target::Host | Target::Launcher(_) => None,
+        }
+    }
+}
+
 /// One rank of a `--per-rank` group: who it is, and whose each of the group's GPUs is.
 pub(crate) struct Member {
     pub(crate) per_rank: PerRank,

@@ -14,6 +14,31 @@ pub(crate) mod wrappers;
 
 use clap::ValueEnum;
 
+/// `--wait`: whether a launch that cannot start now waits for GPUs, and how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// No `--wait`: not enough GPUs now is exit 75 now.
+    No,
+    /// `--wait` (or `--wait=forever`).
+    Forever,
+    /// `--wait=DURATION`.
+    AtMost(std::time::Duration),
+}
+
+impl Wait {
+    /// `None`: no waiting; `Some(None)`: for ever; `Some(Some(t))`: until `t`.
+    pub(crate) fn until(self, from: std::time::Instant) -> Option<Option<std::time::Instant>> {
+        match self {
+            Wait::No => None,
+            Wait::Forever => Some(None),
+            Wait::AtMost(limit) => Some(Some(from + limit)),
+        }
+    }
+}
+
+/// Where the leases live unless `--lock-dir` or the system file says otherwise.
+pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/lock/gpurun";
+
 /// `--policy`: how the GPUs that qualify are ranked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::cli::config::Config;
+use crate::config::Config;
 use crate::probe::gpu::Machine;
 use crate::probe::worker::{Failure, NvmlThread};
 use crate::process::signals::Receiver;

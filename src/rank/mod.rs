@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::exit_code;
 use crate::options::count::Count;
+use crate::options::Wait;
 use crate::probe::gpu::{label, Machine};
 use crate::probe::worker::NvmlThread;
 use crate::process::signals::Receiver;
@@ -84,9 +85,9 @@ pub(crate) fn acquire(
     // The set normally comes in milliseconds; a chooser waiting for GPUs (--wait) holds the
     // others as long as the wait may last.
     let deadline = match options.wait {
-        None => Some(started + per_rank.timeout),
-        Some(None) => None,
-        Some(Some(wait)) => Some(started + wait.max(per_rank.timeout)),
+        Wait::No => Some(started + per_rank.timeout),
+        Wait::Forever => None,
+        Wait::AtMost(wait) => Some(started + wait.max(per_rank.timeout)),
     };
     let mut machine: Option<Machine> = None;
     let mut said_waiting = false;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::options::count::Count;
 use crate::options::devices::DeviceRef;
-use crate::options::duration;
+use crate::options::{duration, Wait};
 use crate::probe::gpu::{label, Machine, Topology};
 use crate::probe::nvml::OpenError;
 use crate::probe::worker::{Failure, NvmlThread};
@@ -41,8 +41,7 @@ pub(crate) struct Options<'a> {
     pub(crate) request: &'a Request,
     /// `None`: `--no-lock`.
     pub(crate) lock_dir: Option<PathBuf>,
-    /// `Some(None)`: wait forever; `Some(Some(d))`: at most d.
-    pub(crate) wait: Option<Option<Duration>>,
+    pub(crate) wait: Wait,
     /// Take leases (running the command) rather than only look (list, dry run, export).
     pub(crate) hold: bool,
     /// For the lease files and the queue: the command, and the request as typed.
@@ -408,7 +407,7 @@ pub(crate) fn acquire(
     let mut search = Search {
         lock_dir: open_lock_dir(options)?,
         started,
-        waiting_until: options.wait.map(|limit| limit.map(|limit| started + limit)),
+        waiting_until: options.wait.until(started),
         ticket: None,
         pacing: Pacing::new(),
         progress: Progress::new(options.json_logs),
@@ -640,8 +639,10 @@ impl Search {
             leases = lease::reserve(dir, known, &reserve, options.request.exclusive, &options.command)?;
         }
         let chosen = chosen.map_err(|text| match options.wait {
-            Some(_) => format!("{text}\n  (after waiting {:.0} s)", self.started.elapsed().as_secs_f64()),
-            None => text,
+            Wait::Forever | Wait::AtMost(_) => {
+                format!("{text}\n  (after waiting {:.0} s)", self.started.elapsed().as_secs_f64())
+            }
+            Wait::No => text,
         });
         Ok((leases, chosen))
     }

@@ -25,8 +25,6 @@ use nix::sys::stat::{fstat, Mode};
 
 use crate::process::procfs;
 
-pub(crate) const DEFAULT_DIR: &str = "/run/lock/gpurun";
-
 /// After this long waiting for the directory lock, say who holds it.
 const SAY_WHO_HOLDS_AFTER: Duration = Duration::from_secs(1);
 
@@ -449,11 +447,6 @@ impl Drop for Entry {
     fn drop(&mut self) {
         let _ = nix::unistd::unlinkat(&self.dir, self.name.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
     }
-}
-
-/// The lock directory from `--lock-dir` (or its GPURUN_LOCK_DIR variable), or the default.
-pub(crate) fn resolve_dir(flag: Option<&Path>) -> PathBuf {
-    flag.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
 
 #[cfg(test)]

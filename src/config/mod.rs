@@ -1,0 +1,193 @@
+//! The plan's input (DESIGN 1): the parsed command line (`cli::Parsed`) resolved once, against
+//! the world, into one immutable `Config` (as ripgrep's HiArgs is from its LowArgs). Resolving
+//! reads what the command line alone cannot say: the history for `--min-free auto`, the house
+//! rules, the launcher's variables for `--per-rank`, the MPS control pipe, the container or
+//! launcher the command is. Nothing changes it after it is built; it hands each stage what it
+//! needs (`acquire_options`, `plan_input`, `supervision`). No NVML here.
+
+mod per_rank;
+mod resolve;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub(crate) use resolve::resolve;
+
+use crate::cli::limits::Limits;
+use crate::launch::container::{CidUse, ContainerError, ContainerRun};
+use crate::launch::env::MpsJoin;
+use crate::launch::launchers::{LauncherError, LauncherRun};
+use crate::launch::plan::PlanInput;
+use crate::launch::Supervision;
+use crate::options::{ContainerUse, CpuBind, LauncherUse, LogFormat, Verbosity, VisibleAs, Wait};
+use crate::probe::nvml::DEFAULT_LIBRARY;
+use crate::rank::PerRank;
+use crate::reserve::acquire;
+use crate::select::policy::Request;
+
+/// What gpurun was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `--doctor`: check the machine and say what is wrong.
+    Doctor,
+    /// `--history [PATTERN]`: list recent runs.
+    History { json: bool, pattern: Option<String> },
+    /// Everything else probes, selects and then does one of these.
+    Select(Goal),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Goal {
+    /// `--list`: show the machine (and, with filters, what qualifies) and exit; `links`: the
+    /// link matrix too (`--list --topology`).
+    List { json: bool, links: bool },
+    /// `--dry-run [COMMAND]`: show the choice, the child's environment and the command, and exit.
+    DryRun { json: bool, command: Vec<OsString> },
+    /// `--export`: print `export` lines for `eval`, and exit.
+    Export,
+    /// Run COMMAND.
+    Run { command: Vec<OsString> },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) mode: Mode,
+    pub(crate) request: Request,
+    /// `None`: indices, and MIG devices by UUID.
+    pub(crate) visible_as: Option<VisibleAs>,
+    pub(crate) cpu_bind: CpuBind,
+    /// `--cpu-bind` was given (not `--per-rank`'s default).
+    pub(crate) cpu_bind_asked: bool,
+    pub(crate) framework_env: bool,
+    pub(crate) nvml_lib: Option<PathBuf>,
+    pub(crate) nvml_timeout: Duration,
+    pub(crate) verbosity: Verbosity,
+    pub(crate) log_format: LogFormat,
+    /// `None`: `--no-lock`.
+    pub(crate) lock_dir: Option<PathBuf>,
+    /// `--wait`, within the house rule max-wait.
+    pub(crate) wait: Wait,
+    pub(crate) supervision: Supervision,
+    /// Options whose value came from a configuration file or a variable: long name -> where
+    /// (`/etc/gpurun/config.toml:3` or `GPURUN_MIN_FREE`).
+    pub(crate) origins: BTreeMap<String, String>,
+    /// The user's own option words, for the wait queue ("--gpus 2 --min-free 20G").
+    pub(crate) request_text: String,
+    /// What `--min-free` was read as, or what `--min-free auto` decided, and why.
+    pub(crate) sizing: Option<String>,
+    /// The house rules (already applied to the request and the wait; kept to show them).
+    pub(crate) limits: Limits,
+    /// `--per-rank`: this rank, and what the group asks for.
+    pub(crate) per_rank: Option<PerRank>,
+    /// `--container`, and the container run the command is (checked here: a conflict is
+    /// refused before anything is probed or started).
+    pub(crate) container_use: ContainerUse,
+    pub(crate) container: Option<ContainerRun>,
+    /// `--mps`: the client settings the command gets.
+    pub(crate) mps: Option<MpsJoin>,
+    /// `--launcher`, and the launcher the command is (refused here where several nodes or a
+    /// hostfile are asked for, before anything is probed).
+    pub(crate) launcher_use: LauncherUse,
+    pub(crate) launcher: Option<LauncherRun>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    #[error("no COMMAND given; usage: gpurun [OPTIONS] [--] COMMAND [ARGS]..., or gpurun --list")]
+    NoCommand,
+    #[error("{flag} takes no COMMAND, but got {command:?}")]
+    CommandWithMode { flag: &'static str, command: String },
+    #[error(
+        "--wait {word}: {word} is not a command; did you mean --wait={word}? (a limit is attached with =; \
+         a bare --wait waits forever)"
+    )]
+    WaitLimitAsCommand { word: String },
+    #[error("--json goes with --list, --dry-run or --history")]
+    JsonWithoutMode,
+    #[error("--history takes one PATTERN (a part of the command), but got {0}")]
+    HistoryPatterns(String),
+    #[error("{origin}--model is empty; give part of a model name, like A100")]
+    EmptyModel { origin: String },
+    /// A house rule forbids what was asked.
+    #[error("{0}")]
+    HouseRule(String),
+    /// `--per-rank` cannot work as asked (no launcher variables, a range, --no-lock).
+    #[error("{0}")]
+    PerRank(String),
+    /// `--mps` cannot work as asked.
+    #[error("{0}")]
+    Mps(String),
+    #[error(transparent)]
+    Container(#[from] ContainerError),
+    #[error(transparent)]
+    Launcher(#[from] LauncherError),
+}
+
+impl Config {
+    /// The NVML library to load, as the user named it.
+    pub(crate) fn library(&self) -> PathBuf {
+        self.nvml_lib.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY))
+    }
+
+    /// Where an option's value came from, when not from the command line.
+    pub(crate) fn origin(&self, long: &str) -> Option<&str> {
+        self.origins.get(long).map(String::as_str)
+    }
+
+    pub(crate) fn acquire_options(&self) -> acquire::Options<'_> {
+        // Leases are world-readable: the program's name, never the arguments.
+        let command = match &self.mode {
+            Mode::Select(Goal::Run { command }) => crate::reserve::lease::program_name(command),
+            _ => String::new(),
+        };
+        let listing = matches!(self.mode, Mode::Select(Goal::List { .. }));
+        acquire::Options {
+            request: &self.request,
+            lock_dir: self.lock_dir.clone(),
+            wait: if listing { Wait::No } else { self.wait },
+            hold: matches!(self.mode, Mode::Select(Goal::Run { .. })),
+            command,
+            request_text: self.request_text.clone(),
+            nvml_timeout: self.nvml_timeout,
+            json_logs: self.log_format == LogFormat::Json,
+            listing,
+            max_gpus_per_user: self
+                .limits
+                .max_gpus_per_user
+                .map(|max| (max, self.limits.rule("max-gpus-per-user", &max.to_string()))),
+            // Pairwise NVML calls: only where links are chosen by or shown.
+            topology: match &self.mode {
+                Mode::Select(Goal::List { json, links }) => *json || *links,
+                _ => self.request.wants_several() && !self.request.count.is_none(),
+            },
+            group: None,
+        }
+    }
+
+    /// The settings that shape what the command gets, for this goal.
+    pub(crate) fn plan_input<'a>(&'a self, goal: &'a Goal) -> PlanInput<'a> {
+        PlanInput {
+            visible_as: self.visible_as,
+            framework_env: self.framework_env,
+            cpu_bind: self.cpu_bind,
+            cpu_bind_asked: self.cpu_bind_asked,
+            per_rank: self.per_rank.as_ref(),
+            container: self.container.as_ref().map(|run| (run, self.container_use)),
+            command: match goal {
+                Goal::Run { command } if self.supervision.exec => Some((command.as_slice(), CidUse::Left)),
+                Goal::Run { command } => Some((command.as_slice(), CidUse::Made)),
+                Goal::DryRun { command, .. } => Some((command.as_slice(), CidUse::Shown)),
+                Goal::List { .. } | Goal::Export => None,
+            },
+            mps: self.mps.as_ref(),
+            launcher: self.launcher.as_ref().filter(|_| self.launcher_use == LauncherUse::Auto),
+            launcher_note: self
+                .launcher
+                .as_ref()
+                .filter(|_| self.launcher_use == LauncherUse::Off)
+                .and_then(|run| run.override_note()),
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! The parsed command line -> one `Config`, resolved against the world in one pass: every
+//! value is worked out first (the mode, the rank, the container or launcher the command is,
+//! `--min-free auto` from the history, the house rules over `--min-free` and `--wait`), then
+//! the `Config` is built once and never changed.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::hash::{BuildHasher, RandomState};
+use std::path::{Path, PathBuf};
+
+use crate::cli::limits::Limits;
+use crate::cli::{self, Cli, Parsed, WaitLimit};
+use crate::config::{per_rank, Config, ConfigError, Goal, Mode};
+use crate::history::{self, sizing};
+use crate::launch::env::MpsJoin;
+use crate::launch::launchers::LauncherRun;
+use crate::launch::Supervision;
+use crate::options::model::ModelPattern;
+use crate::options::size::{MinFree, Threshold};
+use crate::options::{duration, shell};
+use crate::options::{CpuBind, VisibleAs, Wait, DEFAULT_LOCK_DIR};
+use crate::rank::PerRank;
+use crate::select::policy::Request;
+
+/// Resolves the parsed command line into the run's `Config` (logging is set up: what the
+/// resolution decides is said as it is decided).
+pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
+    let Parsed { mut cli, origins, request_text, limits } = parsed;
+    log_origins(&origins, &limits);
+    let mode_flag = ModeFlag::of(&cli);
+    let takes_words = |flag: &ModeFlag| matches!(flag, ModeFlag::DryRun | ModeFlag::History);
+    if let (Some(flag), Some(first)) = (mode_flag.filter(|f| !takes_words(f)), cli.command.first()) {
+        let command = first.to_string_lossy().into_owned();
+        return Err(ConfigError::CommandWithMode { flag: flag.name(), command });
+    }
+    if cli.json && !(cli.list || cli.dry_run || cli.history) {
+        return Err(ConfigError::JsonWithoutMode);
+    }
+    let chooses = matches!(mode_flag, None | Some(ModeFlag::DryRun | ModeFlag::Export));
+    let per_rank = per_rank::per_rank(&cli, chooses, mode_flag.is_none(), &origins)?;
+    // A launch, or a dry run of one: only one that takes GPUs is rewritten.
+    let container = match mode_flag {
+        None | Some(ModeFlag::DryRun) if !cli.gpus.is_none() => {
+            crate::launch::container::recognise(&cli.command, cli.container)?
+        }
+        _ => None,
+    };
+    let on_host = container.is_none() && per_rank.is_none();
+    let launcher = launcher(&mut cli, on_host.then_some(mode_flag))?;
+    let mode = mode(mode_flag, &mut cli, &origins)?;
+    if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        let origin = origins.get("model").map(|o| format!("{o}: ")).unwrap_or_default();
+        return Err(ConfigError::EmptyModel { origin });
+    }
+    let lock_dir = cli.lock_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LOCK_DIR));
+    let reserves = matches!(mode, Mode::Select(Goal::Run { .. })) && !cli.gpus.is_none();
+    let root = nix::unistd::geteuid().is_root();
+    if let Some(why) = limits.lock_escape(cli.no_lock, &lock_dir, root).filter(|_| reserves) {
+        return Err(ConfigError::HouseRule(why));
+    }
+    let supervision = supervision(&mut cli);
+    let mps = mps_join(&cli, container.is_some())?;
+    let selects = matches!(mode, Mode::Select(_));
+    let (asked, sizing) = min_free_asked(cli.min_free, &mode, selects);
+    let (min_free, min_free_auto) = match selects {
+        true => (house_min_free(asked.threshold, mps.as_ref(), &limits), asked.from_history),
+        false => (asked.threshold, false),
+    };
+    let wait = cli.wait.map_or(Wait::No, |WaitLimit(limit)| limit.map_or(Wait::Forever, Wait::AtMost));
+    let wait = if selects { house_wait(wait, &limits) } else { wait };
+    let request = Request {
+        count: per_rank.as_ref().map_or(cli.gpus, PerRank::group_count),
+        min_free,
+        min_total: cli.min_total,
+        max_util: cli.max_util,
+        exclusive: cli.exclusive,
+        devices: cli.devices.map(|list| list.0),
+        exclude: cli.exclude.map(|list| list.0).unwrap_or_default(),
+        model: cli.model.map(ModelPattern),
+        policy: cli.policy,
+        fallback: cli.fallback,
+        mig: cli.mig,
+        index_only: cli.visible_as == Some(VisibleAs::Index),
+        same_model: cli.same_model,
+        topology: cli.topology.unwrap_or_default(),
+        health: cli.health,
+        seed: RandomState::new().hash_one(std::process::id()),
+        min_free_floor: limits.default_min_free,
+        min_free_auto,
+        count_words: per_rank.as_ref().map(PerRank::count_words),
+        mps: cli.mps,
+        mps_daemon: cli.mps.then(mps_daemon),
+    };
+    Ok(Config {
+        mode,
+        request,
+        visible_as: cli.visible_as,
+        cpu_bind_asked: cli.cpu_bind.is_some(),
+        cpu_bind: cli.cpu_bind.unwrap_or(match per_rank {
+            Some(_) => CpuBind::Numa,
+            None => CpuBind::None,
+        }),
+        framework_env: !cli.no_framework_env,
+        nvml_lib: cli.nvml_lib,
+        nvml_timeout: cli.nvml_timeout,
+        verbosity: cli::verbosity(cli.quiet, cli.verbose),
+        log_format: cli.log_format,
+        lock_dir: (!cli.no_lock).then_some(lock_dir),
+        wait,
+        supervision,
+        origins,
+        request_text,
+        sizing,
+        limits,
+        per_rank,
+        container_use: cli.container,
+        container,
+        launcher_use: cli.launcher,
+        launcher,
+        mps,
+    })
+}
+
+/// `--min-free` as asked: a size (with what a decimal one was read as), or `auto` sized from
+/// the history for the command run (or shown by --dry-run) in the working directory, for a
+/// mode that chooses GPUs. The sizing's reason is logged.
+fn min_free_asked(given: Option<MinFree>, mode: &Mode, selects: bool) -> (sizing::Sizing, Option<String>) {
+    let fallback = match given {
+        None => return (sizing::Sizing { threshold: None, why: String::new(), from_history: false }, None),
+        Some(MinFree::Given(threshold)) => {
+            let read = read_as(threshold);
+            if let Some(read) = &read {
+                tracing::debug!("--min-free {read}");
+            }
+            return (
+                sizing::Sizing { threshold: Some(threshold), why: String::new(), from_history: false },
+                read,
+            );
+        }
+        Some(MinFree::Auto { fallback }) => fallback,
+    };
+    if !selects {
+        return (sizing::Sizing { threshold: None, why: String::new(), from_history: false }, None);
+    }
+    let command: Vec<&str> = match mode {
+        Mode::Select(Goal::Run { command } | Goal::DryRun { command, .. }) => {
+            command.iter().filter_map(|word| word.to_str()).collect()
+        }
+        _ => Vec::new(),
+    };
+    let sized = if command.is_empty() {
+        let then = if fallback.is_some() { "; using the given size" } else { ": no memory filter" };
+        sizing::Sizing {
+            threshold: fallback,
+            why: format!("auto: no command to size for (give one: --dry-run -- COMMAND){then}"),
+            from_history: false,
+        }
+    } else {
+        let directory = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+        // --no-history stops the writing, not the reading.
+        let records = history::path().map(|path| history::read(&path)).unwrap_or_default();
+        sizing::size_for(&records, &command, &directory, fallback)
+    };
+    tracing::info!("--min-free {}", sized.why);
+    let why = Some(sized.why.clone());
+    (sized, why)
+}
+
+/// `--min-free` under the house rules: at least what an MPS client pins (reserved as
+/// --min-free would be, so that co-scheduled MPS jobs budget memory like other jobs), and at
+/// least default-min-free (said when it raises the request).
+fn house_min_free(asked: Option<Threshold>, mps: Option<&MpsJoin>, limits: &Limits) -> Option<Threshold> {
+    let mut min_free = asked;
+    if let Some(pinned) = mps.and_then(|mps| mps.pinned_bytes) {
+        let pinned = Threshold::Bytes(pinned);
+        min_free = Some(min_free.map_or(pinned, |asked| asked.at_least(pinned)));
+    }
+    let Some(floor) = limits.default_min_free else { return min_free };
+    let raised = min_free.map_or(floor, |asked| asked.at_least(floor));
+    if Some(raised) != min_free {
+        tracing::info!(
+            "--min-free is {raised} by the house rule {}",
+            limits.rule("default-min-free", &floor.to_string())
+        );
+    }
+    Some(raised)
+}
+
+/// `--wait` within the house rule max-wait (said when it shortens the wait).
+fn house_wait(wait: Wait, limits: &Limits) -> Wait {
+    let capped = limits.cap_wait(wait);
+    if capped != wait {
+        let rule = limits.rule("max-wait", &duration::compact(limits.max_wait.unwrap_or_default()));
+        tracing::info!("--wait limited by the house rule {rule}");
+    }
+    capped
+}
+
+/// `-v`: which settings came from which file or variable.
+fn log_origins(origins: &BTreeMap<String, String>, limits: &Limits) {
+    if let Some(notice) = &limits.notice {
+        tracing::debug!("{notice}");
+    }
+    for (long, origin) in origins {
+        tracing::debug!("--{long} from {origin}");
+    }
+}
+
+/// `--mps`: the control pipe a client of this user would use, and whether a daemon reads it.
+fn mps_daemon() -> (PathBuf, bool) {
+    let pipe = crate::launch::env::mps_control_pipe();
+    let read = crate::process::stdio::fifo_has_reader(&pipe) == Some(true);
+    (pipe, read)
+}
+
+/// `--mps`: the client settings, or why they cannot be: an MPS server numbers the devices its
+/// own way (so they go by UUID), and a container would need the pipe directory mounted.
+fn mps_join(cli: &Cli, container: bool) -> Result<Option<MpsJoin>, ConfigError> {
+    if !cli.mps {
+        return Ok(None);
+    }
+    if cli.visible_as == Some(VisibleAs::Index) {
+        return Err(ConfigError::Mps(
+            "--mps names the GPUs by UUID (an MPS server numbers devices its own way): drop --visible-as index"
+                .to_owned(),
+        ));
+    }
+    if container {
+        return Err(ConfigError::Mps(
+            "--mps with a container run: the container needs the MPS pipe directory mounted and its \
+             variables set; pass them to the runtime yourself"
+                .to_owned(),
+        ));
+    }
+    Ok(Some(MpsJoin { threads: cli.mps_threads, pinned_bytes: cli.mps_mem }))
+}
+
+/// What a `--min-free` in decimal units was read as (`8 GB = 7.45 GiB`), for the dry run, the
+/// report and `-v`; `None` for binary units and percentages, which read as typed.
+fn read_as(threshold: Threshold) -> Option<String> {
+    let Threshold::Bytes(bytes) = threshold else { return None };
+    let exact = crate::options::size::exact(bytes);
+    (exact != crate::options::size::human(bytes))
+        .then(|| format!("{exact} (KB, MB, GB, TB are decimal; K, M, G, T and KiB..TiB binary)"))
+}
+
+/// The launcher the command is, for a launch or a dry run on this host (`None` for a rank or
+/// a container run: a launcher that starts ranks gets the choice, not what runs under it);
+/// deepspeed's `--num_gpus N` without `--gpus` makes the request N GPUs.
+fn launcher(cli: &mut Cli, mode_flag: Option<Option<ModeFlag>>) -> Result<Option<LauncherRun>, ConfigError> {
+    let launcher = match mode_flag {
+        Some(None | Some(ModeFlag::DryRun)) if !cli.gpus.is_none() => {
+            crate::launch::launchers::recognise(&cli.command)?
+        }
+        _ => None,
+    };
+    if let Some(asked) = launcher.as_ref().and_then(|run| run.asked_count()) {
+        if !cli.gpus_given && cli.launcher == crate::options::LauncherUse::Auto {
+            cli.gpus = crate::options::count::Count::exactly(asked);
+        }
+    }
+    Ok(launcher)
+}
+
+/// How the command is run and watched, as the command line says.
+fn supervision(cli: &mut Cli) -> Supervision {
+    Supervision {
+        no_forward: cli.no_forward.take().map(|list| list.0).unwrap_or_default(),
+        kill_after: cli.kill_after,
+        parent_death_signal: cli.parent_death_signal.0,
+        keep_orphans: cli.keep_orphans,
+        exec: cli.exec,
+        verify: cli.verify,
+        verify_timeout: cli.verify_timeout,
+        report: cli.report,
+        report_json: cli.report_json.take(),
+        history: if cli.no_history { None } else { history::path() },
+        on_start: cli.on_start.take(),
+        on_exit: cli.on_exit.take(),
+    }
+}
+
+/// A mode flag: what gpurun was asked to do instead of running a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModeFlag {
+    List,
+    DryRun,
+    Export,
+    Doctor,
+    History,
+}
+
+impl ModeFlag {
+    /// The first mode flag given (clap lets only one through).
+    fn of(cli: &Cli) -> Option<ModeFlag> {
+        [
+            (cli.list, ModeFlag::List),
+            (cli.dry_run, ModeFlag::DryRun),
+            (cli.export, ModeFlag::Export),
+            (cli.doctor, ModeFlag::Doctor),
+            (cli.history, ModeFlag::History),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ModeFlag::List => "--list",
+            ModeFlag::DryRun => "--dry-run",
+            ModeFlag::Export => "--export",
+            ModeFlag::Doctor => "--doctor",
+            ModeFlag::History => "--history",
+        }
+    }
+}
+
+/// The mode, with the command's words (taken from `cli`) where it has them.
+fn mode(
+    mode_flag: Option<ModeFlag>,
+    cli: &mut Cli,
+    origins: &BTreeMap<String, String>,
+) -> Result<Mode, ConfigError> {
+    let command = std::mem::take(&mut cli.command);
+    Ok(match mode_flag {
+        Some(ModeFlag::List) => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
+        Some(ModeFlag::DryRun) => Mode::Select(Goal::DryRun { json: cli.json, command }),
+        Some(ModeFlag::Doctor) => Mode::Doctor,
+        // `--history train.py --json` as well as `--history --json train.py`: the words
+        // after a PATTERN would be a command's, but --history runs none.
+        Some(ModeFlag::History) => match &command[..] {
+            [] => Mode::History { json: cli.json, pattern: None },
+            [word] => Mode::History { json: cli.json, pattern: Some(word.to_string_lossy().into_owned()) },
+            [word, json] if json == "--json" => {
+                Mode::History { json: true, pattern: Some(word.to_string_lossy().into_owned()) }
+            }
+            words => return Err(ConfigError::HistoryPatterns(shell::quote(words))),
+        },
+        Some(ModeFlag::Export) => Mode::Select(Goal::Export),
+        None if command.is_empty() => return Err(ConfigError::NoCommand),
+        None if cli.wait == Some(WaitLimit(None)) && !origins.contains_key("wait") => {
+            if let Some(word) = duration_taken_for_a_command(&command[0]) {
+                return Err(ConfigError::WaitLimitAsCommand { word });
+            }
+            Mode::Select(Goal::Run { command })
+        }
+        None => Mode::Select(Goal::Run { command }),
+    })
+}
+
+/// `word` when it reads as a duration and names no program (`gpurun --wait 10m python x.py`):
+/// the user meant `--wait=10m`.
+fn duration_taken_for_a_command(word: &OsString) -> Option<String> {
+    let word = word.to_str()?;
+    duration::parse(word).ok()?;
+    let runnable = |path: &Path| nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok();
+    let found = match word.contains('/') {
+        true => runnable(Path::new(word)),
+        false => std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| runnable(&dir.join(word)))),
+    };
+    (!found).then(|| word.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn limits(max_wait: Option<u64>, floor: Option<Threshold>) -> Limits {
+        Limits {
+            max_gpus_per_user: None,
+            max_wait: max_wait.map(Duration::from_secs),
+            default_min_free: floor,
+            file: None,
+            lock_dir: None,
+            notice: None,
+        }
+    }
+
+    #[test]
+    fn the_house_floor_and_an_mps_pin_raise_min_free_and_never_lower_it() {
+        let gib = |n: u64| Threshold::Bytes(n << 30);
+        let pinned = MpsJoin { threads: None, pinned_bytes: Some(4 << 30) };
+        assert_eq!(house_min_free(None, None, &limits(None, None)), None);
+        assert_eq!(house_min_free(Some(gib(2)), Some(&pinned), &limits(None, None)), Some(gib(4)));
+        assert_eq!(house_min_free(Some(gib(9)), Some(&pinned), &limits(None, None)), Some(gib(9)));
+        assert_eq!(house_min_free(None, None, &limits(None, Some(gib(8)))), Some(gib(8)));
+        assert_eq!(house_min_free(Some(gib(16)), None, &limits(None, Some(gib(8)))), Some(gib(16)));
+    }
+
+    #[test]
+    fn max_wait_bounds_every_wait_and_adds_none() {
+        let rules = limits(Some(600), None);
+        assert_eq!(house_wait(Wait::Forever, &rules), Wait::AtMost(Duration::from_secs(600)));
+        assert_eq!(
+            house_wait(Wait::AtMost(Duration::from_secs(30)), &rules),
+            Wait::AtMost(Duration::from_secs(30))
+        );
+        assert_eq!(house_wait(Wait::No, &rules), Wait::No);
+        assert_eq!(house_wait(Wait::Forever, &limits(None, None)), Wait::Forever);
+    }
+
+    #[test]
+    fn a_given_min_free_is_taken_as_typed_and_auto_is_sized_only_where_gpus_are_chosen() {
+        let run = Mode::Select(Goal::Export);
+        let (asked, read) = min_free_asked(Some(MinFree::Given(Threshold::Bytes(8_000_000_000))), &run, true);
+        assert_eq!(asked.threshold, Some(Threshold::Bytes(8_000_000_000)));
+        assert!(read.is_some_and(|read| read.contains("decimal")));
+        let (asked, read) = min_free_asked(Some(MinFree::Given(Threshold::Bytes(8 << 30))), &run, true);
+        assert_eq!((asked.threshold, read), (Some(Threshold::Bytes(8 << 30)), None));
+        // No command to size for: the fallback, said so.
+        let auto = MinFree::Auto { fallback: Some(Threshold::Bytes(2 << 30)) };
+        let (asked, why) = min_free_asked(Some(auto), &run, true);
+        assert_eq!((asked.threshold, asked.from_history), (Some(Threshold::Bytes(2 << 30)), false));
+        assert!(why.is_some_and(|why| why.contains("no command to size for")));
+        // --doctor, --history: nothing is chosen, nothing sized.
+        let (asked, why) = min_free_asked(Some(auto), &Mode::Doctor, false);
+        assert_eq!((asked.threshold, why), (None, None));
+    }
+}
