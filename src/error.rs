@@ -6,7 +6,8 @@ use crate::config::{Config, ConfigError};
 use crate::exit_code;
 use crate::probe::nvml::OpenError;
 use crate::process::spawn::LaunchError;
-use crate::reserve::acquire::{AcquireError, GroupFailure};
+use crate::reserve::acquire::AcquireError;
+use crate::reserve::group::GroupFailure;
 use crate::reserve::lockdir::LockDirError;
 use crate::select::policy::DeviceError;
 

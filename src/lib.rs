@@ -36,8 +36,8 @@ use crate::probe::worker::NvmlThread;
 use crate::process::logging;
 use crate::process::signals::{die_by, CallerState, Receiver};
 use crate::process::stdio::print;
-use crate::reserve::acquire::Queued;
 use crate::reserve::acquire::{self, AcquireError, Acquisition};
+use crate::reserve::holds::Queued;
 use crate::reserve::lease::Lease;
 use crate::select::policy::Decision;
 use crate::select::selection::Selection;
@@ -251,11 +251,8 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
     let acquired = nvml
         .open(config.nvml_lib.clone(), receiver, config.nvml_timeout)
         .map_err(AcquireError::from)
-        .and_then(|()| match &config.per_rank {
-            Some(per_rank) => {
-                rank::acquire(&mut nvml, receiver, &Inherited::from_env(), config.acquire_options(), per_rank)
-            }
-            None => acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options()),
+        .and_then(|()| {
+            acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options())
         });
     match acquired {
         Ok(acquisition) => Ok((Some(nvml), acquisition)),

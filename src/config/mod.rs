@@ -162,7 +162,7 @@ impl Config {
                 Mode::Select(Goal::List { json, links }) => *json || *links,
                 _ => self.request.wants_several() && !self.request.count.is_none(),
             },
-            group: None,
+            group: self.per_rank.as_ref().map(PerRank::group_share),
         }
     }
 

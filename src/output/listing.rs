@@ -15,7 +15,7 @@ use crate::options::size::human;
 use crate::probe::gpu::{Gpu, GpuProcess, Machine};
 use crate::process::procfs;
 use crate::process::stdio::clip;
-use crate::reserve::acquire::Queued;
+use crate::reserve::holds::Queued;
 use crate::reserve::lease::{self, Lease};
 use crate::select::policy::Assessment;
 

@@ -1,33 +1,19 @@
 //! Stage 4b, `--per-rank` (DESIGN 4b): under a launcher that starts one process per rank, the
 //! node's ranks choose one set together through the lock directory (the first to arrive
 //! chooses, by the usual rules), each takes the lease of its own GPUs, sees the whole set with
-//! its own at position LOCAL_RANK, and is verified on its own GPUs.
+//! its own at position LOCAL_RANK, and is verified on its own GPUs. This module is the rank
+//! (from the launcher's variables) and whose each GPU is; the acquisition itself is the one
+//! loop of `reserve::acquire`, which the rank's `GroupShare` parameterises.
 
 pub(crate) mod launcher;
 
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::exit_code;
 use crate::options::count::Count;
-use crate::options::Wait;
-use crate::probe::gpu::{label, Machine};
-use crate::probe::worker::NvmlThread;
-use crate::process::signals::Receiver;
 use crate::rank::launcher::Rank;
-use crate::reserve::acquire::{self, AcquireError, Acquisition, GroupFailure, GroupShare};
-use crate::reserve::group::{self, Found, Member, Membership, State};
-use crate::reserve::lease;
-use crate::reserve::lockdir::{DirLock, LockDir};
-use crate::select::policy::Decision;
-use crate::select::selection::Selection;
-use crate::select::visibility::{self, Inherited};
-
-/// How long a rank that is not the chooser sleeps between looks at the group's record while
-/// the set is being chosen (a few ranks, a cheap look: no NVML).
-const LOOK_AGAIN: Duration = Duration::from_millis(20);
-/// After this long waiting for the set, a rank says whom it waits for.
-const SAY_WAITING_AFTER: Duration = Duration::from_secs(1);
+use crate::reserve::acquire::GroupShare;
+use crate::reserve::group::Member;
 
 /// What `--per-rank` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,254 +46,26 @@ impl PerRank {
         let n = self.gpus_per_rank as usize;
         self.rank.local_rank as usize * n..(self.rank.local_rank as usize + 1) * n
     }
-}
 
-/// Chooses the group's set (the first rank) or takes this rank's part of it (every other), and
-/// reserves this rank's GPUs. Only looking (`--dry-run`, `--export`): the set the first rank
-/// would choose now, nothing recorded.
-pub(crate) fn acquire(
-    nvml: &mut NvmlThread,
-    receiver: &Receiver,
-    inherited: &Inherited,
-    options: acquire::Options<'_>,
-    per_rank: &PerRank,
-) -> Result<Acquisition, AcquireError> {
-    let path = match (&options.lock_dir, options.hold) {
-        (Some(path), true) => path.clone(),
-        _ => {
-            let options =
-                acquire::Options { group: Some(GroupShare { own: per_rank.own(), record: None }), ..options };
-            return acquire::acquire(nvml, receiver, inherited, &options);
-        }
-    };
-    let dir = LockDir::open(&path, true)?;
-    let started = Instant::now();
-    // The set normally comes in milliseconds; a chooser waiting for GPUs (--wait) holds the
-    // others as long as the wait may last.
-    let deadline = match options.wait {
-        Wait::No => Some(started + per_rank.timeout),
-        Wait::Forever => None,
-        Wait::AtMost(wait) => Some(started + wait.max(per_rank.timeout)),
-    };
-    let mut machine: Option<Machine> = None;
-    let mut said_waiting = false;
-    let group_key = per_rank.rank.group_key();
-    let member = Member {
-        job: &group_key,
-        node: &per_rank.rank.node,
-        launcher: per_rank.rank.launcher,
-        local_rank: per_rank.rank.local_rank,
-        local_size: per_rank.rank.local_size,
-        per_rank: per_rank.gpus_per_rank,
-        timeout: per_rank.timeout,
-    };
-    loop {
-        let guard = acquire::lock(&dir, receiver)?;
-        let membership = match group::find_or_make(&dir, &member)? {
-            Found::Choose(membership) => {
-                drop(guard);
-                tracing::debug!(
-                    "{}: the first of the group here, choosing {} GPUs for it",
-                    per_rank.rank,
-                    per_rank.group_count()
-                );
-                return choose(nvml, receiver, inherited, options, per_rank, membership);
-            }
-            Found::Joined(membership) => membership,
-        };
-        let record = &membership.record;
-        match &record.state {
-            State::Failed { why, status } => {
-                return Err(AcquireError::Group {
-                    why: format!(
-                        "{}: rank {} of the group (gpurun PID {}) could not choose: {why}",
-                        per_rank.rank, record.chooser_rank, record.chooser_pid
-                    ),
-                    failure: GroupFailure::of_status(*status),
-                })
-            }
-            State::Choosing => {
-                drop(guard);
-                let waited = Waited { started, deadline, said: &mut said_waiting };
-                while_choosing(per_rank, record, waited)?;
-                drop(membership);
-                receiver.pause(LOOK_AGAIN).map_err(AcquireError::Interrupted)?;
-            }
-            State::Chosen { gpus, exclusive, .. } => {
-                let Some(probed) = machine.take() else {
-                    // Probed outside the lock, then looked at again under it.
-                    drop(guard);
-                    drop(membership);
-                    let probe = nvml.probe(receiver, options.nvml_timeout, None, &mut |_| {});
-                    machine = Some(probe.map_err(AcquireError::from)?);
-                    continue;
-                };
-                let part = Part { gpus: gpus.clone(), exclusive: *exclusive, probed };
-                return take_part(&dir, part, per_rank, inherited, &options, guard, membership);
-            }
+    /// What the acquisition needs of this rank: the first of the group here chooses the
+    /// group's set (and records it), every other takes its own part of it; only looking
+    /// (`--dry-run`, `--export`), the set the first rank would choose now, nothing recorded.
+    pub(crate) fn group_share(&self) -> GroupShare {
+        GroupShare {
+            own: self.own(),
+            member: Member {
+                job: self.rank.group_key(),
+                node: self.rank.node.clone(),
+                launcher: self.rank.launcher.to_owned(),
+                local_rank: self.rank.local_rank,
+                local_size: self.rank.local_size,
+                per_rank: self.gpus_per_rank,
+                timeout: self.timeout,
+            },
+            who: self.rank.to_string(),
+            rank_variable: self.rank.rank_variable,
         }
     }
-}
-
-/// How long a rank has waited for the set, until when it may, and whether it said so.
-struct Waited<'a> {
-    started: Instant,
-    deadline: Option<Instant>,
-    said: &'a mut bool,
-}
-
-/// A rank whose chooser is still choosing: past --rank-timeout it gives up; after a second it
-/// says whom it waits for (once: the set normally comes within milliseconds).
-fn while_choosing(per_rank: &PerRank, record: &group::Record, waited: Waited) -> Result<(), AcquireError> {
-    let Waited { started, deadline, said: said_waiting } = waited;
-    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-        return Err(AcquireError::Group {
-            why: format!(
-                "{}: the group's GPUs were not chosen within --rank-timeout {}: rank {} (gpurun PID {}) is still choosing",
-                per_rank.rank,
-                crate::options::duration::compact(per_rank.timeout),
-                record.chooser_rank,
-                record.chooser_pid
-            ),
-            failure: GroupFailure::Busy,
-        });
-    }
-    // The set normally comes within milliseconds: said only when it does not.
-    if !*said_waiting && started.elapsed() >= SAY_WAITING_AFTER {
-        tracing::info!(
-            "{}: waiting for rank {} (gpurun PID {}) to choose the group's GPUs",
-            per_rank.rank,
-            record.chooser_rank,
-            record.chooser_pid
-        );
-        *said_waiting = true;
-    }
-    Ok(())
-}
-
-/// The group's set as the chooser recorded it, and this rank's fresh look at the machine.
-struct Part {
-    gpus: Vec<group::Chosen>,
-    exclusive: bool,
-    probed: Machine,
-}
-
-/// A rank that joined a chosen set: checks that the record is one this rank can use (alike,
-/// visible here, its own GPUs not taken), then takes its own GPUs' leases, under `guard`.
-fn take_part(
-    dir: &LockDir,
-    part: Part,
-    per_rank: &PerRank,
-    inherited: &Inherited,
-    options: &acquire::Options<'_>,
-    guard: DirLock,
-    membership: Membership,
-) -> Result<Acquisition, AcquireError> {
-    let Part { gpus, exclusive, probed } = part;
-    let record = &membership.record;
-    if record.local_size != per_rank.rank.local_size || record.per_rank != per_rank.gpus_per_rank {
-        return Err(AcquireError::Group {
-            why: format!(
-                "{}: the group was chosen for {} ranks of {} GPU(s) each by rank {} (gpurun PID {}), but this rank asks for {} of {}: every rank must be started alike",
-                per_rank.rank, record.local_size, record.per_rank, record.chooser_rank, record.chooser_pid, per_rank.rank.local_size, per_rank.gpus_per_rank
-            ),
-            failure: GroupFailure::Broken,
-        });
-    }
-    let expected = per_rank.group_count().min as usize;
-    if gpus.is_empty() {
-        // The chooser runs with no GPU (--fallback cpu): so does every rank.
-        drop(guard);
-        tracing::warn!(
-            "{}: the group runs with no GPU visible (its chooser's --fallback cpu)",
-            per_rank.rank
-        );
-        let mut acquisition = Acquisition::no_gpu(per_rank.group_count());
-        acquisition.machine = probed;
-        acquisition.group = Some(membership);
-        return Ok(acquisition);
-    }
-    if gpus.len() != expected {
-        return Err(AcquireError::Group {
-            why: format!(
-                "{}: the group's record names {} GPUs, not {expected}: it was not written by this version of gpurun",
-                per_rank.rank,
-                gpus.len()
-            ),
-            failure: GroupFailure::Broken,
-        });
-    }
-    let visibility = visibility::resolve(&probed, inherited);
-    let mut indices = Vec::new();
-    for gpu in &gpus {
-        match probed.devices().find(|d| d.uuid.as_deref() == Some(gpu.uuid.as_str())) {
-            Some(device) if visibility.allows(device.index) => indices.push(device.index),
-            _ => {
-                return Err(AcquireError::Group {
-                    why: format!(
-                        "{}: the group's {} ({}) is not visible to this rank (its CUDA_VISIBLE_DEVICES or the launcher's allocation): give every rank the same GPUs (srun --gpus=N, not --gpus-per-task)",
-                        per_rank.rank, label(gpu.index), gpu.uuid
-                    ),
-                    failure: GroupFailure::Broken,
-                })
-            }
-        }
-    }
-    // Real leases only: the group's own hold on this rank's GPU is not in the way.
-    let live = lease::live(dir, true);
-    let own = &gpus[per_rank.own()];
-    let taken =
-        own.iter().find_map(|gpu| live.iter().find(|lease| lease.uuid == gpu.uuid).map(|lease| (gpu, lease)));
-    if let Some((gpu, lease)) = taken {
-        return Err(AcquireError::Group {
-            why: format!(
-                "{}: its GPU in the group, {}, is reserved by gpurun PID {} of {} ({}): another rank has the same {}, or this rank came after the group's --rank-timeout, when its GPU was no longer held for it",
-                per_rank.rank, label(gpu.index), lease.pid, lease.user, lease.command, per_rank.rank.rank_variable
-            ),
-            failure: GroupFailure::Busy,
-        });
-    }
-    let reserve: Vec<(String, u64, u32)> =
-        own.iter().map(|gpu| (gpu.uuid.clone(), gpu.reserved_bytes, gpu.index)).collect();
-    let known = crate::reserve::ticket::KnownGpus::of(&probed);
-    let leases = lease::reserve(dir, &known, &reserve, exclusive, &options.command)?;
-    drop(guard);
-    let selection = Selection::new(&probed, &indices, per_rank.group_count());
-    let decision = Decision::selected(indices);
-    Ok(Acquisition {
-        machine: probed,
-        decision,
-        chosen: Ok(selection),
-        leases,
-        live,
-        queue: Vec::new(),
-        group: Some(membership),
-    })
-}
-
-/// The first rank: the usual acquisition for the whole set, recorded for the others; what it
-/// could not do is recorded too, so that the others fail with its reason at once.
-fn choose(
-    nvml: &mut NvmlThread,
-    receiver: &Receiver,
-    inherited: &Inherited,
-    options: acquire::Options<'_>,
-    per_rank: &PerRank,
-    membership: Membership,
-) -> Result<Acquisition, AcquireError> {
-    let options = acquire::Options {
-        group: Some(GroupShare { own: per_rank.own(), record: Some(&membership) }),
-        ..options
-    };
-    let acquired = acquire::acquire(nvml, receiver, inherited, &options);
-    match &acquired {
-        Ok(Acquisition { chosen: Err(why), .. }) => membership.failed(why, exit_code::NOT_ENOUGH_GPUS),
-        Ok(_) => {}
-        Err(AcquireError::Interrupted(_)) => {}
-        Err(error) => membership.failed(&error.to_string(), exit_code::GPURUN_ERROR),
-    }
-    drop(options);
-    Ok(Acquisition { group: Some(membership), ..acquired? })
 }
 
 /// For verification and its messages: whose GPU each of the set's is.

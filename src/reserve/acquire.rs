@@ -5,24 +5,24 @@
 //! for it.
 
 use std::borrow::Cow;
-use std::io::{IsTerminal, Write};
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::options::count::Count;
-use crate::options::devices::DeviceRef;
-use crate::options::{duration, Wait};
-use crate::probe::gpu::{label, Machine, Topology};
-use crate::probe::nvml::OpenError;
-use crate::probe::worker::{Failure, NvmlThread};
-use crate::process::procfs;
+use crate::options::Wait;
+use crate::probe::gpu::{Machine, Topology};
+use crate::probe::worker::NvmlThread;
 use crate::process::signals::Receiver;
-use crate::reserve::lease::{self, HeldLease, Lease};
-use crate::reserve::lockdir::{LockDir, LockDirError};
-use crate::reserve::ticket::{self, KnownGpus, Needs, Ticket, Waiter};
-use crate::select::policy::{self, Decision, DeviceError, HeldBack, Outcome, Request, Reservation};
+pub(crate) use crate::reserve::error::AcquireError;
+use crate::reserve::group::{Found, GroupFailure, Member, Membership, State};
+use crate::reserve::holds::{chosen_gpus, queue_ahead, reservations, Queued};
+use crate::reserve::joining::{self, Rank, Waited};
+use crate::reserve::lease::{self, Claim, HeldLease, Lease};
+use crate::reserve::lockdir::{DirLock, LockDir, LockDirError};
+use crate::reserve::ticket::{self, KnownGpus, Needs, Ticket};
+use crate::reserve::waiting::{wait_turn, Pacing, Progress};
+use crate::select::policy::{self, Decision, Outcome, Request};
 use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited, Visibility};
 
@@ -34,8 +34,9 @@ const LINK_POOL: usize = 16;
 /// further back they are (many waiters must not keep the machine busy).
 const HEAD_OF_QUEUE_RETRY: Duration = Duration::from_millis(100);
 const LONGEST_RETRY: Duration = Duration::from_secs(1);
-/// On a non-terminal stderr, one progress line this often.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// How long a rank whose chooser is still choosing sleeps between looks at the group's record
+/// (a few ranks, a cheap look: no NVML).
+const LOOK_AT_THE_GROUP_AGAIN: Duration = Duration::from_millis(20);
 
 pub(crate) struct Options<'a> {
     pub(crate) request: &'a Request,
@@ -58,7 +59,7 @@ pub(crate) struct Options<'a> {
     pub(crate) topology: bool,
     /// `--per-rank`: the whole group's set is chosen, in PCI order (rank order); this rank
     /// reserves only its own part of it and, when it is the group's chooser, records the set.
-    pub(crate) group: Option<GroupShare<'a>>,
+    pub(crate) group: Option<GroupShare>,
 }
 
 /// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
@@ -83,13 +84,19 @@ fn user_allowance(options: &Options, live: &[Lease]) -> Result<Option<(u32, Stri
 }
 
 /// `--per-rank`: what the acquisition needs to know of the rank's group.
-pub(crate) struct GroupShare<'a> {
+pub(crate) struct GroupShare {
     /// This rank's positions in the set (PCI order).
     pub(crate) own: std::ops::Range<usize>,
-    /// The record to write the set into (the chooser; `None` when only looking).
-    pub(crate) record: Option<&'a crate::reserve::group::Membership>,
+    /// The rank, as the group's record names it.
+    pub(crate) member: Member,
+    /// `torchrun local rank 1 of 4`, for messages.
+    pub(crate) who: String,
+    /// The variable that numbers the ranks (`LOCAL_RANK`), for messages.
+    pub(crate) rank_variable: &'static str,
 }
 
+/// What an acquisition got: the machine as it was seen, the decision, the GPUs (or exit 75's
+/// explanation) and their leases.
 pub(crate) struct Acquisition {
     pub(crate) machine: Machine,
     pub(crate) decision: Decision,
@@ -128,240 +135,6 @@ impl Acquisition {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AcquireError {
-    #[error(transparent)]
-    Nvml(OpenError),
-    /// NVML did not answer in time: the message.
-    #[error("{0}")]
-    Stalled(String),
-    #[error(transparent)]
-    LockDir(LockDirError),
-    #[error(transparent)]
-    Devices(#[from] DeviceError),
-    /// No state of the machine can meet the request.
-    #[error("{0}")]
-    Impossible(String),
-    #[error("interrupted by signal {0}")]
-    Interrupted(i32),
-    /// `--per-rank`: the group could not be joined (its chooser failed, the set never came).
-    #[error("{why}")]
-    Group { why: String, failure: GroupFailure },
-}
-
-/// Why a rank could not take its part of its group's set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GroupFailure {
-    /// Not now: the GPUs were not to be had, or the set did not come in time (a retry may do).
-    Busy,
-    /// Not as started: the ranks disagree, or the record cannot be used here.
-    Broken,
-}
-
-impl GroupFailure {
-    /// A chooser's failure as its record keeps it (the exit status it ended with).
-    pub(crate) fn of_status(status: u8) -> GroupFailure {
-        match status {
-            crate::exit_code::NOT_ENOUGH_GPUS => GroupFailure::Busy,
-            _ => GroupFailure::Broken,
-        }
-    }
-}
-
-impl From<Failure> for AcquireError {
-    fn from(failure: Failure) -> AcquireError {
-        match failure {
-            Failure::Nvml(error) => AcquireError::Nvml(error),
-            Failure::Stalled(why) => AcquireError::Stalled(why),
-            Failure::Interrupted(signal) => AcquireError::Interrupted(signal),
-        }
-    }
-}
-
-impl From<LockDirError> for AcquireError {
-    fn from(error: LockDirError) -> AcquireError {
-        match error {
-            LockDirError::Interrupted(signal) => AcquireError::Interrupted(signal),
-            other => AcquireError::LockDir(other),
-        }
-    }
-}
-
-/// Other launches' leases as the policy sees them.
-fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
-    let own_pid = std::process::id();
-    leases
-        .iter()
-        .filter(|lease| lease.pid != own_pid)
-        .filter_map(|lease| {
-            let gpu = machine.devices().find(|gpu| gpu.uuid.as_deref() == Some(lease.uuid.as_str()))?;
-            // What the lease holder's processes already use shows in NVML's numbers; the rest of
-            // what it reserved does not yet.
-            let shown: u64 = gpu
-                .processes
-                .iter()
-                .flatten()
-                .filter(|p| procfs::descends_from(p.pid, lease.pid))
-                .filter_map(|p| p.used_bytes)
-                .sum();
-            Some(Reservation {
-                index: gpu.index,
-                pid: lease.pid,
-                user: lease.user.clone(),
-                pending_bytes: lease.reserved_bytes.saturating_sub(shown),
-                // A MIG device is a device of its own, too small to share: one lease, one job,
-                // whether or not the holder asked for --exclusive.
-                exclusive: lease.exclusive || gpu.mig.is_some(),
-                queued: false,
-            })
-        })
-        .collect()
-}
-
-/// What the waiters ahead keep from this launch, first come first served. Each, in queue order,
-/// is tried against the machine as the ones before it would leave it: one that could be served
-/// now keeps what it would take (as the lease it is about to hold); one that cannot keeps every
-/// GPU it could ever use, so that no later launch starves it. A waiter keeps nothing it could
-/// never use.
-/// Also says, for each waiter, why it cannot start now ("can start now" if it can).
-fn queue_ahead<'a>(
-    ahead: impl Iterator<Item = &'a Waiter>,
-    machine: &Machine,
-    reservations: &mut Vec<Reservation>,
-) -> (Vec<HeldBack>, Vec<Queued>) {
-    let mut held: Vec<HeldBack> = Vec::new();
-    let mut queue = Vec::new();
-    let unrestricted = visibility::Visibility::default();
-    for waiter in ahead {
-        let possible: Vec<u32> = waiter
-            .gpus
-            .iter()
-            .filter_map(|uuid| machine.devices().find(|gpu| gpu.uuid.as_deref() == Some(uuid)))
-            .map(|gpu| gpu.index)
-            .collect();
-        let request = Request {
-            count: waiter.needs.count,
-            min_free: waiter.needs.min_free,
-            max_util: waiter.needs.max_util,
-            exclusive: waiter.needs.exclusive,
-            devices: Some(possible.iter().map(|&i| DeviceRef::Index(i)).collect()),
-            policy: waiter.needs.policy,
-            seed: u64::from(waiter.pid),
-            ..Request::default()
-        };
-        let decision = policy::decide(&machine.all_devices(), &unrestricted, &request, reservations, &held);
-        let reason = match &decision {
-            Ok(Decision { outcome: Outcome::Selected(_), .. }) => "can start now".to_owned(),
-            Ok(decision) => decision.why_not(&request),
-            Err(error) => error.to_string(),
-        };
-        queue.push(Queued { waiter: waiter.clone(), reason });
-        match decision.map(|d| d.outcome) {
-            Ok(Outcome::Selected(chosen)) => {
-                for index in chosen {
-                    let total = machine.device(index).and_then(|gpu| gpu.memory);
-                    reservations.push(Reservation {
-                        index,
-                        pid: waiter.pid,
-                        user: waiter.user.clone(),
-                        pending_bytes: waiter
-                            .needs
-                            .min_free
-                            .map(|t| t.bytes_on(total.map_or(0, |m| m.total_bytes)))
-                            .unwrap_or(0),
-                        exclusive: waiter.needs.exclusive,
-                        queued: true,
-                    });
-                }
-            }
-            _ => {
-                for index in possible {
-                    if !held.iter().any(|h| h.index == index) {
-                        held.push(HeldBack { index, pid: waiter.pid, user: waiter.user.clone() });
-                    }
-                }
-            }
-        }
-    }
-    (held, queue)
-}
-
-/// A launch waiting in the queue, and why it cannot start now.
-#[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct Queued {
-    #[serde(flatten)]
-    pub(crate) waiter: Waiter,
-    pub(crate) reason: String,
-}
-
-/// The chosen GPUs, or exit 75's text. Fallbacks say what they did.
-fn chosen_gpus(
-    machine: &Machine,
-    decision: &Decision,
-    requested: Count,
-    visibility: &Visibility,
-) -> Result<Vec<u32>, String> {
-    match &decision.outcome {
-        Outcome::Selected(chosen) => Ok(chosen.clone()),
-        Outcome::FallbackBest(chosen) => {
-            for index in chosen {
-                let assessment = decision.assessments.iter().find(|a| a.index == *index);
-                if let Some(a) = assessment.filter(|a| !a.eligible()) {
-                    tracing::warn!(
-                        "taking {} anyway (--fallback best): {}",
-                        label(*index),
-                        a.reasons().join("; ")
-                    );
-                }
-            }
-            Ok(chosen.clone())
-        }
-        Outcome::FallbackCpu => {
-            tracing::warn!("not enough GPUs qualify; running with no GPU visible (--fallback cpu)");
-            Ok(Vec::new())
-        }
-        Outcome::Refused { qualified } => {
-            let mut text = refusal(machine, decision, requested, *qualified);
-            if visibility.exported && machine.devices().any(|gpu| !visibility.allows(gpu.index)) {
-                text.push_str(&format!("\n  {}", visibility::UNDO_EXPORT));
-            }
-            Err(text)
-        }
-        Outcome::Impossible(why) => Err(why.clone()),
-    }
-}
-
-/// Exit 75's explanation: every GPU and why it was turned away.
-pub(crate) fn refusal(machine: &Machine, decision: &Decision, requested: Count, qualified: u32) -> String {
-    let mut text = format!(
-        "not enough GPUs: {requested} requested, {qualified} {}",
-        if qualified == 1 { "qualifies" } else { "qualify" }
-    );
-    if let Some(why) = &decision.set_reason {
-        text.push_str(&format!(", but {why}"));
-    }
-    let sick = decision.assessments.iter().filter(|a| a.only_health()).count() as u32;
-    if sick > 0 && qualified + sick >= requested.min {
-        text.push_str(
-            "; only GPUs turned away for their health could make up the rest (--health ignore would take them)",
-        );
-    }
-    for gpu in machine.devices().filter(|gpu| !gpu.in_mig_mode()) {
-        let verdict = match decision.assessments.iter().find(|a| a.index == gpu.index) {
-            Some(a) if a.eligible() => "qualifies".to_owned(),
-            Some(a) => a.reasons().join("; "),
-            None => "not assessed".to_owned(),
-        };
-        // "GPU 3: free 6.1 GiB < 8 GiB" first (what people grep for), the model after.
-        text.push_str(&format!(
-            "\n  {}: {verdict} ({})",
-            label(gpu.index),
-            gpu.name.as_deref().unwrap_or("unknown model")
-        ));
-    }
-    text
-}
-
 /// Opens the lock directory as the mode needs it. Only looking: a missing directory holds no
 /// reservation (and is not created by a mere --list), and an unusable one is worth a warning,
 /// not a failed listing.
@@ -392,11 +165,61 @@ struct Search {
     progress: Progress,
     /// Links do not change: read once for a pool of GPUs, again only if the pool changes.
     links: Option<(Vec<u32>, Topology)>,
+    /// The first look's warnings were said.
+    warned: bool,
+    /// `--per-rank`, holding GPUs: this rank's place in its group, once found.
+    role: Option<Role>,
+    /// A rank joining a chosen set: the machine it probed outside the lock, looked at again
+    /// under it.
+    probed: Option<Machine>,
+    /// A rank joining: how long it has waited for the set.
+    waited: Option<Waited>,
+}
+
+/// A `--per-rank` rank's place in its group.
+enum Role {
+    /// The first of the group here: it chooses the whole set, by the usual rules, and records
+    /// it (or why it could not) for the others.
+    Chooser(Membership),
+    /// It takes its own part of the set the chooser records.
+    Joiner(Membership),
+}
+
+impl Role {
+    fn membership(self) -> Membership {
+        match self {
+            Role::Chooser(membership) | Role::Joiner(membership) => membership,
+        }
+    }
+}
+
+/// What one look came to.
+enum Step {
+    /// Take these leases, under the directory lock the look holds: the acquisition is complete.
+    Take(Take),
+    /// The answer, with nothing (more) to lease: a listing, a dry run, a refusal.
+    Answer(Acquisition),
+    /// Look again (after waiting, where waiting was due).
+    Again,
+}
+
+/// The leases a look decided on, and what they complete.
+struct Take {
+    guard: Option<DirLock>,
+    known: Arc<KnownGpus>,
+    /// What this launch leases: its GPUs, or a rank's own part of its group's set.
+    claims: Vec<Claim>,
+    /// A group's chooser: the whole set, recorded for the other ranks first.
+    set: Option<Vec<Claim>>,
+    exclusive: bool,
+    acquisition: Acquisition,
 }
 
 /// Probe -> decide -> reserve under the directory lock, looked at again until the request is
-/// met, or cannot be, or the --wait is over. A waiter queues (a ticket) and sleeps until a
-/// lease ends or its turn comes.
+/// met, or cannot be, or the --wait is over. What it waits for: GPUs that meet the request, or,
+/// for a `--per-rank` rank that is not its group's chooser, the set the chooser records. A
+/// waiter for GPUs queues (a ticket) and sleeps until a lease ends or its turn comes. Leases
+/// are taken in one place (`Search::take`), whatever was waited for.
 pub(crate) fn acquire(
     nvml: &mut NvmlThread,
     receiver: &Receiver,
@@ -412,32 +235,102 @@ pub(crate) fn acquire(
         pacing: Pacing::new(),
         progress: Progress::new(options.json_logs),
         links: None,
+        warned: false,
+        role: None,
+        probed: None,
+        waited: None,
     };
-    for attempt in 0u64.. {
-        let (machine, visibility) = search.look(nvml, receiver, inherited, options)?;
+    let acquired = search.run(nvml, receiver, inherited, options);
+    let role = search.role.take();
+    if let Some(Role::Chooser(membership)) = &role {
+        // The others fail with the chooser's reason at once, instead of each choosing again.
+        match &acquired {
+            Ok(Acquisition { chosen: Err(why), .. }) => membership.failed(why, GroupFailure::Busy),
+            Ok(_) | Err(AcquireError::Interrupted(_)) => {}
+            Err(error) => membership.failed(&error.to_string(), GroupFailure::Broken),
+        }
+    }
+    let group = role.map(Role::membership);
+    Ok(Acquisition { group, ..acquired? })
+}
+
+impl Search {
+    /// The loop: one look at what is waited for at a time, until a look comes to leases or an
+    /// answer.
+    fn run(
+        &mut self,
+        nvml: &mut NvmlThread,
+        receiver: &Receiver,
+        inherited: &Inherited,
+        options: &Options,
+    ) -> Result<Acquisition, AcquireError> {
+        loop {
+            let joining = match (&options.group, &self.role, &self.lock_dir, options.hold) {
+                (Some(group), None | Some(Role::Joiner(_)), Some(_), true) => Some(group),
+                _ => None,
+            };
+            let step = match joining {
+                Some(group) => self.look_at_group(nvml, receiver, inherited, options, group)?,
+                None => self.look_for_gpus(nvml, receiver, inherited, options)?,
+            };
+            match step {
+                Step::Take(take) => return self.take(take, options),
+                Step::Answer(acquisition) => {
+                    self.progress.clear();
+                    return Ok(acquisition);
+                }
+                Step::Again => {}
+            }
+        }
+    }
+
+    /// Leases the claims under the look's lock (a chooser records its group's set first).
+    fn take(&mut self, take: Take, options: &Options) -> Result<Acquisition, AcquireError> {
+        let Take { guard, known, claims, set, exclusive, mut acquisition } = take;
+        if let (Some(set), Some(Role::Chooser(membership))) = (&set, &self.role) {
+            membership.chosen(set, exclusive)?;
+        }
+        if let (true, Some(dir)) = (options.hold, &self.lock_dir) {
+            acquisition.leases = lease::reserve(dir, &known, &claims, exclusive, &options.command)?;
+        }
+        drop(guard);
+        self.progress.clear();
+        Ok(acquisition)
+    }
+
+    /// A look at the machine for GPUs that meet the request: under the directory lock, the
+    /// live leases and the queue ahead, then the decision; a waiter queues and waits.
+    fn look_for_gpus(
+        &mut self,
+        nvml: &mut NvmlThread,
+        receiver: &Receiver,
+        inherited: &Inherited,
+        options: &Options,
+    ) -> Result<Step, AcquireError> {
+        let (machine, visibility) = self.look(nvml, receiver, inherited, options)?;
         let known = KnownGpus::of(&machine);
-        if attempt == 0 {
+        if !std::mem::replace(&mut self.warned, true) {
             warn_unusable(&machine, &visibility);
         }
-        if search.joined_a_covering_queue(&machine, &known, &visibility, options, receiver)? {
-            continue;
+        if self.joined_a_covering_queue(&machine, &known, &visibility, options, receiver)? {
+            return Ok(Step::Again);
         }
-        let guard = match (&search.lock_dir, options.hold) {
+        let guard = match (&self.lock_dir, options.hold) {
             (Some(dir), true) => Some(lock(dir, receiver)?),
             _ => None,
         };
         let live =
-            search.lock_dir.as_ref().map(|dir| live_and_unclaimed(dir, options.hold)).unwrap_or_default();
+            self.lock_dir.as_ref().map(|dir| live_and_unclaimed(dir, options.hold)).unwrap_or_default();
         // What is ahead of this launch (every waiter, for a launch without a ticket or a listing).
-        let waiters = search
+        let waiters = self
             .lock_dir
             .as_ref()
-            .map(|dir| ticket::waiters_ahead(dir, &known, search.ticket.as_ref(), options.hold))
+            .map(|dir| ticket::waiters_ahead(dir, &known, self.ticket.as_ref(), options.hold))
             .unwrap_or_default();
         let mut reserved = reservations(&live, &machine);
         let (held, queue) =
-            queue_ahead(ticket::ahead(&waiters, search.ticket.as_ref()), &machine, &mut reserved);
-        let timed_out = match search.waiting_until {
+            queue_ahead(ticket::ahead(&waiters, self.ticket.as_ref()), &machine, &mut reserved);
+        let timed_out = match self.waiting_until {
             None => true,
             Some(None) => false,
             Some(Some(until)) => Instant::now() >= until,
@@ -458,38 +351,173 @@ pub(crate) fn acquire(
         if let Some(why) = over_rule {
             drop(guard);
             if timed_out {
-                search.progress.clear();
                 let chosen = Err(format!("not enough GPUs now: {why}"));
-                return Ok(Acquisition {
-                    machine,
-                    decision,
-                    chosen,
-                    leases: Vec::new(),
-                    live,
-                    queue,
-                    group: None,
-                });
+                let acquisition =
+                    Acquisition { machine, decision, chosen, leases: Vec::new(), live, queue, group: None };
+                return Ok(Step::Answer(acquisition));
             }
-            search.progress.show_text(&format!("waiting: {why}"));
+            self.progress.show_text(&format!("waiting: {why}"));
             receiver.pause(LONGEST_RETRY).map_err(AcquireError::Interrupted)?;
-            continue;
+            return Ok(Step::Again);
         }
         // Anything but a selection (a refusal, a fallback) is the answer only once waiting
         // cannot help: the wait is over, or no state of the machine could do.
         let waiting_helps = !timed_out && decision.never.is_none();
         if matches!(decision.outcome, Outcome::Selected(_)) || !waiting_helps {
-            let leases_and_choice = search.take_choice(&machine, &known, &decision, &visibility, options)?;
-            drop(guard);
-            search.progress.clear();
-            let (leases, chosen) = leases_and_choice;
-            return Ok(Acquisition { machine, decision, chosen, leases, live, queue, group: None });
+            let (chosen, claims, set) = self.choice(&machine, &decision, &visibility, options);
+            let exclusive = options.request.exclusive;
+            let acquisition =
+                Acquisition { machine, decision, chosen, leases: Vec::new(), live, queue, group: None };
+            return Ok(Step::Take(Take { guard, known, claims, set, exclusive, acquisition }));
         }
-        search.queue(&machine, &known, &decision, options)?;
+        self.queue(&machine, &known, &decision, options)?;
         drop(guard);
-        let ahead = ticket::ahead(&waiters, search.ticket.as_ref()).count();
-        search.wait_again(&decision, &request, ahead, receiver)?;
+        let ahead = ticket::ahead(&waiters, self.ticket.as_ref()).count();
+        self.wait_again(&decision, &request, ahead, receiver)?;
+        Ok(Step::Again)
     }
-    unreachable!("the loop returns")
+
+    /// The decision's GPUs (or exit 75's explanation) and what to lease of them: under
+    /// `--per-rank`, this rank's part of the set, and the whole set for its chooser to record.
+    fn choice(
+        &self,
+        machine: &Machine,
+        decision: &Decision,
+        visibility: &Visibility,
+        options: &Options,
+    ) -> (Result<Selection, String>, Vec<Claim>, Option<Vec<Claim>>) {
+        let mut chosen = chosen_gpus(machine, decision, options.request.count, visibility);
+        if let (Some(_), Ok(indices)) = (&options.group, &mut chosen) {
+            // Rank r's GPUs are the r-th of the set in PCI order: rank 0 the lowest index.
+            indices.sort_unstable();
+        }
+        let chosen = chosen.map(|indices| Selection::new(machine, &indices, options.request.count));
+        let min_free = decision.min_free(options.request.min_free);
+        let mut claims: Vec<Claim> = match (&chosen, options.hold && self.lock_dir.is_some()) {
+            (Ok(selection), true) => selection
+                .devices
+                .iter()
+                .filter_map(|device| {
+                    let total = device.total_bytes.unwrap_or(0);
+                    let reserved_bytes = min_free.map(|t| t.bytes_on(total)).unwrap_or(0);
+                    Some(Claim { uuid: device.uuid.clone()?, index: device.gpu_index, reserved_bytes })
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut set = None;
+        if let Some(group) = &options.group {
+            // What the chooser chose is recorded; what it could not do is recorded after.
+            if matches!(self.role, Some(Role::Chooser(_))) && chosen.is_ok() {
+                set = Some(claims.clone());
+            }
+            claims = claims.get(group.own.clone()).map(<[_]>::to_vec).unwrap_or_default();
+        }
+        let chosen = chosen.map_err(|text| match options.wait {
+            Wait::Forever | Wait::AtMost(_) => {
+                format!("{text}\n  (after waiting {:.0} s)", self.started.elapsed().as_secs_f64())
+            }
+            Wait::No => text,
+        });
+        (chosen, claims, set)
+    }
+
+    /// A `--per-rank` rank's look at its group, under the directory lock: the first of the
+    /// group here becomes its chooser (and looks for GPUs from then on); another waits for the
+    /// set, then claims its own part of it.
+    fn look_at_group(
+        &mut self,
+        nvml: &mut NvmlThread,
+        receiver: &Receiver,
+        inherited: &Inherited,
+        options: &Options,
+        group: &GroupShare,
+    ) -> Result<Step, AcquireError> {
+        let Some(dir) = &self.lock_dir else { return Ok(Step::Again) };
+        let guard = lock(dir, receiver)?;
+        let membership = match crate::reserve::group::find_or_make(dir, &group.member)? {
+            Found::Choose(membership) => {
+                drop(guard);
+                tracing::debug!(
+                    "{}: the first of the group here, choosing {} GPUs for it",
+                    group.who,
+                    options.request.count
+                );
+                self.role = Some(Role::Chooser(membership));
+                return Ok(Step::Again);
+            }
+            Found::Joined(membership) => membership,
+        };
+        let rank = Rank {
+            who: &group.who,
+            variable: group.rank_variable,
+            member: &group.member,
+            own: group.own.clone(),
+        };
+        let record = membership.record.clone();
+        match &record.state {
+            State::Failed { why, failure } => Err(joining::chooser_failed(&rank, &record, why, *failure)),
+            State::Choosing => {
+                drop(guard);
+                drop(membership);
+                let deadline = match options.wait {
+                    Wait::No => Some(self.started + group.member.timeout),
+                    Wait::Forever => None,
+                    Wait::AtMost(wait) => Some(self.started + wait.max(group.member.timeout)),
+                };
+                let waited =
+                    self.waited.get_or_insert(Waited { started: self.started, deadline, said: false });
+                joining::while_choosing(&rank, &record, waited)?;
+                receiver.pause(LOOK_AT_THE_GROUP_AGAIN).map_err(AcquireError::Interrupted)?;
+                Ok(Step::Again)
+            }
+            State::Chosen { gpus, exclusive, .. } => {
+                let Some(probed) = self.probed.take() else {
+                    // Probed outside the lock, then looked at again under it.
+                    drop(guard);
+                    drop(membership);
+                    self.probed = Some(nvml.probe(receiver, options.nvml_timeout, None, &mut |_| {})?);
+                    return Ok(Step::Again);
+                };
+                let visibility = visibility::resolve(&probed, inherited);
+                let indices = joining::check_set(&rank, &record, gpus, &probed, &visibility)?;
+                let count = options.request.count;
+                if gpus.is_empty() {
+                    // The chooser runs with no GPU (--fallback cpu): so does every rank.
+                    drop(guard);
+                    tracing::warn!(
+                        "{}: the group runs with no GPU visible (its chooser's --fallback cpu)",
+                        group.who
+                    );
+                    self.role = Some(Role::Joiner(membership));
+                    return Ok(Step::Answer(Acquisition { machine: probed, ..Acquisition::no_gpu(count) }));
+                }
+                // Real leases only: the group's own hold on this rank's GPU is not in the way.
+                let live = lease::live(dir, true);
+                let claims = joining::own_part(&rank, gpus, &live)?;
+                self.role = Some(Role::Joiner(membership));
+                let known = KnownGpus::of(&probed);
+                let selection = Selection::new(&probed, &indices, count);
+                let acquisition = Acquisition {
+                    machine: probed,
+                    decision: Decision::selected(indices),
+                    chosen: Ok(selection),
+                    leases: Vec::new(),
+                    live,
+                    queue: Vec::new(),
+                    group: None,
+                };
+                Ok(Step::Take(Take {
+                    guard: Some(guard),
+                    known,
+                    claims,
+                    set: None,
+                    exclusive: *exclusive,
+                    acquisition,
+                }))
+            }
+        }
+    }
 }
 
 /// The request under max-gpus-per-user: at most what the rule leaves this user now, or (the
@@ -600,53 +628,6 @@ impl Search {
         Ok(true)
     }
 
-    /// The decision's GPUs (or exit 75's explanation), and their leases when the command is to
-    /// run: under `--per-rank`, this rank's part of the set, the whole set recorded by its
-    /// chooser.
-    fn take_choice(
-        &self,
-        machine: &Machine,
-        known: &Arc<KnownGpus>,
-        decision: &Decision,
-        visibility: &Visibility,
-        options: &Options,
-    ) -> Result<(Vec<HeldLease>, Result<Selection, String>), AcquireError> {
-        let mut chosen = chosen_gpus(machine, decision, options.request.count, visibility);
-        if let (Some(_), Ok(indices)) = (&options.group, &mut chosen) {
-            // Rank r's GPUs are the r-th of the set in PCI order: rank 0 the lowest index.
-            indices.sort_unstable();
-        }
-        let chosen = chosen.map(|indices| Selection::new(machine, &indices, options.request.count));
-        let mut leases = Vec::new();
-        if let (true, Some(dir), Ok(selection)) = (options.hold, &self.lock_dir, &chosen) {
-            let mut reserve: Vec<(String, u64, u32)> = selection
-                .devices
-                .iter()
-                .filter_map(|device| {
-                    let bytes = decision
-                        .min_free(options.request.min_free)
-                        .map(|t| t.bytes_on(device.total_bytes.unwrap_or(0)))
-                        .unwrap_or(0);
-                    Some((device.uuid.clone()?, bytes, device.gpu_index))
-                })
-                .collect();
-            if let Some(group) = &options.group {
-                if let Some(record) = group.record {
-                    record.chosen(&reserve, options.request.exclusive)?;
-                }
-                reserve = reserve.get(group.own.clone()).map(<[_]>::to_vec).unwrap_or_default();
-            }
-            leases = lease::reserve(dir, known, &reserve, options.request.exclusive, &options.command)?;
-        }
-        let chosen = chosen.map_err(|text| match options.wait {
-            Wait::Forever | Wait::AtMost(_) => {
-                format!("{text}\n  (after waiting {:.0} s)", self.started.elapsed().as_secs_f64())
-            }
-            Wait::No => text,
-        });
-        Ok((leases, chosen))
-    }
-
     /// A launch that must wait takes its ticket in the queue (once).
     fn queue(
         &mut self,
@@ -733,249 +714,4 @@ pub(crate) fn live_and_unclaimed(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
     let unclaimed = crate::reserve::group::unclaimed(dir, groups, &live);
     live.extend(unclaimed);
     live
-}
-
-/// After a wake-up that did not start the job (NVML may show a GPU freed a moment after its
-/// lease ends), look again this soon, this many times, before sleeping again.
-const AFTER_A_WAKE: [Duration; 4] = [
-    Duration::from_millis(50),
-    Duration::from_millis(100),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
-];
-
-/// When a waiter looks at the machine again.
-struct Pacing {
-    /// The quick looks since a lease's end woke this waiter.
-    quick_retries: usize,
-    /// Looks left to take at once (below zero: owed), refilled at `LOOKS_PER_SECOND`.
-    looks: f64,
-    refilled: Instant,
-}
-
-/// A waiter's FIFO is anybody's to write (mode 0622): a flood of wake-up bytes must not become a
-/// flood of NVML probes and directory reads. A hand-off after a quiet spell looks at once; more
-/// than `LOOK_BURST` looks in a row are spaced to `LOOKS_PER_SECOND` (a real hand-off waits at
-/// most that spacing behind a flood: its byte stays in the FIFO).
-const LOOK_BURST: f64 = 8.0;
-const LOOKS_PER_SECOND: f64 = 10.0;
-
-impl Pacing {
-    fn new() -> Pacing {
-        Pacing { quick_retries: AFTER_A_WAKE.len(), looks: LOOK_BURST, refilled: Instant::now() }
-    }
-
-    /// Takes one look: how long to wait for it first (zero when it may be taken now).
-    fn take_look(&mut self) -> Duration {
-        let now = Instant::now();
-        let earned = now.duration_since(self.refilled).as_secs_f64() * LOOKS_PER_SECOND;
-        self.looks = (self.looks + earned).min(LOOK_BURST) - 1.0;
-        self.refilled = now;
-        match self.looks {
-            0.0.. => Duration::ZERO,
-            owed => Duration::from_secs_f64(-owed / LOOKS_PER_SECOND),
-        }
-    }
-}
-
-/// Sleeps until this waiter should look at the machine again (`wait_for_a_reason`), at the pace
-/// `Pacing` allows.
-fn wait_turn(
-    ticket: &Ticket,
-    dir: &LockDir,
-    receiver: &Receiver,
-    pacing: &mut Pacing,
-    until: Option<Instant>,
-) -> Result<(), i32> {
-    wait_for_a_reason(ticket, dir, receiver, &mut pacing.quick_retries, until)?;
-    let mut pause = pacing.take_look();
-    if let Some(until) = until {
-        pause = pause.min(until.saturating_duration_since(Instant::now()));
-    }
-    // The FIFO is not watched meanwhile: what is written to it is read at the next wait.
-    receiver.pause(pause)
-}
-
-/// Sleeps until there is a reason to look at the machine again: its FIFO is written (a lease
-/// ended, or the waiter ahead left), it is a head and `SAFETY_POLL` has passed, the quick
-/// looks after a lease's end, or the wait's end. A waiter behind a head only checks the names
-/// every `ROLE_CHECK` (no NVML, no file read). A wake-up is read at the next wait, after the
-/// look it caused; only a lease's end earns the quick looks.
-fn wait_for_a_reason(
-    ticket: &Ticket,
-    dir: &LockDir,
-    receiver: &Receiver,
-    quick_retries: &mut usize,
-    until: Option<Instant>,
-) -> Result<(), i32> {
-    if ticket.drain() {
-        *quick_retries = 0;
-    }
-    if let Some(pause) = AFTER_A_WAKE.get(*quick_retries) {
-        *quick_retries += 1;
-        let (received, _) = receiver.wait(ticket.wake_fd(), Some(*pause));
-        return receiver.act_before_launch(&received);
-    }
-    loop {
-        let head = ticket.is_head(dir);
-        let mut timeout = if head { ticket::SAFETY_POLL } else { ticket::ROLE_CHECK };
-        if let Some(until) = until {
-            timeout = timeout.min(until.saturating_duration_since(Instant::now()));
-        }
-        let (received, woke) = receiver.wait(ticket.wake_fd(), Some(timeout));
-        receiver.act_before_launch(&received)?;
-        if woke || head || until.is_some_and(|until| Instant::now() >= until) || ticket.is_head(dir) {
-            return Ok(());
-        }
-    }
-}
-
-/// The waiting line on stderr: rewritten in place on a terminal, cut to its width so that it
-/// stays one line that can be rewritten and erased (a 600-character line wrapped over several,
-/// left copies of itself behind, and stayed after Ctrl-C); with -v, each new reason is also
-/// logged whole. Elsewhere (a log file, a cron mail) one whole line every few seconds. Ended
-/// when dropped, so that an interrupted wait leaves a clean line.
-struct Progress {
-    in_place: bool,
-    last_line: Option<Instant>,
-    shown: bool,
-    /// What the last line said, for -v's whole reasons.
-    said: String,
-}
-
-impl Progress {
-    fn new(json_logs: bool) -> Progress {
-        Progress {
-            in_place: std::io::stderr().is_terminal() && !json_logs,
-            last_line: None,
-            shown: false,
-            said: String::new(),
-        }
-    }
-
-    /// The blocker first, short, then what is needed and the counts: the part a narrow
-    /// terminal cuts is the least telling. `waiting 2 s: GPU 0 reserved exclusively by gpurun
-    /// PID 4242 (alice, python); needs 1 GPU, exclusive; 0 qualify now, 0 ahead`.
-    fn show(&mut self, blockers: &[String], needs: &str, qualified: usize, ahead: usize, waited: Duration) {
-        let counts =
-            format!("{qualified} qualif{} now, {ahead} ahead", if qualified == 1 { "ies" } else { "y" });
-        let blocked = match blockers.is_empty() {
-            true => format!("{ahead} ahead in the queue"),
-            false => blockers.join(", "),
-        };
-        let reason = format!("{blocked}; {needs}; {counts}");
-        let text = format!("waiting {}: {reason}", duration::shown(Duration::from_secs(waited.as_secs())));
-        self.show_line(&text, &reason);
-    }
-
-    fn show_text(&mut self, text: &str) {
-        self.show_line(text, text);
-    }
-
-    /// `reason`: what the line says but the time waited, which changes every second.
-    fn show_line(&mut self, text: &str, reason: &str) {
-        if !self.in_place {
-            if self.last_line.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
-                tracing::info!("{text}");
-                self.last_line = Some(Instant::now());
-            }
-            return;
-        }
-        if reason != self.said && tracing::enabled!(tracing::Level::DEBUG) {
-            self.clear();
-            tracing::debug!("{text}");
-        }
-        self.said = reason.to_owned();
-        let columns = crate::process::stdio::terminal_columns(std::io::stderr().as_fd()).unwrap_or(80);
-        // Three columns short of the width: the "^C" a terminal echoes at Ctrl-C still fits on
-        // the line (a full line made it wrap, and the erase below then missed the line).
-        let line = crate::process::stdio::fit(&format!("gpurun: {text}"), columns.saturating_sub(3).max(20));
-        let _ = write!(std::io::stderr().lock(), "\r{line}\x1b[K");
-        self.shown = true;
-    }
-
-    fn clear(&mut self) {
-        if self.shown {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
-            self.shown = false;
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::probe::gpu::test_gpu;
-    use crate::reserve::ticket::Needs;
-
-    fn waiter(pid: u32, gpus: &[u32], count: u32, machine: &Machine) -> Waiter {
-        Waiter {
-            pid,
-            uid: 0,
-            user: "alice".to_owned(),
-            since_ns: u64::from(pid),
-            gpus: gpus.iter().map(|&i| machine.gpus[i as usize].uuid.clone().unwrap()).collect(),
-            request: String::new(),
-            needs: Needs {
-                count: Count::exactly(count),
-                min_free: None,
-                max_util: None,
-                exclusive: true,
-                policy: crate::options::Policy::Index,
-            },
-        }
-    }
-
-    #[test]
-    fn waiters_ahead_keep_what_they_would_take_or_all_they_could_use() {
-        let machine = Machine {
-            driver_version: None,
-            cuda_driver_version: None,
-            gpus: (0..4).map(test_gpu).collect(),
-            migs: Vec::new(),
-            topology: None,
-            excluded: Vec::new(),
-            confidential_computing: None,
-        };
-        // W1 can be served now and would take GPU 0; W2 needs three of {0, 1, 2}, which it cannot
-        // have while W1 takes GPU 0, so it keeps all three; GPU 3 is nobody's.
-        let ahead = [waiter(1, &[0, 1, 2, 3], 1, &machine), waiter(2, &[0, 1, 2], 3, &machine)];
-        let mut reserved = Vec::new();
-        let (held, queue) = queue_ahead(ahead.iter(), &machine, &mut reserved);
-        assert_eq!(
-            reserved.iter().map(|r| (r.index, r.pid, r.queued)).collect::<Vec<_>>(),
-            vec![(0, 1, true)]
-        );
-        assert_eq!(held.iter().map(|h| (h.index, h.pid)).collect::<Vec<_>>(), vec![(0, 2), (1, 2), (2, 2)]);
-        // Each waiter says why it waits (or that it can start).
-        assert_eq!(queue[0].reason, "can start now");
-        assert!(
-            queue[1].reason.starts_with("needs 3 GPUs, exclusive: GPU 0 held for gpurun PID 1"),
-            "{}",
-            queue[1].reason
-        );
-        // Eight single-GPU waiters ahead on eight free cards each keep one: nothing is left.
-        let machine = Machine {
-            driver_version: None,
-            cuda_driver_version: None,
-            gpus: (0..8).map(test_gpu).collect(),
-            migs: Vec::new(),
-            topology: None,
-            excluded: Vec::new(),
-            confidential_computing: None,
-        };
-        let all: Vec<u32> = (0..8).collect();
-        let ahead: Vec<Waiter> = (1..=8).map(|pid| waiter(pid, &all, 1, &machine)).collect();
-        let mut reserved = Vec::new();
-        assert!(queue_ahead(ahead.iter(), &machine, &mut reserved).0.is_empty());
-        let mut taken: Vec<u32> = reserved.iter().map(|r| r.index).collect();
-        taken.sort_unstable();
-        assert_eq!(taken, all);
-    }
 }

@@ -21,7 +21,7 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::process::procfs;
-use crate::reserve::lease::Lease;
+use crate::reserve::lease::{Claim, Lease};
 use crate::reserve::lockdir::{current_uid, LockDir, LockDirError};
 
 /// What a group's record says.
@@ -54,17 +54,19 @@ pub(crate) enum State {
     /// The chooser is choosing (or waiting for GPUs with --wait).
     Choosing,
     /// The set, in rank order: rank r's GPUs are `gpus[r*per_rank..(r+1)*per_rank]`.
-    Chosen { gpus: Vec<Chosen>, exclusive: bool, at: f64 },
-    /// The chooser could not choose: its message, and its exit status.
-    Failed { why: String, status: u8 },
+    Chosen { gpus: Vec<Claim>, exclusive: bool, at: f64 },
+    /// The chooser could not choose: its message, and whether a retry may do.
+    Failed { why: String, failure: GroupFailure },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Chosen {
-    pub(crate) uuid: String,
-    pub(crate) index: u32,
-    /// What the rank will reserve of it (--min-free's bytes).
-    pub(crate) reserved_bytes: u64,
+/// Why a rank could not take its part of its group's set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum GroupFailure {
+    /// Not now: the GPUs were not to be had, or the set did not come in time (a retry may do).
+    Busy,
+    /// Not as started: the ranks disagree, or the record cannot be used here.
+    Broken,
 }
 
 impl Record {
@@ -144,24 +146,16 @@ impl Membership {
         lock.write_all_at(text.as_bytes(), 0).map_err(|e| self.dir.io(e))
     }
 
-    /// The chooser's set (UUID, reserved bytes, NVML index, in rank order), written under the
-    /// directory lock its own lease is taken under.
-    pub(crate) fn chosen(&self, set: &[(String, u64, u32)], exclusive: bool) -> Result<(), LockDirError> {
-        let gpus = set
-            .iter()
-            .map(|(uuid, reserved_bytes, index)| Chosen {
-                uuid: uuid.clone(),
-                index: *index,
-                reserved_bytes: *reserved_bytes,
-            })
-            .collect();
-        self.write(State::Chosen { gpus, exclusive, at: now() })
+    /// The chooser's set, in rank order, written under the directory lock its own lease is
+    /// taken under.
+    pub(crate) fn chosen(&self, set: &[Claim], exclusive: bool) -> Result<(), LockDirError> {
+        self.write(State::Chosen { gpus: set.to_vec(), exclusive, at: now() })
     }
 
     /// The chooser could not choose: the other ranks fail with its reason instead of each
     /// choosing again.
-    pub(crate) fn failed(&self, why: &str, status: u8) {
-        if let Err(error) = self.write(State::Failed { why: why.to_owned(), status }) {
+    pub(crate) fn failed(&self, why: &str, failure: GroupFailure) {
+        if let Err(error) = self.write(State::Failed { why: why.to_owned(), failure }) {
             tracing::debug!("cannot record the group's failure: {error}");
         }
     }
@@ -187,12 +181,13 @@ impl Drop for Membership {
 }
 
 /// The rank looking for its group, as the record needs it.
-pub(crate) struct Member<'a> {
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
     /// What names the job on this node (`rank::launcher::Rank::group_key`).
-    pub(crate) job: &'a str,
+    pub(crate) job: String,
     /// The node (`rank::launcher::Rank::node`).
-    pub(crate) node: &'a str,
-    pub(crate) launcher: &'a str,
+    pub(crate) node: String,
+    pub(crate) launcher: String,
     pub(crate) local_rank: u32,
     pub(crate) local_size: u32,
     /// GPUs per rank.
@@ -213,7 +208,7 @@ pub(crate) enum Found {
 /// the directory lock held.
 pub(crate) fn find_or_make(dir: &LockDir, rank: &Member) -> Result<Found, LockDirError> {
     let uid = current_uid();
-    let prefix = prefix_of(rank.job, uid);
+    let prefix = prefix_of(&rank.job, uid);
     for name in dir.entries() {
         let Ok(name) = String::from_utf8(name) else { continue };
         if !name.starts_with(&prefix) {
@@ -340,11 +335,11 @@ mod tests {
         file
     }
 
-    fn rank(local_rank: u32) -> Member<'static> {
+    fn rank(local_rank: u32) -> Member {
         Member {
-            job: "group:test",
-            node: "vm",
-            launcher: "torchrun",
+            job: "group:test".to_owned(),
+            node: "vm".to_owned(),
+            launcher: "torchrun".to_owned(),
             local_rank,
             local_size: 2,
             per_rank: 1,
@@ -359,7 +354,8 @@ mod tests {
         let Found::Choose(chooser) = find_or_make(&dir, &rank(0)).unwrap() else {
             panic!("the first rank chooses")
         };
-        chooser.chosen(&[("GPU-a".to_owned(), 0, 0), ("GPU-b".to_owned(), 0, 1)], false).unwrap();
+        let claim = |uuid: &str, index| Claim { uuid: uuid.to_owned(), index, reserved_bytes: 0 };
+        chooser.chosen(&[claim("GPU-a", 0), claim("GPU-b", 1)], false).unwrap();
         // Rank 1 has no lease yet: its GPU counts as reserved for everyone else.
         let unclaimed = unclaimed(&dir, dir.entries(), &[]);
         assert_eq!(unclaimed.iter().map(|l| l.uuid.as_str()).collect::<Vec<_>>(), ["GPU-a", "GPU-b"]);
@@ -394,7 +390,7 @@ mod tests {
             user: "me".to_owned(),
             chooser_rank: 0,
             chooser_pid: 1,
-            state: State::Failed { why: "planted".to_owned(), status: 75 },
+            state: State::Failed { why: "planted".to_owned(), failure: GroupFailure::Busy },
             started: 0.0,
             rank_timeout_seconds: 60.0,
         };

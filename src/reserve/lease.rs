@@ -185,19 +185,29 @@ pub(crate) fn live_among(dir: &LockDir, names: Vec<Vec<u8>>, may_clean: bool) ->
     leases
 }
 
-/// Takes a lease on each GPU (UUID, reserved bytes); call with the directory lock held. On any
-/// failure (a full disk, say) nothing is left behind: leases taken so far are dropped.
+/// One GPU to lease: its UUID, what the lease reserves of it (`--min-free`'s bytes there), and
+/// its NVML index (the lease's end wakes the waiters for it). A `--per-rank` group's record
+/// lists its set as these, in rank order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Claim {
+    pub(crate) uuid: String,
+    pub(crate) index: u32,
+    pub(crate) reserved_bytes: u64,
+}
+
+/// Takes a lease on each GPU claimed; call with the directory lock held. On any failure (a full
+/// disk, say) nothing is left behind: leases taken so far are dropped.
 pub(crate) fn reserve(
     dir: &LockDir,
     known: &Arc<KnownGpus>,
-    gpus: &[(String, u64, u32)],
+    claims: &[Claim],
     exclusive: bool,
     command: &str,
 ) -> Result<Vec<HeldLease>, LockDirError> {
     let uid = current_uid();
     let pid = std::process::id();
     let mut held = Vec::new();
-    for (uuid, reserved_bytes, index) in gpus {
+    for Claim { uuid, reserved_bytes, index } in claims {
         let lease = Lease {
             uuid: uuid.clone(),
             pid,
@@ -251,7 +261,8 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let path = base.path().join("locks");
         let dir = LockDir::open(&path, true).unwrap();
-        let held = reserve(&dir, &Arc::default(), &[("GPU-abc".to_owned(), 42, 0)], true, "train").unwrap();
+        let claim = Claim { uuid: "GPU-abc".to_owned(), index: 0, reserved_bytes: 42 };
+        let held = reserve(&dir, &Arc::default(), &[claim], true, "train").unwrap();
         let leases = live(&dir, true);
         assert_eq!(leases.len(), 1);
         assert_eq!(leases[0].reserved_bytes, 42);

@@ -2,7 +2,11 @@
 //! wait queue, and the loop that probes, selects and reserves under the lock.
 
 pub(crate) mod acquire;
+mod error;
 pub(crate) mod group;
+pub(crate) mod holds;
+mod joining;
 pub(crate) mod lease;
 pub(crate) mod lockdir;
 pub(crate) mod ticket;
+mod waiting;
