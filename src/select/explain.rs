@@ -5,7 +5,7 @@
 use crate::options::{Policy, TopologyUse};
 use crate::probe::gpu::{Gpu, Link, Topology};
 use crate::select::busy::{and_list, describe, is_busy};
-use crate::select::filters::Request;
+use crate::select::request::Request;
 use crate::select::sets::model_of;
 
 /// For every GPU of `eligible` not in `chosen` (both NVML indices; `ranked` is the order the

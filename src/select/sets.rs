@@ -3,8 +3,8 @@
 use crate::options::TopologyUse;
 use crate::probe::gpu::{Gpu, Link, Topology};
 use crate::probe::health::HealthState;
-use crate::select::filters::Request;
 use crate::select::ranking::tier;
+use crate::select::request::Request;
 
 /// The model a GPU counts as for `--same-model`: its name and total memory.
 pub(crate) fn model_of(gpu: &Gpu) -> (Option<&str>, Option<u64>) {
