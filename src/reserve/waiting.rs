@@ -57,6 +57,33 @@ impl Pacing {
     }
 }
 
+/// Why a waiter looks at the machine again (said with -vv, one line a look).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    /// Its FIFO was written: a lease ended, or the waiter ahead left.
+    Woken,
+    /// One of the quick looks after a lease's end.
+    QuickLook,
+    /// A head's safety poll (GPUs freed outside gpurun).
+    SafetyPoll,
+    /// The waiter ahead is gone: this one is a head now.
+    Head,
+    /// The `--wait` is over.
+    WaitOver,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reason::Woken => "its FIFO was written",
+            Reason::QuickLook => "a quick look after a lease's end",
+            Reason::SafetyPoll => "the safety poll",
+            Reason::Head => "it is the head now",
+            Reason::WaitOver => "the wait is over",
+        })
+    }
+}
+
 /// Sleeps until this waiter should look at the machine again (`wait_for_a_reason`), at the pace
 /// `Pacing` allows.
 pub(super) fn wait_turn(
@@ -66,10 +93,14 @@ pub(super) fn wait_turn(
     pacing: &mut Pacing,
     until: Option<Instant>,
 ) -> Result<(), i32> {
-    wait_for_a_reason(ticket, dir, receiver, &mut pacing.quick_retries, until)?;
+    let reason = wait_for_a_reason(ticket, dir, receiver, &mut pacing.quick_retries, until)?;
     let mut pause = pacing.take_look();
     if let Some(until) = until {
         pause = pause.min(until.saturating_duration_since(Instant::now()));
+    }
+    match pause.is_zero() {
+        true => tracing::trace!("looking again: {reason}"),
+        false => tracing::trace!("looking again: {reason}, paced ({} ms later)", pause.as_millis()),
     }
     // The FIFO is not watched meanwhile: what is written to it is read at the next wait.
     receiver.pause(pause)
@@ -86,14 +117,15 @@ fn wait_for_a_reason(
     receiver: &Receiver,
     quick_retries: &mut usize,
     until: Option<Instant>,
-) -> Result<(), i32> {
+) -> Result<Reason, i32> {
     if ticket.drain() {
         *quick_retries = 0;
     }
     if let Some(pause) = AFTER_A_WAKE.get(*quick_retries) {
         *quick_retries += 1;
-        let (received, _) = receiver.wait(ticket.wake_fd(), Some(*pause));
-        return receiver.act_before_launch(&received);
+        let (received, woke) = receiver.wait(ticket.wake_fd(), Some(*pause));
+        receiver.act_before_launch(&received)?;
+        return Ok(if woke { Reason::Woken } else { Reason::QuickLook });
     }
     loop {
         let head = ticket.is_head(dir);
@@ -103,8 +135,17 @@ fn wait_for_a_reason(
         }
         let (received, woke) = receiver.wait(ticket.wake_fd(), Some(timeout));
         receiver.act_before_launch(&received)?;
-        if woke || head || until.is_some_and(|until| Instant::now() >= until) || ticket.is_head(dir) {
-            return Ok(());
+        if woke {
+            return Ok(Reason::Woken);
+        }
+        if until.is_some_and(|until| Instant::now() >= until) {
+            return Ok(Reason::WaitOver);
+        }
+        if head {
+            return Ok(Reason::SafetyPoll);
+        }
+        if ticket.is_head(dir) {
+            return Ok(Reason::Head);
         }
     }
 }
