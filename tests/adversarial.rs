@@ -357,23 +357,17 @@ fn huge_arguments() -> Vec<String> {
 fn a_hook_that_does_not_read_cannot_stall_supervision() {
     let sim = Sim::new(&default_scenario());
     let mut run =
-        sim.gpurun().args(["--gpus", "0", "--on-start", "sleep 40", "--", "sh", "-c", "sleep 30", "sh"]);
+        sim.gpurun().args(["--gpus", "0", "--on-start", "sleep 600", "--", "sh", "-c", "sleep 600", "sh"]);
     run = run.args(huge_arguments());
     // stderr not piped: nobody would read the "running" line, which holds the whole command.
     let mut child =
         run.command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    // The command and its hook started (each would run ten minutes: a TERM held back by the
+    // hook would leave gpurun hung).
+    assert!(wait_until(common::HANG, || common::children(child.id()).len() >= 2), "the command and its hook");
     common::send_signal(child.id(), libc::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("gpurun did not end within 10 s of SIGTERM: its hook held it");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     use std::os::unix::process::ExitStatusExt;
-    let status = child.wait().unwrap();
+    let status = common::wait_unless_hung(&mut child);
     assert_eq!(status.signal(), Some(libc::SIGTERM), "the command got the TERM and gpurun died by it");
 }
 
@@ -452,15 +446,13 @@ fn leases_keep_the_arguments_private() {
 #[test]
 fn children_gpurun_inherited_are_left_alone() {
     let sim = Sim::new(&default_scenario());
-    let script = "sleep 4 >/dev/null 2>&1 & echo $!; exec \"$0\" --gpus 0 -- sh -c 'sleep 5 >/dev/null 2>&1 & echo $!'";
-    let started = Instant::now();
-    let out = sim.gpurun_command("sh", &["-c", script, &gpurun_binary()]).run();
+    // The inherited sleep lasts ten minutes: a gpurun that waited for it would be hung.
+    let script = "sleep 600 >/dev/null 2>&1 & echo $!; exec \"$0\" --gpus 0 -- sh -c 'sleep 600 >/dev/null 2>&1 & echo $!'";
+    let out = sim.gpurun_command("sh", &["-c", script, &gpurun_binary()]).run_unless_hung();
     out.status(0);
-    let took = started.elapsed();
     let pids: Vec<u32> = out.stdout.lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_eq!(pids.len(), 2, "{out:?}");
     let (inherited, leftover) = (pids[0], pids[1]);
-    assert!(took < Duration::from_secs(3), "gpurun waited for the inherited child: {took:?}");
     let alive = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{default_scenario, recorder, send_signal, start_recorder, wait_until, Sim};
 
@@ -56,11 +56,13 @@ fn signals_reach_the_command_while_a_call_hangs() {
     let sim = hanging_process_list();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("signals.log");
+    let calls = dir.path().join("calls.log");
     let mut gpurun = sim
         .gpurun()
         .args(["-q", "--", "python3"])
         .args([recorder()])
         .args([log.to_str().unwrap(), "--signals", "TERM,USR1", "--exit-on", "TERM"])
+        .env("NVML_SIM_CALL_LOG", &calls)
         .command
         .stdout(Stdio::piped())
         .stdin(Stdio::null())
@@ -70,8 +72,15 @@ fn signals_reach_the_command_while_a_call_hangs() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(gpurun.stdout.as_mut().unwrap()), &mut line)
         .unwrap();
     assert!(line.starts_with("ready "), "{line}");
-    // Let the verification poll get stuck first.
-    std::thread::sleep(Duration::from_millis(500));
+    // The verification poll is stuck first: its process-list call on GPU 7 (the second, the
+    // probe's was the first) has begun, and hangs.
+    let list_calls = || {
+        let text = std::fs::read_to_string(&calls).unwrap_or_default();
+        text.lines()
+            .filter(|l| l.contains(" nvmlDeviceGetComputeRunningProcesses") && l.ends_with(" 7"))
+            .count()
+    };
+    assert!(wait_until(LONG, || list_calls() >= 2), "the poll never reached the hung call");
     let recorded =
         |name: &str| std::fs::read_to_string(&log).unwrap_or_default().lines().filter(|l| *l == name).count();
     // The call hangs for ten minutes: a signal that waited for it would not come in LONG.
@@ -80,7 +89,7 @@ fn signals_reach_the_command_while_a_call_hangs() {
     send_signal(gpurun.id(), libc::SIGTERM);
     let status = common::wait_unless_hung(&mut gpurun);
     assert_eq!(status.signal(), Some(libc::SIGTERM));
-    std::thread::sleep(Duration::from_millis(100));
+    // Written by the recorder before it died of TERM, so before gpurun died.
     assert_eq!((recorded("USR1"), recorded("TERM")), (1, 1));
 }
 
@@ -134,11 +143,10 @@ fn every_mode_obeys_the_deadline_and_names_the_gpu() {
 #[test]
 fn with_wait_a_probe_that_hangs_is_waited_for_until_the_wait_is_over() {
     let sim = with_hang("nvmlDeviceGetCount", "");
-    let started = Instant::now();
-    let outcome = sim.gpurun().args(["--nvml-timeout", "500ms", "--wait=2s", "--", "true"]).run();
-    let took = started.elapsed();
-    outcome.status(125).stderr_has("nvmlDeviceGetCount_v2");
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "{took:?}");
+    // The probe hangs for good: past --nvml-timeout the launch says it waits, then gives up by
+    // itself when the --wait is over (a launch that never gave up would be hung).
+    let outcome = sim.gpurun().args(["--nvml-timeout", "500ms", "--wait=2s", "--", "true"]).run_unless_hung();
+    outcome.status(125).stderr_has("waiting (--wait): ").stderr_has("nvmlDeviceGetCount_v2");
     // A call that answers after a while, within --wait: the launch goes ahead.
     let slow = with_hang("nvmlDeviceGetCount", "ms = 1500\ntimes = 1");
     slow.gpurun().args(["-q", "--nvml-timeout", "500ms", "--wait=10s", "--", "true"]).run().status(0);

@@ -101,22 +101,15 @@ impl Pty {
     }
 }
 
-/// How a gpurun hit by Ctrl-C `delay` after its start ended; None if it ran on (lost).
+/// How a gpurun hit by Ctrl-C `delay` after its start ended; None if the press was lost (the
+/// command then ran its course and gpurun exited 0, not by SIGINT).
 fn ctrl_c_after(sim: &Sim, args: &[&str], delay: Duration) -> Option<std::process::ExitStatus> {
     let mut pty = Pty::open();
     let mut gpurun = pty.start(sim.gpurun().args(["-q"]).args(args).args(["--", "sleep", "3"]));
     std::thread::sleep(delay);
     pty.ctrl_c();
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        if let Some(status) = gpurun.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let _ = gpurun.kill();
-    let _ = gpurun.wait();
-    None
+    let status = common::wait_unless_hung(&mut gpurun);
+    (status.code() != Some(0)).then_some(status)
 }
 
 /// How long gpurun takes from its start to its command's exit, for `true`: the span in which

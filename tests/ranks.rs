@@ -486,7 +486,16 @@ fn another_users_planted_group_records_are_neither_joined_nor_counted() {
         wait_until(Duration::from_secs(5), || first.exists() && second.exists()),
         "the records were not planted"
     );
-    std::thread::sleep(Duration::from_millis(200));
+    // Planted and held: the planter's shared flocks are on both (an exclusive probe fails).
+    let held = |path: &std::path::Path| {
+        std::fs::File::open(path).is_ok_and(|file| {
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err()
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || held(&first) && held(&second)),
+        "the planted records are not held"
+    );
     let list = sim.gpurun().args(["--list"]).run();
     assert!(!list.stdout.contains("(for rank"), "a planted hold counted: {list:#?}");
     let runs = (0..2)
@@ -572,9 +581,10 @@ fn a_record_another_user_holds_locked_holds_no_rank_and_no_launch() {
             record.to_str().unwrap(),
         ],
     ));
-    std::thread::sleep(Duration::from_millis(500));
-    let probe = std::fs::File::open(&record).unwrap();
-    let locked = nix::fcntl::Flock::lock(probe, nix::fcntl::FlockArg::LockSharedNonblock).is_err();
+    let locked = wait_until(Duration::from_secs(10), || {
+        let probe = std::fs::File::open(&record).unwrap();
+        nix::fcntl::Flock::lock(probe, nix::fcntl::FlockArg::LockSharedNonblock).is_err()
+    });
     if !locked {
         drop(holder);
         return common::skip("a_record_another_user_holds_locked", "setpriv or perl is unavailable");

