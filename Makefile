@@ -22,7 +22,12 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
+.PHONY: setup build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
+
+# For working on gpurun: git runs .githooks/ (commit-msg: a subject of one whole sentence, at
+# most 72 characters).
+setup:
+	git config core.hooksPath .githooks
 
 build:
 	$(CARGO) build --release --bin gpurun

@@ -32,6 +32,13 @@ fn target(modules: &BTreeSet<String>, path: &str) -> Option<String> {
     (1..=parts.len()).rev().map(|n| parts[..n].join("::")).find(|candidate| modules.contains(candidate))
 }
 
+/// A source file's text before its unit tests (a `#[cfg(test)]` module, or the whole file of
+/// one that is `#![cfg(test)]`).
+fn without_tests(text: &str) -> &str {
+    let end = ["#[cfg(test)]", "#![cfg(test)]"].iter().filter_map(|marker| text.find(marker)).min();
+    &text[..end.unwrap_or(text.len())]
+}
+
 /// Imports outside tests, module -> modules.
 fn graph(crate_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let src = crate_dir.join("src");
@@ -42,7 +49,7 @@ fn graph(crate_dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
     for file in &files {
         let from = module_of(&src, file);
         let text = std::fs::read_to_string(file).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let code = without_tests(&text);
         let mut to = BTreeSet::new();
         for (at, _) in code.match_indices("crate::") {
             let path: String = code[at + 7..]
@@ -134,7 +141,7 @@ fn crate_sources() -> Vec<(String, String)> {
         .iter()
         .map(|file| {
             let text = std::fs::read_to_string(file).unwrap();
-            let code = text.split("#[cfg(test)]").next().unwrap_or_default().to_owned();
+            let code = without_tests(&text).to_owned();
             (file.strip_prefix(&src).unwrap().display().to_string(), code)
         })
         .collect()
@@ -200,6 +207,63 @@ fn the_public_surface_is_small_and_functions_are_short() {
     assert!(long.is_empty(), "functions too long:\n{}", long.join("\n"));
 }
 
+/// What reads the test's own clock: a `let` whose value comes from one of these (or from a
+/// name that does) holds a time.
+const CLOCK_SOURCES: [&str; 6] =
+    ["Instant::now()", "SystemTime::now()", ".elapsed()", "duration_since(", "as_secs_f64()", "cpu_ticks("];
+
+/// The statements of `text` (code split at `;`, `{` and `}`, comments dropped), with the
+/// line each starts on.
+fn statements(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut current = String::new();
+    let mut start = 0;
+    for (number, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        for c in code.chars() {
+            if current.trim().is_empty() {
+                start = number + 1;
+            }
+            match c {
+                ';' | '{' | '}' => found.push((start, std::mem::take(&mut current))),
+                _ => current.push(c),
+            }
+        }
+        current.push(' ');
+    }
+    found
+}
+
+/// The statements of a test file that assert on a time it measured: an assertion that
+/// compares (`<`, `>`, a range's `contains`) or equates a value read from the clock, in any
+/// spelling (`took < ...`, `gap_ms < 1000.0`, `(a..b).contains(&took)`, `spent <= 10` of CPU
+/// ticks in a slept window).
+fn clock_assertions(text: &str) -> Vec<(usize, String)> {
+    let mut clocked: Vec<String> = Vec::new();
+    let reads_clock = |statement: &str, clocked: &[String]| {
+        CLOCK_SOURCES.iter().any(|source| statement.contains(source))
+            || words(statement).iter().any(|word| clocked.iter().any(|name| name == word))
+    };
+    let mut found = Vec::new();
+    for (line, statement) in statements(text) {
+        let trimmed = statement.trim();
+        if let Some(binding) = trimmed.strip_prefix("let ") {
+            let (name, value) = binding.split_once('=').unwrap_or_default();
+            let name = words(name).into_iter().rfind(|w| *w != "mut").unwrap_or_default().to_owned();
+            if !name.is_empty() && reads_clock(value, &clocked) {
+                clocked.push(name);
+            }
+        }
+        let asserts = words(trimmed).iter().any(|w| w.starts_with("assert") || w.starts_with("prop_assert"));
+        let compares =
+            ["<", ">", ".contains(&"].iter().any(|op| trimmed.contains(op)) || trimmed.contains("assert_eq");
+        if asserts && compares && reads_clock(trimmed, &clocked) {
+            found.push((line, trimmed.to_owned()));
+        }
+    }
+    found
+}
+
 /// STYLE: no wall-clock assertion in the tests (time is the bench's): a test waits for the
 /// event, with a bound that only catches a hang (`common::HANG`).
 #[test]
@@ -207,19 +271,195 @@ fn no_test_asserts_on_the_clock() {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let mut files = Vec::new();
     sources(&tests, &mut files);
-    let needle = ["elapsed()", " <"].concat();
     let timed: Vec<String> = files
         .iter()
         .flat_map(|file| {
             let text = std::fs::read_to_string(file).unwrap();
-            let hits: Vec<String> = text
-                .lines()
-                .enumerate()
-                .filter(|(_, line)| line.contains(&needle))
-                .map(|(number, line)| format!("{}:{}: {}", file.display(), number + 1, line.trim()))
+            let hits: Vec<String> = clock_assertions(&text)
+                .into_iter()
+                .map(|(line, statement)| format!("{}:{line}: {statement}", file.display()))
                 .collect();
             hits
         })
+        .filter(|hit| !hit.contains("tests/layout.rs"))
         .collect();
     assert!(timed.is_empty(), "wall-clock assertions in tests:\n{}", timed.join("\n"));
+    // Every spelling the guard is for is found.
+    for spelled in [
+        "let started = Instant::now(); run(); assert!(started.elapsed() < Duration::from_secs(3));",
+        "let took = started.elapsed(); assert!(took >= Duration::from_secs(2) && took < LIMIT, \"{took:?}\");",
+        "let t = Instant::now(); let took = t.elapsed(); assert!((A..B).contains(&took));",
+        "let gap_ms = (SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()) * 1e3; assert!(gap_ms < 1000.0);",
+        "let before = cpu_ticks(pid); sleep(); let spent = cpu_ticks(pid) - before; assert!(spent <= 10);",
+        "let seconds = flood.elapsed().as_secs_f64(); let most = 8 + seconds as usize; assert!(flooded <= most);",
+    ] {
+        assert_eq!(clock_assertions(spelled).len(), 1, "not found: {spelled}");
+    }
+    assert!(clock_assertions("let n = things.len(); assert!(n < 3);").is_empty());
+}
+
+/// DESIGN 1: the command line is parsed, then resolved once into the plan, outside `cli`: the
+/// command line's folder builds no later stage's types (it imports nothing from them).
+#[test]
+fn the_command_line_imports_no_later_stage() {
+    let edges = graph(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let later = ["launch", "reserve", "rank", "select"];
+    let imports: Vec<String> = edges
+        .iter()
+        .filter(|(from, _)| from.split("::").next() == Some("cli"))
+        .flat_map(|(from, to)| {
+            to.iter()
+                .filter(|module| later.contains(&module.split("::").next().unwrap_or_default()))
+                .map(move |module| format!("{from} -> {module}"))
+        })
+        .collect();
+    assert!(imports.is_empty(), "cli imports later stages:\n{}", imports.join("\n"));
+}
+
+/// The words of `code` split at anything that cannot be in a Rust name.
+fn words(code: &str) -> Vec<&str> {
+    code.split(|c: char| !c.is_alphanumeric() && c != '_').filter(|w| !w.is_empty()).collect()
+}
+
+/// The run's end belongs to verification: how a run finished and what is diagnosed of it are
+/// built in `verify/` alone, where their rules are unit-tested.
+#[test]
+fn the_end_of_a_run_is_built_in_verify() {
+    let mut outside = Vec::new();
+    for (path, code) in crate_sources() {
+        if path.starts_with("verify/") {
+            continue;
+        }
+        for (number, line) in code.lines().enumerate() {
+            let code_part = line.split("//").next().unwrap_or_default();
+            let found = words(code_part);
+            if found.windows(2).any(|pair| pair[0] == "fn" && ["finish", "diagnose"].contains(&pair[1])) {
+                outside.push(format!("src/{path}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(outside.is_empty(), "a run's end assembled outside src/verify/:\n{}", outside.join("\n"));
+}
+
+/// The fields of each struct declared in `code` with braces: (name, line, field count). A field
+/// is a line one indent deeper than the `struct` line that names a field (`name: Type`).
+fn struct_fields(code: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (number, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let head = trimmed.split_whitespace().collect::<Vec<_>>();
+        let at = head.iter().position(|w| *w == "struct");
+        let Some(at) = at.filter(|_| trimmed.ends_with('{') && !trimmed.starts_with("//")) else { continue };
+        let name: String = head
+            .get(at + 1)
+            .unwrap_or(&"")
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let indent = line.len() - trimmed.len();
+        let inner = " ".repeat(indent + 4);
+        let close = format!("{}}}", " ".repeat(indent));
+        let mut fields = 0;
+        for body in &lines[number + 1..] {
+            if body.starts_with(&close) {
+                break;
+            }
+            let Some(rest) = body.strip_prefix(&inner).filter(|rest| !rest.starts_with(' ')) else {
+                continue;
+            };
+            let rest = rest
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub(super) ")
+                .trim_start_matches("pub ");
+            let field: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !field.is_empty() && rest[field.len()..].starts_with(':') && !rest.starts_with("//") {
+                fields += 1;
+            }
+        }
+        found.push((name, number + 1, fields));
+    }
+    found
+}
+
+/// Verification grows by parts: a feature adds a part (a health watch, the receipt, the MPS
+/// neighbours), not one more field to a struct that holds everything.
+#[test]
+fn no_struct_of_verification_holds_more_than_twelve_fields() {
+    let mut wide = Vec::new();
+    for (path, code) in crate_sources().into_iter().filter(|(path, _)| path.starts_with("verify/")) {
+        for (name, line, fields) in struct_fields(&code) {
+            if fields > 12 {
+                wide.push(format!("src/{path}:{line} {name}: {fields} fields"));
+            }
+        }
+    }
+    assert!(wide.is_empty(), "structs of more than 12 fields:\n{}", wide.join("\n"));
+    // The counter counts: a struct of 13 named fields is seen as one.
+    let thirteen: String = (0..13).map(|n| format!("    f{n}: u32,\n")).collect();
+    assert_eq!(
+        struct_fields(&format!("pub(crate) struct Wide {{\n{thirteen}}}\n")),
+        [("Wide".to_owned(), 1, 13)]
+    );
+}
+
+/// One acquisition loop: leases are taken (`lease::reserve`) by one module, whatever the launch
+/// waits for (GPUs, or a `--per-rank` group's set).
+#[test]
+fn leases_are_taken_by_one_module() {
+    let callers: Vec<String> = crate_sources()
+        .into_iter()
+        .filter(|(path, code)| path != "reserve/lease.rs" && code.contains("lease::reserve("))
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(callers, ["reserve/acquire.rs"], "the modules that take leases");
+}
+
+/// Small modules with one job each: no source file of the crate is over 800 lines (its unit
+/// tests included).
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .map(|file| (file, std::fs::read_to_string(file).unwrap().lines().count()))
+        .filter(|(_, lines)| *lines > 800)
+        .map(|(file, lines)| format!("{}: {lines} lines", file.display()))
+        .collect();
+    assert!(long.is_empty(), "files over 800 lines:\n{}", long.join("\n"));
+}
+
+/// The repository's commit-msg hook (`make setup`) refuses a subject over 72 characters or one
+/// that stops mid-sentence, and lets a whole short sentence through.
+#[test]
+fn the_commit_message_hook_refuses_long_or_cut_subjects() {
+    let hook = Path::new(env!("CARGO_MANIFEST_DIR")).join(".githooks/commit-msg");
+    let dir = tempfile::tempdir().unwrap();
+    let verdict = |subject: &str| {
+        let message = dir.path().join("COMMIT_EDITMSG");
+        let text = match subject {
+            "" => "# a comment git leaves, and nothing else\n\n".to_owned(),
+            _ => format!("# a comment git leaves\n{subject}\n\nThe body, as long as it likes.\n"),
+        };
+        std::fs::write(&message, text).unwrap();
+        let out = std::process::Command::new("bash").arg(&hook).arg(&message).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    for whole in
+        ["One acquisition loop, whatever it waits for (50)", "Split nvml.rs by NVML area.", "fixup! anything"]
+    {
+        assert_eq!(verdict(whole), (true, String::new()), "{whole}");
+    }
+    for (cut, why) in [
+        ("A subject of seventy-three characters is one character over the limit, ok", "73 characters"),
+        ("guide: a resumed gpurun continues the command, unless it was", "mid-sentence (on 'was')"),
+        ("Two test races seen under load: a comm read after spawn, and", "mid-sentence (on 'and')"),
+        ("The probe reads the fabric:", "mid-sentence (on ':')"),
+        ("", "empty"),
+    ] {
+        let (passed, said) = verdict(cut);
+        assert!(!passed && said.contains(why), "{cut:?}: {said}");
+    }
 }
