@@ -226,7 +226,7 @@ pub(crate) fn decide_with_links(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::options::devices::parse_device_list;
     use crate::options::devices::DeviceRef;
@@ -234,11 +234,11 @@ mod tests {
     use crate::options::{MigUse, Policy};
     use crate::probe::gpu::{test_gpu, ComputeMode, GpuProcess, Memory, Utilization};
 
-    fn unrestricted() -> Visibility {
+    pub(crate) fn unrestricted() -> Visibility {
         Visibility::default()
     }
 
-    fn with_load(index: u32, free_gib: u64, util: u32) -> Gpu {
+    pub(crate) fn with_load(index: u32, free_gib: u64, util: u32) -> Gpu {
         let mut gpu = test_gpu(index);
         gpu.memory = Some(Memory {
             total_bytes: 80 << 30,

@@ -9,26 +9,11 @@ use crate::options::count::Count;
 use crate::options::model::ModelPattern;
 use crate::options::size::Threshold;
 use crate::options::{Policy, TopologyUse};
-use crate::probe::gpu::{test_gpu, Gpu, GpuProcess, Memory, Utilization};
+use crate::probe::gpu::{Gpu, GpuProcess, Memory, Utilization};
 use crate::probe::health::{Health, HealthState};
+use crate::select::policy::tests::{unrestricted, with_load};
 use crate::select::policy::{decide, Outcome, Request};
 use crate::select::visibility::Visibility;
-
-fn unrestricted() -> Visibility {
-    Visibility::default()
-}
-
-fn with_load(index: u32, free_gib: u64, util: u32) -> Gpu {
-    let mut gpu = test_gpu(index);
-    gpu.memory = Some(Memory {
-        total_bytes: 80 << 30,
-        reserved_bytes: 0,
-        used_bytes: (80 - free_gib) << 30,
-        free_bytes: free_gib << 30,
-    });
-    gpu.utilization = Some(Utilization { gpu_percent: util, memory_percent: 0 });
-    gpu
-}
 
 fn arbitrary_gpu() -> impl Strategy<Value = Gpu> {
     (

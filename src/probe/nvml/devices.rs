@@ -84,15 +84,9 @@ impl Session {
                 Queries { calls: &calls, gpu: index, first_error: None, lost: false, failed: Vec::new() };
             let uuid = queries.ask("uuid", "nvmlDeviceGetUUID", true, || mig.uuid());
             let name = queries.ask("name", "nvmlDeviceGetName", false, || mig.name());
-            let memory =
-                queries.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || mig.memory_info()).map(|m| {
-                    Memory {
-                        total_bytes: m.total,
-                        reserved_bytes: m.reserved,
-                        used_bytes: m.used,
-                        free_bytes: m.free,
-                    }
-                });
+            let memory = queries
+                .ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || mig.memory_info())
+                .map(memory_of);
             let (processes, mps) = self.processes_and_mps(&mig, &mut queries);
             let (gpu_instance_id, compute_instance_id) =
                 calls.run("nvmlDeviceGetGpuInstanceId", Some(index), || instance_ids(self.nvml, &mig));
@@ -143,14 +137,7 @@ impl Session {
         let pci_bus_id =
             queries.ask("pci info", "nvmlDeviceGetPciInfo_v3", false, || device.pci_info()).map(|p| p.bus_id);
         let memory =
-            queries.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || device.memory_info()).map(|m| {
-                Memory {
-                    total_bytes: m.total,
-                    reserved_bytes: m.reserved,
-                    used_bytes: m.used,
-                    free_bytes: m.free,
-                }
-            });
+            queries.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || device.memory_info()).map(memory_of);
         let utilization = queries
             .ask("utilization", "nvmlDeviceGetUtilizationRates", false, || device.utilization_rates())
             .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: u.memory });
@@ -206,6 +193,16 @@ impl Session {
             error: queries.first_error,
             handle_refused,
         }
+    }
+}
+
+/// NVML's memory info as the probe's plain data.
+fn memory_of(info: nvml_wrapper::struct_wrappers::device::MemoryInfo) -> Memory {
+    Memory {
+        total_bytes: info.total,
+        reserved_bytes: info.reserved,
+        used_bytes: info.used,
+        free_bytes: info.free,
     }
 }
 
