@@ -183,6 +183,17 @@ fn completions_take_no_command_and_read_no_setting() {
         .status(125)
         .stderr_has("invalid value 'tcsh' for '--completions <SHELL>'")
         .stderr_has("[possible values: bash, zsh, fish]");
+    // Issue 51 (13): another mode beside it is refused, as --export --list is, whichever
+    // comes first (it won silently, exit 0).
+    for other in
+        [&["--export"][..], &["--dry-run", "--json"], &["--list"], &["--doctor"], &["--history"], &["--json"]]
+    {
+        let before = sim.gpurun().args(other).args(["--completions", "bash"]).run();
+        before.status(125).stderr_has("cannot be used with '--completions <SHELL>'");
+        assert!(before.stdout.is_empty(), "{other:?}: {}", before.stdout);
+        let after = sim.gpurun().args(["--completions", "bash"]).args(other).run();
+        after.status(125).stderr_has("the argument '--completions <SHELL>' cannot be used with");
+    }
 }
 
 #[test]

@@ -275,6 +275,14 @@ fn mps_options_are_checked() {
         .status(125)
         .stderr_has("1 to 100");
     sim.gpurun().args(["--mps", "--mps-mem", "4", "--", "true"]).run().status(125).stderr_has("4G");
+    // Issue 51 (13): 0 pinned "0=0G", a limit no allocation fits under: refused, naming the way
+    // to ask for no limit.
+    sim.gpurun()
+        .args(["--mps", "--mps-mem", "0", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("\"0\" pins no memory at all")
+        .stderr_has("leave --mps-mem out for no limit");
     sim.gpurun()
         .args(["--mps", "--visible-as", "index", "--", "true"])
         .run()

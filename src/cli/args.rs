@@ -430,8 +430,9 @@ pub(crate) struct Cli {
     pub(crate) mps_threads: Option<u32>,
 
     /// With --mps: pin at most SIZE of memory on each GPU (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT),
-    /// and reserve it in the lease as --min-free SIZE would.
-    #[arg(long, hide_short_help = true, value_name = "SIZE", value_parser = size::parse_bytes, allow_negative_numbers = true, requires = "mps", help_heading = "MPS")]
+    /// and reserve it in the lease as --min-free SIZE would. 0 is refused (no memory at all);
+    /// no limit is no --mps-mem.
+    #[arg(long, hide_short_help = true, value_name = "SIZE", value_parser = size::parse_pinned, allow_negative_numbers = true, requires = "mps", help_heading = "MPS")]
     pub(crate) mps_mem: Option<u64>,
 
     /// When too few GPUs qualify: `best` takes the best-ranked ones anyway (relaxing only
@@ -671,8 +672,9 @@ pub(crate) struct Cli {
     /// bash: save as /usr/share/bash-completion/completions/gpurun (or
     /// ~/.local/share/bash-completion/completions/gpurun); zsh: _gpurun in a directory of
     /// $fpath; fish: ~/.config/fish/completions/gpurun.fish. `make install` puts all three in
-    /// place.
-    #[arg(long, value_enum, value_name = "SHELL", help_heading = "Modes")]
+    /// place. Takes no COMMAND and no other mode (--list, --dry-run, --export, --doctor,
+    /// --history, --json): 125.
+    #[arg(long, value_enum, value_name = "SHELL", help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor", "history", "json"])]
     pub(crate) completions: Option<CompletionShell>,
 
     /// Read no configuration file (the GPURUN_* variables still apply).

@@ -225,6 +225,18 @@ pub(crate) fn parse_util_percent(text: &str) -> Result<u32, String> {
 }
 
 /// `--mps-threads P`: a share of the GPU's threads, 1 to 100 (0 would leave the client none).
+/// `--mps-mem SIZE`: a size above zero (MPS would pin no memory at all for the client, and
+/// every allocation would fail; no limit is no `--mps-mem`).
+pub(crate) fn parse_pinned(text: &str) -> Result<u64, String> {
+    match parse_bytes(text)? {
+        0 => Err(format!(
+            "{text:?} pins no memory at all (every allocation of the command would fail): give a size above \
+             zero, like 8G, or leave --mps-mem out for no limit"
+        )),
+        bytes => Ok(bytes),
+    }
+}
+
 pub(crate) fn parse_thread_percent(text: &str) -> Result<u32, String> {
     let digits = text.trim().strip_suffix('%').unwrap_or(text.trim());
     digits.parse::<u32>().ok().filter(|p| (1..=100).contains(p)).ok_or_else(|| {
@@ -236,6 +248,16 @@ pub(crate) fn parse_thread_percent(text: &str) -> Result<u32, String> {
 mod parse_tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_pinned_limit_is_a_size_above_zero() {
+        assert_eq!(parse_pinned("512M"), Ok(512 << 20));
+        assert_eq!(parse_pinned("1"), Ok(1));
+        for zero in ["0", "0G", "0.0"] {
+            assert!(parse_pinned(zero).unwrap_err().contains("pins no memory at all"), "{zero}");
+        }
+        assert!(parse_pinned("lots").is_err());
+    }
 
     const VALID: &[(&str, u64)] = &[
         ("0", 0),
