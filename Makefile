@@ -160,21 +160,21 @@ install: build
 BIN ?= target/release/gpurun
 SHARE = $(DESTDIR)$(PREFIX)/share
 install-files:
-	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/gpurun
-	install -D -m 0644 man/gpurun.1 $(SHARE)/man/man1/gpurun.1
+	install -D -m 0755 "$(BIN)" "$(DESTDIR)$(PREFIX)/bin/gpurun"
+	install -D -m 0644 man/gpurun.1 "$(SHARE)/man/man1/gpurun.1"
 	@if [ -n "$(TMPFILESDIR)" ]; then \
-		install -D -m 0644 packaging/gpurun-tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/gpurun.conf; \
+		install -D -m 0644 packaging/gpurun-tmpfiles.conf "$(DESTDIR)$(TMPFILESDIR)/gpurun.conf"; \
 	else \
 		echo "tmpfiles entry not installed: PREFIX=$(PREFIX) is not /usr or /usr/local (TMPFILESDIR=DIR installs it); gpurun makes /run/lock/gpurun on first use"; \
 	fi
-	install -D -m 0644 packaging/config.toml $(SHARE)/doc/gpurun/config.toml
-	install -m 0644 README.md $(SHARE)/doc/gpurun/
+	install -D -m 0644 packaging/config.toml "$(SHARE)/doc/gpurun/config.toml"
+	install -m 0644 README.md "$(SHARE)/doc/gpurun/"
 	# As in the source tree, so that the docs' links between them resolve where installed.
-	install -D -m 0644 -t $(SHARE)/doc/gpurun/doc doc/guide.md doc/design.md doc/performance.md doc/development.md
-	install -d $(SHARE)/bash-completion/completions $(SHARE)/zsh/site-functions $(SHARE)/fish/vendor_completions.d
-	$(BIN) --completions bash > $(SHARE)/bash-completion/completions/gpurun
-	$(BIN) --completions zsh > $(SHARE)/zsh/site-functions/_gpurun
-	$(BIN) --completions fish > $(SHARE)/fish/vendor_completions.d/gpurun.fish
+	install -D -m 0644 -t "$(SHARE)/doc/gpurun/doc" doc/guide.md doc/design.md doc/performance.md doc/development.md
+	install -d "$(SHARE)/bash-completion/completions" "$(SHARE)/zsh/site-functions" "$(SHARE)/fish/vendor_completions.d"
+	"$(BIN)" --completions bash > "$(SHARE)/bash-completion/completions/gpurun"
+	"$(BIN)" --completions zsh > "$(SHARE)/zsh/site-functions/_gpurun"
+	"$(BIN)" --completions fish > "$(SHARE)/fish/vendor_completions.d/gpurun.fish"
 
 clean:
 	$(CARGO) clean

@@ -198,26 +198,28 @@ fn completions_take_no_command_and_read_no_setting() {
 
 #[test]
 fn make_install_puts_everything_where_it_is_looked_for() {
-    let root = tempfile::tempdir().unwrap();
+    let base = tempfile::tempdir().unwrap();
+    // A staging directory with a blank in its path (issue 51, 13: the paths were unquoted).
+    let root = base.path().join("staging root");
+    let root = root.as_path();
     let status = Command::new("make")
         .args(["-s", "install-files"])
         .arg(format!("BIN={}", gpurun_binary()))
-        .arg(format!("DESTDIR={}", root.path().display()))
+        .arg(format!("DESTDIR={}", root.display()))
         .arg("PREFIX=/usr")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .unwrap();
     assert!(status.success());
-    let installed = |path: &str| {
-        std::fs::read_to_string(root.path().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-    };
+    let installed =
+        |path: &str| std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(installed("usr/share/bash-completion/completions/gpurun"), script("bash"));
     assert_eq!(installed("usr/share/zsh/site-functions/_gpurun"), script("zsh"));
     assert_eq!(installed("usr/share/fish/vendor_completions.d/gpurun.fish"), script("fish"));
     assert!(installed("usr/share/man/man1/gpurun.1").contains(".SH \"EXIT STATUS\""));
     assert_eq!(installed("usr/share/doc/gpurun/config.toml"), std::fs::read_to_string(example()).unwrap());
     assert!(installed("usr/share/doc/gpurun/doc/guide.md").starts_with("# gpurun: the user's guide"));
-    assert!(root.path().join("usr/bin/gpurun").exists());
+    assert!(root.join("usr/bin/gpurun").exists());
 }
 
 /// Every file under `root`, relative to it.
