@@ -263,8 +263,7 @@ fn a_held_directory_lock_neither_hangs_looking_nor_silently_stalls_a_launch() {
     let waiting = format!("waiting for the lock directory {}, held by ", sim.lock_dir().display());
     let says = || std::fs::read_to_string(&said).unwrap_or_default().contains(&waiting);
     assert!(wait_until(HANG, says), "the launch did not say it waits for the lock");
-    let _ = holder.0.kill();
-    let _ = holder.0.wait();
+    holder.end();
     assert!(common::wait_unless_hung(&mut launching).success());
     let launch = common::Outcome {
         code: Some(0),

@@ -191,3 +191,18 @@ pub(crate) enum Verbosity {
     Debug,
     Trace,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::Wait;
+
+    #[test]
+    fn a_wait_ends_never_at_once_or_at_its_limit() {
+        let now = Instant::now();
+        assert_eq!(Wait::No.until(now), None);
+        assert_eq!(Wait::Forever.until(now), Some(None));
+        assert_eq!(Wait::AtMost(Duration::from_secs(5)).until(now), Some(Some(now + Duration::from_secs(5))));
+    }
+}

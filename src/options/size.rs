@@ -252,7 +252,8 @@ mod parse_tests {
     #[test]
     fn a_pinned_limit_is_a_size_above_zero() {
         assert_eq!(parse_pinned("512M"), Ok(512 << 20));
-        assert_eq!(parse_pinned("1"), Ok(1));
+        assert_eq!(parse_pinned("1B"), Ok(1));
+        assert!(parse_pinned("1").unwrap_err().contains("has no unit"));
         for zero in ["0", "0G", "0.0"] {
             assert!(parse_pinned(zero).unwrap_err().contains("pins no memory at all"), "{zero}");
         }

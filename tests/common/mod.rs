@@ -426,16 +426,41 @@ pub fn available_cpus() -> usize {
 /// A process started in the background (`background`); killed when the test ends.
 pub struct Running(pub Child);
 
-impl Drop for Running {
-    fn drop(&mut self) {
+impl Running {
+    /// Kills it and, where `background` started it as the leader of a group of its own, its
+    /// helpers with it (a forger's `flock ... sleep 600` left its sleep behind, as another
+    /// user, every run), then reaps it.
+    pub fn end(&mut self) {
+        let pid = self.0.id() as i32;
+        // Still this test's child (alive, or a zombie not reaped: WNOWAIT leaves it so), it
+        // holds its PID, and no other group can have that ID; once reaped (by a wait here or
+        // in the test) its PID may be another's, and nothing is sent.
+        // SAFETY: waitid writes only into `info`; getpgid and kill have no memory effects.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            let ours = libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) == 0;
+            if ours && libc::getpgid(pid) == pid {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
 
-/// Starts `run` with no stdin, stdout or stderr.
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// Starts `run` with no stdin, stdout or stderr, in a process group of its own, which is
+/// killed whole when the test ends.
 pub fn background(run: Run) -> Running {
+    use std::os::unix::process::CommandExt;
     let mut command = run.command;
+    command.process_group(0);
     Running(command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start"))
 }
 
