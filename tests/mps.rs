@@ -326,4 +326,26 @@ fn doctor_says_where_mps_clients_connect_and_what_nvml_must_not_see() {
         .env("NVML_MPS_DEVICE_ENUMERATION", "1")
         .run();
     assert_eq!(child.status(0).stdout, "1\n");
+    // Issue 51 (13): the hooks get it back as the command does (they had lost it).
+    let seen = sim.dir.path().join("hooks.env");
+    let hook = |when: &str| format!("echo {when}=$NVML_MPS_DEVICE_ENUMERATION >> {}", seen.display());
+    // The command waits for the start hook's line: a hook still running at the end is ended.
+    let wait_for_it = format!("until grep -q start= {} 2>/dev/null; do sleep 0.05; done", seen.display());
+    sim.gpurun()
+        .args([
+            "-q",
+            "--on-start",
+            &hook("start"),
+            "--on-exit",
+            &hook("exit"),
+            "--",
+            "sh",
+            "-c",
+            &wait_for_it,
+        ])
+        .env("NVML_MPS_DEVICE_ENUMERATION", "1")
+        .run_unless_hung()
+        .status(0);
+    let said = std::fs::read_to_string(&seen).unwrap();
+    assert!(said.contains("start=1\n") && said.contains("exit=1\n"), "{said}");
 }

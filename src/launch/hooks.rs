@@ -71,6 +71,8 @@ impl Hook {
         command
             .arg("-c")
             .arg(line)
+            // As the command gets it: what gpurun's own NVML must not see is given back.
+            .envs(crate::process::environment::held().iter().map(|(name, value)| (name, value)))
             .envs(variables.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::from(theirs))
             .stdout(to_stderr);
