@@ -114,8 +114,8 @@ fn a_woken_waiter_that_cannot_start_goes_back_to_sleep() {
     // (a whole core, 2.9 s of CPU in 3 s). Woken twice here: the waiter ahead leaves (the turn
     // passes), and a lease on the other GPU ends (a lease's end it cannot use).
     let sim = Sim::new(&scenario_file("two_idle.toml"));
-    let mut zero = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "60"]);
-    let mut one = spawn(&sim, &["--exclusive", "--devices", "1", "--", "sleep", "60"]);
+    let mut zero = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "600"]);
+    let mut one = spawn(&sim, &["--exclusive", "--devices", "1", "--", "sleep", "600"]);
     assert!(wait_until(LONG, || leases(&sim) == 2));
     let mut ahead = spawn(&sim, &["--exclusive", "--gpus", "2", "--wait", "--", "true"]);
     assert!(wait_until(LONG, || entries(&sim, "ticket.") == 1));
@@ -231,7 +231,7 @@ fn a_flood_of_wake_up_bytes_is_paced() {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let sim = Sim::new(&scenario_file("two_idle.toml"));
-    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "60"]);
+    let mut holder = spawn(&sim, &["--exclusive", "--devices", "0", "--", "sleep", "600"]);
     assert!(wait_until(LONG, || leases(&sim) == 1));
     let trace = sim.dir.path().join("waiter.log");
     let mut waiter = spawn_traced(&sim, &["--exclusive", "--devices", "0", "--wait", "--", "true"], &trace);

@@ -159,7 +159,7 @@ fn start<'a>(
     machine: &Machine,
     nvml: Option<&'a mut NvmlThread>,
 ) -> Result<Running<'a>, LaunchError> {
-    if !supervision.keep_orphans && plan.target.leftovers_are_gpurun_s() {
+    if !supervision.keep_orphans && plan.target.gpurun_reaps_leftovers() {
         orphans::become_subreaper();
     }
     // Before the command exists: every child gpurun has now came with it from an exec.

@@ -58,7 +58,7 @@ impl Target {
     /// Whether gpurun reaps what the command leaves: a container's processes are the
     /// runtime's (conmon, containerd-shim), so that the runtime ends and removes its container
     /// as it does without gpurun; gpurun ends a container by its ID when it must.
-    pub(crate) fn leftovers_are_gpurun_s(&self) -> bool {
+    pub(crate) fn gpurun_reaps_leftovers(&self) -> bool {
         !matches!(self, Target::Container(_))
     }
 

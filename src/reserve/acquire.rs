@@ -433,7 +433,8 @@ impl Search {
         options: &Options,
         group: &GroupShare,
     ) -> Result<Step, AcquireError> {
-        let Some(dir) = &self.lock_dir else { return Ok(Step::Again) };
+        // Without a lock directory there is no group to find (run() does not come here then).
+        let Some(dir) = &self.lock_dir else { return self.look_for_gpus(nvml, receiver, inherited, options) };
         let guard = lock(dir, receiver)?;
         let membership = match crate::reserve::group::find_or_make(dir, &group.member)? {
             Found::Choose(membership) => {
@@ -460,13 +461,11 @@ impl Search {
             State::Choosing => {
                 drop(guard);
                 drop(membership);
-                let deadline = match options.wait {
-                    Wait::No => Some(self.started + group.member.timeout),
-                    Wait::Forever => None,
-                    Wait::AtMost(wait) => Some(self.started + wait.max(group.member.timeout)),
-                };
-                let waited =
-                    self.waited.get_or_insert(Waited { started: self.started, deadline, said: false });
+                let waited = self.waited.get_or_insert_with(|| Waited {
+                    since: self.started,
+                    deadline: set_deadline(self.started, options.wait, group.member.timeout),
+                    said: false,
+                });
                 joining::while_choosing(&rank, &record, waited)?;
                 receiver.pause(LOOK_AT_THE_GROUP_AGAIN).map_err(AcquireError::Interrupted)?;
                 Ok(Step::Again)
@@ -692,6 +691,17 @@ fn needs(decision: &Decision, options: &Options) -> Needs {
     }
 }
 
+/// Until when a rank waits for its group's set: `--rank-timeout` from its start, or as long as
+/// its `--wait` (for ever, or the longer of the two), since a chooser waiting for GPUs holds
+/// the others as long as its wait may last.
+fn set_deadline(started: Instant, wait: Wait, rank_timeout: Duration) -> Option<Instant> {
+    match wait {
+        Wait::No => Some(started + rank_timeout),
+        Wait::Forever => None,
+        Wait::AtMost(wait) => Some(started + wait.max(rank_timeout)),
+    }
+}
+
 /// The directory lock, waited for as a launch waits: a signal that would end gpurun ends the
 /// wait.
 pub(crate) fn lock(
@@ -714,4 +724,18 @@ pub(crate) fn live_and_unclaimed(dir: &LockDir, may_clean: bool) -> Vec<Lease> {
     let unclaimed = crate::reserve::group::unclaimed(dir, groups, &live);
     live.extend(unclaimed);
     live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_waits_for_its_set_as_long_as_its_rank_timeout_or_its_wait_if_longer() {
+        let (now, minute) = (Instant::now(), Duration::from_secs(60));
+        assert_eq!(set_deadline(now, Wait::No, minute), Some(now + minute));
+        assert_eq!(set_deadline(now, Wait::Forever, minute), None);
+        assert_eq!(set_deadline(now, Wait::AtMost(minute * 5), minute), Some(now + minute * 5));
+        assert_eq!(set_deadline(now, Wait::AtMost(Duration::from_secs(1)), minute), Some(now + minute));
+    }
 }

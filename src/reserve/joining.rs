@@ -43,7 +43,7 @@ pub(super) fn chooser_failed(rank: &Rank, record: &Record, why: &str, failure: G
 
 /// How long a rank has waited for the set, until when it may, and whether it said so.
 pub(super) struct Waited {
-    pub(super) started: Instant,
+    pub(super) since: Instant,
     pub(super) deadline: Option<Instant>,
     pub(super) said: bool,
 }
@@ -63,7 +63,7 @@ pub(super) fn while_choosing(rank: &Rank, record: &Record, waited: &mut Waited) 
             GroupFailure::Busy,
         ));
     }
-    if !waited.said && waited.started.elapsed() >= SAY_WAITING_AFTER {
+    if !waited.said && waited.since.elapsed() >= SAY_WAITING_AFTER {
         tracing::info!(
             "{}: waiting for rank {} (gpurun PID {}) to choose the group's GPUs",
             rank.who,
