@@ -127,6 +127,21 @@ fn a_first_argument_with_blanks_is_split_only_for_a_shebang() {
     assert!(!sim.lock_dir().exists(), "an ordinary argument became a launch");
 }
 
+/// The kernel passes a `#!` line's interpreter path as argv[0]: typed by hand as `gpurun`,
+/// the same words are not the interpreter situation, and a command word with blanks is one
+/// word (127), as for GNU env; run as the script, the line is split.
+#[test]
+fn a_command_word_with_blanks_typed_by_hand_is_not_split() {
+    let sim = two_gpus();
+    let script = sim.dir.path().join("s");
+    std::fs::write(&script, format!("#!{} pa -n\n", gpurun_binary())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut by_hand = sim.gpurun();
+    by_hand.command.arg0("gpurun").arg("pa -n").arg(&script);
+    by_hand.run().status(127).stderr_has("gpurun: pa -n: command not found");
+    sim.gpurun_command(script.to_str().unwrap(), &[]).run().status(127).stderr_has("gpurun: pa: command not found");
+}
+
 #[test]
 fn a_request_no_state_of_the_machine_can_meet_never_waits() {
     let sim = two_gpus();

@@ -1,15 +1,16 @@
 //! Shebang use (DESIGN 7.9). With `#!/usr/local/bin/gpurun --gpus 1 -- python3`, Linux passes
 //! everything after the interpreter path as one argument: `["/usr/local/bin/gpurun",
 //! "--gpus 1 -- python3", "script.py", ...]`. Only in exactly that situation (the next argument
-//! is a readable file whose first line is a `#!` line naming gpurun with that very text) is the
-//! packed argument split, exactly as GNU `env -S` splits its string (`build_argv` in coreutils'
-//! env.c, whose `tests/env/env-S.pl` cases `tests/env_s.rs` runs against the real env): words
-//! end at space, tab, newline, \v, \f, \r and at `\_` outside quotes; 'single quotes' keep all
-//! but `\\` and `\'`; "double quotes" decode `\_` (a space) and the escapes; `${NAME}` is
-//! expanded (not inside single quotes); a `#` that starts a word and `\c` end the string; and
-//! what env refuses (`$B`, `${9B}`, an unknown escape, a lone quote) is refused with env's
-//! reason. Anywhere else an argument with blanks is an ordinary argument (`gpurun '--model=Tesla
-//! T4' --dry-run`). (The `#!/usr/bin/env -S gpurun ...` form needs none of this: env splits.)
+//! is a readable file whose first line is a `#!` line naming this very argv[0] with that very
+//! text, as the kernel passes it) is the packed argument split, exactly as GNU `env -S` splits
+//! its string (`build_argv` in coreutils' env.c, whose `tests/env/env-S.pl` cases
+//! `tests/env_s.rs` runs against the real env): words end at space, tab, newline, \v, \f, \r
+//! and at `\_` outside quotes; 'single quotes' keep all but `\\` and `\'`; "double quotes"
+//! decode `\_` (a space) and the escapes; `${NAME}` is expanded (not inside single quotes); a
+//! `#` that starts a word and `\c` end the string; and what env refuses (`$B`, `${9B}`, an
+//! unknown escape, a lone quote) is refused with env's reason. Anywhere else an argument with
+//! blanks is an ordinary argument (`gpurun '--model=Tesla T4' --dry-run`). (The
+//! `#!/usr/bin/env -S gpurun ...` form needs none of this: env splits.)
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -18,7 +19,9 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 const SHEBANG_LINE_MAX: u64 = 4096;
 
 /// Whether `script`'s first line is `#!<interpreter> <packed>`, with the interpreter being
-/// this gpurun (as `argv0` names it, or any file called gpurun).
+/// exactly `argv0`: the kernel's binfmt_script passes the interpreter as written on the line
+/// as argv[0], so `gpurun 'pa -n' ./s` typed by hand (argv[0] `gpurun`, the line
+/// `#!/usr/local/bin/gpurun pa -n`) is not the interpreter situation, as it is not for GNU env.
 fn is_interpreter_line(argv0: &OsStr, packed: &[u8], script: &OsStr) -> bool {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
@@ -37,11 +40,7 @@ fn is_interpreter_line(argv0: &OsStr, packed: &[u8], script: &OsStr) -> bool {
     let rest = trim(rest);
     let end = rest.iter().position(|b| *b == b' ' || *b == b'\t').unwrap_or(rest.len());
     let (interpreter, arguments) = rest.split_at(end);
-    let interpreter = OsStr::from_bytes(interpreter);
-    let names_gpurun = interpreter == argv0
-        || std::path::Path::new(interpreter).file_name() == Some(OsStr::new("gpurun"))
-        || std::path::Path::new(interpreter).file_name() == std::path::Path::new(argv0).file_name();
-    names_gpurun && trim(arguments) == trim(packed)
+    OsStr::from_bytes(interpreter) == argv0 && trim(arguments) == trim(packed)
 }
 
 fn trim(bytes: &[u8]) -> &[u8] {
