@@ -139,7 +139,10 @@ fn a_command_word_with_blanks_typed_by_hand_is_not_split() {
     let mut by_hand = sim.gpurun();
     by_hand.command.arg0("gpurun").arg("pa -n").arg(&script);
     by_hand.run().status(127).stderr_has("gpurun: pa -n: command not found");
-    sim.gpurun_command(script.to_str().unwrap(), &[]).run().status(127).stderr_has("gpurun: pa: command not found");
+    sim.gpurun_command(script.to_str().unwrap(), &[])
+        .run()
+        .status(127)
+        .stderr_has("gpurun: pa: command not found");
 }
 
 #[test]

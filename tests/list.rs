@@ -146,6 +146,25 @@ fn table_shows_models_memory_processes_and_the_lost_gpu() {
     assert!(row7.contains("  -  "), "{row7}");
 }
 
+/// Another user's process may name itself anything: its command line in the table has its
+/// control characters written out (no escape sequence reaches the terminal, no fake row).
+#[test]
+fn a_command_line_with_control_characters_is_shown_escaped() {
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let cuda = common::sim_cuda();
+    let script = "exec -a \"$(printf 'x\\033[2J\\n  1  FREE')\" \"$0\" --device 0 --sleep 30";
+    let mut holder = sim.gpurun_command("bash", &["-c", script, cuda.to_str().unwrap()]).command;
+    holder.stdout(std::process::Stdio::piped());
+    let mut holder = common::Running(holder.spawn().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.0.stdout.as_mut().unwrap()), &mut line)
+        .unwrap();
+    let outcome = sim.gpurun().args(["--list"]).run();
+    outcome.status(0).stdout_has(r"x\x1b[2J\n  1  FREE");
+    assert!(!outcome.stdout.contains('\x1b'), "{}", outcome.stdout);
+    holder.end();
+}
+
 #[test]
 fn one_failing_query_makes_only_that_gpu_ineligible() {
     let mut text = common::default_scenario();

@@ -721,3 +721,27 @@ fn a_rank_started_unlike_the_chooser_is_refused() {
     // Started alike, the second rank joins.
     rank(&sim, 1, 2, "job-alike").args(["--per-rank", "--", "true"]).run().status(0);
 }
+
+/// A node name comes from the environment (torchrun's GROUP_RANK here, SLURMD_NODENAME under
+/// Slurm) and is shown in every user's `--list`: its control characters are written out, so
+/// it cannot add a fake line to the table.
+#[test]
+fn a_node_name_with_a_newline_adds_no_line_to_the_listing() {
+    let sim = Sim::new(&scenario_file("ranks6.toml"));
+    let forged = "0\n  3 NVIDIA A100-SXM4-80GB  0 / 80G  FREE";
+    let mut first = rank(&sim, 0, 2, "job-n")
+        .env("GROUP_RANK", forged)
+        .args(["--per-rank", "--rank-timeout", "30s", "--"])
+        .args(rank_command("$LOCAL_RANK", "20"))
+        .command;
+    first.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let _first = common::Running(first.spawn().unwrap());
+    assert!(wait_until(Duration::from_secs(10), || leases(&sim.lock_dir()) == 1));
+    let list = sim.gpurun().args(["--list"]).run();
+    list.status(0).stdout_has(r"(for rank 1 on node ").stdout_has(r"/0\n  3 NVIDIA A1…");
+    assert!(
+        !list.stdout.lines().any(|line| line.starts_with("  3 NVIDIA")),
+        "a forged line in the listing:\n{}",
+        list.stdout
+    );
+}

@@ -8,7 +8,33 @@ pub(crate) fn single_quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// The words as a shell would take them back: words with blanks or quotes are single-quoted.
+/// `text` as bash's, zsh's and ksh's `$'...'` quoting: the form that holds a control character
+/// on one line of a terminal (`$'a\nb'`, `$'\x1b[2J'`), as GNU ls and coreutils quote it.
+fn ansi_c_quoted(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("$'");
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() && u32::from(c) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The words as a shell would take them back: words with blanks or quotes are single-quoted,
+/// words with control characters `$'...'`-quoted (so a logged command stays one line).
 pub(crate) fn quote(command: &[OsString]) -> String {
     command
         .iter()
@@ -18,6 +44,8 @@ pub(crate) fn quote(command: &[OsString]) -> String {
                 && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+%@^".contains(c));
             if plain {
                 word.into_owned()
+            } else if word.chars().any(char::is_control) {
+                ansi_c_quoted(&word)
             } else {
                 single_quoted(&word)
             }
@@ -35,5 +63,7 @@ mod tests {
         let words: Vec<OsString> =
             ["python3", "./job.py", "a", "b c", "it's", ""].iter().map(OsString::from).collect();
         assert_eq!(quote(&words), r#"python3 ./job.py a 'b c' 'it'\''s' ''"#);
+        let words: Vec<OsString> = ["echo", "a\nb", "\x1b[2J it's \\"].iter().map(OsString::from).collect();
+        assert_eq!(quote(&words), r#"echo $'a\nb' $'\x1b[2J it\'s \\'"#);
     }
 }

@@ -14,7 +14,7 @@ use crate::launch::env::Plan;
 use crate::options::size::human;
 use crate::probe::gpu::{Gpu, GpuProcess, Machine};
 use crate::process::procfs;
-use crate::process::stdio::clip;
+use crate::process::stdio::{clip, escaped};
 use crate::reserve::holds::Queued;
 use crate::reserve::lease::{self, Lease};
 use crate::select::policy::Assessment;
@@ -403,7 +403,7 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
             .map(|p| {
                 format!(
                     "{} {}{} {}{}",
-                    p.user.as_deref().unwrap_or("?"),
+                    escaped(p.user.as_deref().unwrap_or("?")),
                     p.pid,
                     if reservation_of(gpu, p.pid, live).is_none() { "*" } else { "" },
                     p.used_bytes.map(short_size).unwrap_or_else(|| "?".to_owned()),
@@ -427,7 +427,7 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
                 format!(
                     "{} {} {} ({}) {mark}",
                     p.pid,
-                    p.user.as_deref().unwrap_or("?"),
+                    escaped(p.user.as_deref().unwrap_or("?")),
                     clip(p.command.as_deref().unwrap_or("?"), 40),
                     p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
                 )
@@ -497,7 +497,7 @@ fn device_rows(
             out,
             "{:>5}reserved by {} PID {} for {} s ({}{}): {}",
             "",
-            lease.user,
+            escaped(&lease.user),
             lease.pid,
             lease::age_seconds(lease),
             human(lease.reserved_bytes),
@@ -547,11 +547,11 @@ fn queue_rows(out: &mut String, shared: &Shared) {
             out,
             "  {}. {} PID {}, waiting {}: {}: {}",
             entry.position,
-            waiter.user,
+            escaped(&waiter.user),
             waiter.pid,
             crate::options::duration::shown(std::time::Duration::from_secs(entry.waited_seconds)),
-            if waiter.request.is_empty() { "(no options)" } else { &waiter.request },
-            entry.queued.reason
+            if waiter.request.is_empty() { "(no options)".into() } else { escaped(&waiter.request) },
+            escaped(&entry.queued.reason)
         );
     }
     if hidden > 0 {

@@ -101,11 +101,39 @@ pub(crate) fn fit(text: &str, columns: usize) -> String {
     clip(text, columns.saturating_sub(1).max(2))
 }
 
+/// `text` with its control characters written out (`\n`, `\t`, `\r`, `\x1b`, `\u{9b}`):
+/// text that came from the environment, another user's file or another user's process (a
+/// command line, a node name, a waiter's request) cannot add lines to a listing or send
+/// escape sequences to the terminal that shows it.
+pub(crate) fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write;
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if u32::from(c) < 0x80 && c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `text` in at most `width` characters, ending in `…` when cut (a table cell, a command
-/// line in a verdict).
+/// line in a verdict), its control characters written out (`escaped`).
 pub(crate) fn clip(text: &str, width: usize) -> String {
+    let text = escaped(text);
     if text.chars().count() <= width {
-        return text.to_owned();
+        return text.into_owned();
     }
     let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
     cut.push('…');
@@ -153,5 +181,14 @@ mod tests {
         assert_eq!(fit("ééééééé", 5).chars().count(), 4);
         assert_eq!(clip("abcdef", 4), "abc…");
         assert_eq!(clip("abcd", 4), "abcd");
+    }
+
+    #[test]
+    fn control_characters_are_written_out() {
+        use super::escaped;
+        assert_eq!(escaped("n1\n  3 H100 FREE"), r"n1\n  3 H100 FREE");
+        assert_eq!(escaped("\x1b[2J\tx\r\x7f\u{9b}é"), r"\x1b[2J\tx\r\x7f\u{9b}é");
+        assert!(matches!(escaped("plain text"), std::borrow::Cow::Borrowed("plain text")));
+        assert_eq!(clip("a\nb\nc", 4), r"a\n…");
     }
 }

@@ -208,15 +208,17 @@ impl LockDir {
         }
     }
 
-    /// "held by PID N (user, command)", from /proc/locks.
+    /// "held by PID N (user, command)", from /proc/locks: another user's command line, shown
+    /// escaped and clipped.
     fn holder(&self) -> String {
+        use crate::process::stdio::clip_command;
         let Ok(stat) = fstat(&self.fd) else { return "held by another process".to_owned() };
         let holders = procfs::flock_holders(stat.st_dev, stat.st_ino);
         match holders.first() {
             Some(&pid) => format!(
                 "held by PID {pid} ({}, {})",
                 procfs::owner(pid).unwrap_or_else(|| "?".to_owned()),
-                procfs::command_line(pid).unwrap_or_else(|| "?".to_owned())
+                procfs::command_line(pid).map_or_else(|| "?".to_owned(), |line| clip_command(&line, 80))
             ),
             None => "held by another process".to_owned(),
         }
