@@ -164,6 +164,9 @@ install-files:
 	install -D -m 0644 man/gpurun.1 "$(SHARE)/man/man1/gpurun.1"
 	@if [ -n "$(TMPFILESDIR)" ]; then \
 		install -D -m 0644 packaging/gpurun-tmpfiles.conf "$(DESTDIR)$(TMPFILESDIR)/gpurun.conf"; \
+		if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v systemd-tmpfiles >/dev/null; then \
+			systemd-tmpfiles --create "$(TMPFILESDIR)/gpurun.conf" || true; \
+		fi; \
 	else \
 		echo "tmpfiles entry not installed: PREFIX=$(PREFIX) is not /usr or /usr/local (TMPFILESDIR=DIR installs it); gpurun makes /run/lock/gpurun on first use"; \
 	fi

@@ -30,6 +30,10 @@ for doc in "$here"/share/doc/gpurun/* "$here"/share/doc/gpurun/doc/*; do
 done
 if [ -n "$TMPFILESDIR" ]; then
     put 0644 "$here/lib/tmpfiles.d/gpurun.conf" "$DESTDIR$TMPFILESDIR/gpurun.conf"
+    # Now, not at the next boot: else the first user to run gpurun would own the directory.
+    if [ -z "$DESTDIR" ] && [ "$(id -u)" = 0 ] && command -v systemd-tmpfiles >/dev/null; then
+        systemd-tmpfiles --create "$TMPFILESDIR/gpurun.conf" || true
+    fi
 else
     echo "tmpfiles entry not installed: PREFIX=$PREFIX is not /usr or /usr/local (TMPFILESDIR=DIR installs it); gpurun makes /run/lock/gpurun on first use"
 fi

@@ -218,3 +218,56 @@ fn the_gpu_check_kit_holds_what_make_test_gpu_needs() {
     let said = String::from_utf8_lossy(&here.stderr);
     assert!(here.status.code() == Some(1) && said.starts_with("cuda-hold: "), "{:?} {said}", here.status);
 }
+
+/// What /run/lock/gpurun is after `script configure` runs in a private mount namespace (a
+/// fresh /run/lock, and /etc/tmpfiles.d holding the package's entry when `with_entry`),
+/// with `before` (a shell line) run first: its mode and owner, as `stat -c '%a %u'`.
+fn lock_dir_after_postinst(script: &Path, entry: &Path, with_entry: bool, before: &str) -> String {
+    let setup = if with_entry {
+        format!("mount -t tmpfs none /etc/tmpfiles.d && cp '{}' /etc/tmpfiles.d/ &&", entry.display())
+    } else {
+        // No entry anywhere systemd-tmpfiles looks: the script's own mkdir.
+        "mount -t tmpfs none /etc/tmpfiles.d && mount -t tmpfs none /usr/lib/tmpfiles.d &&".to_owned()
+    };
+    let line = format!(
+        "mount --make-rprivate / && mount -t tmpfs none /run/lock && {setup} {before} sh '{}' configure && stat -c '%a %u' /run/lock/gpurun",
+        script.display()
+    );
+    let out = Command::new("unshare").args(["-m", "sh", "-c", &line]).output().unwrap();
+    assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The packages create the lock directory when they are installed (postinst, %post), from
+/// their tmpfiles entry, so the first user to run gpurun does not make it theirs: mode 1777,
+/// root's, also over a directory a user made before the install. The .rpm's %post is the
+/// .deb's postinst.
+#[test]
+fn the_packages_create_the_lock_directory_at_install() {
+    let Some(dist) = dist() else { return };
+    if !common::is_root() || !common::on_path("unshare") {
+        return skip("the packages' install scripts", "needs root and unshare, for a private /run/lock");
+    }
+    let unpacked = tempfile::tempdir().unwrap();
+    let deb = format!("gpurun_{VERSION}_amd64.deb");
+    output("dpkg-deb", &["-R", &deb, unpacked.path().to_str().unwrap()], &dist);
+    let postinst = unpacked.path().join("DEBIAN/postinst");
+    let entry = unpacked.path().join("usr/lib/tmpfiles.d/gpurun.conf");
+    assert_eq!(lock_dir_after_postinst(&postinst, &entry, true, ""), "1777 0");
+    assert_eq!(
+        lock_dir_after_postinst(
+            &postinst,
+            &entry,
+            true,
+            "mkdir -m 755 /run/lock/gpurun && chown 4242 /run/lock/gpurun &&"
+        ),
+        "1777 0",
+        "a lock directory a user made before the install is put right"
+    );
+    assert_eq!(lock_dir_after_postinst(&postinst, &entry, false, ""), "1777 0", "without the entry");
+    if common::on_path("rpm") {
+        let scripts = output("rpm", &["-qp", "--scripts", &format!("gpurun-{VERSION}-1.x86_64.rpm")], &dist);
+        let shipped = std::fs::read_to_string(&postinst).unwrap();
+        assert!(scripts.contains(shipped.trim()), "the .rpm's %post is not the postinst:\n{scripts}");
+    }
+}
