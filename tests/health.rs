@@ -358,3 +358,40 @@ fn a_gpu_whose_process_list_answers_lost_changes_the_verdict() {
     assert_eq!(lost.len(), 1, "{json}");
     assert!(lost[0]["detail"].as_str().unwrap().contains("NVML answers GPU is lost"), "{json}");
 }
+
+/// Issue 51 (10): a GPU that falls off the bus (Xid 79, and GPU is lost to its process list)
+/// just as a short run ends. The verdict had settled (verified) long before; no poll came
+/// between the loss and the end, so only the last look can see it: it reads the process lists
+/// too, and the run ends unverifiable, as a longer one does.
+#[test]
+fn a_gpu_lost_as_a_short_run_ends_makes_it_unverifiable() {
+    let scenario = a100(0, 79, "") + &a100(1, 79, "");
+    let sim = Sim::new(&scenario);
+    let lost = sim.dir.path().join("lost.toml");
+    std::fs::write(
+        &lost,
+        scenario.clone()
+            + "[[xid]]\ngpu = 1\ncode = 79\n\n[[error]]\ncall = \"nvmlDeviceGetComputeRunningProcesses\"\n\
+               gpu = 1\nerror = \"GPU_IS_LOST\"\n\n",
+    )
+    .unwrap();
+    let report = sim.dir.path().join("report.json");
+    let replaced = format!("{}.new", sim.scenario.display());
+    // The command's last act: the GPU is lost (the scenario replaced at once), then it ends.
+    let script = format!(
+        "\"$0\" --mem 1GiB --sleep 1.5 && cp '{}' '{replaced}' && mv '{replaced}' '{}'",
+        lost.display(),
+        sim.scenario.display()
+    );
+    let cuda = common::sim_cuda().to_string_lossy().into_owned();
+    let outcome = sim
+        .gpurun()
+        .args(["--devices", "1", "--report-json", report.to_str().unwrap(), "--", "sh", "-c", &script, &cuda])
+        .run();
+    outcome
+        .status(0)
+        .stderr_has("warning: Xid 79 on GPU 1")
+        .stderr_has("unverifiable: GPU 1 fell off the bus");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["verification"]["verdict"], "unverifiable", "{json}");
+}

@@ -193,6 +193,36 @@ fn a_process_that_appears_on_the_gpu_mid_run_is_warned_about_and_listed() {
     assert_eq!(report["verification"]["verdict"], "verified", "an intruder is not the command's: {report}");
 }
 
+/// Issue 51 (11): after the verdict the lists were read 5 s apart and not at the end, so a
+/// process that appeared 1 s into a 3 s job was never seen. Now it is warned about while the
+/// job runs (the lists are read each second), and one that appears in the last moments of a
+/// short job is found by the last look.
+#[test]
+fn an_intruder_in_a_short_job_is_seen_while_it_runs_and_at_its_end() {
+    for (sleep, while_running) in [("3", true), ("0.8", false)] {
+        let sim = Sim::new(&one_gpu(""));
+        let log = sim.dir.path().join("stderr.txt");
+        let mut job = start_job(&sim, sleep, std::fs::File::create(&log).unwrap().into());
+        let verified = || std::fs::read_to_string(&log).unwrap_or_default().contains("verified");
+        assert!(wait_until(Duration::from_secs(10), verified), "{}", std::fs::read_to_string(&log).unwrap());
+        let stranger = common::Running(Command::new("sleep").arg("60").stdin(Stdio::null()).spawn().unwrap());
+        let pid = stranger.0.id();
+        registry::register_as(&job.state, pid, &[(UUID.to_owned(), 1 << 30)], None).unwrap();
+        let said = format!("PID {pid} of user {} appeared on GPU 0 (1 GiB)", common::owner_of(pid));
+        if while_running {
+            let warned = wait_until(Duration::from_secs(8), || {
+                std::fs::read_to_string(&log).unwrap_or_default().contains(&said)
+            });
+            assert!(warned && job.gpurun.try_wait().unwrap().is_none(), "not warned while the job ran");
+        }
+        let report = job.finish();
+        let intruders: Vec<u64> =
+            report["intruders"].as_array().unwrap().iter().filter_map(|i| i["pid"].as_u64()).collect();
+        assert_eq!(intruders, [u64::from(pid)], "{sleep} s job: {report}");
+        assert!(std::fs::read_to_string(&log).unwrap().contains(&said), "{sleep} s job: not warned");
+    }
+}
+
 #[test]
 fn the_history_keeps_the_energy() {
     let sim = Sim::new(&one_gpu(""));

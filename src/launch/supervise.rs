@@ -108,7 +108,9 @@ impl<'a> Watch<'a> {
 
     /// After the command ended: the poll that was still out (waited for while NVML answers),
     /// the Xid errors raised since the last poll (an Xid often comes just before the crash it
-    /// explains) and the receipt's last reading.
+    /// explains) and the receipt's last reading; then, in a job of its own (a list that hangs
+    /// must not cost the Xid errors), the process lists: a GPU lost, or another user's process
+    /// that appeared, since the last poll.
     pub(crate) fn last_look(&mut self) {
         if self.thread_ref().is_busy() {
             let _ = self.thread().answer_while_answering(LAST_XIDS, LAST_XIDS);
@@ -125,6 +127,17 @@ impl<'a> Watch<'a> {
         {
             self.monitor.absorb_xids(xids);
             self.monitor.absorb_readings(&readings, true);
+        }
+        let lists = Job::Poll {
+            watched: self.monitor.watched(),
+            chosen: Vec::new(),
+            drain: false,
+            meter: crate::probe::meter::Ask { gpus: Vec::new(), bounds: false },
+        };
+        if let Some(Answer::Polled { lists, .. }) =
+            self.thread().ask_while_answering(lists, LAST_XIDS, LAST_XIDS_MOST)
+        {
+            self.monitor.absorb_last(lists);
         }
     }
 

@@ -21,8 +21,11 @@ use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 const FIRST_INTERVAL: Duration = Duration::from_millis(100);
 /// The longest interval while no verdict has settled.
 const LONGEST_INTERVAL: Duration = Duration::from_secs(2);
-/// After the verdict: memory samples for the report (and a late wrong-gpu).
-const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+/// After the verdict: a process of another user that appears on a chosen GPU (an intruder), a
+/// late wrong-gpu and a GPU that fell off the bus are seen within this long, and the tree's
+/// memory is sampled for the report. One process-list call per watched GPU (about a
+/// millisecond each with the real driver): `make bench` measures what it costs.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// A poll that has not returned after this long counts as NVML not answering (a healthy driver
 /// lists a GPU's processes in about a millisecond).
 pub(crate) const SLOW_CALL: Duration = Duration::from_millis(500);
@@ -330,6 +333,21 @@ impl Monitor {
         }
         self.pace.next_poll = Instant::now() + self.pace.interval;
         strict_failure
+    }
+
+    /// The last look's lists, taken after the command ended: what the end can still show. A
+    /// chosen GPU that answers GPU_IS_LOST makes the verdict unverifiable, however short the
+    /// run; a process that appeared since the last poll and is not the command's is an
+    /// intruder. The command's own processes are gone by now, so nothing else is read from
+    /// them: a PID NVML still lists that no longer exists is the command's, ended, not one
+    /// of another PID namespace.
+    pub(crate) fn absorb_last(&mut self, lists: Lists) {
+        let poll = self.poll(lists);
+        let lost = Poll { lost: poll.lost, ..Poll::default() };
+        self.tracker.observe(lost, |_| String::new());
+        if let Some((verdict, detail)) = self.tracker.settled() {
+            self.log_once(verdict, &detail);
+        }
     }
 
     /// At `--verify-timeout` with no settled verdict: say what is known. `stuck`: the NVML
