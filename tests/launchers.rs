@@ -143,6 +143,64 @@ fn deepspeed_flags_that_cannot_be_reconciled_are_refused_naming_them() {
     }
 }
 
+/// Issue 51 (5, 6): short-option clusters read as argparse reads them (the stand-ins' own
+/// argparse is the judge), and the other spellings of a launcher. Each is handed gpurun's
+/// choice or refused: none runs on GPUs gpurun did not choose.
+#[test]
+fn launcher_short_options_and_spellings_are_read_as_the_launcher_reads_them() {
+    let sim = Sim::new(&default_scenario());
+    let rank = rank_script(&sim);
+    let deepspeed = stand_in("deepspeed");
+    let accelerate = stand_in("accelerate");
+    let links = sim.dir.path().join("bin");
+    std::fs::create_dir(&links).unwrap();
+    let pt = links.join("deepspeed.pt");
+    std::os::unix::fs::symlink(&deepspeed, &pt).unwrap();
+    let pt = pt.display().to_string();
+    let choose = ["--gpus", "2", "--min-free", "8G"];
+    for refused in [
+        vec![deepspeed.as_str(), "-qi", "localhost:0,1", "--no_python", &rank],
+        vec![&deepspeed, "-qilocalhost:0,1", "--no_python", &rank],
+        vec![&deepspeed, "-i=localhost:0,1", "--no_python", &rank],
+        vec!["env", "-S", &format!("{deepspeed} -qi localhost:0,1"), "--no_python", &rank],
+    ] {
+        let outcome = run(&sim, &choose, &refused);
+        outcome.status(125).stderr_has("gpurun: deepspeed --include localhost:0,1 names other GPUs");
+    }
+    run(&sim, &choose, &[&deepspeed, "-qe", "localhost:1", "--no_python", &rank])
+        .status(125)
+        .stderr_has("gpurun: deepspeed --exclude localhost:1");
+    run(&sim, &choose, &[&accelerate, "launch", "-qt", "3", "--gpu_ids", "0,1", "--no_python", &rank])
+        .status(125)
+        .stderr_has("gpurun: accelerate launch --gpu_ids 0,1 replaces CUDA_VISIBLE_DEVICES");
+    let split = format!("{deepspeed} --num_gpus 2");
+    let run_as_chosen = [
+        vec![deepspeed.as_str(), "-i=localhost:3,2", "--no_python", &rank],
+        vec![&deepspeed, "--include", "localhost:3,2,2", "--no_python", &rank],
+        vec![&pt, "--num_gpus", "2", "--no_python", &rank],
+        vec!["python3", &deepspeed, "--num_gpus", "2", "--no_python", &rank],
+        vec![
+            "timeout",
+            "-k",
+            "5",
+            "60",
+            "nohup",
+            "stdbuf",
+            "-oL",
+            &deepspeed,
+            "--num_gpus",
+            "2",
+            "--no_python",
+            &rank,
+        ],
+        vec!["env", "-S", &split, "--no_python", &rank],
+        vec![&accelerate, "launch", "-qt", "3", "--multi_gpu", "--num_processes", "2", "--no_python", &rank],
+    ];
+    for command in run_as_chosen {
+        assert_verified_on_3_and_2(&run(&sim, &choose, &command));
+    }
+}
+
 #[test]
 fn with_launcher_off_deepspeed_runs_elsewhere_and_verification_names_why() {
     let sim = Sim::new(&default_scenario());
@@ -216,6 +274,38 @@ fn accelerate_refusals_name_the_flag_or_file() {
         .stderr_has(&format!("num_processes in {} asks for 8 processes", config.display()));
     accelerate_config(&sim, "num_machines: 2\n");
     run(&sim, &["--gpus", "2", "--min-free", "8G"], &words).status(125).stderr_has("says num_machines: 2");
+}
+
+/// Issue 51 (7): accelerate reads a JSON config too (`--config_file x.json`, or
+/// `default_config.json` where it is the only one), and reads a file past 1 MiB or one with a
+/// byte that is not UTF-8 (or fails on it): none is skipped, so none hides a num_machines.
+#[test]
+fn accelerate_json_large_and_non_utf8_configs_are_read_or_refused() {
+    let sim = Sim::new(&default_scenario());
+    let rank = rank_script(&sim);
+    let accelerate = stand_in("accelerate");
+    let dir = hf_home(&sim).join("accelerate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let default_json = dir.join("default_config.json");
+    std::fs::write(&default_json, r#"{"distributed_type": "MULTI_GPU", "num_machines": 2}"#).unwrap();
+    let launch = [accelerate.as_str(), "launch", "--no_python", &rank];
+    let choose = ["--gpus", "2", "--min-free", "8G"];
+    run(&sim, &choose, &launch)
+        .status(125)
+        .stderr_has(&format!("{} says num_machines: 2", default_json.display()));
+    let given = sim.dir.path().join("mine.json");
+    std::fs::write(&given, r#"{"distributed_type": "MULTI_GPU", "num_processes": 8}"#).unwrap();
+    let with_file =
+        [accelerate.as_str(), "launch", "--config_file", given.to_str().unwrap(), "--no_python", &rank];
+    run(&sim, &choose, &with_file).status(125).stderr_has("asks for 8 processes");
+    std::fs::write(&given, format!("num_machines: 2\n{}", "# padding\n".repeat(120_000))).unwrap();
+    let yaml = sim.dir.path().join("mine.yaml");
+    std::fs::rename(&given, &yaml).unwrap();
+    let with_yaml =
+        [accelerate.as_str(), "launch", "--config_file", yaml.to_str().unwrap(), "--no_python", &rank];
+    run(&sim, &choose, &with_yaml).status(125).stderr_has("mine.yaml, which is over 1 MiB");
+    std::fs::write(&yaml, b"# caf\xe9\nnum_machines: 2\n").unwrap();
+    run(&sim, &choose, &with_yaml).status(125).stderr_has("mine.yaml, which is not UTF-8");
 }
 
 /// deepspeed's `--include` takes indices and a MIG device has none: a launch that chose a MIG

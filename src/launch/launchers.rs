@@ -20,6 +20,8 @@ use std::ffi::OsString;
 use std::ops::Range;
 use std::path::PathBuf;
 
+use crate::launch::accelerate_config::{self, AccelerateConfig};
+use crate::launch::launcher_options::{read_options, Given, ACCELERATE, DEEPSPEED};
 use crate::options::wrappers::{after_options, base, inner_start, is_python};
 
 /// Which launcher.
@@ -27,139 +29,6 @@ use crate::options::wrappers::{after_options, base, inner_start, is_python};
 enum Launcher {
     DeepSpeed,
     Accelerate,
-}
-
-/// How a launcher reads its options (argparse, as each declares them).
-struct Syntax {
-    /// Options that take a value: each with its spellings, the long one first.
-    values: &'static [&'static [&'static str]],
-    flags: &'static [&'static [&'static str]],
-    /// argparse's `allow_abbrev`: a unique prefix of a long option is that option.
-    prefixes: bool,
-    /// `--num-processes` is `--num_processes`.
-    hyphens: bool,
-}
-
-/// deepspeed/launcher/runner.py `parse_args` (0.19.8).
-const DEEPSPEED: Syntax = Syntax {
-    values: &[
-        &["--hostfile", "-H"],
-        &["--include", "-i"],
-        &["--exclude", "-e"],
-        &["--num_nodes"],
-        &["--num_gpus", "--num_accelerators"],
-        &["--master_port"],
-        &["--master_addr"],
-        &["--node_rank"],
-        &["--launcher"],
-        &["--launcher_args"],
-        &["--enable_each_rank_log"],
-        &["--autotuning"],
-        &["--bind_core_list"],
-        &["--ssh_port"],
-        &["--venv_script"],
-        &["--log_level"],
-    ],
-    flags: &[
-        &["--help", "-h"],
-        &["--module"],
-        &["--no_python"],
-        &["--no_local_rank"],
-        &["--no_ssh"],
-        &["--no_ssh_check"],
-        &["--force_multi"],
-        &["--save_pid"],
-        &["--bind_cores_to_rank"],
-        &["--quiet", "-q"],
-    ],
-    prefixes: true,
-    hyphens: false,
-};
-
-/// accelerate/commands/launch.py `launch_command_parser` (1.15): the options that decide the
-/// GPUs and the machines, every other that takes a value (so the script is found), the flags.
-const ACCELERATE: Syntax = Syntax {
-    values: &[
-        &["--config_file"],
-        &["--gpu_ids"],
-        &["--num_processes"],
-        &["--num_machines"],
-        &["--machine_rank"],
-        &["--main_process_ip"],
-        &["--main_process_port"],
-        &["--mixed_precision"],
-        &["--num_cpu_threads_per_process"],
-        &["--dynamo_backend"],
-        &["--dynamo_mode"],
-        &["--tee", "-t"],
-        &["--log_dir"],
-        &["--role"],
-        &["--rdzv_backend"],
-        &["--rdzv_conf"],
-        &["--max_restarts"],
-        &["--monitor_interval"],
-        &["--vm"],
-        &["--env"],
-        &["--main_training_function"],
-        &["--deepspeed_config_file"],
-        &["--zero_stage"],
-        &["--offload_optimizer_device"],
-        &["--offload_param_device"],
-        &["--offload_optimizer_nvme_path"],
-        &["--offload_param_nvme_path"],
-        &["--gradient_accumulation_steps"],
-        &["--gradient_clipping"],
-        &["--zero3_init_flag"],
-        &["--zero3_save_16bit_model"],
-        &["--deepspeed_hostfile"],
-        &["--deepspeed_exclusion_filter"],
-        &["--deepspeed_inclusion_filter"],
-        &["--deepspeed_multinode_launcher"],
-        &["--deepspeed_moe_layer_cls_names"],
-        &["--mpirun_hostfile"],
-        &["--aws_access_key_id"],
-        &["--aws_secret_access_key"],
-    ],
-    flags: &[
-        &["--help", "-h"],
-        &["--quiet", "-q"],
-        &["--cpu"],
-        &["--multi_gpu"],
-        &["--tpu"],
-        &["--enable_cpu_affinity"],
-        &["--dynamo_use_fullgraph"],
-        &["--dynamo_use_dynamic"],
-        &["--dynamo_use_regional_compilation"],
-        &["--use_deepspeed"],
-        &["--use_fsdp"],
-        &["--use_parallelism_config"],
-        &["--use_megatron_lm"],
-        &["--same_network"],
-        &["--module", "-m"],
-        &["--no_python"],
-        &["--tpu_cluster"],
-        &["--no_tpu_cluster"],
-        &["--tpu_use_sudo"],
-        &["--downcast_bf16"],
-        &["--fp8_use_autocast_during_eval"],
-        &["--debug"],
-    ],
-    prefixes: false,
-    hyphens: true,
-};
-
-/// accelerate's option families whose every member takes a value (`--fsdp_*`,
-/// `--megatron_lm_*`, `--fp8_*` but `--fp8_use_autocast_during_eval`, `--parallelism_config_*`).
-const ACCELERATE_VALUE_FAMILIES: &[&str] = &["--fsdp_", "--megatron_lm_", "--fp8_", "--parallelism_config_"];
-
-/// One of the launcher's options, as given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Given {
-    /// Its long spelling (`--num_gpus`, whatever was typed).
-    name: &'static str,
-    value: Option<String>,
-    /// The words it takes in the command.
-    words: Range<usize>,
 }
 
 /// The command's launcher, read: where its options are, what they say.
@@ -172,15 +41,9 @@ pub(crate) struct LauncherRun {
     /// accelerate: the config file that applies, and its top-level `gpu_ids`,
     /// `num_processes` and `num_machines`.
     config: Option<AccelerateConfig>,
-}
-
-/// What accelerate's config file says about GPUs and machines.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-struct AccelerateConfig {
-    path: PathBuf,
-    gpu_ids: Option<String>,
-    num_processes: Option<u64>,
-    num_machines: Option<u64>,
+    /// The command with the strings an `env -S` splits put in place, where it has one: the
+    /// words the launcher's options were read from, and that a hand-over rewrites.
+    expanded: Option<Vec<OsString>>,
 }
 
 /// Why a launcher's command cannot get gpurun's choice.
@@ -198,110 +61,120 @@ of each rank under the launcher (deepspeed --no_python ... gpurun --per-rank -- 
 /// and `python -m`. Refuses at once what no choice can reconcile (several nodes, a hostfile,
 /// `--exclude`).
 pub(crate) fn recognise(command: &[OsString]) -> Result<Option<LauncherRun>, LauncherError> {
-    let words: Vec<String> = command.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+    let expanded = without_split_strings(command);
+    let words: Vec<String> =
+        expanded.as_deref().unwrap_or(command).iter().map(|w| w.to_string_lossy().into_owned()).collect();
     let texts: Vec<&str> = words.iter().map(String::as_str).collect();
     let start = inner_start(&texts);
     let Some(program) = texts.get(start).map(|w| base(w)) else { return Ok(None) };
-    let rest = &texts[start + 1..];
-    let (launcher, options_at) = match program {
-        "deepspeed" | "ds" => (Launcher::DeepSpeed, start + 1),
-        "accelerate-launch" => (Launcher::Accelerate, start + 1),
-        "accelerate" if rest.first() == Some(&"launch") => (Launcher::Accelerate, start + 2),
-        _ if is_python(program) => {
-            let after = after_options("python", rest);
-            let at = texts.len() - after.len();
-            match after {
-                ["-m", "deepspeed.launcher.runner", ..] => (Launcher::DeepSpeed, at + 2),
-                ["-m", "accelerate.commands.launch", ..] => (Launcher::Accelerate, at + 2),
-                _ => return Ok(None),
-            }
-        }
-        _ => return Ok(None),
-    };
+    let Some((launcher, options_at)) = launcher_at(program, &texts, start) else { return Ok(None) };
     let syntax = match launcher {
         Launcher::DeepSpeed => &DEEPSPEED,
         Launcher::Accelerate => &ACCELERATE,
     };
     let given = read_options(syntax, &texts, options_at);
-    let mut run = LauncherRun { launcher, options_at, given, config: None };
+    let mut run = LauncherRun { launcher, options_at, given, config: None, expanded };
     match launcher {
         Launcher::DeepSpeed => run.refuse_deepspeed_nodes()?,
         Launcher::Accelerate => {
-            run.config = accelerate_config(run.value("--config_file").map(PathBuf::from));
+            run.config = accelerate_config::read(run.value("--config_file").map(PathBuf::from))
+                .map_err(LauncherError)?;
             run.refuse_accelerate_machines()?;
         }
     }
     Ok(Some(run))
 }
 
-/// The launcher's options, up to its script (argparse stops at the first positional word).
-/// An option the launcher does not know is passed over as a flag: the launcher refuses it.
-fn read_options(syntax: &Syntax, words: &[&str], from: usize) -> Vec<Given> {
-    let mut given = Vec::new();
-    let mut at = from;
-    while let Some(word) = words.get(at) {
-        if *word == "--" || !word.starts_with('-') || *word == "-" {
-            break;
-        }
-        let begin = at;
-        let (typed, inline) = match word.split_once('=').filter(|_| word.starts_with("--")) {
-            Some((name, value)) => (name, Some(value.to_owned())),
-            None => (*word, None),
-        };
-        let (name, takes_value, inline) = match resolve(syntax, typed) {
-            Some((name, takes_value)) => (name, takes_value, inline),
-            // A short option with its value attached: `-ilocalhost:0`.
-            None if !typed.starts_with("--") && typed.len() > 2 => match resolve(syntax, &typed[..2]) {
-                Some((name, true)) => (name, true, Some(typed[2..].to_owned())),
-                _ => ("", false, None),
-            },
-            None => ("", false, None),
-        };
-        let value = match (takes_value, inline) {
-            (true, Some(value)) => Some(value),
-            (true, None) => {
-                at += 1;
-                words.get(at).map(|w| (*w).to_owned())
+/// The launcher `program` (the word at `start`) is, and where its options start. DeepSpeed
+/// installs `deepspeed`, `deepspeed.pt` and `ds`; accelerate `accelerate` (`launch` its
+/// subcommand) and `accelerate-launch`; either may be run by a Python (`python3 -m
+/// accelerate.commands.accelerate_cli launch`, `python3 $(which deepspeed)`).
+fn launcher_at(program: &str, texts: &[&str], start: usize) -> Option<(Launcher, usize)> {
+    let rest = &texts[start + 1..];
+    match program {
+        "deepspeed" | "deepspeed.pt" | "ds" => Some((Launcher::DeepSpeed, start + 1)),
+        "accelerate-launch" => Some((Launcher::Accelerate, start + 1)),
+        "accelerate" if rest.first() == Some(&"launch") => Some((Launcher::Accelerate, start + 2)),
+        _ if is_python(program) => {
+            let after = after_options("python", rest);
+            let at = texts.len() - after.len();
+            match after {
+                ["-m", "deepspeed.launcher.runner", ..] => Some((Launcher::DeepSpeed, at + 2)),
+                ["-m", "accelerate.commands.launch", ..] => Some((Launcher::Accelerate, at + 2)),
+                ["-m", "accelerate.commands.accelerate_cli", "launch", ..] => {
+                    Some((Launcher::Accelerate, at + 3))
+                }
+                // The launcher's own script, run by this Python (python3 /usr/bin/deepspeed).
+                [script, ..] if !script.starts_with('-') && !is_python(base(script)) => {
+                    launcher_at(base(script), texts, at)
+                }
+                _ => None,
             }
-            (false, _) => None,
-        };
-        at += 1;
-        if !name.is_empty() {
-            given.push(Given { name, value, words: begin..at.min(words.len()) });
         }
+        _ => None,
     }
-    given
 }
 
-/// The long spelling of a typed option, and whether it takes a value; `None` where the
-/// launcher does not know it (or a prefix is ambiguous: argparse refuses it).
-fn resolve(syntax: &Syntax, typed: &str) -> Option<(&'static str, bool)> {
-    let normal = match (syntax.hyphens, typed.strip_prefix("--")) {
-        (true, Some(name)) => format!("--{}", name.replace('-', "_")),
-        _ => typed.to_owned(),
-    };
-    let tables = [(syntax.values, true), (syntax.flags, false)];
-    for (table, takes_value) in tables {
-        if let Some(spellings) = table.iter().find(|spellings| spellings.contains(&normal.as_str())) {
-            return Some((spellings[0], takes_value));
+/// The command as env will run it where an `env` in front of the program splits a string
+/// (`env -S 'deepspeed -qi localhost:0,1' x.py`): GNU env puts the string's words in place of
+/// `-S STRING` and reads on, so `env deepspeed -qi localhost:0,1 x.py` is the same command,
+/// and gpurun reads (and hands its choice over in) those words. `None` where no env splits a
+/// string, or where env would refuse the string (then it runs nothing).
+fn without_split_strings(command: &[OsString]) -> Option<Vec<OsString>> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut words = command.to_vec();
+    let mut changed = false;
+    // Each pass expands the first string; the words of one may hold another env -S.
+    for _ in 0..8 {
+        let Some((at, flags, string, taken)) = first_split_string(&words) else { break };
+        let split = crate::options::split_string::split(string.as_bytes()).ok()?;
+        let mut replacement: Vec<OsString> = flags.into_iter().collect();
+        replacement.extend(split.into_iter().map(OsString::from_vec));
+        words.splice(at..at + taken, replacement);
+        changed = true;
+    }
+    changed.then_some(words)
+}
+
+/// Where the first `env` (through the wrappers in front of the program) splits a string: the
+/// word's index, the flags clustered before `S` (`-iS...` keeps `-i`), the string, and how
+/// many words `-S STRING` takes.
+fn first_split_string(words: &[OsString]) -> Option<(usize, Option<OsString>, OsString, usize)> {
+    let texts: Vec<String> = words.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+    let mut at = 0;
+    while at < texts.len() && base(&texts[at]) == "env" {
+        at += 1;
+        while let Some(word) = texts.get(at) {
+            if word == "--" || !(word.starts_with('-') || word.contains('=')) {
+                break;
+            }
+            let next = || words.get(at + 1).cloned();
+            if word == "--split-string" {
+                return Some((at, None, next()?, 2));
+            }
+            if let Some(string) = word.strip_prefix("--split-string=") {
+                return Some((at, None, string.into(), 1));
+            }
+            // getopt's cluster: flags (-i, -0, -v), then S with its string attached or next.
+            if let Some(cluster) = word.strip_prefix('-').filter(|w| !w.starts_with('-')) {
+                if let Some(s) =
+                    cluster.find('S').filter(|s| cluster[..*s].chars().all(|c| "i0v".contains(c)))
+                {
+                    let flags = (s > 0).then(|| OsString::from(format!("-{}", &cluster[..s])));
+                    return match &cluster[s + 1..] {
+                        "" => Some((at, flags, next()?, 2)),
+                        string => Some((at, flags, string.into(), 1)),
+                    };
+                }
+            }
+            let takes = matches!(word.as_str(), "-u" | "--unset" | "-C" | "--chdir");
+            at += if takes { 2 } else { 1 };
+        }
+        if texts.get(at).is_some_and(|w| w == "--") {
+            at += 1;
         }
     }
-    if syntax.hyphens && ACCELERATE_VALUE_FAMILIES.iter().any(|family| normal.starts_with(family)) {
-        return Some(("", true));
-    }
-    if !(syntax.prefixes && normal.starts_with("--")) {
-        return None;
-    }
-    let mut matches = tables.iter().flat_map(|(table, takes_value)| {
-        table.iter().flat_map(move |spellings| {
-            spellings.iter().filter(|s| s.starts_with("--")).map(move |s| (spellings[0], *s, *takes_value))
-        })
-    });
-    let found = matches.by_ref().filter(|(_, spelling, _)| spelling.starts_with(normal.as_str()));
-    let candidates: Vec<(&'static str, bool)> = found.map(|(long, _, takes)| (long, takes)).collect();
-    let mut longs: Vec<&str> = candidates.iter().map(|(long, _)| *long).collect();
-    longs.dedup();
-    (longs.len() == 1).then(|| candidates[0])
+    None
 }
 
 /// What gpurun chose, in the terms a launcher takes.
@@ -416,6 +289,7 @@ impl LauncherRun {
         command: &[OsString],
         chosen: &Chosen,
     ) -> Result<Option<Vec<OsString>>, LauncherError> {
+        let command = self.expanded.as_deref().unwrap_or(command);
         match self.launcher {
             Launcher::DeepSpeed => self.deepspeed(command, chosen),
             Launcher::Accelerate => self.accelerate(command, chosen),
@@ -436,7 +310,12 @@ impl LauncherRun {
         }
         let ids = joined(&chosen.ordinals);
         if let Some(include) = self.value("--include") {
-            let named = include.split_once(':').and_then(|(_, list)| slots(list));
+            // DeepSpeed's parse_resource_filter drops a slot named twice (localhost:7,5,5).
+            let named = include.split_once(':').and_then(|(_, list)| slots(list)).map(|mut named| {
+                named.sort();
+                named.dedup();
+                named
+            });
             return match named {
                 Some(named) if same_set(&named, &chosen.ordinals) => Ok(None),
                 _ => Err(LauncherError(format!(
@@ -545,33 +424,6 @@ impl LauncherRun {
     }
 }
 
-/// accelerate's config file: `--config_file`, else the default under `$HF_HOME` or the cache
-/// (config_args.py); its top-level `gpu_ids`, `num_processes` and `num_machines` (a flat YAML
-/// mapping, as `accelerate config` writes it). `None` where there is none.
-fn accelerate_config(given: Option<PathBuf>) -> Option<AccelerateConfig> {
-    let path = given.or_else(|| {
-        let var = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from);
-        let home = var("HF_HOME").or_else(|| {
-            let cache = var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|home| home.join(".cache")))?;
-            Some(cache.join("huggingface"))
-        })?;
-        Some(home.join("accelerate/default_config.yaml"))
-    })?;
-    let text = crate::process::stdio::read_small_file(&path, 1 << 20)?;
-    let mut config = AccelerateConfig { path, ..AccelerateConfig::default() };
-    for line in text.lines().filter(|line| !line.starts_with([' ', '\t', '#'])) {
-        let Some((key, value)) = line.split_once(':') else { continue };
-        let value = value.split(" #").next().unwrap_or("").trim().trim_matches(|c| c == '"' || c == '\'');
-        match key.trim() {
-            "gpu_ids" if !value.is_empty() && value != "null" => config.gpu_ids = Some(value.to_owned()),
-            "num_processes" => config.num_processes = value.parse().ok(),
-            "num_machines" => config.num_machines = value.parse().ok(),
-            _ => {}
-        }
-    }
-    Some(config)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,6 +453,9 @@ mod tests {
             "env A=1 nice -n 5 deepspeed train.py",
             "python3 -u -m deepspeed.launcher.runner train.py",
             "ds train.py",
+            "deepspeed.pt train.py",
+            "python3 /usr/local/bin/deepspeed train.py",
+            "timeout -k 5 1h nohup stdbuf -oL deepspeed train.py",
         ] {
             assert_eq!(recognise(&words(line)).unwrap().unwrap().launcher, Launcher::DeepSpeed, "{line}");
         }
@@ -608,12 +463,48 @@ mod tests {
             "accelerate launch train.py",
             "uv run accelerate launch x.py",
             "python -m accelerate.commands.launch x.py",
+            "python -m accelerate.commands.accelerate_cli launch x.py",
+            "python3 /usr/bin/accelerate launch x.py",
+            "setsid -w /usr/bin/time -o t accelerate launch x.py",
         ] {
             assert_eq!(recognise(&words(line)).unwrap().unwrap().launcher, Launcher::Accelerate, "{line}");
         }
         for line in ["python train.py", "accelerate config", "torchrun train.py", "env"] {
             assert_eq!(recognise(&words(line)).unwrap(), None, "{line}");
         }
+    }
+
+    /// DeepSpeed drops a slot named twice; `-qe` is `--quiet --exclude`, refused.
+    #[test]
+    fn clustered_and_repeated_slots_are_read_as_deepspeed_reads_them() {
+        assert_eq!(hand_over("deepspeed --include localhost:7,5,5 t.py", &[7, 5], "7,5"), Ok(None));
+        assert_eq!(hand_over("deepspeed -qi=localhost:7,5 t.py", &[7, 5], "7,5").ok(), None);
+        assert!(hand_over("deepspeed -qe localhost:1 t.py", &[7, 5], "7,5")
+            .unwrap_err()
+            .starts_with("deepspeed --exclude localhost:1"));
+    }
+
+    /// `env -S STRING` runs the string's words: they are the command gpurun reads and rewrites.
+    #[test]
+    fn an_env_split_string_is_read_as_env_runs_it() {
+        let command: Vec<OsString> =
+            ["env", "-S", "A=1 deepspeed -qi localhost:0,1", "t.py"].iter().map(OsString::from).collect();
+        let run = recognise(&command).unwrap().unwrap();
+        assert_eq!(run.value("--include"), Some("localhost:0,1"));
+        let command: Vec<OsString> =
+            ["/usr/bin/env", "-iS", "deepspeed --num_gpus 2", "t.py"].iter().map(OsString::from).collect();
+        let run = recognise(&command).unwrap().unwrap();
+        let handed = run.hand_over(&command, &chosen(&[3, 2], "3,2")).unwrap().unwrap();
+        assert_eq!(shown(&handed), "/usr/bin/env -i deepspeed --include localhost:3,2 t.py");
+        let command: Vec<OsString> = ["env", "--split-string=accelerate launch --gpu_ids 0,1", "t.py"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        assert!(recognise(&command).unwrap().unwrap().value("--gpu_ids") == Some("0,1"));
+        // A string env refuses runs nothing: left for env to refuse.
+        let command: Vec<OsString> =
+            ["env", "-S", "deepspeed $B", "t.py"].iter().map(OsString::from).collect();
+        assert_eq!(recognise(&command).unwrap(), None);
     }
 
     #[test]
@@ -680,23 +571,14 @@ mod tests {
         assert_eq!(run.value("--num_gpus"), Some("2"));
         assert_eq!(run.asked_count(), Some(2));
         // An ambiguous prefix is argparse's error, not an option.
-        assert_eq!(resolve(&DEEPSPEED, "--no_s"), None);
-        assert_eq!(resolve(&DEEPSPEED, "--num_n"), Some(("--num_nodes", true)));
+        assert_eq!(recognise(&words("deepspeed --no_s --num_n 2 t.py")).unwrap_err().0, "deepspeed --num_nodes 2: gpurun chooses GPUs on this node only: for several nodes put `gpurun --per-rank` in front of each rank under the launcher (deepspeed --no_python ... gpurun --per-rank -- python train.py), or pass --launcher off");
     }
 
     #[test]
-    fn the_accelerate_config_file_is_read_flat() {
+    fn the_config_files_num_processes_is_checked() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.yaml");
-        std::fs::write(
-            &path,
-            "compute_environment: LOCAL_MACHINE\ngpu_ids: 0,1\nnum_processes: 8\nfsdp_config:\n  num_machines: 4\n",
-        )
-        .unwrap();
-        let config = accelerate_config(Some(path.clone())).unwrap();
-        assert_eq!(config.gpu_ids.as_deref(), Some("0,1"));
-        assert_eq!(config.num_processes, Some(8));
-        assert_eq!(config.num_machines, None, "a nested key is not the top level's");
+        std::fs::write(&path, "distributed_type: MULTI_GPU\nnum_processes: 8\n").unwrap();
         let line = format!("accelerate launch --config_file {} t.py", path.display());
         let refused = hand_over(&line, &[3, 2], "3,2").unwrap_err();
         assert!(refused.contains(&format!("num_processes in {}", path.display())), "{refused}");

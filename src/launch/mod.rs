@@ -2,11 +2,13 @@
 //! signal state, supervise it (signals, reaping, job control, verification beside it), end its
 //! leftovers, report, and give back how it ended.
 
+pub(crate) mod accelerate_config;
 pub(crate) mod affinity;
 pub(crate) mod container;
 pub(crate) mod container_options;
 pub(crate) mod env;
 pub(crate) mod hooks;
+pub(crate) mod launcher_options;
 pub(crate) mod launchers;
 pub(crate) mod orphans;
 pub(crate) mod plan;

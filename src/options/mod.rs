@@ -10,6 +10,7 @@ pub(crate) mod model;
 pub(crate) mod shell;
 pub(crate) mod signal;
 pub(crate) mod size;
+pub(crate) mod split_string;
 pub(crate) mod wrappers;
 
 use clap::ValueEnum;

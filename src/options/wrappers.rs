@@ -1,5 +1,5 @@
 //! Programs that run another program given among their words (`env A=1 CMD`, `nice -n 5 CMD`,
-//! `uv run CMD`), looked through to what they run: by the history's "same command" and by the
+//! `uv run CMD`, `timeout 1h CMD`, `nohup CMD`, `stdbuf -oL CMD`, `setsid CMD`, `time CMD`), looked through to what they run: by the history's "same command" and by the
 //! launchers gpurun hands its choice to.
 
 /// The program's name without its directory.
@@ -34,6 +34,9 @@ fn takes_value(wrapper: &str, option: &str) -> bool {
         "uv" => &["--with", "--python", "-p", "--project", "--directory", "--package", "--group", "--extra"],
         "poetry" | "pipenv" => &["-C", "--directory", "-P", "--project"],
         "python" => &["-X", "-W", "-Q"],
+        "timeout" => &["-k", "--kill-after", "-s", "--signal"],
+        "stdbuf" => &["-i", "--input", "-o", "--output", "-e", "--error"],
+        "time" => &["-o", "--output", "-f", "--format"],
         _ => &[],
     };
     !option.contains('=') && options.contains(&option)
@@ -65,8 +68,11 @@ pub(crate) fn inner_start(command: &[&str]) -> usize {
     while let Some((first, rest)) = words.split_first() {
         let program = base(first);
         words = match program {
-            "env" | "nice" | "ionice" | "numactl" => after_options(program, rest),
-            "taskset" => after_options(program, rest).get(1..).unwrap_or_default(),
+            "env" | "nice" | "ionice" | "numactl" | "nohup" | "stdbuf" | "setsid" | "time" => {
+                after_options(program, rest)
+            }
+            // The mask, or the duration, comes before the command.
+            "taskset" | "timeout" => after_options(program, rest).get(1..).unwrap_or_default(),
             "uv" | "poetry" | "pipenv" if rest.first() == Some(&"run") => after_options(program, &rest[1..]),
             _ => break,
         };
@@ -85,5 +91,8 @@ mod tests {
         assert_eq!(inner_start(&["uv", "run", "--python", "3.11", "accelerate", "launch"]), 4);
         assert_eq!(inner_start(&["taskset", "0x3", "python", "-m", "m"]), 2);
         assert_eq!(inner_start(&["env"]), 1);
+        assert_eq!(inner_start(&["timeout", "-k", "5", "1h", "nohup", "deepspeed", "x.py"]), 5);
+        assert_eq!(inner_start(&["stdbuf", "-o", "L", "-eL", "setsid", "-w", "ds", "x.py"]), 6);
+        assert_eq!(inner_start(&["/usr/bin/time", "-o", "t.txt", "accelerate", "launch"]), 3);
     }
 }
