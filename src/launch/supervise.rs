@@ -154,12 +154,12 @@ impl<'a> Watch<'a> {
         let stuck = self.stuck();
         self.monitor.check_deadline(now, stuck);
         if self.monitor.poll_due(now) && !self.thread_ref().is_busy() {
-            let job = Job::Poll {
-                watched: self.monitor.watched(),
-                chosen: self.monitor.xid_gpus(),
-                drain: false,
-                meter: self.meter(false),
+            let (watched, sample) = self.monitor.next_look(now);
+            let meter = match sample {
+                true => self.meter(false),
+                false => crate::probe::meter::Ask { gpus: Vec::new(), bounds: false },
             };
+            let job = Job::Poll { watched, chosen: self.monitor.xid_gpus(), drain: false, meter };
             self.thread().send(job);
         }
         let busy = self.thread_ref().is_busy();

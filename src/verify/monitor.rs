@@ -21,11 +21,13 @@ use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
 const FIRST_INTERVAL: Duration = Duration::from_millis(100);
 /// The longest interval while no verdict has settled.
 const LONGEST_INTERVAL: Duration = Duration::from_secs(2);
-/// After the verdict: a process of another user that appears on a chosen GPU (an intruder), a
-/// late wrong-gpu and a GPU that fell off the bus are seen within this long, and the tree's
-/// memory is sampled for the report. One process-list call per watched GPU (about a
-/// millisecond each with the real driver): `make bench` measures what it costs.
-const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// After the verdict: a process of another user that appears on a chosen GPU (an intruder) and
+/// a chosen GPU that falls off the bus are seen within this long. One process-list call per
+/// chosen GPU (about a millisecond each with the real driver): `make bench` measures it.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// After the verdict, every GPU's list (a late wrong-gpu) and the receipt's readings come this
+/// often, with the chosen GPUs' look.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 /// A poll that has not returned after this long counts as NVML not answering (a healthy driver
 /// lists a GPU's processes in about a millisecond).
 pub(crate) const SLOW_CALL: Duration = Duration::from_millis(500);
@@ -83,6 +85,9 @@ struct Causes {
 struct Pace {
     interval: Duration,
     next_poll: Instant,
+    /// When every watched GPU was last listed and the receipt read (all are, until the
+    /// verdict; then every `SAMPLE_INTERVAL`).
+    last_sample: Instant,
     /// `--verify-timeout`, until a verdict settles.
     deadline: Option<Instant>,
 }
@@ -170,6 +175,7 @@ impl Monitor {
             pace: Pace {
                 interval: FIRST_INTERVAL,
                 next_poll: now + FIRST_INTERVAL,
+                last_sample: now,
                 deadline: Some(now + timeout),
             },
             logged: Vec::new(),
@@ -282,6 +288,19 @@ impl Monitor {
         self.given.watched.clone()
     }
 
+    /// What the poll due now lists, and whether it takes the receipt's readings: until the
+    /// verdict (and every `SAMPLE_INTERVAL` after it) every watched GPU and the readings;
+    /// between, only the chosen GPUs, for intruders and a lost GPU.
+    pub(crate) fn next_look(&mut self, now: Instant) -> (Vec<u32>, bool) {
+        let sample = self.pace.interval < WATCH_INTERVAL || now >= self.pace.last_sample + SAMPLE_INTERVAL;
+        if sample {
+            self.pace.last_sample = now;
+            return (self.given.watched.clone(), true);
+        }
+        let chosen = self.given.watched.iter().copied().filter(|gpu| self.given.selected.contains(gpu));
+        (chosen.collect(), false)
+    }
+
     pub(crate) fn poll_due(&self, now: Instant) -> bool {
         now >= self.pace.next_poll
     }
@@ -327,7 +346,7 @@ impl Monitor {
                 strict_failure = Some(detail);
             }
             self.pace.deadline = None;
-            self.pace.interval = SAMPLE_INTERVAL;
+            self.pace.interval = WATCH_INTERVAL;
         } else if self.pace.deadline.is_some() {
             self.pace.interval = (self.pace.interval * 3 / 2).min(LONGEST_INTERVAL);
         }
@@ -357,7 +376,7 @@ impl Monitor {
             return;
         }
         self.pace.deadline = None;
-        self.pace.interval = SAMPLE_INTERVAL;
+        self.pace.interval = WATCH_INTERVAL;
         let (verdict, detail) = self.verdict(stuck);
         self.log_once(verdict, &format!("{detail} (within --verify-timeout)"));
     }
