@@ -349,3 +349,93 @@ fn doctor_says_where_mps_clients_connect_and_what_nvml_must_not_see() {
     let said = std::fs::read_to_string(&seen).unwrap();
     assert!(said.contains("start=1\n") && said.contains("exit=1\n"), "{said}");
 }
+
+/// Issue 51 (2): another user's planted pipe directory or control FIFO (held open, as a
+/// daemon would) made `--mps` take any GPU and point the job at that user's daemon, and
+/// `--doctor` said ok. The pipe directory and its control must be the caller's or root's, and
+/// the directory not writable by others: otherwise refused, the owner named.
+#[test]
+fn a_planted_mps_control_pipe_is_refused_naming_its_owner() {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if !common::is_root() {
+        return common::skip("another user's MPS pipe", "a second user's files need root (chown)");
+    }
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let pipe = sim.dir.path().join("planted");
+    std::fs::create_dir(&pipe).unwrap();
+    let control = pipe.join("control");
+    assert!(Command::new("mkfifo").arg(&control).status().unwrap().success());
+    let _daemon = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&control)
+        .unwrap();
+    let mps = || sim.gpurun().args(["--mps", "--export"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
+    let doctor = || sim.gpurun().args(["--doctor"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
+    // Ours: a daemon of ours reads it, any GPU will do.
+    mps().status(0);
+    // The FIFO is another user's.
+    std::os::unix::fs::chown(&control, Some(65534), Some(65534)).unwrap();
+    let nobody = common::user_name_of(65534);
+    let said = format!("the MPS control pipe {} belongs to user {nobody}", control.display());
+    mps().status(125).stderr_has(&format!("gpurun: --mps: {said}"));
+    doctor().stdout_has(&said).stdout_has("--mps refuses it");
+    // The directory is another user's.
+    std::os::unix::fs::chown(&control, Some(0), Some(0)).unwrap();
+    std::os::unix::fs::chown(&pipe, Some(65534), Some(65534)).unwrap();
+    mps()
+        .status(125)
+        .stderr_has(&format!("the MPS pipe directory {} belongs to user {nobody}", pipe.display()));
+    // The directory is root's but anyone may write it.
+    std::os::unix::fs::chown(&pipe, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&pipe, std::fs::Permissions::from_mode(0o777)).unwrap();
+    mps().status(125).stderr_has("can be written by others (mode 777)");
+    // Sticky, as /tmp: others may add names but not replace root's control pipe.
+    std::fs::set_permissions(&pipe, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    mps().status(0);
+}
+
+/// Issue 51 (3): an MPS server whose owner /proc cannot read (hidepid=2, or another PID
+/// namespace: here a PID that does not exist on this host) was taken for the caller's own:
+/// `--mps` joined it and `--doctor` said so. Unknown is not ours; NVML names the process
+/// (nvmlSystemGetProcessName), so the listing shows the server's PID.
+#[test]
+fn an_mps_server_of_an_unknown_user_is_not_ours() {
+    let scenario = scenario_file("two_idle.toml")
+        + "\n[[process]]\ngpu = 0\npid = 4190777\nused = \"256MiB\"\nmps = \"server\"\n\
+           name = \"/usr/bin/nvidia-cuda-mps-server\"\n";
+    let sim = Sim::new(&scenario);
+    let json = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    assert_eq!(json["gpus"][0]["mps"]["server_pid"], 4190777, "{json}");
+    assert_eq!(json["gpus"][0]["mps"]["server_user"], Value::Null, "{json}");
+    let said = "MPS server of an unknown user (PID 4190777)";
+    sim.gpurun().args(["--mps", "--devices", "0", "--", "true"]).run().status(75).stderr_has(said);
+    let dry = sim.gpurun().args(["--dry-run", "--json", "--", "true"]).run().status(0).json();
+    assert_eq!(common::eligible(&dry), vec![1], "{dry}");
+    sim.gpurun()
+        .args(["--doctor"])
+        .run()
+        .stdout_has(&format!("GPU 0: {said}, 0 clients: not chosen for you"));
+}
+
+/// Issue 51 (4): NVIDIA's recommended MPS set-up, an exclusive-process GPU whose one context is
+/// the caller's own MPS server: `--mps` joins it; without `--mps` the refusal says so.
+#[test]
+fn an_exclusive_process_gpu_held_by_our_own_mps_server_is_joined_with_mps() {
+    let scenario = scenario_file("two_idle.toml").replacen(
+        "utilization_memory = 0\n",
+        "utilization_memory = 0\ncompute_mode = \"exclusive_process\"\n",
+        1,
+    );
+    let sim = Sim::new(&scenario);
+    let _server = own_server(&sim);
+    let export = sim.gpurun().args(["--mps", "--devices", "0", "--export"]).run();
+    assert!(export.status(0).stdout.contains(&format!("export CUDA_VISIBLE_DEVICES='{GPU0}'")), "{export:?}");
+    sim.gpurun()
+        .args(["--devices", "0", "--", "true"])
+        .run()
+        .status(75)
+        .stderr_has("compute mode is exclusive-process and PID")
+        .stderr_has("your MPS server, holds its one CUDA context: --mps joins it");
+}

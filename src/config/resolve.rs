@@ -89,7 +89,10 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
         min_free_auto,
         count_words: per_rank.as_ref().map(PerRank::count_words),
         mps: cli.mps,
-        mps_daemon: cli.mps.then(mps_daemon),
+        mps_daemon: match cli.mps {
+            true => Some(mps_daemon()?),
+            false => None,
+        },
     };
     Ok(Config {
         mode,
@@ -206,11 +209,17 @@ fn log_origins(origins: &BTreeMap<String, String>, limits: &Limits) {
     }
 }
 
-/// `--mps`: the control pipe a client of this user would use, and whether a daemon reads it.
-fn mps_daemon() -> (PathBuf, bool) {
+/// `--mps`: the control pipe a client of this user would use, and whether a daemon reads it;
+/// refused where it is not the caller's or root's (another user's planted pipe).
+fn mps_daemon() -> Result<(PathBuf, bool), ConfigError> {
     let pipe = crate::launch::env::mps_control_pipe();
+    if let Some(why) = crate::launch::env::untrusted_mps_pipe(&pipe) {
+        return Err(ConfigError::Mps(format!(
+            "--mps: {why}; set CUDA_MPS_PIPE_DIRECTORY to your own daemon's directory"
+        )));
+    }
     let read = crate::process::stdio::fifo_has_reader(&pipe) == Some(true);
-    (pipe, read)
+    Ok((pipe, read))
 }
 
 /// `--mps`: the client settings, or why they cannot be: an MPS server numbers the devices its

@@ -81,6 +81,48 @@ pub(crate) fn mps_control_pipe() -> std::path::PathBuf {
     std::path::PathBuf::from(directory.unwrap_or_else(|| MPS_PIPE_DIRECTORY.into())).join("control")
 }
 
+/// Why an MPS client of this user must not connect through `control` (the pipe `--mps` would
+/// use): its directory or the pipe belongs to another user than the caller or root, or the
+/// directory can be written by others without the sticky bit (who could put their own pipe
+/// there). A client's CUDA
+/// context goes to whichever server that pipe's daemon starts: another user's, holding the
+/// job's memory and its faults. `None`: it is safe, or there is none (nothing to connect to).
+pub(crate) fn untrusted_mps_pipe(control: &std::path::Path) -> Option<String> {
+    use nix::sys::stat::{lstat, Mode};
+    let caller = nix::unistd::getuid().as_raw();
+    let directory = control.parent().unwrap_or(std::path::Path::new("/"));
+    let trusted = |uid: u32| uid == caller || uid == 0;
+    let owner = |uid: u32| crate::process::procfs::user_name(uid);
+    let Ok(dir) = lstat(directory) else { return None };
+    if !trusted(dir.st_uid) {
+        return Some(format!(
+            "the MPS pipe directory {} belongs to user {}: an MPS client of yours would connect to that \
+             user's control daemon and server",
+            directory.display(),
+            owner(dir.st_uid)
+        ));
+    }
+    let mode = Mode::from_bits_truncate(dir.st_mode);
+    // Sticky (as /tmp): others may add names, not replace the control pipe, checked below.
+    if mode.intersects(Mode::S_IWGRP | Mode::S_IWOTH) && !mode.contains(Mode::S_ISVTX) {
+        return Some(format!(
+            "the MPS pipe directory {} can be written by others (mode {:o}): anyone could put their own \
+             control pipe there",
+            directory.display(),
+            dir.st_mode & 0o7777
+        ));
+    }
+    match lstat(control) {
+        Ok(pipe) if !trusted(pipe.st_uid) => Some(format!(
+            "the MPS control pipe {} belongs to user {}: an MPS client of yours would connect to that \
+             user's daemon and server",
+            control.display(),
+            owner(pipe.st_uid)
+        )),
+        _ => None,
+    }
+}
+
 impl Plan {
     /// Makes the command an MPS client: its directories passed on (the caller's, or NVIDIA's
     /// defaults), and the thread share and pinned memory asked for. `devices`: how many it

@@ -312,7 +312,12 @@ fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
         true => "CUDA_MPS_PIPE_DIRECTORY",
         false => "the default",
     };
+    let untrusted = crate::launch::env::untrusted_mps_pipe(&control);
+    if let Some(why) = &untrusted {
+        out.problem(format!("{why}; --mps refuses it (CUDA_MPS_PIPE_DIRECTORY names your own)"));
+    }
     match crate::process::stdio::fifo_has_reader(&control) {
+        _ if untrusted.is_some() => {}
         Some(true) => out.ok(format!(
             "an MPS control daemon reads {} ({whose}): CUDA programs of yours become its clients",
             control.display()

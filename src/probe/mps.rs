@@ -14,7 +14,8 @@ pub(crate) struct Mps {
     pub(crate) server_pid: Option<u32>,
     pub(crate) server_user: Option<String>,
     /// The server belongs to another user than gpurun's (its owner as /proc shows it, or a
-    /// client's where the server is not seen): a CUDA context of ours there would wait.
+    /// client's where the server is not seen), or to one /proc cannot name: a CUDA context of
+    /// ours there would wait, and `--mps` would join a stranger's server.
     #[serde(skip)]
     pub(crate) foreign: bool,
     pub(crate) clients: Vec<MpsClient>,
@@ -60,7 +61,8 @@ impl Mps {
         Some(Mps {
             server_pid: server.as_ref().map(|s| s.0),
             server_user: server.and_then(|s| s.1),
-            foreign: owner_uid.is_some_and(|owner| owner != own_uid),
+            // An owner /proc cannot tell (hidepid, another PID namespace) is not ours.
+            foreign: owner_uid != Some(own_uid),
             clients,
         })
     }

@@ -205,7 +205,16 @@ pub(crate) fn assess(
             }
         }
     } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
-        soft.push(exclusive_process_holder(gpu));
+        // NVIDIA's recommended MPS set-up: the one context is the caller's MPS server, and
+        // its clients are the way in.
+        match own_mps_server_alone(gpu) {
+            Some(_) if request.mps => {}
+            Some(pid) => soft.push(format!(
+                "compute mode is exclusive-process and PID {pid}, your MPS server, holds its one CUDA \
+             context: --mps joins it"
+            )),
+            None => soft.push(exclusive_process_holder(gpu)),
+        }
     }
     let health = match (request.health, gpu.health.state) {
         (HealthUse::Ignore, _) | (_, HealthState::Ok) => Vec::new(),
@@ -371,6 +380,16 @@ pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
     } else {
         format!("{message}; {count} requested")
     })
+}
+
+/// The PID of the caller's MPS server where it is the only process NVML lists on the GPU.
+fn own_mps_server_alone(gpu: &Gpu) -> Option<u32> {
+    let mps = gpu.mps.as_ref().filter(|mps| !mps.foreign)?;
+    let server = mps.server_pid?;
+    match gpu.processes.as_deref()? {
+        [only] if only.pid == server => Some(server),
+        _ => None,
+    }
 }
 
 /// Why an exclusive-process card is not free: only one context fits on it, and a second one

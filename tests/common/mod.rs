@@ -542,7 +542,11 @@ pub fn wait_unless_hung(child: &mut Child) -> std::process::ExitStatus {
 /// The name of the user a process runs as (`ps -o user=`'s answer, by /proc and `id`).
 pub fn owner_of(pid: u32) -> String {
     use std::os::unix::fs::MetadataExt;
-    let uid = std::fs::metadata(format!("/proc/{pid}")).expect("a live process").uid();
+    user_name_of(std::fs::metadata(format!("/proc/{pid}")).expect("a live process").uid())
+}
+
+/// A uid's name as `id` gives it, or the number where it has none.
+pub fn user_name_of(uid: u32) -> String {
     let out = Command::new("id").args(["-nu", &uid.to_string()]).output().expect("id");
     match out.status.success() {
         true => String::from_utf8_lossy(&out.stdout).trim().to_owned(),

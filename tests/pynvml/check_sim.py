@@ -307,6 +307,7 @@ class Checker:
         self.check_health(index, handle)
         self.check_processes(index, handle)
         self.check_mps_list(index, handle)
+        self.check_process_names(index)
         self.check_fabric(index, handle)
         self.check_lookups(index, handle)
 
@@ -320,6 +321,20 @@ class Checker:
                               ("v2", pynvml.nvmlDeviceGetMPSComputeRunningProcesses_v2)]:
             got = sorted((p.pid, p.usedGpuMemory) for p in function(handle))
             self.check(f"GPU {index} MPS clients {tag}", got, expected)
+
+    def check_process_names(self, index):
+        """nvmlSystemGetProcessName: a scenario process's `name` (NOT_FOUND without one); and
+        cropped to the buffer, as nvml.h says (pynvml asks for 1024 bytes)."""
+        if self.errors:
+            return
+        for process in [p for p in self.scenario.get("process", []) if p["gpu"] == index]:
+            try:
+                got = pynvml.nvmlSystemGetProcessName(process["pid"])
+                got = got.decode() if isinstance(got, bytes) else got
+            except pynvml.NVMLError as e:
+                got = f"error {e.value}"
+            want = process.get("name", f"error {pynvml.NVML_ERROR_NOT_FOUND}")
+            self.check(f"GPU {index} PID {process['pid']} name", got, want)
 
     def check_fabric(self, index, handle):
         """nvmlDeviceGetGpuFabricInfoV (v2 and v3 layouts) and the unversioned call, as nvml.h

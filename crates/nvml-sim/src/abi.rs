@@ -388,6 +388,29 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: 
     })
 }
 
+/// The name of a process NVML lists (nvml.h: cropped to `length`; NOT_FOUND for a process that
+/// does not exist). The driver knows every process's name whatever /proc shows the caller
+/// (hidepid, another PID namespace): a scenario process's `name`, else a registered process's
+/// program (argv[0]) as this simulator reads it.
+///
+/// # Safety
+/// `name` must be null or valid for `length` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetProcessName(pid: c_uint, name: *mut c_char, length: c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    system_call("nvmlSystemGetProcessName", |state| unsafe {
+        if name.is_null() || length == 0 {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let Some(text) = state.process_name(pid) else { return NVML_ERROR_NOT_FOUND };
+        let mut end = text.len().min(length as usize - 1);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        write_string(&text[..end], name, length)
+    })
+}
+
 /// # Safety
 /// `cuda_version` must be valid for a write.
 #[no_mangle]

@@ -409,6 +409,9 @@ pub struct ProcessSpec {
     /// MPS list).
     #[serde(default, deserialize_with = "mps_role")]
     pub mps: Option<crate::registry::MpsRole>,
+    /// What `nvmlSystemGetProcessName` answers for it (`nvidia-cuda-mps-server`); omitted:
+    /// NOT_FOUND.
+    pub name: Option<String>,
 }
 
 fn mps_role<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<crate::registry::MpsRole>, D::Error> {

@@ -208,6 +208,18 @@ impl State {
         listed
     }
 
+    /// A listed process's name (`nvmlSystemGetProcessName`): the scenario's, or the program a
+    /// live registered process runs.
+    pub fn process_name(&self, pid: u32) -> Option<String> {
+        if let Some(spec) = self.scenario.processes.iter().find(|p| p.pid == pid) {
+            return spec.name.clone();
+        }
+        let own = pid.checked_sub(self.scenario.pid_offset)?;
+        let cmdline = std::fs::read(format!("/proc/{own}/cmdline")).ok()?;
+        let program = cmdline.split(|&b| b == 0).next().filter(|p| !p.is_empty())?;
+        Some(String::from_utf8_lossy(program).into_owned())
+    }
+
     pub fn memory(&self, gpu: u32) -> Memory {
         let spec = &self.scenario.gpus[gpu as usize];
         let instances: u64 =

@@ -112,6 +112,16 @@ impl Session {
             })
             .collect();
         let own_uid = nix::unistd::getuid().as_raw();
+        let mut processes = processes;
+        // A process /proc cannot name (hidepid, another PID namespace) is named by NVML, which
+        // knows every process on its GPUs: the MPS server is found there too.
+        for process in processes.iter_mut().flatten().filter(|p| p.command.is_none()) {
+            let pid = process.pid;
+            let named = queries.calls.run("nvmlSystemGetProcessName", Some(queries.gpu), || {
+                self.nvml.sys_process_name(pid, PROCESS_NAME_MOST)
+            });
+            process.command = named.ok().filter(|name| !name.is_empty());
+        }
         let server = processes
             .iter()
             .flatten()
@@ -153,6 +163,9 @@ impl Session {
         Ok(found)
     }
 }
+
+/// The longest process name asked of NVML (nvml.h crops it to the buffer).
+const PROCESS_NAME_MOST: usize = 256;
 
 fn process_of(p: Listed) -> GpuProcess {
     GpuProcess {
