@@ -646,3 +646,44 @@ fn a_head_that_never_reads_its_wake_ups_does_not_hold_up_the_queue() {
     assert!(common::wait_unless_hung(&mut waiter.0).success(), "a head that never acts stalled the queue");
     drop(forger);
 }
+
+/// Issue 51 (1): a ticket of another user (uid 4242) written as a real one, listing this
+/// machine's GPUs with the right mask, whose FIFO is held open and kept "read" (its access
+/// time set, as gpurun's reader does), was a trusted head for ever: on an idle machine the
+/// waiters behind it started only when their --wait ran out. A head that could start and
+/// has not taken its GPUs within a few seconds holds nothing; the waiter behind says so and
+/// starts. One that asks for one GPU of two (the issue's case), and one that asks for both.
+#[test]
+fn a_forged_head_that_reads_its_fifo_does_not_hold_free_gpus() {
+    for count in ["1", "2"] {
+        let sim = two_gpus();
+        sim.gpurun().args(["--", "true"]).run().status(0);
+        let lock_dir = sim.lock_dir();
+        let dir = lock_dir.display().to_string();
+        let script = format!(
+            "n=$(date +%s%N); t=\"{dir}/ticket.$(printf %020d $n).$$.0000000000000003\"; \
+             w=\"{dir}/wake.$(printf %020d $n).$$\"; mkfifo -m 0622 \"$w\" || exit 1; \
+             printf '{{\"pid\":%d,\"uid\":4242,\"user\":\"u4242\",\"since_ns\":%s,\
+             \"gpus\":[\"GPU-22220000-0000-4000-8000-000000000000\",\"GPU-22220000-0000-4000-8000-000000000001\"],\
+             \"request\":\"--gpus {count}\",\"needs\":{{\"count\":\"{count}\",\"min_free\":null,\"max_util\":null,\
+             \"exclusive\":true,\"policy\":\"most-free\"}}}}' $$ $n > \"$t\"; exec 3<>\"$w\"; \
+             (while :; do touch -a \"$w\"; sleep 0.2; done) & exec flock -x \"$t\" sleep 600"
+        );
+        let forger = background(sim.gpurun_command(
+            "setpriv",
+            &["--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c", &script],
+        ));
+        if !wait_until(Duration::from_secs(5), || planted_and_locked(&lock_dir, ".0000000000000003")) {
+            return common::skip("a forged head that reads its FIFO", "setpriv, mkfifo or flock is unavailable");
+        }
+        let outcome = sim
+            .gpurun()
+            .args(["--exclusive", "--gpus", "1", "--wait=50s", "--", "echo", "started"])
+            .run_unless_hung();
+        assert_eq!(outcome.status(0).stdout, "started\n", "--gpus {count}: {outcome:?}");
+        if count == "2" {
+            outcome.stderr_has("passing over the waiter ahead, PID").stderr_has("of user u4242");
+        }
+        drop(forger);
+    }
+}

@@ -20,6 +20,7 @@ use crate::reserve::holds::{chosen_gpus, queue_ahead, reservations, Queued};
 use crate::reserve::joining::{self, Rank, Waited};
 use crate::reserve::lease::{self, Claim, HeldLease, Lease};
 use crate::reserve::lockdir::{DirLock, LockDir, LockDirError};
+use crate::reserve::stalled::{StalledHeads, LOCK_CONTENDED};
 use crate::reserve::ticket::{self, KnownGpus, Needs, Ticket};
 use crate::reserve::waiting::{wait_turn, Pacing, Progress};
 use crate::select::policy::{self, Decision, Outcome, Request};
@@ -174,6 +175,8 @@ struct Search {
     probed: Option<Machine>,
     /// A rank joining: how long it has waited for the set.
     waited: Option<Waited>,
+    /// The waiters ahead that could start and did not, and since when.
+    stalled: StalledHeads,
 }
 
 /// A `--per-rank` rank's place in its group.
@@ -239,6 +242,7 @@ pub(crate) fn acquire(
         role: None,
         probed: None,
         waited: None,
+        stalled: StalledHeads::default(),
     };
     let acquired = search.run(nvml, receiver, inherited, options);
     let role = search.role.take();
@@ -316,7 +320,14 @@ impl Search {
             return Ok(Step::Again);
         }
         let guard = match (&self.lock_dir, options.hold) {
-            (Some(dir), true) => Some(lock(dir, receiver)?),
+            (Some(dir), true) => {
+                let asked = Instant::now();
+                let guard = lock(dir, receiver)?;
+                if asked.elapsed() > LOCK_CONTENDED {
+                    self.stalled.lock_was_contended(Instant::now());
+                }
+                Some(guard)
+            }
             _ => None,
         };
         let live =
@@ -328,8 +339,18 @@ impl Search {
             .map(|dir| ticket::waiters_ahead(dir, &known, self.ticket.as_ref(), options.hold))
             .unwrap_or_default();
         let mut reserved = reservations(&live, &machine);
-        let (held, queue) =
+        let (mut held, mut queue) =
             queue_ahead(ticket::ahead(&waiters, self.ticket.as_ref()), &machine, &mut reserved);
+        // A waiter ahead that could have started for a while and has not holds nothing.
+        let passed = match options.hold {
+            true => self.stalled.passed_over(&queue, Instant::now()),
+            false => Vec::new(),
+        };
+        if !passed.is_empty() {
+            reserved = reservations(&live, &machine);
+            let kept = ticket::ahead(&waiters, self.ticket.as_ref()).filter(|w| !passed.contains(&w.key()));
+            (held, queue) = queue_ahead(kept, &machine, &mut reserved);
+        }
         let timed_out = match self.waiting_until {
             None => true,
             Some(None) => false,

@@ -73,12 +73,13 @@ pub(super) fn queue_ahead<'a>(
             ..Request::default()
         };
         let decision = policy::decide(&machine.all_devices(), &unrestricted, &request, reservations, &held);
+        let can_start = matches!(&decision, Ok(Decision { outcome: Outcome::Selected(_), .. }));
         let reason = match &decision {
             Ok(Decision { outcome: Outcome::Selected(_), .. }) => "can start now".to_owned(),
             Ok(decision) => decision.why_not(&request),
             Err(error) => error.to_string(),
         };
-        queue.push(Queued { waiter: waiter.clone(), reason });
+        queue.push(Queued { waiter: waiter.clone(), reason, can_start });
         match decision.map(|d| d.outcome) {
             Ok(Outcome::Selected(chosen)) => {
                 for index in chosen {
@@ -115,6 +116,9 @@ pub(crate) struct Queued {
     #[serde(flatten)]
     pub(crate) waiter: Waiter,
     pub(crate) reason: String,
+    /// The machine could serve it now, as the waiters before it would leave it.
+    #[serde(skip)]
+    pub(crate) can_start: bool,
 }
 
 /// The chosen GPUs, or exit 75's text. Fallbacks say what they did.

@@ -121,7 +121,7 @@ pub(crate) fn shown_command(lease: &Lease, viewer: u32) -> String {
 }
 
 /// `GPU-...` and the PID from a lease file's name.
-fn parse_name(name: &str) -> Option<(String, u32)> {
+pub(crate) fn parse_name(name: &str) -> Option<(String, u32)> {
     let stem = name.strip_suffix(".lease")?;
     let mut parts = stem.rsplitn(3, '.');
     let _random = parts.next()?;

@@ -8,5 +8,6 @@ pub(crate) mod holds;
 mod joining;
 pub(crate) mod lease;
 pub(crate) mod lockdir;
+mod stalled;
 pub(crate) mod ticket;
 mod waiting;

@@ -78,7 +78,8 @@ pub(crate) struct Needs {
 }
 
 impl Waiter {
-    fn key(&self) -> (u64, u32) {
+    /// Its place in the queue: when it joined, then its PID.
+    pub(crate) fn key(&self) -> (u64, u32) {
         (self.since_ns, self.pid)
     }
 }
@@ -89,6 +90,10 @@ pub(crate) const SAFETY_POLL: Duration = Duration::from_secs(2);
 /// A waiter behind a head looks at the ticket names this often (no NVML, no file read), to
 /// notice that it became a head.
 pub(crate) const ROLE_CHECK: Duration = Duration::from_secs(2);
+
+/// A waiter behind a head looks at the machine past it this often, where a GPU it could use
+/// has no lease (a head that could start would take it: `reserve::stalled`).
+pub(crate) const HEAD_CHECK: Duration = Duration::from_secs(2);
 
 /// The UUIDs of this machine's GPUs and MIG devices with their NVML index keys, as this launch
 /// probed them: a ticket listing a GPU this machine does not have, or whose name marks other
@@ -220,6 +225,29 @@ impl Ticket {
             }
         }
         lease_ended
+    }
+
+    /// Whether this waiter, not a head, should look at the machine past the heads ahead
+    /// (`stalled`): after `HEAD_CHECK` (longer the more names are ahead, so that a long queue
+    /// costs a few probes, not one per waiter), and only where a GPU it could use has no lease
+    /// at all, the one way a head that could start would be holding free GPUs. Names only: no
+    /// NVML, no file read.
+    pub(crate) fn look_past_the_heads(&self, dir: &LockDir, waited: Duration) -> bool {
+        let names = dir.entries();
+        let ahead = names
+            .iter()
+            .filter_map(|name| parse_name(std::str::from_utf8(name).ok()?))
+            .filter(|(key, mask)| *key < self.key && mask & self.mask != 0)
+            .count();
+        if waited < HEAD_CHECK * (1 + ahead as u32 / 16) {
+            return false;
+        }
+        let leased: Vec<String> = names
+            .iter()
+            .filter_map(|name| crate::reserve::lease::parse_name(std::str::from_utf8(name).ok()?))
+            .map(|(uuid, _)| uuid)
+            .collect();
+        self.known.0.iter().any(|(uuid, key)| mask_of([*key]) & self.mask != 0 && !leased.contains(uuid))
     }
 
     /// Whether no waiter ahead shares a GPU with this one: the names say which tickets could,

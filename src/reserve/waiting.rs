@@ -68,6 +68,8 @@ enum Reason {
     SafetyPoll,
     /// The waiter ahead is gone: this one is a head now.
     Head,
+    /// A GPU it could use has no lease: a look past the heads ahead (`reserve::stalled`).
+    PastTheHeads,
     /// The `--wait` is over.
     WaitOver,
 }
@@ -79,6 +81,7 @@ impl std::fmt::Display for Reason {
             Reason::QuickLook => "a quick look after a lease's end",
             Reason::SafetyPoll => "the safety poll",
             Reason::Head => "it is the head now",
+            Reason::PastTheHeads => "a GPU it could use has no lease (a look past the heads ahead)",
             Reason::WaitOver => "the wait is over",
         })
     }
@@ -109,7 +112,8 @@ pub(super) fn wait_turn(
 /// Sleeps until there is a reason to look at the machine again: its FIFO is written (a lease
 /// ended, or the waiter ahead left), it is a head and `SAFETY_POLL` has passed, the quick
 /// looks after a lease's end, or the wait's end. A waiter behind a head only checks the names
-/// every `ROLE_CHECK` (no NVML, no file read). A wake-up is read at the next wait, after the
+/// every `ROLE_CHECK` (no NVML, no file read), and looks past the heads ahead where a GPU it
+/// could use has no lease (`Ticket::look_past_the_heads`). A wake-up is read at the next wait, after the
 /// look it caused; only a lease's end earns the quick looks.
 fn wait_for_a_reason(
     ticket: &Ticket,
@@ -127,6 +131,7 @@ fn wait_for_a_reason(
         receiver.act_before_launch(&received)?;
         return Ok(if woke { Reason::Woken } else { Reason::QuickLook });
     }
+    let behind_since = Instant::now();
     loop {
         let head = ticket.is_head(dir);
         let mut timeout = if head { ticket::SAFETY_POLL } else { ticket::ROLE_CHECK };
@@ -146,6 +151,9 @@ fn wait_for_a_reason(
         }
         if ticket.is_head(dir) {
             return Ok(Reason::Head);
+        }
+        if ticket.look_past_the_heads(dir, behind_since.elapsed()) {
+            return Ok(Reason::PastTheHeads);
         }
     }
 }
