@@ -22,7 +22,9 @@ BENCH_VENV := .venv-bench
 NVITOP_VERSION ?= 1.7.2
 SIM_DIR := target/sim
 
-.PHONY: setup build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
+FUZZ_RUNS ?= 5000
+
+.PHONY: fuzz setup build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
 
 # For working on gpurun: git runs .githooks/ (commit-msg: a subject of one whole sentence, at
 # most 72 characters).
@@ -139,6 +141,13 @@ mutants:
 bench: $(BENCH_VENV)/.installed
 	$(CARGO) build --release --workspace --bins --lib
 	target/release/gpurun-bench --nvisel $(BENCH_VENV)/bin/nvisel --out target/bench/bench.json $(BENCH_ARGS)
+
+# Random invocations (options, values, environment, configuration files) against the simulated
+# GPUs, looking for panics (tests/fuzz/fuzz.py). Not part of `make test`: minutes of CPU.
+fuzz: sim
+	$(CARGO) build
+	$(PYTHON) tests/fuzz/fuzz.py --gpurun target/debug/gpurun --library $(SIM_DIR)/libnvidia-ml.so.1 \
+		--scenario crates/nvml-sim/scenarios/default.toml --runs $(FUZZ_RUNS) $(FUZZ_ARGS)
 
 # What only a real GPU can show (a PyTorch job landing on the chosen card, verified). CI has no
 # GPU and never runs it.
