@@ -674,7 +674,10 @@ fn a_forged_head_that_reads_its_fifo_does_not_hold_free_gpus() {
             &["--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c", &script],
         ));
         if !wait_until(Duration::from_secs(5), || planted_and_locked(&lock_dir, ".0000000000000003")) {
-            return common::skip("a forged head that reads its FIFO", "setpriv, mkfifo or flock is unavailable");
+            return common::skip(
+                "a forged head that reads its FIFO",
+                "setpriv, mkfifo or flock is unavailable",
+            );
         }
         let outcome = sim
             .gpurun()

@@ -17,6 +17,13 @@ fn state_dir(sim: &Sim) -> std::path::PathBuf {
     sim.scenario.with_extension("toml.state")
 }
 
+/// What an MPS control daemon holds of its `control` pipe: the pipe open for reading (and
+/// writing, so that opening does not wait for a writer).
+fn control_daemon(control: &std::path::Path) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(control).unwrap()
+}
+
 /// An MPS server of our own user on GPU 0: sim-cuda under the server's program name, which
 /// makes a later sim-cuda of ours on that GPU its client.
 fn own_server(sim: &Sim) -> common::Running {
@@ -219,15 +226,7 @@ fn mps_joins_the_callers_own_server_with_its_client_settings() {
     // user's server will do.
     let control = pipe.join("control");
     assert!(Command::new("mkfifo").arg(&control).status().unwrap().success());
-    let daemon = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&control)
-            .unwrap()
-    };
+    let daemon = control_daemon(&control);
     let first = sim.gpurun().args(["--mps", "--export"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
     assert!(first.status(0).stdout.contains(&format!("export CUDA_MPS_PIPE_DIRECTORY='{}'", pipe.display())));
     drop(daemon);
@@ -298,7 +297,6 @@ fn mps_options_are_checked() {
 
 #[test]
 fn doctor_says_where_mps_clients_connect_and_what_nvml_must_not_see() {
-    use std::os::unix::fs::OpenOptionsExt;
     let sim = Sim::new(&scenario_file("two_idle.toml"));
     let pipe = sim.dir.path().join("mps-pipe");
     std::fs::create_dir(&pipe).unwrap();
@@ -308,12 +306,7 @@ fn doctor_says_where_mps_clients_connect_and_what_nvml_must_not_see() {
     assert!(Command::new("mkfifo").arg(&control).status().unwrap().success());
     doctor().stdout_has("exists but no MPS control daemon reads it");
     // A daemon holds the control pipe open for reading.
-    let _daemon = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&control)
-        .unwrap();
+    let _daemon = control_daemon(&control);
     doctor().stdout_has(&format!("an MPS control daemon reads {}", control.display()));
     let _server = own_server(&sim);
     doctor().stdout_has("GPU 0: MPS server of user root (PID").stdout_has("--mps joins it");
@@ -356,7 +349,7 @@ fn doctor_says_where_mps_clients_connect_and_what_nvml_must_not_see() {
 /// the directory not writable by others: otherwise refused, the owner named.
 #[test]
 fn a_planted_mps_control_pipe_is_refused_naming_its_owner() {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     if !common::is_root() {
         return common::skip("another user's MPS pipe", "a second user's files need root (chown)");
     }
@@ -365,12 +358,7 @@ fn a_planted_mps_control_pipe_is_refused_naming_its_owner() {
     std::fs::create_dir(&pipe).unwrap();
     let control = pipe.join("control");
     assert!(Command::new("mkfifo").arg(&control).status().unwrap().success());
-    let _daemon = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&control)
-        .unwrap();
+    let _daemon = control_daemon(&control);
     let mps = || sim.gpurun().args(["--mps", "--export"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
     let doctor = || sim.gpurun().args(["--doctor"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
     // Ours: a daemon of ours reads it, any GPU will do.

@@ -230,10 +230,9 @@ impl Ticket {
     /// Whether this waiter, not a head, should look at the machine past the heads ahead
     /// (`stalled`): after `HEAD_CHECK` (longer the more names are ahead, so that a long queue
     /// costs a few probes, not one per waiter), and only where a GPU it could use has no lease
-    /// at all, the one way a head that could start would be holding free GPUs. Names only: no
-    /// NVML, no file read.
-    pub(crate) fn look_past_the_heads(&self, dir: &LockDir, waited: Duration) -> bool {
-        let names = dir.entries();
+    /// at all (`leased`: the UUIDs the lease names hold), the one way a head that could start
+    /// would be holding free GPUs. Names only: no NVML, no file read.
+    pub(crate) fn look_past_the_heads(&self, names: &[Vec<u8>], leased: &[String], waited: Duration) -> bool {
         let ahead = names
             .iter()
             .filter_map(|name| parse_name(std::str::from_utf8(name).ok()?))
@@ -242,11 +241,6 @@ impl Ticket {
         if waited < HEAD_CHECK * (1 + ahead as u32 / 16) {
             return false;
         }
-        let leased: Vec<String> = names
-            .iter()
-            .filter_map(|name| crate::reserve::lease::parse_name(std::str::from_utf8(name).ok()?))
-            .map(|(uuid, _)| uuid)
-            .collect();
         self.known.0.iter().any(|(uuid, key)| mask_of([*key]) & self.mask != 0 && !leased.contains(uuid))
     }
 

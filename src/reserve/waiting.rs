@@ -152,7 +152,13 @@ fn wait_for_a_reason(
         if ticket.is_head(dir) {
             return Ok(Reason::Head);
         }
-        if ticket.look_past_the_heads(dir, behind_since.elapsed()) {
+        let names = dir.entries();
+        let leased: Vec<String> = names
+            .iter()
+            .filter_map(|name| crate::reserve::lease::parse_name(std::str::from_utf8(name).ok()?))
+            .map(|(uuid, _)| uuid)
+            .collect();
+        if ticket.look_past_the_heads(&names, &leased, behind_since.elapsed()) {
             return Ok(Reason::PastTheHeads);
         }
     }

@@ -191,31 +191,7 @@ pub(crate) fn assess(
             None => soft.push("utilization unknown".to_owned()),
         }
     }
-    let busy = gpu.processes.as_ref().map(|p| !p.is_empty());
-    if request.exclusive {
-        match &gpu.processes {
-            Some(list) if list.is_empty() => {}
-            Some(list) => soft.push(format!("in use by {}", describe_pids(list.iter().map(|p| p.pid)))),
-            None => soft.push("processes unknown".to_owned()),
-        }
-        if let Some(holder) = reservations.iter().find(|r| !r.exclusive) {
-            match holder.queued {
-                false => soft.push(format!("reserved by {}", holder.holder())),
-                true => soft.push(holder.holder()),
-            }
-        }
-    } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
-        // NVIDIA's recommended MPS set-up: the one context is the caller's MPS server, and
-        // its clients are the way in.
-        match own_mps_server_alone(gpu) {
-            Some(_) if request.mps => {}
-            Some(pid) => soft.push(format!(
-                "compute mode is exclusive-process and PID {pid}, your MPS server, holds its one CUDA \
-             context: --mps joins it"
-            )),
-            None => soft.push(exclusive_process_holder(gpu)),
-        }
-    }
+    soft.extend(sharing(gpu, request, reservations));
     let health = match (request.health, gpu.health.state) {
         (HealthUse::Ignore, _) | (_, HealthState::Ok) => Vec::new(),
         (HealthUse::Normal, HealthState::Degraded | HealthState::Unknown) => Vec::new(),
@@ -225,6 +201,39 @@ pub(crate) fn assess(
         (_, HealthState::Unhealthy) => vec![gpu.health.describe()],
     };
     Assessment { index: gpu.index, permanent, hard, soft, health }
+}
+
+/// Why the GPU cannot be shared with this launch now: `--exclusive` and someone is on it or
+/// has it reserved; or its compute mode is exclusive-process and its one context is taken
+/// (unless by the caller's own MPS server, which `--mps` joins).
+fn sharing(gpu: &Gpu, request: &Request, reservations: &[&Reservation]) -> Vec<String> {
+    let mut reasons = Vec::new();
+    let busy = gpu.processes.as_ref().map(|p| !p.is_empty());
+    if request.exclusive {
+        match &gpu.processes {
+            Some(list) if list.is_empty() => {}
+            Some(list) => reasons.push(format!("in use by {}", describe_pids(list.iter().map(|p| p.pid)))),
+            None => reasons.push("processes unknown".to_owned()),
+        }
+        if let Some(holder) = reservations.iter().find(|r| !r.exclusive) {
+            match holder.queued {
+                false => reasons.push(format!("reserved by {}", holder.holder())),
+                true => reasons.push(holder.holder()),
+            }
+        }
+    } else if gpu.compute_mode == Some(ComputeMode::ExclusiveProcess) && busy != Some(false) {
+        // NVIDIA's recommended MPS set-up: the one context is the caller's MPS server, and
+        // its clients are the way in.
+        match own_mps_server_alone(gpu) {
+            Some(_) if request.mps => {}
+            Some(pid) => reasons.push(format!(
+                "compute mode is exclusive-process and PID {pid}, your MPS server, holds its one CUDA \
+             context: --mps joins it"
+            )),
+            None => reasons.push(exclusive_process_holder(gpu)),
+        }
+    }
+    reasons
 }
 
 /// Why a CUDA context of this launch would not start on the GPU now, or would wait: the
