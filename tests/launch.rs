@@ -677,3 +677,80 @@ fn a_stop_right_after_a_continue_is_followed_not_undone() {
         && matches!(state(gpurun), Some('S' | 'R'))));
     assert_eq!(recorded.stop().code(), Some(0));
 }
+
+/// Issue 52 (1): `--time-limit`, as timeout(1): the command gets --signal (TERM) at the limit,
+/// SIGKILL --kill-after later if it is still running; gpurun exits 124 (137 where the SIGKILL
+/// ended it), and the report and the history say time-limit.
+#[test]
+fn a_time_limit_ends_the_command_as_timeout_does() {
+    let sim = Sim::new(&default_scenario());
+    let report = sim.dir.path().join("report.json");
+    let outcome = sim
+        .gpurun()
+        .args(["--time-limit", "1s", "--report-json"])
+        .arg(&report)
+        .args(["--", "sleep", "30"])
+        .run();
+    outcome
+        .status(124)
+        .stderr_has("gpurun: warning: the command reached --time-limit 1s and was sent SIGTERM");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let kinds: Vec<&str> =
+        json["diagnosis"].as_array().unwrap().iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert!(kinds.contains(&"time-limit"), "{json}");
+    assert_eq!(json["gpurun_exit_status"], 124, "{json}");
+    let history = sim.gpurun().args(["--history", "--json"]).run().status(0).json();
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert!(last["diagnosis"].as_array().unwrap().iter().any(|d| d["kind"] == "time-limit"), "{last}");
+    // Its own signal, whatever the command then does with it.
+    let trapped = "trap 'exit 7' INT; sleep 30 & wait";
+    sim.gpurun()
+        .args(["-q", "--time-limit", "1s", "--signal", "INT", "--", "sh", "-c", trapped])
+        .run()
+        .status(124);
+    // A command that ignores it: the SIGKILL after --kill-after, and 128+9.
+    let deaf = "trap '' TERM; sleep 30";
+    let killed =
+        sim.gpurun().args(["--time-limit", "1s", "--kill-after", "1s", "--", "sh", "-c", deaf]).run();
+    killed.status(137).stderr_has("SIGKILL follows in 1 s");
+    // A command that ends in time keeps its own status; 0 is no limit, as for timeout(1).
+    sim.gpurun().args(["-q", "--time-limit", "30s", "--", "sh", "-c", "exit 3"]).run().status(3);
+    sim.gpurun().args(["-q", "--time-limit", "0", "--", "true"]).run().status(0);
+    // From a configuration file, as every option.
+    let config = sim.dir.path().join("limit.toml");
+    std::fs::write(&config, "time-limit = \"1s\"\n").unwrap();
+    sim.gpurun().env("GPURUN_CONFIG", &config).args(["-q", "--", "sleep", "30"]).run().status(124);
+    // --signal alone, or with --exec (nothing would be left to end the command), is refused.
+    sim.gpurun().args(["--signal", "INT", "--", "true"]).run().status(125).stderr_has("--time-limit");
+    sim.gpurun()
+        .args(["--time-limit", "1s", "--exec", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("'--time-limit <DURATION>' cannot be used with '--exec'");
+    sim.gpurun()
+        .args(["--time-limit", "soon", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("\"soon\" is not a duration");
+}
+
+/// The house rule max-time-limit: a longer --time-limit is refused at once (125, naming the
+/// rule); none given is the rule's; --exec is refused under it.
+#[test]
+fn the_house_rule_max_time_limit_bounds_every_run() {
+    let sim = Sim::new(&default_scenario());
+    std::fs::write(sim.system_file(), "[limits]\nmax-time-limit = \"1s\"\n").unwrap();
+    sim.gpurun()
+        .args(["--time-limit", "5s", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("--time-limit 5s: the house rule max-time-limit = 1s (")
+        .stderr_has("[limits]) ends every run by then");
+    sim.gpurun()
+        .args(["--", "sleep", "30"])
+        .run()
+        .status(124)
+        .stderr_has("the command reached --time-limit 1s and was sent SIGTERM");
+    sim.gpurun().args(["--exec", "--", "true"]).run().status(125).stderr_has("needs gpurun to stay");
+    sim.gpurun().args(["--list"]).run().status(0).stdout_has("max-time-limit = 1s");
+}

@@ -172,7 +172,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("who holds what", "--list marks each GPU process [gpurun PID N] (it belongs to that live reservation: the gpurun or one of its descendants) or [not via gpurun] (started by hand or by another tool); JSON: processes[].reservation, and each reservation's processes"),
             ("who waits", "--list shows the --wait queue in order: user, PID, how long, the request as typed, and why it cannot start now, in the words of the exit-75 table; JSON: waiters[] (position, pid, uid, user, request, needs, waited_seconds, reason); a waiter's own progress line says the same"),
-            ("[limits]", "house rules, only in the system file /etc/gpurun/config.toml: max-gpus-per-user (live reservations of one user), max-wait (a cap on --wait), default-min-free (a floor under --min-free, --fallback best included); user files, variables, the command line and --no-config cannot loosen them; --list and --doctor show them"),
+            ("[limits]", "house rules, only in the system file /etc/gpurun/config.toml: max-gpus-per-user (live reservations of one user), max-wait (a cap on --wait), max-time-limit (a cap on --time-limit, and the limit of a run that gives none), default-min-free (a floor under --min-free, --fallback best included); user files, variables, the command line and --no-config cannot loosen them; --list and --doctor show them"),
             ("lock rules", "while max-gpus-per-user is set, --no-lock and a --lock-dir other than the system's (the system file's lock-dir, else /run/lock/gpurun) are refused for users other than root (125, naming the rule), --no-config included: leases elsewhere cannot be counted"),
             ("over a rule", "a launch over max-gpus-per-user waits with --wait, else exits 75 naming the rule and its file; a request alone over it exits 125 at once; a range takes what the rule leaves; --dry-run and --export answer as the launch would, rules and exit status included"),
             ("GPURUN_SYSTEM_CONFIG", "another system file (tests, unusual installs), honoured only when root runs gpurun; for anyone else it is ignored (-v says so) and /etc/gpurun/config.toml is read, so a user cannot swap the rules out"),
@@ -554,6 +554,17 @@ pub(crate) struct Cli {
     /// DURATION (30, 1.5s, 500ms, 2m).
     #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Supervision")]
     pub(crate) kill_after: Option<Duration>,
+
+    /// End the command after DURATION (30s, 90m, 2h; 0: no limit), as timeout(1) does: it gets
+    /// --signal (TERM), then SIGKILL if it is still running --kill-after later; gpurun exits
+    /// 124 (137 where that SIGKILL ended it), and the report and the history say time-limit.
+    #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, conflicts_with = "exec", help_heading = "Supervision")]
+    pub(crate) time_limit: Option<Duration>,
+
+    /// The signal --time-limit sends (a name or a number; TERM when not given), as timeout(1)'s
+    /// --signal.
+    #[arg(long, hide_short_help = true, value_name = "SIG", value_parser = signal::parse, requires = "time_limit", help_heading = "Supervision")]
+    pub(crate) signal: Option<i32>,
 
     /// Signal the command gets if gpurun itself is killed (SIGKILL, OOM), or `none`.
     #[arg(long, hide_short_help = true, value_name = "SIG|none", default_value = "TERM", value_parser = parse_death_signal, help_heading = "Supervision")]

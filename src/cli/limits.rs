@@ -5,6 +5,7 @@
 //! [limits]
 //! max-gpus-per-user = 2      # live reservations of one user
 //! max-wait = "4h"            # a cap on --wait
+//! max-time-limit = "24h"     # every run ends by then (the --time-limit when none is given)
 //! default-min-free = "8G"    # every launch asks at least this much free memory
 //! ```
 
@@ -18,6 +19,7 @@ use crate::options::{duration, Wait};
 pub(crate) struct Limits {
     pub(crate) max_gpus_per_user: Option<u32>,
     pub(crate) max_wait: Option<Duration>,
+    pub(crate) max_time_limit: Option<Duration>,
     pub(crate) default_min_free: Option<Threshold>,
     /// The file they came from, for messages.
     pub(crate) file: Option<PathBuf>,
@@ -43,6 +45,9 @@ impl Limits {
         }
         if let Some(max) = self.max_wait {
             rules.push(self.rule("max-wait", &duration::compact(max)));
+        }
+        if let Some(max) = self.max_time_limit {
+            rules.push(self.rule("max-time-limit", &duration::compact(max)));
         }
         if let Some(floor) = self.default_min_free {
             rules.push(self.rule("default-min-free", &floor.to_string()));
@@ -76,6 +81,21 @@ impl Limits {
     /// The lock directory the rules count in: the system file's `lock-dir`, else the default.
     pub(crate) fn system_lock_dir(&self) -> PathBuf {
         self.lock_dir.clone().unwrap_or_else(|| PathBuf::from(crate::options::DEFAULT_LOCK_DIR))
+    }
+
+    /// `--time-limit` within max-time-limit: none asked is the rule's; more is refused, naming
+    /// the rule. `Some(0)` is no limit, as for timeout(1).
+    pub(crate) fn time_limit(&self, asked: Option<Duration>) -> Result<Option<Duration>, String> {
+        let asked = asked.filter(|limit| !limit.is_zero());
+        match (asked, self.max_time_limit) {
+            (Some(asked), Some(max)) if asked > max => Err(format!(
+                "--time-limit {}: the house rule {} ends every run by then",
+                duration::compact(asked),
+                self.rule("max-time-limit", &duration::compact(max))
+            )),
+            (None, Some(max)) => Ok(Some(max)),
+            (asked, _) => Ok(asked),
+        }
     }
 
     /// `--wait` within max-wait: forever becomes max-wait, a longer wait is shortened.
@@ -113,13 +133,16 @@ pub(crate) fn parse(path: &Path, entries: &[(String, usize, toml::Value)]) -> Re
                 limits.max_gpus_per_user = Some(max);
             }
             "max-wait" => limits.max_wait = Some(duration::parse(&text).map_err(|e| format!("{at}: {e}"))?),
+            "max-time-limit" => {
+                limits.max_time_limit = Some(duration::parse(&text).map_err(|e| format!("{at}: {e}"))?)
+            }
             "default-min-free" => {
                 limits.default_min_free = Some(size::parse_threshold(&text).map_err(|e| format!("{at}: {e}"))?)
             }
             other => {
                 return Err(format!(
-                    "{}:{line}: unknown key {other:?} in [limits]; the house rules are max-gpus-per-user, max-wait \
-                     and default-min-free",
+                    "{}:{line}: unknown key {other:?} in [limits]; the house rules are max-gpus-per-user, max-wait, \
+                     max-time-limit and default-min-free",
                     path.display()
                 ))
             }
@@ -151,6 +174,12 @@ mod tests {
             Wait::AtMost(Duration::from_secs(3600))
         );
         assert_eq!(limits.cap_wait(Wait::No), Wait::No);
+        let ended = Limits { max_time_limit: Some(Duration::from_secs(60)), ..Limits::default() };
+        assert_eq!(ended.time_limit(None), Ok(Some(Duration::from_secs(60))));
+        assert_eq!(ended.time_limit(Some(Duration::ZERO)), Ok(Some(Duration::from_secs(60))));
+        assert_eq!(ended.time_limit(Some(Duration::from_secs(5))), Ok(Some(Duration::from_secs(5))));
+        assert!(ended.time_limit(Some(Duration::from_secs(61))).unwrap_err().contains("max-time-limit = 1m"));
+        assert_eq!(Limits::default().time_limit(Some(Duration::ZERO)), Ok(None));
         assert_eq!(limits.describe()[0], "max-gpus-per-user = 2 (/etc/gpurun/config.toml [limits])");
         let bad = parse(Path::new("/f"), &[("max-gpu".to_owned(), 7, toml::Value::Integer(1))]).unwrap_err();
         assert!(bad.starts_with("/f:7: unknown key \"max-gpu\" in [limits]"), "{bad}");

@@ -58,7 +58,7 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
     if let Some(why) = limits.lock_escape(cli.no_lock, &lock_dir, root).filter(|_| reserves) {
         return Err(ConfigError::HouseRule(why));
     }
-    let supervision = supervision(&mut cli);
+    let supervision = supervision(&mut cli, &limits, reserves)?;
     let mps = mps_join(&cli, container.is_some())?;
     let selects = matches!(mode, Mode::Select(_));
     let (asked, sizing) = min_free_asked(cli.min_free, &mode, selects);
@@ -271,11 +271,27 @@ fn launcher(cli: &mut Cli, mode_flag: Option<Option<ModeFlag>>) -> Result<Option
     Ok(launcher)
 }
 
-/// How the command is run and watched, as the command line says.
-fn supervision(cli: &mut Cli) -> Supervision {
-    Supervision {
+/// How the command is run and watched, as the command line says, within the house rules (a
+/// run that takes GPUs gets the house rule max-time-limit, and `--exec`, which leaves no
+/// gpurun to end it, is refused under it).
+fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervision, ConfigError> {
+    let after = match reserves {
+        true => limits.time_limit(cli.time_limit).map_err(ConfigError::HouseRule)?,
+        false => cli.time_limit.filter(|limit| !limit.is_zero()),
+    };
+    if let (Some(max), true, true) = (limits.max_time_limit, cli.exec, reserves) {
+        return Err(ConfigError::HouseRule(format!(
+            "--exec: the house rule {} needs gpurun to stay and end the command",
+            limits.rule("max-time-limit", &duration::compact(max))
+        )));
+    }
+    Ok(Supervision {
         no_forward: cli.no_forward.take().map(|list| list.0).unwrap_or_default(),
         kill_after: cli.kill_after,
+        time_limit: after.map(|after| crate::launch::supervise::TimeLimit {
+            after,
+            signal: cli.signal.unwrap_or(libc::SIGTERM),
+        }),
         parent_death_signal: cli.parent_death_signal.0,
         keep_orphans: cli.keep_orphans,
         exec: cli.exec,
@@ -286,7 +302,7 @@ fn supervision(cli: &mut Cli) -> Supervision {
         history: if cli.no_history { None } else { history::path() },
         on_start: cli.on_start.take(),
         on_exit: cli.on_exit.take(),
-    }
+    })
 }
 
 /// A mode flag: what gpurun was asked to do instead of running a command.
@@ -381,6 +397,7 @@ mod tests {
         Limits {
             max_gpus_per_user: None,
             max_wait: max_wait.map(Duration::from_secs),
+            max_time_limit: None,
             default_min_free: floor,
             file: None,
             lock_dir: None,

@@ -41,6 +41,8 @@ use crate::verify::report::{self, Report};
 pub(crate) struct Supervision {
     pub(crate) no_forward: Vec<i32>,
     pub(crate) kill_after: Option<Duration>,
+    /// `--time-limit` (or the house rule's), and the signal it sends.
+    pub(crate) time_limit: Option<supervise::TimeLimit>,
     pub(crate) parent_death_signal: Option<i32>,
     pub(crate) keep_orphans: bool,
     pub(crate) exec: bool,
@@ -268,6 +270,8 @@ struct Ended {
     seen: Seen,
     wall: Duration,
     started_at: SystemTime,
+    /// `--time-limit` ended the command: what it did.
+    time_limited: Option<String>,
 }
 
 /// Supervises the command to its end, ends its leftovers (and a hook still running), then
@@ -283,6 +287,7 @@ fn supervise_to_the_end(
     let options = supervise::Options {
         no_forward: &supervision.no_forward,
         kill_after: supervision.kill_after,
+        time_limit: supervision.time_limit,
         container: plan.container(),
     };
     let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
@@ -305,7 +310,8 @@ fn supervise_to_the_end(
         orphans::end_all(&leftovers);
     }
     drop(held);
-    let exit = Exit::of(supervised.end, supervised.strict_failure.is_some());
+    let exit =
+        Exit::of(supervised.end, supervised.strict_failure.is_some(), supervised.time_limited.is_some());
     let seen = match watch.as_mut() {
         Some(watch) => {
             let stuck = watch.stuck();
@@ -314,7 +320,8 @@ fn supervise_to_the_end(
         None if supervision.verify == VerifyMode::Off => Seen::unwatched("--verify off"),
         None => Seen::unwatched("no GPU was selected"),
     };
-    Ended { end: supervised.end, exit, seen, wall: started.elapsed(), started_at }
+    let time_limited = supervised.time_limited;
+    Ended { end: supervised.end, exit, seen, wall: started.elapsed(), started_at, time_limited }
 }
 
 /// What the end of a run reports about.
@@ -342,6 +349,7 @@ fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> 
         started_at: ended.started_at,
         min_free: about.min_free,
         verify_timeout: supervision.verify_timeout,
+        time_limited: ended.time_limited,
     };
     let summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
     if supervision.report {

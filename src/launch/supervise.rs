@@ -21,6 +21,7 @@ const STRICT_GRACE: Duration = Duration::from_secs(5);
 pub(crate) struct Options<'a> {
     pub(crate) no_forward: &'a [i32],
     pub(crate) kill_after: Option<Duration>,
+    pub(crate) time_limit: Option<TimeLimit>,
     /// A container run: killing its client would leave the container running.
     pub(crate) container: Option<&'a crate::launch::container::Prepared>,
 }
@@ -194,11 +195,38 @@ impl<'a> Watch<'a> {
     }
 }
 
+/// `--time-limit`: how long the command may run, and the signal that ends it then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimeLimit {
+    pub(crate) after: Duration,
+    pub(crate) signal: i32,
+}
+
 /// How supervision ended.
 pub(crate) struct Supervised {
     pub(crate) end: End,
     /// `--verify strict` ended the command for being on the wrong GPU: this detail.
     pub(crate) strict_failure: Option<String>,
+    /// `--time-limit` ended it: what was done.
+    pub(crate) time_limited: Option<String>,
+}
+
+/// The command ran for its `--time-limit`: it gets the limit's signal (a container run's
+/// client too, which passes it on). Said once; returns what was done, for the report.
+fn reach_time_limit(child: u32, limit: TimeLimit, options: &Options) -> String {
+    let what = format!(
+        "the command reached --time-limit {} and was sent {}",
+        crate::options::duration::compact(limit.after),
+        crate::options::signal::name(limit.signal)
+    );
+    match options.kill_after {
+        Some(after) => {
+            tracing::warn!("{what}; SIGKILL follows in {}", crate::options::duration::shown(after))
+        }
+        None => tracing::warn!("{what}"),
+    }
+    send_to(child, limit.signal);
+    what
 }
 
 fn in_our_process_group(pid: u32) -> bool {
@@ -223,15 +251,19 @@ pub(crate) fn run(
     let mut strict_failure = None;
     let mut kill_deadline: Option<Instant> = None;
     let mut stops = JobControl::default();
+    let mut time_limited = None;
+    let mut limit_at = options.time_limit.map(|limit| Instant::now() + limit.after);
     loop {
         loop {
             match reap(None, true) {
                 Reaped::Child(pid, event) if pid == child => match event {
                     ChildEvent::Stopped(_) => stops.follow(child),
                     ChildEvent::Continued => stops.continue_at = None,
-                    ChildEvent::Exited(code) => return Supervised { end: End::Exited(code), strict_failure },
+                    ChildEvent::Exited(code) => {
+                        return Supervised { end: End::Exited(code), strict_failure, time_limited }
+                    }
                     ChildEvent::Signaled(signal) => {
-                        return Supervised { end: End::Signaled(signal), strict_failure }
+                        return Supervised { end: End::Signaled(signal), strict_failure, time_limited }
                     }
                 },
                 Reaped::Child(pid, event) if hook.as_deref_mut().is_some_and(|h| h.reaped(pid, event)) => {}
@@ -243,6 +275,11 @@ pub(crate) fn run(
         stops.continue_if_left(child, now);
         if let Some(hook) = hook.as_deref_mut() {
             hook.enforce(now);
+        }
+        if let Some(limit) = options.time_limit.filter(|_| limit_at.is_some_and(|at| now >= at)) {
+            limit_at = None;
+            time_limited = Some(reach_time_limit(child, limit, options));
+            kill_deadline = options.kill_after.map(|after| now + after);
         }
         if kill_deadline.is_some_and(|deadline| now >= deadline) {
             tracing::warn!(
@@ -257,7 +294,8 @@ pub(crate) fn run(
         }
         let monitor_wake = watch.as_deref_mut().and_then(|watch| watch.tend(now));
         let hook_wake = hook.as_deref().and_then(Hook::wake);
-        let wake = [kill_deadline, monitor_wake, hook_wake, stops.continue_at].into_iter().flatten().min();
+        let wake =
+            [kill_deadline, limit_at, monitor_wake, hook_wake, stops.continue_at].into_iter().flatten().min();
         let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
         let (received, answered) =
             receiver.wait(watch.as_deref().map(|w| w.thread_ref().ready_fd()), timeout);

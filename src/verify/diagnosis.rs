@@ -22,7 +22,7 @@ const OVER_RESERVED_FACTOR: u64 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Diagnosis {
-    /// `near-oom`, `idle-gpu`, `cpu-fallback`, `over-reserved` or `xid`.
+    /// `near-oom`, `idle-gpu`, `cpu-fallback`, `over-reserved`, `xid`, `time-limit` and the like.
     pub(crate) kind: &'static str,
     /// The NVML index it is about (null for the run as a whole).
     pub(crate) gpu: Option<u32>,
@@ -204,6 +204,11 @@ pub(crate) fn xids_not_kept(count: u64) -> Diagnosis {
         detail: format!("and {count} more Xid events of the codes above (counted, not kept)"),
         code: None,
     }
+}
+
+/// `--time-limit` ended the run (`what`: the limit and the signal sent).
+pub(crate) fn time_limit(what: &str) -> Diagnosis {
+    Diagnosis { kind: "time-limit", gpu: None, detail: what.to_owned(), code: None }
 }
 
 /// `12:34:56 UTC`: when something was seen during the run, as dmesg and the driver's logs can

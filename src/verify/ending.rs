@@ -29,12 +29,16 @@ pub(crate) struct Run<'a> {
     /// unshared, whatever its peak).
     pub(crate) min_free: Option<Threshold>,
     pub(crate) verify_timeout: Duration,
+    /// `--time-limit` ended the command: what was done.
+    pub(crate) time_limited: Option<String>,
 }
 
 /// The run's report: the verdict, the diagnosis (each finding logged as it is made), the
 /// receipt and where the command ran.
 pub(crate) fn report(run: &Run, seen: Seen, placement: Placement) -> Report {
-    let diagnosis = diagnose(run, &seen);
+    let mut diagnosis = diagnose(run, &seen);
+    // Whatever was watched: the run's end is the limit's.
+    diagnosis.extend(run.time_limited.as_ref().map(|what| diagnosis::time_limit(what)));
     let uuid_of = |index: u32| run.machine.device(index).and_then(|gpu| gpu.uuid.clone());
     let outcome = Outcome::new(run.wall.as_secs_f64(), run.end, run.exit);
     let mut report =
@@ -198,11 +202,12 @@ mod tests {
             selection: &selection,
             machine: &machine,
             end,
-            exit: Exit::of(end, false),
+            exit: Exit::of(end, false, false),
             wall: Duration::from_secs(3),
             started_at,
             min_free,
             verify_timeout: Duration::from_secs(30),
+            time_limited: None,
         };
         report(&run, seen, Placement::default())
     }
