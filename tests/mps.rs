@@ -375,6 +375,13 @@ fn a_planted_mps_control_pipe_is_refused_naming_its_owner() {
     mps()
         .status(125)
         .stderr_has(&format!("the MPS pipe directory {} belongs to user {nobody}", pipe.display()));
+    // A link of ours to it is that directory.
+    let link = sim.dir.path().join("mine");
+    std::os::unix::fs::symlink(&pipe, &link).unwrap();
+    let through_link = sim.gpurun().args(["--mps", "--export"]).env("CUDA_MPS_PIPE_DIRECTORY", &link).run();
+    through_link
+        .status(125)
+        .stderr_has(&format!("the MPS pipe directory {} belongs to user {nobody}", link.display()));
     // The directory is root's but anyone may write it.
     std::os::unix::fs::chown(&pipe, Some(0), Some(0)).unwrap();
     std::fs::set_permissions(&pipe, std::fs::Permissions::from_mode(0o777)).unwrap();

@@ -54,21 +54,10 @@ fn default_file() -> Option<PathBuf> {
     }
 }
 
-/// The file's bytes: `None` where it is not a regular file (accelerate's `os.path.isfile`),
-/// opened without blocking so that a FIFO cannot hold gpurun; an error past `MOST`.
+/// The file's bytes (`stdio::read_small_bytes`: `None` where it is not a regular file, as
+/// accelerate's `os.path.isfile`, or cannot be read); an error past `MOST`.
 fn small_file(path: &Path) -> Result<Option<Vec<u8>>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(file) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) else {
-        return Ok(None);
-    };
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Ok(None);
-    }
-    let mut bytes = Vec::new();
-    file.take(MOST + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("accelerate launch reads {}, which cannot be read: {e}", path.display()))?;
+    let Some(bytes) = crate::process::stdio::read_small_bytes(path, MOST + 1) else { return Ok(None) };
     if bytes.len() as u64 > MOST {
         return Err(format!(
             "accelerate launch reads {}, which is over 1 MiB: gpurun cannot check its num_processes and \

@@ -88,12 +88,14 @@ pub(crate) fn mps_control_pipe() -> std::path::PathBuf {
 /// context goes to whichever server that pipe's daemon starts: another user's, holding the
 /// job's memory and its faults. `None`: it is safe, or there is none (nothing to connect to).
 pub(crate) fn untrusted_mps_pipe(control: &std::path::Path) -> Option<String> {
-    use nix::sys::stat::{lstat, Mode};
+    use nix::sys::stat::{lstat, stat, Mode};
     let caller = nix::unistd::getuid().as_raw();
     let directory = control.parent().unwrap_or(std::path::Path::new("/"));
     let trusted = |uid: u32| uid == caller || uid == 0;
     let owner = |uid: u32| crate::process::procfs::user_name(uid);
-    let Ok(dir) = lstat(directory) else { return None };
+    // The directory a client would use: a symlink's target (a link of the caller's to another
+    // user's directory is that user's directory).
+    let Ok(dir) = stat(directory) else { return None };
     if !trusted(dir.st_uid) {
         return Some(format!(
             "the MPS pipe directory {} belongs to user {}: an MPS client of yours would connect to that \

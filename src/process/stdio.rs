@@ -38,15 +38,21 @@ pub(crate) fn fifo_has_reader(path: &std::path::Path) -> Option<bool> {
 /// `None`: opened without blocking, so that a FIFO nobody writes cannot hold gpurun; read only
 /// if it is a regular file, and at most `limit` bytes, so that a device is not read whole.
 pub(crate) fn read_small_file(path: &std::path::Path, limit: u64) -> Option<String> {
+    String::from_utf8(read_small_bytes(path, limit)?).ok()
+}
+
+/// As `read_small_file`, the bytes as they are (for a caller that says what is wrong with
+/// text that is not UTF-8, or longer than it reads: ask for one byte more than it takes).
+pub(crate) fn read_small_bytes(path: &std::path::Path, limit: u64) -> Option<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;
     }
-    let mut text = String::new();
-    file.take(limit).read_to_string(&mut text).ok()?;
-    Some(text)
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// Fills every closed descriptor among 0-2 with `/dev/null`.

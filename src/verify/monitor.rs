@@ -292,7 +292,8 @@ impl Monitor {
     /// verdict (and every `SAMPLE_INTERVAL` after it) every watched GPU and the readings;
     /// between, only the chosen GPUs, for intruders and a lost GPU.
     pub(crate) fn next_look(&mut self, now: Instant) -> (Vec<u32>, bool) {
-        let sample = self.pace.interval < WATCH_INTERVAL || now >= self.pace.last_sample + SAMPLE_INTERVAL;
+        // Until the verdict settles (or --verify-timeout says what is known), every poll.
+        let sample = self.pace.deadline.is_some() || now >= self.pace.last_sample + SAMPLE_INTERVAL;
         if sample {
             self.pace.last_sample = now;
             return (self.given.watched.clone(), true);
@@ -590,4 +591,34 @@ fn likely_cause(sighting: &Sighting, visible_given: &str) -> String {
     "a hard-coded device index (cuda:N, torch.cuda.set_device), a library that picks GPUs itself, or \
      CUDA_VISIBLE_DEVICES changed inside the program"
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before the verdict every watched GPU is listed at every poll, however far the pace has
+    /// backed off (a process on an unselected GPU is the wrong-gpu verdict); after it, the
+    /// chosen GPUs each second and every GPU with the receipt every `SAMPLE_INTERVAL`.
+    #[test]
+    fn every_gpu_is_listed_until_the_verdict_then_the_chosen_ones_between_samples() {
+        let mut monitor = Monitor::new(
+            VerifyMode::Warn,
+            &[1],
+            vec![0, 1, 2],
+            HashSet::new(),
+            "1".to_owned(),
+            SAMPLE_INTERVAL * 4,
+        );
+        let now = Instant::now();
+        monitor.pace.interval = LONGEST_INTERVAL;
+        assert_eq!(monitor.next_look(now), (vec![0, 1, 2], true));
+        assert_eq!(monitor.next_look(now + LONGEST_INTERVAL), (vec![0, 1, 2], true));
+        monitor.pace.deadline = None;
+        monitor.pace.interval = WATCH_INTERVAL;
+        assert_eq!(monitor.next_look(now + WATCH_INTERVAL * 3), (vec![1], false));
+        let later = now + LONGEST_INTERVAL + SAMPLE_INTERVAL;
+        assert_eq!(monitor.next_look(later), (vec![0, 1, 2], true));
+        assert_eq!(monitor.next_look(later + WATCH_INTERVAL), (vec![1], false));
+    }
 }
