@@ -18,7 +18,7 @@ pub(crate) const NOT_FOUND: u8 = 127;
 /// The exit-status table of `--help` and the man page (a test ties it to the constants).
 pub(crate) const TABLE: &[(&str, &str)] = &[
     ("75", "not enough GPUs satisfy the request now (retry later, or --wait)"),
-    ("124", "COMMAND ran out its --time-limit (137: and the SIGKILL after --kill-after ended it)"),
+    ("124", "COMMAND ran out its --time-limit (137: and the SIGKILL after --kill-after ended it), or the house rule idle-action = \"end\" ended it"),
     (
         "125",
         "gpurun's own error: usage, NVML missing, failing or not answering (--nvml-timeout), an unusable lock \
@@ -47,8 +47,8 @@ pub(crate) enum Exit {
 impl Exit {
     /// The command's end, unless `--verify strict` ended it (then gpurun's own failure) or its
     /// `--time-limit` did (124, or 137 where the SIGKILL that followed ended it, as timeout(1)).
-    pub(crate) fn of(end: End, strict_failure: bool, time_limited: bool) -> Exit {
-        match (strict_failure, time_limited, end) {
+    pub(crate) fn of(end: End, strict_failure: bool, limited: bool) -> Exit {
+        match (strict_failure, limited, end) {
             (true, _, _) => Exit::Code(GPURUN_ERROR),
             (false, true, End::Signaled(libc::SIGKILL)) => Exit::Code(TIMED_OUT_KILLED),
             (false, true, _) => Exit::Code(TIMED_OUT),

@@ -19,6 +19,7 @@ mod gpu_check;
 mod health;
 mod history;
 mod hostile;
+mod idle;
 mod launch;
 mod launchers;
 mod layout;

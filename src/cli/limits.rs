@@ -7,6 +7,8 @@
 //! max-wait = "4h"            # a cap on --wait
 //! max-time-limit = "24h"     # every run ends by then (the --time-limit when none is given)
 //! default-min-free = "8G"    # every launch asks at least this much free memory
+//! idle-limit = "2h"          # a GPU held at 0% utilization this long is warned of ...
+//! idle-action = "end"        # ... or its run ended (exit 124); "warn" by default
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use crate::options::size::{self, Threshold};
 use crate::options::{duration, Wait};
+use crate::verify::idle::IdleRules;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Limits {
@@ -21,6 +24,8 @@ pub(crate) struct Limits {
     pub(crate) max_wait: Option<Duration>,
     pub(crate) max_time_limit: Option<Duration>,
     pub(crate) default_min_free: Option<Threshold>,
+    /// A GPU held at 0% utilization this long is warned of (false) or its run ended (true).
+    pub(crate) idle_limit: Option<(Duration, bool)>,
     /// The file they came from, for messages.
     pub(crate) file: Option<PathBuf>,
     /// The system file's own `lock-dir`: reservations there are the ones the rules count.
@@ -52,7 +57,31 @@ impl Limits {
         if let Some(floor) = self.default_min_free {
             rules.push(self.rule("default-min-free", &floor.to_string()));
         }
+        if let Some(rule) = self.idle_rule() {
+            rules.push(rule);
+        }
         rules
+    }
+
+    /// `idle-limit = 2h, idle-action = end (/etc/gpurun/config.toml [limits])`.
+    pub(crate) fn idle_rule(&self) -> Option<String> {
+        let (after, end) = self.idle_limit?;
+        let action = if end { "end" } else { "warn" };
+        Some(self.rule("idle-limit", &format!("{}, idle-action = {action}", duration::compact(after))))
+    }
+
+    /// What idle GPUs are held to: `--idle-warn` (`asked`), sooner where the house rule warns
+    /// sooner (a user cannot turn it off), and the house rule's end.
+    pub(crate) fn idle(&self, asked: Option<Duration>) -> IdleRules {
+        let rule = self.idle_rule().unwrap_or_default();
+        let asked = IdleRules::warn(asked);
+        match self.idle_limit {
+            Some((after, true)) => IdleRules { end_after: Some((after, rule)), ..asked },
+            Some((after, false)) if asked.warn_after.as_ref().is_none_or(|(mine, _)| *mine > after) => {
+                IdleRules { warn_after: Some((after, rule)), end_after: None }
+            }
+            _ => asked,
+        }
     }
 
     /// Why a user other than root may not run outside the system lock directory while
@@ -139,14 +168,33 @@ pub(crate) fn parse(path: &Path, entries: &[(String, usize, toml::Value)]) -> Re
             "default-min-free" => {
                 limits.default_min_free = Some(size::parse_threshold(&text).map_err(|e| format!("{at}: {e}"))?)
             }
+            "idle-limit" => {
+                let after = duration::parse_positive(&text).map_err(|e| format!("{at}: {e}"))?;
+                limits.idle_limit = Some((after, limits.idle_limit.is_some_and(|(_, end)| end)));
+            }
+            "idle-action" => {
+                let end = match text.as_str() {
+                    "warn" => false,
+                    "end" => true,
+                    _ => return Err(format!("{at}: {text:?} is not an idle action: expected warn or end")),
+                };
+                let after = limits.idle_limit.map(|(after, _)| after).unwrap_or_default();
+                limits.idle_limit = Some((after, end));
+            }
             other => {
                 return Err(format!(
                     "{}:{line}: unknown key {other:?} in [limits]; the house rules are max-gpus-per-user, max-wait, \
-                     max-time-limit and default-min-free",
+                     max-time-limit, default-min-free, idle-limit and idle-action",
                     path.display()
                 ))
             }
         }
+    }
+    if limits.idle_limit.is_some_and(|(after, _)| after.is_zero()) {
+        return Err(format!(
+            "{}: [limits] idle-action needs idle-limit, how long a GPU may be held at 0% utilization (like \"2h\")",
+            path.display()
+        ));
     }
     Ok(limits)
 }
@@ -185,5 +233,28 @@ mod tests {
         assert!(bad.starts_with("/f:7: unknown key \"max-gpu\" in [limits]"), "{bad}");
         let wrong = parse(Path::new("/f"), &[("max-wait".to_owned(), 2, toml::Value::String("x".into()))]);
         assert!(wrong.unwrap_err().starts_with("/f:2: [limits] max-wait: \"x\" is not a duration"));
+    }
+
+    #[test]
+    fn idle_rules_warn_sooner_or_end() {
+        let entry = |key: &str, value: &str, line| (key.to_owned(), line, toml::Value::String(value.into()));
+        let hour = Duration::from_secs(3600);
+        let ends =
+            parse(Path::new("/f"), &[entry("idle-action", "end", 1), entry("idle-limit", "1h", 2)]).unwrap();
+        assert_eq!(ends.idle_limit, Some((hour, true)));
+        assert_eq!(
+            ends.idle(None),
+            IdleRules { warn_after: None, end_after: Some((hour, ends.idle_rule().unwrap())) }
+        );
+        let first = |rules: IdleRules| rules.warn_after.map(|(after, _)| after);
+        assert_eq!(ends.idle_rule().unwrap(), "idle-limit = 1h, idle-action = end (/f [limits])");
+        let warns = parse(Path::new("/f"), &[entry("idle-limit", "1h", 1)]).unwrap();
+        assert_eq!(first(warns.idle(None)), Some(hour), "off is not for a user to choose");
+        assert_eq!(first(warns.idle(Some(hour * 2))), Some(hour));
+        assert_eq!(first(warns.idle(Some(Duration::from_secs(60)))), Some(Duration::from_secs(60)));
+        let alone = parse(Path::new("/f"), &[entry("idle-action", "end", 4)]).unwrap_err();
+        assert!(alone.contains("idle-action needs idle-limit"), "{alone}");
+        let odd = parse(Path::new("/f"), &[entry("idle-action", "kill", 4)]).unwrap_err();
+        assert!(odd.ends_with("\"kill\" is not an idle action: expected warn or end"), "{odd}");
     }
 }

@@ -285,6 +285,18 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
             limits.rule("max-time-limit", &duration::compact(max))
         )));
     }
+    let idle = match reserves {
+        true => limits.idle(cli.idle_warn.0),
+        false => crate::verify::idle::IdleRules::warn(cli.idle_warn.0),
+    };
+    if let (Some((_, rule)), true) =
+        (&idle.end_after, cli.exec || cli.verify == crate::options::VerifyMode::Off)
+    {
+        let what = if cli.exec { "--exec" } else { "--verify off" };
+        return Err(ConfigError::HouseRule(format!(
+            "{what}: the house rule {rule} needs gpurun to watch the GPUs' utilization and end the command"
+        )));
+    }
     Ok(Supervision {
         no_forward: cli.no_forward.take().map(|list| list.0).unwrap_or_default(),
         kill_after: cli.kill_after,
@@ -292,6 +304,7 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
             after,
             signal: cli.signal.unwrap_or(libc::SIGTERM),
         }),
+        idle,
         parent_death_signal: cli.parent_death_signal.0,
         keep_orphans: cli.keep_orphans,
         exec: cli.exec,
@@ -399,6 +412,7 @@ mod tests {
             max_wait: max_wait.map(Duration::from_secs),
             max_time_limit: None,
             default_min_free: floor,
+            idle_limit: None,
             file: None,
             lock_dir: None,
             notice: None,

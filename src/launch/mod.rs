@@ -43,6 +43,8 @@ pub(crate) struct Supervision {
     pub(crate) kill_after: Option<Duration>,
     /// `--time-limit` (or the house rule's), and the signal it sends.
     pub(crate) time_limit: Option<supervise::TimeLimit>,
+    /// `--idle-warn` and the house rule on idle GPUs.
+    pub(crate) idle: crate::verify::idle::IdleRules,
     pub(crate) parent_death_signal: Option<i32>,
     pub(crate) keep_orphans: bool,
     pub(crate) exec: bool,
@@ -261,6 +263,7 @@ fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor
     .for_rank(plan.rank.as_ref().map(|member| member.owners.clone()))
     .for_container(plan.target.cidfile())
     .for_launcher(plan.launcher_note.clone())
+    .for_idle(supervision.idle.clone())
 }
 
 /// How the command ended, and what verification saw.
@@ -270,8 +273,8 @@ struct Ended {
     seen: Seen,
     wall: Duration,
     started_at: SystemTime,
-    /// `--time-limit` ended the command: what it did.
-    time_limited: Option<String>,
+    /// `--time-limit` or the house rule on idle GPUs ended the command: what it did.
+    limited: Option<ending::Limited>,
 }
 
 /// Supervises the command to its end, ends its leftovers (and a hook still running), then
@@ -310,8 +313,7 @@ fn supervise_to_the_end(
         orphans::end_all(&leftovers);
     }
     drop(held);
-    let exit =
-        Exit::of(supervised.end, supervised.strict_failure.is_some(), supervised.time_limited.is_some());
+    let exit = Exit::of(supervised.end, supervised.strict_failure.is_some(), supervised.limited.is_some());
     let seen = match watch.as_mut() {
         Some(watch) => {
             let stuck = watch.stuck();
@@ -320,8 +322,8 @@ fn supervise_to_the_end(
         None if supervision.verify == VerifyMode::Off => Seen::unwatched("--verify off"),
         None => Seen::unwatched("no GPU was selected"),
     };
-    let time_limited = supervised.time_limited;
-    Ended { end: supervised.end, exit, seen, wall: started.elapsed(), started_at, time_limited }
+    let limited = supervised.limited;
+    Ended { end: supervised.end, exit, seen, wall: started.elapsed(), started_at, limited }
 }
 
 /// What the end of a run reports about.
@@ -349,7 +351,7 @@ fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> 
         started_at: ended.started_at,
         min_free: about.min_free,
         verify_timeout: supervision.verify_timeout,
-        time_limited: ended.time_limited,
+        limited: ended.limited,
     };
     let summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
     if supervision.report {

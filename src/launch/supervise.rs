@@ -11,6 +11,7 @@ use crate::launch::signals::{self, Action};
 use crate::probe::worker::{Answer, Job, NvmlThread};
 use crate::process::signals::{send_to, stop_self, Receiver};
 use crate::process::{procfs, reap, ChildEvent, Reaped};
+use crate::verify::ending::Limited;
 use crate::verify::monitor::{Monitor, SLOW_CALL};
 
 /// How long `--verify strict` gives a command on the wrong GPU between SIGTERM and SIGKILL,
@@ -207,8 +208,8 @@ pub(crate) struct Supervised {
     pub(crate) end: End,
     /// `--verify strict` ended the command for being on the wrong GPU: this detail.
     pub(crate) strict_failure: Option<String>,
-    /// `--time-limit` ended it: what was done.
-    pub(crate) time_limited: Option<String>,
+    /// `--time-limit` or the house rule on idle GPUs ended it (gpurun exits 124).
+    pub(crate) limited: Option<Limited>,
 }
 
 /// The command ran for its `--time-limit`: it gets the limit's signal (a container run's
@@ -251,7 +252,7 @@ pub(crate) fn run(
     let mut strict_failure = None;
     let mut kill_deadline: Option<Instant> = None;
     let mut stops = JobControl::default();
-    let mut time_limited = None;
+    let mut limited = None;
     let mut limit_at = options.time_limit.map(|limit| Instant::now() + limit.after);
     loop {
         loop {
@@ -260,10 +261,10 @@ pub(crate) fn run(
                     ChildEvent::Stopped(_) => stops.follow(child),
                     ChildEvent::Continued => stops.continue_at = None,
                     ChildEvent::Exited(code) => {
-                        return Supervised { end: End::Exited(code), strict_failure, time_limited }
+                        return Supervised { end: End::Exited(code), strict_failure, limited }
                     }
                     ChildEvent::Signaled(signal) => {
-                        return Supervised { end: End::Signaled(signal), strict_failure, time_limited }
+                        return Supervised { end: End::Signaled(signal), strict_failure, limited }
                     }
                 },
                 Reaped::Child(pid, event) if hook.as_deref_mut().is_some_and(|h| h.reaped(pid, event)) => {}
@@ -278,7 +279,7 @@ pub(crate) fn run(
         }
         if let Some(limit) = options.time_limit.filter(|_| limit_at.is_some_and(|at| now >= at)) {
             limit_at = None;
-            time_limited = Some(reach_time_limit(child, limit, options));
+            limited = Some(Limited::Time(reach_time_limit(child, limit, options)));
             kill_deadline = options.kill_after.map(|after| now + after);
         }
         if kill_deadline.is_some_and(|deadline| now >= deadline) {
@@ -325,6 +326,16 @@ pub(crate) fn run(
             send_to(child, libc::SIGTERM);
             kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
             strict_failure = Some(detail);
+        }
+        let signal = options.time_limit.map_or(libc::SIGTERM, |limit| limit.signal);
+        if let Some((gpu, what)) = watch.as_deref_mut().and_then(|watch| watch.monitor.take_idle_end(signal))
+        {
+            tracing::warn!("{what}");
+            send_to(child, signal);
+            if kill_deadline.is_none() {
+                kill_deadline = options.kill_after.map(|after| Instant::now() + after);
+            }
+            limited = limited.or(Some(Limited::Idle { gpu, what }));
         }
     }
 }

@@ -35,6 +35,18 @@ pub(crate) fn parse_positive(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// A duration, or `off` (so is 0): `--idle-warn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OrOff(pub Option<Duration>);
+
+pub(crate) fn parse_or_off(text: &str) -> Result<OrOff, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(OrOff(None));
+    }
+    let duration = parse(text).map_err(|e| format!("{e}, or off"))?;
+    Ok(OrOff(Some(duration).filter(|d| !d.is_zero())))
+}
+
 /// A duration as the options take it: `4h`, `30m`, `90s`, `1.5s`.
 pub(crate) fn compact(duration: Duration) -> String {
     let seconds = duration.as_secs_f64();
@@ -73,6 +85,10 @@ mod tests {
         // As timeout(1) reads them: a dot at either end of the number.
         assert_eq!(parse(".5"), Ok(Duration::from_millis(500)));
         assert_eq!(parse("1.m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_or_off("off"), Ok(OrOff(None)));
+        assert_eq!(parse_or_off("0"), Ok(OrOff(None)));
+        assert_eq!(parse_or_off("2s"), Ok(OrOff(Some(Duration::from_secs(2)))));
+        assert!(parse_or_off("soon").unwrap_err().ends_with("like 30, 1.5s, 500ms or 2m, or off"));
         assert_eq!(shown(Duration::from_secs(30)), "30 s");
         assert_eq!(shown(Duration::from_millis(1500)), "1.5 s");
         assert_eq!(shown(Duration::from_millis(250)), "250 ms");

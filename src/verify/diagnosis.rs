@@ -9,6 +9,8 @@
 //!   means, and whether applications cause it).
 //! - `over-reserved`: `--min-free` reserved ten times or more what the tree's peak on that GPU
 //!   was. Not `--exclusive`: that asks for the card unshared, not for its memory.
+//! - `idle`: a chosen GPU held at 0% utilization past `--idle-warn` or the house rule
+//!   (`verify::idle`), with the minutes.
 
 use serde::Serialize;
 
@@ -20,7 +22,7 @@ const NEAR_OOM_PERCENT: u64 = 95;
 /// A reservation this many times the peak kept others off for nothing.
 const OVER_RESERVED_FACTOR: u64 = 10;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Diagnosis {
     /// `near-oom`, `idle-gpu`, `cpu-fallback`, `over-reserved`, `xid`, `time-limit` and the like.
     pub(crate) kind: &'static str,
@@ -30,6 +32,9 @@ pub(crate) struct Diagnosis {
     /// The Xid, for `xid`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) code: Option<u64>,
+    /// For `idle`: the longest the GPU was held at 0% utilization, in minutes (one decimal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) minutes: Option<f64>,
 }
 
 /// One selected GPU, as the run left it.
@@ -91,6 +96,7 @@ pub(crate) fn diagnose(
                         more_room(available, most_room)
                     ),
                     code: None,
+                    minutes: None,
                 });
             }
         }
@@ -108,6 +114,7 @@ pub(crate) fn diagnose(
                         next_time(card.peak)
                     ),
                     code: None,
+                    minutes: None,
                 });
             }
         }
@@ -123,6 +130,7 @@ pub(crate) fn diagnose(
                     label(card.index)
                 ),
                 code: None,
+                minutes: None,
             });
         }
     }
@@ -134,6 +142,7 @@ pub(crate) fn diagnose(
                      to the CPU (does it see CUDA? python -c 'import torch; print(torch.cuda.is_available())')"
                 .to_owned(),
             code: None,
+            minutes: None,
         });
     }
     found
@@ -147,6 +156,7 @@ pub(crate) fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
         gpu: Some(gpu),
         detail: format!("{} ({at}, {seconds:.1} s into the run)", crate::verify::xid::describe(code, gpu)),
         code: Some(code),
+        minutes: None,
     }
 }
 
@@ -165,6 +175,7 @@ pub(crate) fn gpu_lost(gpu: u32, seconds: f64, at: &str, xid: Option<u64>) -> Di
              node, check dmesg, and reboot (a reset rarely brings such a GPU back)"
         ),
         code: xid,
+        minutes: None,
     }
 }
 
@@ -184,6 +195,7 @@ pub(crate) fn mps_shared(gpu: u32, others: &[(u32, Option<String>)]) -> Diagnosi
             crate::probe::gpu::label(gpu)
         ),
         code: None,
+        minutes: None,
     }
 }
 
@@ -203,12 +215,28 @@ pub(crate) fn xids_not_kept(count: u64) -> Diagnosis {
         gpu: None,
         detail: format!("and {count} more Xid events of the codes above (counted, not kept)"),
         code: None,
+        minutes: None,
     }
 }
 
 /// `--time-limit` ended the run (`what`: the limit and the signal sent).
 pub(crate) fn time_limit(what: &str) -> Diagnosis {
-    Diagnosis { kind: "time-limit", gpu: None, detail: what.to_owned(), code: None }
+    Diagnosis { kind: "time-limit", gpu: None, detail: what.to_owned(), code: None, minutes: None }
+}
+
+/// `idle`: a chosen GPU held at 0% utilization for `longest` at a stretch, past `--idle-warn`
+/// or the house rule (`ended`: what ending the command for it did).
+pub(crate) fn idle(gpu: u32, longest: std::time::Duration, ended: Option<&str>) -> Diagnosis {
+    let minutes = (longest.as_secs_f64() / 6.0).round() / 10.0;
+    let detail = match ended {
+        Some(what) => what.to_owned(),
+        None => format!(
+            "{} was held at 0% utilization for {minutes} min at a stretch: a forgotten notebook or shell keeps \
+             others off it",
+            label(gpu)
+        ),
+    };
+    Diagnosis { kind: "idle", gpu: Some(gpu), detail, code: None, minutes: Some(minutes) }
 }
 
 /// `12:34:56 UTC`: when something was seen during the run, as dmesg and the driver's logs can

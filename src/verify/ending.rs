@@ -29,8 +29,17 @@ pub(crate) struct Run<'a> {
     /// unshared, whatever its peak).
     pub(crate) min_free: Option<Threshold>,
     pub(crate) verify_timeout: Duration,
-    /// `--time-limit` ended the command: what was done.
-    pub(crate) time_limited: Option<String>,
+    /// `--time-limit` or the house rule on idle GPUs ended the command: what was done.
+    pub(crate) limited: Option<Limited>,
+}
+
+/// A limit that ended the command (gpurun exits 124), and what was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Limited {
+    /// `--time-limit`, or the house rule max-time-limit.
+    Time(String),
+    /// The house rule `idle-action = "end"`: the GPU found idle.
+    Idle { gpu: u32, what: String },
 }
 
 /// The run's report: the verdict, the diagnosis (each finding logged as it is made), the
@@ -38,7 +47,9 @@ pub(crate) struct Run<'a> {
 pub(crate) fn report(run: &Run, seen: Seen, placement: Placement) -> Report {
     let mut diagnosis = diagnose(run, &seen);
     // Whatever was watched: the run's end is the limit's.
-    diagnosis.extend(run.time_limited.as_ref().map(|what| diagnosis::time_limit(what)));
+    if let Some(Limited::Time(what)) = &run.limited {
+        diagnosis.push(diagnosis::time_limit(what));
+    }
     let uuid_of = |index: u32| run.machine.device(index).and_then(|gpu| gpu.uuid.clone());
     let outcome = Outcome::new(run.wall.as_secs_f64(), run.end, run.exit);
     let mut report =
@@ -111,6 +122,13 @@ fn diagnose(run: &Run, seen: &Seen) -> Vec<Diagnosis> {
     );
     found.extend((health.xids_dropped > 0).then(|| diagnosis::xids_not_kept(health.xids_dropped)));
     found.extend(seen.mps_shared.iter().map(|(gpu, others)| diagnosis::mps_shared(*gpu, others)));
+    found.extend(seen.idle.iter().map(|(gpu, longest)| {
+        let ended = match &run.limited {
+            Some(Limited::Idle { gpu: ended, what }) if ended == gpu => Some(what.as_str()),
+            _ => None,
+        };
+        diagnosis::idle(*gpu, *longest, ended)
+    }));
     for gone in lost_gpus(run, health) {
         tracing::warn!("{}: {}", gone.kind, gone.detail);
         found.push(gone);
@@ -189,6 +207,7 @@ mod tests {
             health: HealthWatch::default(),
             mps_shared: Vec::new(),
             receipt: None,
+            idle: Vec::new(),
         }
     }
 
@@ -207,7 +226,7 @@ mod tests {
             started_at,
             min_free,
             verify_timeout: Duration::from_secs(30),
-            time_limited: None,
+            limited: None,
         };
         report(&run, seen, Placement::default())
     }

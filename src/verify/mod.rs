@@ -4,6 +4,7 @@
 pub(crate) mod container;
 pub(crate) mod diagnosis;
 pub(crate) mod ending;
+pub(crate) mod idle;
 pub(crate) mod monitor;
 pub(crate) mod receipt;
 pub(crate) mod report;

@@ -13,6 +13,7 @@ use crate::probe::meter::{Ask, Reading};
 use crate::probe::watch::{ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
+use crate::verify::idle::{IdleRules, IdleWatch};
 use crate::verify::receipt::Receipt;
 use crate::verify::report::Verification;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
@@ -39,7 +40,6 @@ pub(crate) type Lists = Vec<(u32, Result<Vec<Listed>, ListError>)>;
 /// look next, and the parts that each watch one thing (health, MPS, the receipt).
 pub(crate) struct Monitor {
     mode: VerifyMode,
-    own_pid: u32,
     given: Given,
     causes: Causes,
     tracker: Tracker,
@@ -51,11 +51,15 @@ pub(crate) struct Monitor {
     mps: MpsWatch,
     /// The receipt: what the chosen GPUs drew and did, and who else appeared on them.
     receipt: Receipt,
+    /// The chosen GPUs held at 0% utilization, from the receipt's samples.
+    idle: IdleWatch,
     started: Instant,
 }
 
 /// What the command was given, and what was there before it.
 struct Given {
+    /// gpurun's PID: the root of the command's tree.
+    own_pid: u32,
     /// NVML indices of the selected GPUs.
     selected: Vec<u32>,
     /// GPUs whose processes are listed each poll (all that could be read at launch).
@@ -131,6 +135,9 @@ pub(crate) struct Seen {
     pub(crate) mps_shared: Vec<(u32, MpsNeighbours)>,
     /// What the chosen GPUs drew and did (None: nothing watched the run).
     pub(crate) receipt: Option<Receipt>,
+    /// The chosen GPUs held at 0% utilization past the warning or the limit, with the longest
+    /// stretch of each.
+    pub(crate) idle: Vec<(u32, Duration)>,
 }
 
 impl Seen {
@@ -144,6 +151,7 @@ impl Seen {
             health: HealthWatch::default(),
             mps_shared: Vec::new(),
             receipt: None,
+            idle: Vec::new(),
         }
     }
 }
@@ -162,8 +170,7 @@ impl Monitor {
             selected.iter().copied().filter(|key| crate::probe::gpu::mig_parts(*key).is_none()).collect();
         Monitor {
             mode,
-            own_pid: std::process::id(),
-            given: Given { selected: selected.to_vec(), watched, before_launch },
+            given: Given { own_pid: std::process::id(), selected: selected.to_vec(), watched, before_launch },
             causes: Causes {
                 visible_given,
                 owners: None,
@@ -183,6 +190,7 @@ impl Monitor {
             health: HealthWatch::default(),
             mps: MpsWatch::default(),
             receipt: Receipt::new(&whole),
+            idle: IdleWatch::new(IdleRules::default(), now),
             started: now,
         }
     }
@@ -199,6 +207,7 @@ impl Monitor {
             health: self.health.clone(),
             mps_shared: self.mps_shared(),
             receipt: Some(self.receipt.clone()),
+            idle: self.idle.held_idle(),
         }
     }
 
@@ -208,9 +217,25 @@ impl Monitor {
         Ask { gpus: self.receipt.gpus(), bounds }
     }
 
-    /// Takes the receipt's readings.
+    /// Takes the receipt's readings; GPUs idle past `--idle-warn` are said now.
     pub(crate) fn absorb_readings(&mut self, readings: &[Reading], bounds: bool) {
         self.receipt.absorb(readings, bounds);
+        let crossed = self.idle.absorb(readings);
+        if let Some(warning) = self.idle.warning(&crossed.warn) {
+            tracing::warn!("{warning}");
+        }
+    }
+
+    /// Idle GPUs are watched by these rules (`--idle-warn`, the house rule).
+    pub(crate) fn for_idle(mut self, rules: IdleRules) -> Monitor {
+        self.idle = IdleWatch::new(rules, self.started);
+        self
+    }
+
+    /// The house rule `idle-action = "end"` was crossed since the last call: what ending the
+    /// command with `signal` is said as (once).
+    pub(crate) fn take_idle_end(&mut self, signal: i32) -> Option<(u32, String)> {
+        self.idle.take_end(signal)
     }
 
     /// `--per-rank`: a process on another rank's GPU names that rank.
@@ -454,8 +479,8 @@ impl Monitor {
                     let mut tree_bytes = 0u64;
                     for process in listed {
                         // The few PIDs NVML lists are walked up to gpurun: nothing scans /proc.
-                        let in_tree = process.pid != self.own_pid
-                            && (procfs::descends_from(process.pid, self.own_pid)
+                        let in_tree = process.pid != self.given.own_pid
+                            && (procfs::descends_from(process.pid, self.given.own_pid)
                                 || container_id
                                     .as_deref()
                                     .is_some_and(|id| container::runs_in(process.pid, id)));
