@@ -15,6 +15,8 @@ endif
 NVIDIA_ML_PY_VERSION ?= 13.615.71
 NVIDIA_NVML_DEV_VERSION ?= 13.5.37
 GPUSTAT_VERSION ?= 1.1.1
+# The Prometheus text parser the --prom-file receipt is checked with.
+PROMETHEUS_CLIENT_VERSION ?= 0.21.1
 
 VENV := .venv
 BENCH_VENV := .venv-bench
@@ -55,11 +57,12 @@ demo-container: sim
 
 # Rebuilt when the pins above change.
 $(VENV)/.installed: Makefile
-	@echo "make test: creating $(VENV) with nvidia-ml-py, nvidia-nvml-dev, gpustat and nvitop (pip; minutes on a slow machine, once)"
+	@echo "make test: creating $(VENV) with nvidia-ml-py, nvidia-nvml-dev, gpustat, nvitop and prometheus-client (pip; minutes on a slow machine, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
 		nvidia-ml-py==$(NVIDIA_ML_PY_VERSION) nvidia-nvml-dev==$(NVIDIA_NVML_DEV_VERSION) \
-		gpustat==$(GPUSTAT_VERSION) nvitop==$(NVITOP_VERSION)
+		gpustat==$(GPUSTAT_VERSION) nvitop==$(NVITOP_VERSION) \
+		prometheus-client==$(PROMETHEUS_CLIENT_VERSION)
 	touch $@
 
 venv: $(VENV)/.installed

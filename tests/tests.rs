@@ -11,6 +11,7 @@ mod clients;
 mod completions;
 mod config;
 mod containers;
+mod dashboards;
 mod dist;
 mod doctor;
 mod emulation;

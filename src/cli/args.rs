@@ -220,7 +220,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
         &[
             ("CUDA_VISIBLE_DEVICES", "read: the GPUs (or MIG- devices, as Slurm and Kubernetes hand them out) gpurun may choose from, never widened (see Selection); set for the command: the chosen GPUs, best first, as PCI-order indices or UUIDs (--visible-as); a MIG device always as its MIG- UUID (CUDA takes no other form); empty with --gpus 0"),
             ("CUDA_DEVICE_ORDER", "read: whether inherited indices are in PCI order; set for the command: PCI_BUS_ID, so that CUDA numbers GPUs as nvidia-smi does"),
-            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "set for the command: the chosen NVML indices and UUIDs (for a MIG device: its GPU's index, and its MIG- UUID); never read as settings (an inherited pair that matches CUDA_VISIBLE_DEVICES marks an earlier eval \"$(gpurun --export)\", and a refusal says how to undo it)"),
+            ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "set for the command: the chosen NVML indices and UUIDs (for a MIG device: its GPU's index, and its MIG- UUID); GPURUN_JOB_ID the job id (SLURM_JOB_ID, else the --per-rank group, else an enclosing gpurun's, else gpurun-<start>-<PID>), for the hooks too; never read as settings (an inherited pair that matches CUDA_VISIBLE_DEVICES marks an earlier eval \"$(gpurun --export)\", and a refusal says how to undo it)"),
             ("TF_FORCE_GPU_ALLOW_GROWTH, XLA_PYTHON_CLIENT_PREALLOCATE", "set for the command: true and false, unless already set (the user's value wins) or --no-framework-env"),
             ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
             ("CPU affinity", "with --cpu-bind numa, the command runs on the CPUs NVML reports as local to its GPUs (their union), within gpurun's own affinity; --dry-run and the report show them (cpus)"),
@@ -284,7 +284,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("processes[]", "pid, used_bytes, user, command (user and command from /proc where readable), reservation (the gpurun PID of the reservation it belongs to, or null)"),
             ("eligible, reasons", "whether the GPU qualifies for the request given, and every reason it does not"),
             ("error", "the first NVML query that failed; such a GPU is never chosen"),
-            ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}] (kind near-oom, idle-gpu, idle (with minutes: the longest stretch at 0% utilization), time-limit, cpu-fallback, over-reserved, mps-shared, gpu-lost (a chosen GPU fell off the bus: code 79 from its Xid, null where its process list answered GPU_IS_LOST), or xid with its code; a flood's repeats are one xid entry without a code that counts them), cpus (--cpu-bind numa, else null), min_free (why) with --min-free auto, rank with --per-rank: {local_rank, local_size, launcher, group (the job), node, group_gpus}, and the receipt, by UUID of each chosen device: energy_joules: {UUID: J} (NVML's energy counter, end minus start; null where the board has none, or a MIG device), power_watts: {UUID: {mean, max, limit}} (the samples, each weighted by the time it stood for, and the enforced limit), utilization_percent: {UUID: {p50, p95, max}}, throttled_seconds: {UUID: {reason: s}} (the driver's throttle counters, else the sampled clock event reasons; reasons sw_power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clocks, board_limit, reliability; gpu_idle is not throttling; {} when none, null when unknown), intruders: [{pid, user, gpu_uuid, memory_bytes, first_seen_seconds}] (processes not the command's that appeared on its GPUs during the run; the first 32, with intruders_not_listed counting the rest); none of it with --verify off"),
+            ("--report-json FILE", "command, requested, count, selected: [{index, uuid, name}], verification: {verdict, detail}, peak_memory_bytes: {UUID: n}, wall_seconds, exit: {code, signal, signal_name}, gpurun_exit_status, diagnosis: [{kind, gpu, detail}] (kind near-oom, idle-gpu, idle (with minutes: the longest stretch at 0% utilization), time-limit, cpu-fallback, over-reserved, mps-shared, gpu-lost (a chosen GPU fell off the bus: code 79 from its Xid, null where its process list answered GPU_IS_LOST), or xid with its code; a flood's repeats are one xid entry without a code that counts them), cpus (--cpu-bind numa, else null), min_free (why) with --min-free auto, rank with --per-rank: {local_rank, local_size, launcher, group (the job), node, group_gpus}, and the receipt, by UUID of each chosen device: energy_joules: {UUID: J} (NVML's energy counter, end minus start; null where the board has none, or a MIG device), power_watts: {UUID: {mean, max, limit}} (the samples, each weighted by the time it stood for, and the enforced limit), utilization_percent: {UUID: {p50, p95, max}}, throttled_seconds: {UUID: {reason: s}} (the driver's throttle counters, else the sampled clock event reasons; reasons sw_power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, hw_power_brake, display_clocks, board_limit, reliability; gpu_idle is not throttling; {} when none, null when unknown), intruders: [{pid, user, gpu_uuid, memory_bytes, first_seen_seconds}] (processes not the command's that appeared on its GPUs during the run; the first 32, with intruders_not_listed counting the rest); none of it with --verify off; job: {id, host, user, start, end} (the job id as GPURUN_JOB_ID, the times in RFC 3339, UTC)"),
             ("--dry-run --json", "the same object plus requested (what --gpus asked: \"2\", \"2-4\", \"all\"), count (how many were taken), command (the words given after --dry-run), min_free (with --min-free auto: the figure and why), cpus (with --cpu-bind numa), links (between the chosen GPUs: [\"6-7 nvlink\"]), mixed_models (where the chosen GPUs are of more than one model: which, else null), selected: [{index, uuid}] (a MIG device: its GPU's index, mig_index and its MIG- UUID) and env: {NAME: value}; count, selected and env are null on exit 75"),
             ("--history --json", "an array of history records: the --report-json object plus started, user, directory, request"),
             ("null", "a value NVML cannot give is null, never 0"),
@@ -573,8 +573,8 @@ pub(crate) struct Cli {
     pub(crate) idle_warn: duration::OrOff,
 
     /// Signal the command gets if gpurun itself is killed (SIGKILL, OOM), or `none`.
-    #[arg(long, hide_short_help = true, value_name = "SIG|none", default_value = "TERM", value_parser = parse_death_signal, help_heading = "Supervision")]
-    pub(crate) parent_death_signal: DeathSignal,
+    #[arg(long, hide_short_help = true, value_name = "SIG|none", default_value = "TERM", value_parser = signal::parse_death_signal, help_heading = "Supervision")]
+    pub(crate) parent_death_signal: signal::DeathSignal,
 
     /// Leave processes the command left running when it exits (by default they get SIGTERM,
     /// then SIGKILL 3 seconds later, so no orphaned worker keeps holding GPU memory).
@@ -615,6 +615,30 @@ pub(crate) struct Cli {
     /// (polling continues, slower, for the report).
     #[arg(long, hide_short_help = true, value_name = "DURATION", default_value = "120s", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Verification")]
     pub(crate) verify_timeout: Duration,
+
+    /// At the end, write the receipt as Prometheus text to FILE (renamed into place whole), for
+    /// node_exporter's textfile collector: dcgm-exporter's labels (gpu, UUID, modelName,
+    /// Hostname, hpc_job) and names (gpurun_job_total_energy_consumption, _power_usage, _gpu_util).
+    #[arg(
+        long,
+        hide_short_help = true,
+        value_name = "FILE",
+        conflicts_with = "exec",
+        help_heading = "Verification"
+    )]
+    pub(crate) prom_file: Option<PathBuf>,
+
+    /// While the command runs, add its job id (GPURUN_JOB_ID) to the file of each chosen GPU in
+    /// DIR, named by its index, as dcgm-exporter's --hpc-job-mapping-dir reads them; removed at
+    /// the end.
+    #[arg(
+        long,
+        hide_short_help = true,
+        value_name = "DIR",
+        conflicts_with = "exec",
+        help_heading = "Verification"
+    )]
+    pub(crate) job_map_dir: Option<PathBuf>,
 
     /// Print a summary on stderr when the command ends.
     ///
@@ -745,17 +769,6 @@ fn parse_wait(text: &str) -> Result<WaitLimit, String> {
         return Ok(WaitLimit(None));
     }
     duration::parse(text).map(|limit| WaitLimit(Some(limit)))
-}
-
-/// `--parent-death-signal`: a signal, or none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DeathSignal(pub Option<libc::c_int>);
-
-fn parse_death_signal(text: &str) -> Result<DeathSignal, String> {
-    if text.eq_ignore_ascii_case("none") {
-        return Ok(DeathSignal(None));
-    }
-    signal::parse(text).map(|signal| DeathSignal(Some(signal))).map_err(|e| format!("{e}, or none"))
 }
 
 /// The clap definition, for `--help` and the man page.

@@ -47,8 +47,14 @@ const NOT_SETTINGS: &[&str] = &[
 ];
 
 /// `GPURUN_*` variables that are not settings.
-const NOT_SETTING_VARIABLES: &[&str] =
-    &["GPURUN_GPUS", "GPURUN_GPU_UUIDS", "GPURUN_CONFIG", "GPURUN_SYSTEM_CONFIG", "GPURUN_LOG"];
+const NOT_SETTING_VARIABLES: &[&str] = &[
+    "GPURUN_GPUS",
+    "GPURUN_GPU_UUIDS",
+    "GPURUN_JOB_ID",
+    "GPURUN_CONFIG",
+    "GPURUN_SYSTEM_CONFIG",
+    "GPURUN_LOG",
+];
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -315,6 +315,8 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
         history: if cli.no_history { None } else { history::path() },
         on_start: cli.on_start.take(),
         on_exit: cli.on_exit.take(),
+        job_map_dir: cli.job_map_dir.take(),
+        prom_file: cli.prom_file.take(),
     })
 }
 

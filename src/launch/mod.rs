@@ -8,6 +8,8 @@ pub(crate) mod container;
 pub(crate) mod container_options;
 pub(crate) mod env;
 pub(crate) mod hooks;
+pub(crate) mod job;
+pub(crate) mod job_map;
 pub(crate) mod launcher_options;
 pub(crate) mod launchers;
 pub(crate) mod orphans;
@@ -22,9 +24,11 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::exit_code::{End, Exit};
 use crate::history;
 use crate::launch::hooks::Hook;
+use crate::launch::job::JobIdentity;
+use crate::launch::job_map::JobMap;
 use crate::launch::plan::{Member, Plan};
 use crate::options::size::Threshold;
-use crate::options::{cpus, shell, VerifyMode};
+use crate::options::{clock, cpus, shell, VerifyMode};
 use crate::probe::gpu::Machine;
 use crate::probe::worker::NvmlThread;
 use crate::process::death::Watcher;
@@ -32,9 +36,9 @@ use crate::process::procfs;
 use crate::process::signals::{default_action, send_to, DefaultAction, Receiver};
 use crate::process::spawn::{self, Launch, LaunchError};
 use crate::reserve::lease::HeldLease;
-use crate::verify::ending;
 use crate::verify::monitor::{Monitor, Seen};
 use crate::verify::report::{self, Report};
+use crate::verify::{ending, prom};
 
 /// How the command is run and watched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +61,9 @@ pub(crate) struct Supervision {
     /// `--on-start`, `--on-exit`: shell command lines.
     pub(crate) on_start: Option<String>,
     pub(crate) on_exit: Option<String>,
+    /// `--job-map-dir`, `--prom-file`: what dashboards read.
+    pub(crate) job_map_dir: Option<PathBuf>,
+    pub(crate) prom_file: Option<PathBuf>,
 }
 
 /// What gpurun holds for the command: released once the command and its leftovers are gone,
@@ -119,6 +126,10 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
 /// `--exec`, gpurun becomes the command instead (returns only if that failed).
 pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
     let Job { command, plan, supervision, held, receiver, .. } = job;
+    let identity =
+        JobIdentity::of_this_run(plan.rank.as_ref().map(|member| member.per_rank.rank.job.as_str()));
+    let mut variables = plan.gpus.variables.clone();
+    variables.push(("GPURUN_JOB_ID".to_owned(), identity.id.clone()));
     if supervision.exec {
         tracing::info!("running {} on {} (exec)", shell::quote(command), plan.gpus.selection.describe());
         if supervision.on_start.is_some() || supervision.on_exit.is_some() {
@@ -127,7 +138,7 @@ pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
             );
         }
         held.hand_over_to_exec();
-        return Err(spawn::exec(&Launch { command, variables: &plan.gpus.variables }, receiver.caller()));
+        return Err(spawn::exec(&Launch { command, variables: &variables }, receiver.caller()));
     }
     // Created first: an unwritable path fails before the command starts.
     let report_file = match &supervision.report_json {
@@ -137,10 +148,11 @@ pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
         None => None,
     };
     let Job { machine, nvml, min_free, request_text, sizing, .. } = job;
-    let running = start(command, plan, supervision, receiver, machine, nvml)?;
+    let launch = Launch { command, variables: &variables };
+    let running = start(&launch, &identity.id, plan, supervision, receiver, machine, nvml)?;
     let ended = supervise_to_the_end(running, plan, supervision, receiver, held);
     let about = Finish { command, plan, supervision, machine, receiver, min_free, request_text, sizing };
-    Ok(wrap_up(&about, ended, report_file))
+    Ok(wrap_up(&about, ended, report_file, &identity))
 }
 
 /// The command, started, with what watches it.
@@ -151,6 +163,8 @@ struct Running<'a> {
     on_start: Option<Hook>,
     watch: Option<supervise::Watch<'a>>,
     leftovers: orphans::Leftovers,
+    /// `--job-map-dir`: the job's lines in dcgm-exporter's job map, taken out at the end.
+    job_map: Option<JobMap>,
     started: Instant,
     started_at: SystemTime,
 }
@@ -158,7 +172,8 @@ struct Running<'a> {
 /// Starts the command (bound to its CPUs, with the signals that came meanwhile passed on),
 /// its parent-death watcher, the --on-start hook and the verification beside it.
 fn start<'a>(
-    command: &[OsString],
+    launch: &Launch,
+    job_id: &str,
     plan: &Plan,
     supervision: &Supervision,
     receiver: &Receiver,
@@ -175,8 +190,11 @@ fn start<'a>(
     let death_kill = supervision.parent_death_signal.and_then(|signal| plan.target.death_kill(signal));
     let mut watcher = None;
     let mut stops = Vec::new();
-    let launch = Launch { command, variables: &plan.gpus.variables };
-    let spawned = spawn::spawn(&launch, receiver.caller(), |child| {
+    let command = launch.command;
+    // Before the command starts: dcgm-exporter labels its GPUs' metrics from the first scrape.
+    let gpus: Vec<u32> = plan.gpus.selection.devices.iter().map(|device| device.gpu_index).collect();
+    let job_map = supervision.job_map_dir.as_deref().map(|dir| JobMap::enter(dir, job_id, &gpus));
+    let spawned = spawn::spawn(launch, receiver.caller(), |child| {
         watcher =
             supervision.parent_death_signal.and_then(|signal| Watcher::start(child, signal, death_kill));
         // Before the go: the command starts (and execs) on these CPUs.
@@ -194,6 +212,7 @@ fn start<'a>(
         Ok(child) => child,
         Err(error) => {
             watcher.into_iter().for_each(Watcher::stop);
+            job_map.into_iter().for_each(JobMap::leave);
             return Err(error);
         }
     };
@@ -208,19 +227,21 @@ fn start<'a>(
     if let Some(mixed) = plan.gpus.selection.mixed_models() {
         tracing::warn!("{mixed}");
     }
-    let on_start =
-        supervision.on_start.as_deref().and_then(|line| start_hook(line, command, child, plan, receiver));
+    let on_start = supervision
+        .on_start
+        .as_deref()
+        .and_then(|line| start_hook(line, (command, job_id), child, plan, receiver));
     let watch = nvml
         .filter(|_| supervision.verify != VerifyMode::Off && !plan.gpus.selection.is_empty())
         .map(|nvml| supervise::Watch::new(nvml, monitor(plan, supervision, machine)));
     plan.target.warn_at_start();
-    Ok(Running { child, watcher, on_start, watch, leftovers, started, started_at })
+    Ok(Running { child, watcher, on_start, watch, leftovers, job_map, started, started_at })
 }
 
 /// `--on-start`: the command line, with the launch in JSON on its input.
 fn start_hook(
     line: &str,
-    command: &[OsString],
+    (command, job_id): (&[OsString], &str),
     child: u32,
     plan: &Plan,
     receiver: &Receiver,
@@ -237,7 +258,7 @@ fn start_hook(
         "--on-start",
         line,
         &format!("{input}\n"),
-        &hook_variables(plan, None),
+        &hook_variables(plan, job_id, None),
         receiver.caller().mask,
     )
 }
@@ -286,7 +307,8 @@ fn supervise_to_the_end(
     receiver: &Receiver,
     held: Held,
 ) -> Ended {
-    let Running { child, watcher, mut on_start, mut watch, mut leftovers, started, started_at } = running;
+    let Running { child, watcher, mut on_start, mut watch, mut leftovers, job_map, started, started_at } =
+        running;
     let options = supervise::Options {
         no_forward: &supervision.no_forward,
         kill_after: supervision.kill_after,
@@ -312,6 +334,7 @@ fn supervise_to_the_end(
     if !supervision.keep_orphans {
         orphans::end_all(&leftovers);
     }
+    job_map.into_iter().for_each(JobMap::leave);
     drop(held);
     let exit = Exit::of(supervised.end, supervised.strict_failure.is_some(), supervised.limited.is_some());
     let seen = match watch.as_mut() {
@@ -339,7 +362,7 @@ struct Finish<'a> {
 }
 
 /// The report (built by verification; logged, as JSON), the history and the --on-exit hook.
-fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> Exit {
+fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>, identity: &JobIdentity) -> Exit {
     let Finish { command, plan, supervision, machine, .. } = *about;
     let run = ending::Run {
         command,
@@ -353,24 +376,56 @@ fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>) -> 
         verify_timeout: supervision.verify_timeout,
         limited: ended.limited,
     };
-    let summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
+    let mut summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
+    let ended_at = SystemTime::now();
+    summary.job = Some(report::JobRecord {
+        id: identity.id.clone(),
+        host: identity.host.clone(),
+        user: identity.user.clone(),
+        start: clock::rfc3339(ended.started_at),
+        end: clock::rfc3339(ended_at),
+    });
     if supervision.report {
         summary.log();
     }
     if let Some(file) = report_file {
         summary.write_json(file);
     }
+    if let Some(path) = &supervision.prom_file {
+        write_prom(path, &summary, identity, (ended.started_at, ended_at));
+    }
     if let Some(path) = &supervision.history {
         keep_history(path, &summary, ended.started_at, about.request_text);
     }
     if let Some(line) = &supervision.on_exit {
         let verdict = summary.verification.verdict.map(|v| v.to_string()).unwrap_or_default();
-        let variables = hook_variables(plan, Some((ended.exit.status(), verdict)));
+        let variables = hook_variables(plan, &identity.id, Some((ended.exit.status(), verdict)));
         Hook::start("--on-exit", line, &summary.json(), &variables, about.receiver.caller().mask)
             .into_iter()
             .for_each(Hook::wait_out);
     }
     ended.exit
+}
+
+/// `--prom-file`: the receipt for node_exporter's textfile collector; a failure is a warning.
+fn write_prom(
+    path: &std::path::Path,
+    summary: &Report,
+    identity: &JobIdentity,
+    span: (SystemTime, SystemTime),
+) {
+    let seconds = |at: SystemTime| at.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    let labels = prom::JobLabels {
+        id: &identity.id,
+        host: &identity.host,
+        user: &identity.user,
+        start_seconds: seconds(span.0),
+        end_seconds: seconds(span.1),
+    };
+    let report = serde_json::to_value(summary).expect("plain data");
+    if let Err(error) = prom::write(path, &prom::render(&report, &labels)) {
+        tracing::warn!("--prom-file {}: cannot write the receipt: {error}", path.display());
+    }
 }
 
 /// Where the plan ran the command, for the report.
@@ -411,13 +466,14 @@ fn open_report(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// What a hook finds in its environment besides gpurun's own: the chosen GPUs and, at the
-/// end, gpurun's exit status and the verdict (empty when nothing was checked).
-fn hook_variables(plan: &Plan, ended: Option<(i32, String)>) -> Vec<(String, String)> {
+/// What a hook finds in its environment besides gpurun's own: the chosen GPUs, the job id and,
+/// at the end, gpurun's exit status and the verdict (empty when nothing was checked).
+fn hook_variables(plan: &Plan, job_id: &str, ended: Option<(i32, String)>) -> Vec<(String, String)> {
     let mut variables: Vec<(String, String)> = ["GPURUN_GPUS", "GPURUN_GPU_UUIDS"]
         .into_iter()
         .map(|name| (name.to_owned(), plan.gpus.variable(name).unwrap_or_default().to_owned()))
         .collect();
+    variables.push(("GPURUN_JOB_ID".to_owned(), job_id.to_owned()));
     if let Some((status, verdict)) = ended {
         variables.push(("GPURUN_EXIT_STATUS".to_owned(), status.to_string()));
         variables.push(("GPURUN_VERDICT".to_owned(), verdict));

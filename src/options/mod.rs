@@ -2,6 +2,7 @@
 //! small grammars that read them (sizes, durations, signals, device references, model patterns).
 //! Nothing here depends on the rest of gpurun, so any stage may use it without a cycle.
 
+pub(crate) mod clock;
 pub(crate) mod count;
 pub(crate) mod cpus;
 pub(crate) mod devices;

@@ -81,6 +81,17 @@ pub(crate) fn parse_list(text: &str) -> Result<SignalList, String> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct SignalList(pub Vec<libc::c_int>);
 
+/// `--parent-death-signal`: a signal, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeathSignal(pub Option<libc::c_int>);
+
+pub(crate) fn parse_death_signal(text: &str) -> Result<DeathSignal, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(DeathSignal(None));
+    }
+    parse(text).map(|signal| DeathSignal(Some(signal))).map_err(|e| format!("{e}, or none"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::history::Record;
+use crate::options::clock::utc;
 use crate::options::shell;
 use crate::options::size::human;
 
@@ -12,23 +13,6 @@ pub(crate) const SHOWN: usize = 20;
 /// The records whose command contains `pattern`, oldest first.
 pub(crate) fn matching<'a>(records: &'a [Record], pattern: Option<&str>) -> Vec<&'a Record> {
     records.iter().filter(|r| pattern.is_none_or(|p| r.command().join(" ").contains(p))).collect()
-}
-
-/// `2026-11-30 18:44:12` (UTC) from Unix seconds: days to a civil date (Howard Hinnant's
-/// algorithm), no time zone database needed.
-pub(crate) fn utc(seconds: f64) -> String {
-    let seconds = seconds.max(0.0) as i64;
-    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
 fn field<'a>(record: &'a Record, name: &str) -> &'a serde_json::Value {
@@ -167,16 +151,4 @@ pub(crate) fn json(records: &[&Record]) -> String {
     let mut text = serde_json::to_string_pretty(records).expect("plain data serialises");
     text.push('\n');
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0.0), "1970-01-01 00:00:00");
-        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00");
-        assert_eq!(utc(1_796_063_853.9), "2026-11-30 18:37:33");
-    }
 }

@@ -6,6 +6,7 @@ pub(crate) mod diagnosis;
 pub(crate) mod ending;
 pub(crate) mod idle;
 pub(crate) mod monitor;
+pub(crate) mod prom;
 pub(crate) mod receipt;
 pub(crate) mod report;
 pub(crate) mod verdict;

@@ -1,0 +1,207 @@
+//! `--prom-file`: the receipt as Prometheus text (exposition format 0.0.4), for node_exporter's
+//! textfile collector (issue 52). Rendered from the report's JSON, the documented schema, so the
+//! two never say different things.
+//!
+//! Names and labels follow dcgm-exporter's where it has the figure, so one dashboard joins both:
+//! the labels `gpu` (the NVML index), `UUID`, `modelName`, `Hostname` and `hpc_job` (the label
+//! dcgm-exporter's HPC job mapping adds), and the metric names `gpurun_job_` and DCGM's field
+//! name in its unit: `total_energy_consumption` in mJ (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+//! here the run's share: end minus start), `power_usage` in W (DCGM_FI_DEV_POWER_USAGE, the
+//! run's mean and max), `enforced_power_limit` in W, `gpu_util` in % (DCGM_FI_DEV_GPU_UTIL, the
+//! run's p50, p95 and max as `quantile`). Unknown figures (a board without an energy counter)
+//! are left out, never written as 0.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// The job the receipt is for, as the labels say it.
+pub(crate) struct JobLabels<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) host: &'a str,
+    pub(crate) user: &'a str,
+    pub(crate) start_seconds: f64,
+    pub(crate) end_seconds: f64,
+}
+
+/// A label value as the text format writes it: backslash, quote and newline escaped.
+fn escaped(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let inner: Vec<String> =
+        pairs.iter().map(|(name, value)| format!("{name}=\"{}\"", escaped(value))).collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// One metric family: its help, its type and its samples (labels, value).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(String, f64)>,
+}
+
+impl Family {
+    fn new(name: &'static str, help: &'static str) -> Family {
+        Family { name, help, samples: Vec::new() }
+    }
+
+    fn write(&self, text: &mut String) {
+        if self.samples.is_empty() {
+            return;
+        }
+        let _ = writeln!(text, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(text, "# TYPE {} gauge", self.name);
+        for (labels, value) in &self.samples {
+            let _ = writeln!(text, "{}{labels} {value}", self.name);
+        }
+    }
+}
+
+/// The report (`--report-json`'s object) as Prometheus text.
+pub(crate) fn render(report: &Value, job: &JobLabels) -> String {
+    let run = [("hpc_job", job.id), ("Hostname", job.host)];
+    let verdict = report["verification"]["verdict"].as_str().unwrap_or("none");
+    let mut info =
+        Family::new("gpurun_job_info", "The run, labelled with its job, user and verdict (always 1).");
+    let info_labels = [("hpc_job", job.id), ("Hostname", job.host), ("user", job.user), ("verdict", verdict)];
+    info.samples.push((labels(&info_labels), 1.0));
+    let mut families = vec![info];
+    let mut scalar = |name, help, value: Option<f64>| {
+        let mut family = Family::new(name, help);
+        family.samples.extend(value.map(|value| (labels(&run), value)));
+        families.push(family);
+    };
+    scalar(
+        "gpurun_job_start_time_seconds",
+        "When the command started, Unix seconds.",
+        Some(job.start_seconds),
+    );
+    scalar("gpurun_job_end_time_seconds", "When the run ended, Unix seconds.", Some(job.end_seconds));
+    scalar("gpurun_job_wall_seconds", "How long the command ran, seconds.", report["wall_seconds"].as_f64());
+    let status = report["gpurun_exit_status"].as_f64();
+    scalar(
+        "gpurun_job_exit_status",
+        "What gpurun exited with (the command's status, 124 at a limit).",
+        status,
+    );
+    families.extend(per_gpu(report, job));
+    let mut diagnosis = Family::new("gpurun_job_diagnosis", "Findings of the run's diagnosis, by kind.");
+    let mut kinds: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for kind in report["diagnosis"].as_array().into_iter().flatten().filter_map(|d| d["kind"].as_str()) {
+        *kinds.entry(kind).or_default() += 1.0;
+    }
+    for (kind, count) in kinds {
+        diagnosis.samples.push((labels(&[run[0], run[1], ("kind", kind)]), count));
+    }
+    families.push(diagnosis);
+    let mut text = String::new();
+    families.iter().for_each(|family| family.write(&mut text));
+    text
+}
+
+/// The chosen GPUs' figures, each labelled as dcgm-exporter labels that GPU.
+fn per_gpu(report: &Value, job: &JobLabels) -> Vec<Family> {
+    let mut energy = Family::new(
+        "gpurun_job_total_energy_consumption",
+        "Energy the GPU drew during the run, mJ (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, end minus start).",
+    );
+    let mut power = Family::new("gpurun_job_power_usage", "Power draw during the run, W: mean and max.");
+    let mut limit = Family::new("gpurun_job_enforced_power_limit", "The enforced power limit, W.");
+    let mut util = Family::new("gpurun_job_gpu_util", "GPU utilization during the run, %: p50, p95 and max.");
+    let mut peak =
+        Family::new("gpurun_job_peak_memory_bytes", "The command's largest GPU memory total, bytes.");
+    let mut throttled =
+        Family::new("gpurun_job_throttled_seconds", "Seconds the clocks were held back, by reason.");
+    for device in report["selected"].as_array().into_iter().flatten() {
+        let Some(uuid) = device["uuid"].as_str() else { continue };
+        let index = device["index"].as_u64().map(|i| i.to_string()).unwrap_or_default();
+        let name = device["name"].as_str().unwrap_or_default();
+        let gpu = [("gpu", index.as_str()), ("UUID", uuid), ("modelName", name), ("Hostname", job.host)];
+        let with = |extra: Option<(&str, &str)>| {
+            let mut pairs = gpu.to_vec();
+            pairs.push(("hpc_job", job.id));
+            pairs.extend(extra);
+            labels(&pairs)
+        };
+        if let Some(joules) = report["energy_joules"][uuid].as_f64() {
+            energy.samples.push((with(None), (joules * 1000.0).round()));
+        }
+        for stat in ["mean", "max"] {
+            if let Some(watts) = report["power_watts"][uuid][stat].as_f64() {
+                power.samples.push((with(Some(("stat", stat))), watts));
+            }
+        }
+        limit.samples.extend(report["power_watts"][uuid]["limit"].as_f64().map(|watts| (with(None), watts)));
+        for (quantile, key) in [("0.5", "p50"), ("0.95", "p95"), ("1", "max")] {
+            if let Some(percent) = report["utilization_percent"][uuid][key].as_f64() {
+                util.samples.push((with(Some(("quantile", quantile))), percent));
+            }
+        }
+        peak.samples.extend(report["peak_memory_bytes"][uuid].as_f64().map(|bytes| (with(None), bytes)));
+        for (reason, seconds) in report["throttled_seconds"][uuid].as_object().into_iter().flatten() {
+            if let Some(seconds) = seconds.as_f64() {
+                throttled.samples.push((with(Some(("reason", reason.as_str()))), seconds));
+            }
+        }
+    }
+    vec![energy, power, limit, util, peak, throttled]
+}
+
+/// Writes `text` to `path` as the textfile collector needs it: whole or not at all, by a file
+/// made beside it (`O_EXCL`, never through a planted link) and renamed over it.
+pub(crate) fn write(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path.file_name().ok_or_else(|| std::io::Error::other("it names no file"))?;
+    let staged = path.with_file_name(format!(".{}.gpurun-{}", name.to_string_lossy(), std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&staged)?;
+    let written = file.write_all(text.as_bytes()).and_then(|()| file.sync_all());
+    let renamed = written.and_then(|()| std::fs::rename(&staged, path));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&staged);
+    }
+    renamed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_receipt_as_dcgm_exporter_labels_it() {
+        let report = serde_json::json!({
+            "selected": [{"index": 3, "uuid": "GPU-a", "name": "NVIDIA A100"}],
+            "verification": {"verdict": "verified"},
+            "wall_seconds": 1.5,
+            "gpurun_exit_status": 0,
+            "energy_joules": {"GPU-a": 61.305},
+            "power_watts": {"GPU-a": {"mean": 61.0, "max": 62.5, "limit": 400.0}},
+            "utilization_percent": {"GPU-a": {"p50": 0, "p95": 3, "max": 9}},
+            "peak_memory_bytes": {"GPU-a": 1024},
+            "throttled_seconds": {"GPU-a": {"hw_slowdown": 2.1}},
+            "diagnosis": [{"kind": "idle"}, {"kind": "xid"}, {"kind": "xid"}],
+        });
+        let job =
+            JobLabels { id: "4242", host: "node\"1", user: "alice", start_seconds: 10.0, end_seconds: 11.5 };
+        let text = render(&report, &job);
+        let gpu = r#"gpu="3",UUID="GPU-a",modelName="NVIDIA A100",Hostname="node\"1",hpc_job="4242""#;
+        assert!(text.contains(&format!("gpurun_job_total_energy_consumption{{{gpu}}} 61305\n")), "{text}");
+        assert!(text.contains(&format!("gpurun_job_power_usage{{{gpu},stat=\"max\"}} 62.5\n")), "{text}");
+        assert!(text.contains(&format!("gpurun_job_gpu_util{{{gpu},quantile=\"0.95\"}} 3\n")), "{text}");
+        assert!(
+            text.contains(r#"gpurun_job_diagnosis{hpc_job="4242",Hostname="node\"1",kind="xid"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE gpurun_job_info gauge\n"), "{text}");
+        // A figure nobody read is left out, never written as 0.
+        let bare = serde_json::json!({"selected": [{"index": 3, "uuid": "GPU-a", "name": "x"}], "energy_joules": {"GPU-a": null}});
+        assert!(!render(&bare, &job).contains("energy"), "{}", render(&bare, &job));
+    }
+}

@@ -1,0 +1,145 @@
+//! Receipts that dashboards read (issue 52): the job id (`GPURUN_JOB_ID`, the report's `job`),
+//! dcgm-exporter's HPC job map (`--job-map-dir`) in the format its hpc.go reads (a file per GPU
+//! named by the GPU's index, one job id per line), and the `--prom-file` receipt, parsed by the
+//! Prometheus text parser from PyPI (`prometheus_client.parser`, installed by `make venv`).
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{default_scenario, sim_cuda, Sim};
+
+fn report(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// What dcgm-exporter would read from the job map: (file name, job ids), numeric names only.
+fn job_map(dir: &Path) -> Vec<(String, Vec<String>)> {
+    let mut files: Vec<(String, Vec<String>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.parse::<u32>().is_ok())
+        .map(|name| {
+            let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+            (name, text.lines().map(str::to_owned).collect())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn the_job_map_names_each_chosen_gpu_during_the_run_and_is_gone_after() {
+    let sim = Sim::new(&default_scenario());
+    let dir = sim.dir.path().join("job-map");
+    std::fs::create_dir(&dir).unwrap();
+    // Another job already on GPU 2: its line stays, beside ours.
+    std::fs::write(dir.join("2"), "777\n").unwrap();
+    let json = sim.dir.path().join("report.json");
+    let show = format!(
+        "echo id=$GPURUN_JOB_ID; for f in {0}/[0-9]*; do echo \"$f:$(tr '\\n' ' ' < $f)\"; done",
+        dir.display()
+    );
+    let outcome = sim
+        .gpurun()
+        .args(["--gpus", "2", "--job-map-dir"])
+        .arg(&dir)
+        .arg("--report-json")
+        .arg(&json)
+        .env("SLURM_JOB_ID", "4242")
+        .args(["--", "sh", "-c", &show])
+        .run();
+    outcome.status(0).stdout_has("id=4242\n");
+    let selected: Vec<u64> =
+        report(&json)["selected"].as_array().unwrap().iter().map(|d| d["index"].as_u64().unwrap()).collect();
+    for index in &selected {
+        let expected = if *index == 2 { "777 4242 " } else { "4242 " };
+        outcome.stdout_has(&format!("{}/{index}:{expected}\n", dir.display()));
+    }
+    assert_eq!(job_map(&dir), [("2".to_owned(), vec!["777".to_owned()])], "ours taken out, theirs kept");
+    let job = &report(&json)["job"];
+    assert_eq!(job["id"], "4242");
+    assert_eq!(job["user"], common::user_name_of(nix::unistd::getuid().as_raw()));
+    assert!(
+        job["start"].as_str().unwrap().ends_with('Z')
+            && job["end"].as_str().unwrap() >= job["start"].as_str().unwrap()
+    );
+    // Without Slurm: a made id, the same in the command's environment and the report.
+    let made =
+        sim.gpurun().arg("--report-json").arg(&json).args(["--", "sh", "-c", "echo $GPURUN_JOB_ID"]).run();
+    let id = made.status(0).stdout.trim().to_owned();
+    assert!(id.starts_with("gpurun-"), "{id}");
+    assert_eq!(report(&json)["job"]["id"], id.as_str());
+    // A directory that cannot be written is a warning: the job runs.
+    sim.gpurun()
+        .args(["--job-map-dir", "/nonexistent/map", "--", "true"])
+        .run()
+        .status(0)
+        .stderr_has(
+            "--job-map-dir /nonexistent/map: cannot lock .gpurun.lock there: No such file or directory",
+        )
+        .stderr_has("the job is not mapped");
+    sim.gpurun()
+        .args(["--job-map-dir", "/tmp", "--exec", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("cannot be used with '--exec'");
+}
+
+#[test]
+fn the_prom_file_parses_with_prometheus_client_and_says_what_the_report_says() {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(python.exists(), "{} is missing: `make venv` installs prometheus-client there", python.display());
+    let sim = Sim::new(&default_scenario());
+    let (prom, json) = (sim.dir.path().join("job.prom"), sim.dir.path().join("report.json"));
+    sim.gpurun()
+        .args(["--gpus", "2", "--prom-file"])
+        .arg(&prom)
+        .arg("--report-json")
+        .arg(&json)
+        .env("SLURM_JOB_ID", "99")
+        .arg("--")
+        .arg(sim_cuda())
+        .args(["--mem", "1GiB", "--sleep", "1"])
+        .run()
+        .status(0);
+    let script = "import json, sys\n\
+        from prometheus_client.parser import text_string_to_metric_families\n\
+        out = {}\n\
+        for family in text_string_to_metric_families(open(sys.argv[1]).read()):\n\
+        \x20   for s in family.samples:\n\
+        \x20       out.setdefault(s.name, []).append([s.labels, s.value])\n\
+        print(json.dumps(out))\n";
+    let parsed = Command::new(&python).args(["-c", script]).arg(&prom).output().unwrap();
+    assert!(parsed.status.success(), "{}", String::from_utf8_lossy(&parsed.stderr));
+    let metrics: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    let report = report(&json);
+    let samples = |name: &str| metrics[name].as_array().cloned().unwrap_or_default();
+    assert_eq!(samples("gpurun_job_info")[0][0]["verdict"], "verified", "{metrics}");
+    assert_eq!(samples("gpurun_job_exit_status")[0][1], 0.0);
+    for device in report["selected"].as_array().unwrap() {
+        let uuid = device["uuid"].as_str().unwrap();
+        let of = |name: &str| -> Vec<serde_json::Value> {
+            samples(name).into_iter().filter(|sample| sample[0]["UUID"] == uuid).collect()
+        };
+        let energy = of("gpurun_job_total_energy_consumption");
+        assert_eq!(energy[0][0]["gpu"], device["index"].as_u64().unwrap().to_string());
+        assert_eq!(energy[0][0]["hpc_job"], "99");
+        assert_eq!(energy[0][0]["modelName"], device["name"]);
+        let joules = report["energy_joules"][uuid].as_f64().unwrap();
+        assert!((energy[0][1].as_f64().unwrap() - joules * 1000.0).abs() < 1.0, "{energy:?} vs {joules} J");
+        let util = of("gpurun_job_gpu_util");
+        let p95 = util.iter().find(|s| s[0]["quantile"] == "0.95").unwrap();
+        assert_eq!(p95[1].as_f64().unwrap(), report["utilization_percent"][uuid]["p95"].as_f64().unwrap());
+        let mean = of("gpurun_job_power_usage").into_iter().find(|s| s[0]["stat"] == "mean").unwrap();
+        assert_eq!(mean[1].as_f64().unwrap(), report["power_watts"][uuid]["mean"].as_f64().unwrap());
+    }
+    // Written whole by a rename: no staged file is left beside it.
+    let left: Vec<String> = std::fs::read_dir(sim.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("gpurun-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
