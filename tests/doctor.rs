@@ -85,3 +85,30 @@ fn doctor_takes_no_command() {
     sim.gpurun().args(["--doctor", "python3"]).run().status(125).stderr_has("--doctor takes no COMMAND");
     sim.gpurun().args(["--doctor", "--list"]).run().status(125).stderr_has("cannot be used with");
 }
+
+/// Persistence mode, and what a GPU without it costs each job (NVIDIA's Driver Persistence
+/// overview: "of the order of 1-3 second" per GPU, for ECC scrubbing at its start).
+#[test]
+fn persistence_mode_off_is_a_problem_with_its_cost() {
+    let sim = Sim::new(&default_scenario());
+    sim.gpurun()
+        .args(["--doctor"])
+        .run()
+        .status(0)
+        .stdout_has("ok       persistence mode is on: no GPU is brought up again for each job");
+    let off = default_scenario().replacen(
+        "numa_node = 0\n\n[[gpu]]",
+        "numa_node = 0\npersistence_mode = \"disabled\"\n\n[[gpu]]",
+        2,
+    );
+    sim.rewrite(&off);
+    let outcome = sim.gpurun().args(["--doctor"]).run();
+    outcome
+        .status(0)
+        .stdout_has("PROBLEM  persistence mode is off on GPU 0, 1: the driver tears a GPU down")
+        .stdout_has("of the order of 1-3 s per GPU (NVIDIA: ECC scrubbing); run nvidia-persistenced");
+    assert!(!outcome.stdout.contains("persistence mode is on"), "{}", outcome.stdout);
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    assert_eq!(listing["gpus"][0]["persistence_mode"], false);
+    assert_eq!(listing["gpus"][2]["persistence_mode"], true);
+}

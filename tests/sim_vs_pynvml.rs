@@ -82,6 +82,11 @@ fn no_permission_at_init() {
 }
 
 #[test]
+fn an_integrated_gpu_with_unified_memory() {
+    check(&scenario_file("gb10.toml"));
+}
+
+#[test]
 fn the_535_v3_stride_quirk() {
     check(&scenario_file("quirk535.toml"));
 }

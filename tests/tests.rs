@@ -42,4 +42,5 @@ mod sim_vs_pynvml;
 mod slurm;
 mod terminal;
 mod topology;
+mod unified;
 mod verify;

@@ -93,6 +93,7 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
             if probed.gpus.is_empty() {
                 out.problem("NVML sees no GPU");
             }
+            persistence(&mut out, &probed);
             machine = Some(probed);
         }
     }
@@ -129,6 +130,30 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
         }
     );
     Ok(Diagnosis { text: out.text, usable })
+}
+
+/// Persistence mode: without it the driver tears a GPU down when its last client exits, and the
+/// next first handle (a job's CUDA, gpurun's own probe) brings it up again: "a short (order of
+/// 1-3 second) startup cost per GPU due to ECC scrubbing behavior" (NVIDIA, Driver Persistence:
+/// Overview).
+fn persistence(out: &mut Out, machine: &Machine) {
+    let whole = || machine.gpus.iter().filter(|gpu| gpu.error.is_none());
+    let off: Vec<String> =
+        whole().filter(|gpu| gpu.persistence_mode == Some(false)).map(|g| g.index.to_string()).collect();
+    let unknown = whole().filter(|gpu| gpu.persistence_mode.is_none()).count();
+    if !off.is_empty() {
+        out.problem(format!(
+            "persistence mode is off on GPU {}: the driver tears a GPU down when its last client exits, and the \
+             next job (and gpurun's probe) pays the start again, of the order of 1-3 s per GPU (NVIDIA: ECC \
+             scrubbing); run nvidia-persistenced (or nvidia-smi -pm 1, the legacy mode)",
+            off.join(", ")
+        ));
+    } else if unknown == 0 && whole().next().is_some() {
+        out.ok("persistence mode is on: no GPU is brought up again for each job");
+    }
+    if unknown > 0 {
+        out.info(format!("persistence mode unknown on {unknown} GPU(s): NVML does not say"));
+    }
 }
 
 /// A sick GPU's findings and what to do, after NVIDIA's memory-error recovery guidance: a reset

@@ -456,8 +456,10 @@ fn device_rows(
     assessments: &[Assessment],
     compact: bool,
 ) {
-    let memory = gpu.memory.map(|m| format!("{} / {}", human(m.used_bytes), human(m.total_bytes)));
-    let free = gpu.memory.map(|m| human(m.free_bytes));
+    // An integrated GPU's memory is the system's: marked, and said under the table.
+    let shared = if gpu.unified_memory { "^" } else { "" };
+    let memory = gpu.memory.map(|m| format!("{}{shared} / {}", human(m.used_bytes), human(m.total_bytes)));
+    let free = gpu.memory.map(|m| format!("{}{shared}", human(m.free_bytes)));
     let util = gpu.utilization.map(|u| format!("{}%", u.gpu_percent));
     let temperature = gpu.temperature_c.map(|t| format!("{t}C"));
     let power = gpu.power_watts.map(|w| format!("{w:.0}W"));
@@ -619,6 +621,12 @@ pub(crate) fn table(
     let listed = || machine.devices().flat_map(|gpu| gpu.processes.iter().flatten());
     if compact && listed().next().is_some() {
         let _ = writeln!(out, "\nPROCESSES: user PID memory; PID*: not via gpurun (no reservation)");
+    }
+    if machine.devices().any(|gpu| gpu.unified_memory) {
+        let _ = writeln!(
+            out,
+            "\n^: unified memory: the GPU has none of its own (NVML: Not Supported), so these are the system's (/proc/meminfo)"
+        );
     }
     if listed().any(|p| p.user.is_none() || p.command.is_none()) {
         let _ = writeln!(out, "\n?: unknown here (another PID namespace, an ended process, or hidepid)");

@@ -58,10 +58,16 @@ pub(crate) struct Gpu {
     pub(crate) name: Option<String>,
     pub(crate) pci_bus_id: Option<String>,
     pub(crate) memory: Option<Memory>,
+    /// The GPU has no memory of its own (an integrated GPU such as GB10's, whose NVML answers
+    /// the memory calls NOT_SUPPORTED): `memory` is the system's, from /proc/meminfo.
+    pub(crate) unified_memory: bool,
     pub(crate) utilization: Option<Utilization>,
     pub(crate) temperature_c: Option<u32>,
     pub(crate) power_watts: Option<f64>,
     pub(crate) compute_mode: Option<ComputeMode>,
+    /// `nvmlDeviceGetPersistenceMode`: without it the driver tears the GPU down when its last
+    /// client exits, and the next first handle pays for bringing it up again.
+    pub(crate) persistence_mode: Option<bool>,
     pub(crate) mig_enabled: Option<bool>,
     /// The MIG mode after the next GPU reset, when NVML tells (differs from `mig_enabled`
     /// until then).
@@ -106,10 +112,12 @@ impl Gpu {
             name: None,
             pci_bus_id: None,
             memory: None,
+            unified_memory: false,
             utilization: None,
             temperature_c: None,
             power_watts: None,
             compute_mode: None,
+            persistence_mode: None,
             mig_enabled: None,
             mig_pending: None,
             mig: None,
@@ -312,10 +320,12 @@ pub(crate) fn test_gpu(index: u32) -> Gpu {
             used_bytes: 0,
             free_bytes: 80 << 30,
         }),
+        unified_memory: false,
         utilization: Some(Utilization { gpu_percent: 0, memory_percent: 0 }),
         temperature_c: Some(30),
         power_watts: Some(60.0),
         compute_mode: Some(ComputeMode::Default),
+        persistence_mode: Some(true),
         mig_enabled: Some(false),
         mig_pending: Some(false),
         mig: None,

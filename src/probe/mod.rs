@@ -6,6 +6,7 @@ pub(crate) mod calls;
 pub(crate) mod fabric;
 pub(crate) mod gpu;
 pub(crate) mod health;
+pub(crate) mod meminfo;
 pub(crate) mod meter;
 pub(crate) mod mps;
 pub(crate) mod numa;

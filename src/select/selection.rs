@@ -31,6 +31,17 @@ pub(crate) struct Device {
     /// Total memory, for reservations given as a share of it.
     #[serde(skip)]
     pub(crate) total_bytes: Option<u64>,
+    /// Its memory is the system's (an integrated GPU, such as GB10): said in the JSON.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) unified_memory: bool,
+}
+
+impl Device {
+    /// `GPU 3 (NVIDIA A100-SXM4-80GB)`; `GPU 0 (NVIDIA GB10, unified memory)`.
+    pub(crate) fn described(&self) -> String {
+        let shared = if self.unified_memory { ", unified memory" } else { "" };
+        format!("{} ({}{shared})", label(self.index), self.name.as_deref().unwrap_or("unknown model"))
+    }
 }
 
 /// The chosen GPUs, best first (CUDA's device 0 is the first), and what `--gpus` asked for.
@@ -58,6 +69,7 @@ impl Selection {
                 mig: gpu.mig.is_some(),
                 uuid: gpu.uuid.clone(),
                 name: gpu.name.clone(),
+                unified_memory: gpu.unified_memory,
                 cuda_ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
                 total_bytes: gpu.memory.map(|m| m.total_bytes),
             })
@@ -115,10 +127,6 @@ impl Selection {
         if self.devices.is_empty() {
             return "no GPU".to_owned();
         }
-        self.devices
-            .iter()
-            .map(|d| format!("{} ({})", label(d.index), d.name.as_deref().unwrap_or("unknown model")))
-            .collect::<Vec<_>>()
-            .join(", ")
+        self.devices.iter().map(Device::described).collect::<Vec<_>>().join(", ")
     }
 }

@@ -260,12 +260,8 @@ impl Report {
 
     pub(crate) fn summary(&self) -> String {
         let mut text = String::from("report:");
-        let gpus: Vec<String> = self
-            .taken
-            .selected
-            .iter()
-            .map(|s| format!("{} ({})", label(s.index), s.name.as_deref().unwrap_or("unknown model")))
-            .collect();
+        let gpus: Vec<String> =
+            self.taken.selected.iter().map(crate::select::selection::Device::described).collect();
         let listed = if gpus.is_empty() { "none".to_owned() } else { gpus.join(", ") };
         let Taken { requested, count, .. } = &self.taken;
         match *requested == count.to_string() {

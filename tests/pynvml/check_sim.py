@@ -212,10 +212,12 @@ class Checker:
             m = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
             return (m.total, m.reserved, m.used, m.free)
 
+        # nvml.h: an integrated GPU that shares the system's memory answers NOT_SUPPORTED.
+        unified = gpu.get("unified_memory", False)
         c("memory v1", "nvmlDeviceGetMemoryInfo", memory_v1,
-          lambda: (total, used + reserved, total - reserved - used))
+          lambda: (total, used + reserved, total - reserved - used), unsupported=unified)
         c("memory v2", "nvmlDeviceGetMemoryInfo", memory_v2,
-          lambda: (total, reserved, used, total - reserved - used))
+          lambda: (total, reserved, used, total - reserved - used), unsupported=unified)
         try:
             pynvml.nvmlDeviceGetMemoryInfo(handle, version=0x01000028)
             self.check(f"{tag} memory v2 with a wrong version", "success", "ARGUMENT_VERSION_MISMATCH")
@@ -635,12 +637,15 @@ class Checker:
             process.stdout.readline()
             return process
 
-        before = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
+        # An integrated GPU has no memory figure to count it in (NOT_SUPPORTED, checked above).
+        unified = self.gpus[index].get("unified_memory", False)
+        used = lambda: 0 if unified else pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
+        before = used()
         process = start()
         offset = self.scenario.get("pid_offset", 0)
         self.check_processes(index, handle, extra=[(process.pid + offset, mem)])
-        after = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
-        self.check("a live process's memory counts as used", after - before, mem)
+        after = used()
+        self.check("a live process's memory counts as used", after - before, 0 if unified else mem)
         process.send_signal(signal.SIGTERM)
         process.wait()
         self.check("killed by SIGTERM, like a real program", process.returncode, -signal.SIGTERM)
@@ -672,8 +677,9 @@ class Checker:
         server, client = started
         self.check_processes(index, handle, extra=[(server.pid + offset, 256 << 20)])
         self.check_mps_list(index, handle, extra=[(client.pid + offset, 1 << 30)])
-        used = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
-        self.check("MPS server and client memory count as used", used, self.used_v2(index, (256 << 20) + (1 << 30)))
+        if not self.gpus[index].get("unified_memory", False):
+            used = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
+            self.check("MPS server and client memory count as used", used, self.used_v2(index, (256 << 20) + (1 << 30)))
         for process in started:
             process.send_signal(signal.SIGTERM)
             process.wait()

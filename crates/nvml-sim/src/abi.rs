@@ -720,6 +720,9 @@ pub(crate) fn pci_info(bus_id: &str, pci_device_id: c_uint) -> PciInfo {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Device, memory: *mut MemoryV1) -> u32 {
     any_device_call(device, "nvmlDeviceGetMemoryInfo", |state, target| {
+        if unified(state, target) {
+            return NVML_ERROR_NOT_SUPPORTED;
+        }
         let m = match target {
             Target::Gpu(gpu) => state.memory(gpu),
             Target::Mig(position) => state.mig_memory(position),
@@ -729,6 +732,14 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: Device, memory: *mut Me
         // SAFETY: forwarded caller contract.
         unsafe { put(memory, info) }
     })
+}
+
+/// nvml.h, of both memory calls: "On certain SOC platforms, the integrated GPU (iGPU) does not
+/// use a dedicated framebuffer but instead shares memory with the system. As a result,
+/// NVML_ERROR_NOT_SUPPORTED will be returned in this case." (GB10: the scenario's
+/// `unified_memory`.)
+fn unified(state: &State, target: Target) -> bool {
+    matches!(target, Target::Gpu(gpu) if state.scenario.gpus[gpu as usize].unified_memory)
 }
 
 /// # Safety
@@ -743,6 +754,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Device, memory: *mut
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     }
     any_device_call(device, "nvmlDeviceGetMemoryInfo", |state, target| {
+        if unified(state, target) {
+            return NVML_ERROR_NOT_SUPPORTED;
+        }
         let m = match target {
             Target::Gpu(gpu) => state.memory(gpu),
             Target::Mig(position) => state.mig_memory(position),

@@ -249,6 +249,10 @@ pub struct GpuSpec {
     /// In use beyond the listed processes (other contexts, graphics).
     #[serde(default)]
     pub memory_used: Size,
+    /// An integrated GPU sharing the system's memory (GB10, DGX Spark): the memory calls
+    /// answer NOT_SUPPORTED, as nvml.h says of "certain SOC platforms".
+    #[serde(default)]
+    pub unified_memory: bool,
     /// Percent; omitted means NVML answers NOT_SUPPORTED.
     pub utilization_gpu: Option<u32>,
     pub utilization_memory: Option<u32>,

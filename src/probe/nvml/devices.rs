@@ -136,8 +136,7 @@ impl Session {
         let name = queries.ask("name", "nvmlDeviceGetName", false, || device.name());
         let pci_bus_id =
             queries.ask("pci info", "nvmlDeviceGetPciInfo_v3", false, || device.pci_info()).map(|p| p.bus_id);
-        let memory =
-            queries.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || device.memory_info()).map(memory_of);
+        let (memory, unified_memory) = queries.memory(|| device.memory_info());
         let utilization = queries
             .ask("utilization", "nvmlDeviceGetUtilizationRates", false, || device.utilization_rates())
             .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: u.memory });
@@ -150,6 +149,9 @@ impl Session {
         let compute_mode = queries
             .ask("compute mode", "nvmlDeviceGetComputeMode", false, || device.compute_mode())
             .map(compute_mode_of);
+        let persistence_mode = queries.ask("persistence mode", "nvmlDeviceGetPersistenceMode", false, || {
+            device.is_in_persistent_mode()
+        });
         let numa_node = queries
             .ask("NUMA node", "nvmlDeviceGetMemoryAffinity", false, || {
                 device.memory_affinity(numa::NODE_WORDS, numa::AFFINITY_SCOPE_NODE)
@@ -175,10 +177,12 @@ impl Session {
             name,
             pci_bus_id,
             memory,
+            unified_memory,
             utilization,
             temperature_c,
             power_watts,
             compute_mode,
+            persistence_mode,
             mig_enabled,
             mig_pending,
             mig: None,
@@ -192,6 +196,29 @@ impl Session {
             blocked: None,
             error: queries.first_error,
             handle_refused,
+        }
+    }
+}
+
+impl Queries<'_> {
+    /// The memory, and whether it is the system's: nvml.h says "On certain SOC platforms, the
+    /// integrated GPU (iGPU) does not use a dedicated framebuffer but instead shares memory
+    /// with the system. As a result, NVML_ERROR_NOT_SUPPORTED will be returned" (GB10, DGX
+    /// Spark). There CUDA allocates from system memory, so free and total are the kernel's
+    /// MemAvailable and MemTotal: what NVIDIA's own unified-memory code reads (its DGX Spark
+    /// change to llama.cpp's CUDA backend, ggml-org/llama.cpp#17368).
+    fn memory(
+        &mut self,
+        query: impl FnOnce() -> Result<nvml_wrapper::struct_wrappers::device::MemoryInfo, NvmlError>,
+    ) -> (Option<Memory>, bool) {
+        let failures = self.failures();
+        match self.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, query) {
+            Some(info) => (Some(memory_of(info)), false),
+            None if self.failures() == failures => match crate::probe::meminfo::system_memory() {
+                Some(system) => (Some(system), true),
+                None => (None, false),
+            },
+            None => (None, false),
         }
     }
 }

@@ -137,6 +137,11 @@ pub(super) struct Queries<'a> {
 }
 
 impl Queries<'_> {
+    /// How many queries have failed so far (NOT_SUPPORTED is no failure).
+    pub(super) fn failures(&self) -> usize {
+        self.failed.len()
+    }
+
     pub(super) fn ask<T>(
         &mut self,
         what: &str,
