@@ -24,6 +24,7 @@ mod idle;
 mod launch;
 mod launchers;
 mod layout;
+mod leftovers;
 mod list;
 mod man_page;
 mod mig;

@@ -334,13 +334,15 @@ fn supervise_to_the_end(
     if !supervision.keep_orphans {
         orphans::end_all(&leftovers);
     }
+    let memory_held =
+        watch.as_mut().map(|watch| watch.memory_held(supervision.keep_orphans)).unwrap_or_default();
     job_map.into_iter().for_each(JobMap::leave);
     drop(held);
     let exit = Exit::of(supervised.end, supervised.strict_failure.is_some(), supervised.limited.is_some());
     let seen = match watch.as_mut() {
         Some(watch) => {
             let stuck = watch.stuck();
-            watch.monitor.conclude(stuck)
+            Seen { memory_held, ..watch.monitor.conclude(stuck) }
         }
         None if supervision.verify == VerifyMode::Off => Seen::unwatched("--verify off"),
         None => Seen::unwatched("no GPU was selected"),

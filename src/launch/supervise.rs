@@ -58,6 +58,8 @@ const RECEIPT_CALLS: [&str; 6] = [
 /// How long the end of a run waits for NVML's last word on Xid errors and the receipt (a healthy driver answers
 /// in well under a millisecond; a hung one must not hold the exit).
 const LAST_XIDS: Duration = Duration::from_millis(50);
+/// How long the end waits for the driver to free a context whose process has gone.
+const MEMORY_HELD_WAIT: Duration = Duration::from_secs(2);
 /// The last look reads every Xid event there is while NVML keeps answering (a flood of
 /// thousands takes a moment: each is one call), up to this long in all.
 const LAST_XIDS_MOST: Duration = Duration::from_secs(1);
@@ -140,6 +142,32 @@ impl<'a> Watch<'a> {
             self.thread().ask_while_answering(lists, LAST_XIDS, LAST_XIDS_MOST)
         {
             self.monitor.absorb_last(lists);
+        }
+    }
+
+    /// Once the command and its leftovers have ended: what of them NVML still lists on the
+    /// chosen GPUs (`memory-held`). A context whose process has gone is looked at again for a
+    /// moment (the driver tears it down just after), a running process is not waited for.
+    pub(crate) fn memory_held(&mut self, kept_orphans: bool) -> Vec<crate::verify::diagnosis::Diagnosis> {
+        let give_up = Instant::now() + MEMORY_HELD_WAIT;
+        loop {
+            let job = Job::Poll {
+                watched: self.monitor.chosen_watched(),
+                chosen: Vec::new(),
+                drain: false,
+                meter: crate::probe::meter::Ask { gpus: Vec::new(), bounds: false },
+            };
+            let Some(Answer::Polled { lists, .. }) =
+                self.thread().ask_while_answering(job, LAST_XIDS, LAST_XIDS_MOST)
+            else {
+                return Vec::new();
+            };
+            let held = self.monitor.still_held(lists);
+            if held.iter().any(crate::verify::leftover::Held::may_go_by_itself) && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            return held.iter().map(|held| crate::verify::leftover::diagnosis(held, kept_orphans)).collect();
         }
     }
 

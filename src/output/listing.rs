@@ -18,6 +18,7 @@ use crate::process::stdio::{clip, escaped};
 use crate::reserve::holds::Queued;
 use crate::reserve::lease::{self, Lease};
 use crate::select::policy::Assessment;
+use crate::verify::leftover;
 
 /// Whether a GPU qualifies, and if not, every reason why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -66,14 +67,29 @@ pub(crate) fn reservation_of(gpu: &Gpu, pid: u32, live: &[Lease]) -> Option<u32>
         .map(|lease| lease.pid)
 }
 
+/// The PIDs your recent runs left holding memory (`verify::leftover`), read from the history
+/// once, and only when one of `gpu`'s processes is not there (the rest cannot be leftovers).
+fn recorded_leftovers(gpu: &Gpu) -> std::collections::BTreeSet<u32> {
+    static RECORDED: std::sync::OnceLock<std::collections::BTreeSet<u32>> = std::sync::OnceLock::new();
+    let missing = gpu.processes.iter().flatten().any(|process| !procfs::exists(process.pid));
+    match missing {
+        true => RECORDED.get_or_init(leftover::recorded_pids).clone(),
+        false => std::collections::BTreeSet::new(),
+    }
+}
+
 fn gpu_fields(gpu: &Gpu, live: &[Lease]) -> serde_json::Map<String, serde_json::Value> {
     let serde_json::Value::Object(mut fields) = serde_json::to_value(gpu).expect("plain data") else {
         unreachable!("a struct serialises to an object")
     };
+    let recorded = &recorded_leftovers(gpu);
     if let Some(serde_json::Value::Array(processes)) = fields.get_mut("processes") {
         for process in processes.iter_mut() {
             let pid = process["pid"].as_u64().unwrap_or(0) as u32;
             process["reservation"] = serde_json::json!(reservation_of(gpu, pid, live));
+            if let Some(word) = leftover::leftover(pid, recorded) {
+                process["leftover"] = serde_json::json!(word);
+            }
         }
     }
     fields
@@ -392,6 +408,8 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
         })
         .collect();
     let is_client = |pid: u32| clients.iter().any(|client| client.pid == pid);
+    let recorded = recorded_leftovers(gpu);
+    let recorded = &recorded;
     let all: Vec<&GpuProcess> = gpu.processes.iter().flatten().chain(&clients).collect();
     match &gpu.processes {
         None if clients.is_empty() => vec!["?".to_owned()],
@@ -402,37 +420,40 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
             .iter()
             .map(|p| {
                 format!(
-                    "{} {}{} {}{}",
+                    "{} {}{} {}{}{}",
                     escaped(p.user.as_deref().unwrap_or("?")),
                     p.pid,
                     if reservation_of(gpu, p.pid, live).is_none() { "*" } else { "" },
                     p.used_bytes.map(short_size).unwrap_or_else(|| "?".to_owned()),
-                    if is_client(p.pid) { " MPS" } else { "" }
+                    if is_client(p.pid) { " MPS" } else { "" },
+                    leftover::leftover(p.pid, recorded).map(|word| format!(" {word}")).unwrap_or_default()
                 )
             })
             .collect::<Vec<_>>()
             .join(", ")],
-        _ => all
-            .iter()
-            .map(|p| {
-                let via = match reservation_of(gpu, p.pid, live) {
-                    Some(pid) => format!("gpurun PID {pid}"),
-                    None => "not via gpurun".to_owned(),
-                };
-                let mark = match (is_client(p.pid), crate::probe::mps::is_server(p.command.as_deref())) {
-                    (true, _) => format!("[MPS client, {via}]"),
-                    (false, true) => "[MPS server]".to_owned(),
-                    (false, false) => format!("[{via}]"),
-                };
-                format!(
-                    "{} {} {} ({}) {mark}",
-                    p.pid,
-                    escaped(p.user.as_deref().unwrap_or("?")),
-                    clip(p.command.as_deref().unwrap_or("?"), 40),
-                    p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
-                )
-            })
-            .collect(),
+        _ => {
+            all.iter()
+                .map(|p| {
+                    let via = match reservation_of(gpu, p.pid, live) {
+                        Some(pid) => format!("gpurun PID {pid}"),
+                        None => "not via gpurun".to_owned(),
+                    };
+                    let mark = match (is_client(p.pid), crate::probe::mps::is_server(p.command.as_deref())) {
+                        (true, _) => format!("[MPS client, {via}]"),
+                        (false, true) => "[MPS server]".to_owned(),
+                        (false, false) => leftover::leftover(p.pid, recorded)
+                            .map_or_else(|| format!("[{via}]"), leftover::mark),
+                    };
+                    format!(
+                        "{} {} {} ({}) {mark}",
+                        p.pid,
+                        escaped(p.user.as_deref().unwrap_or("?")),
+                        clip(p.command.as_deref().unwrap_or("?"), 40),
+                        p.used_bytes.map(human).unwrap_or_else(|| "?".to_owned()),
+                    )
+                })
+                .collect()
+        }
     }
 }
 

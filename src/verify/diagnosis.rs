@@ -35,6 +35,11 @@ pub(crate) struct Diagnosis {
     /// For `idle`: the longest the GPU was held at 0% utilization, in minutes (one decimal).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) minutes: Option<f64>,
+    /// For `memory-held`: the process NVML still lists, and its memory there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) bytes: Option<u64>,
 }
 
 /// One selected GPU, as the run left it.
@@ -97,6 +102,8 @@ pub(crate) fn diagnose(
                     ),
                     code: None,
                     minutes: None,
+                    pid: None,
+                    bytes: None,
                 });
             }
         }
@@ -115,6 +122,8 @@ pub(crate) fn diagnose(
                     ),
                     code: None,
                     minutes: None,
+                    pid: None,
+                    bytes: None,
                 });
             }
         }
@@ -131,6 +140,8 @@ pub(crate) fn diagnose(
                 ),
                 code: None,
                 minutes: None,
+                pid: None,
+                bytes: None,
             });
         }
     }
@@ -143,6 +154,8 @@ pub(crate) fn diagnose(
                 .to_owned(),
             code: None,
             minutes: None,
+                    pid: None,
+                    bytes: None,
         });
     }
     found
@@ -157,6 +170,8 @@ pub(crate) fn xid(gpu: u32, code: u64, seconds: f64, at: &str) -> Diagnosis {
         detail: format!("{} ({at}, {seconds:.1} s into the run)", crate::verify::xid::describe(code, gpu)),
         code: Some(code),
         minutes: None,
+        pid: None,
+        bytes: None,
     }
 }
 
@@ -176,6 +191,8 @@ pub(crate) fn gpu_lost(gpu: u32, seconds: f64, at: &str, xid: Option<u64>) -> Di
         ),
         code: xid,
         minutes: None,
+                    pid: None,
+                    bytes: None,
     }
 }
 
@@ -196,6 +213,8 @@ pub(crate) fn mps_shared(gpu: u32, others: &[(u32, Option<String>)]) -> Diagnosi
         ),
         code: None,
         minutes: None,
+                    pid: None,
+                    bytes: None,
     }
 }
 
@@ -216,12 +235,22 @@ pub(crate) fn xids_not_kept(count: u64) -> Diagnosis {
         detail: format!("and {count} more Xid events of the codes above (counted, not kept)"),
         code: None,
         minutes: None,
+        pid: None,
+        bytes: None,
     }
 }
 
 /// `--time-limit` ended the run (`what`: the limit and the signal sent).
 pub(crate) fn time_limit(what: &str) -> Diagnosis {
-    Diagnosis { kind: "time-limit", gpu: None, detail: what.to_owned(), code: None, minutes: None }
+    Diagnosis {
+        kind: "time-limit",
+        gpu: None,
+        detail: what.to_owned(),
+        code: None,
+        minutes: None,
+        pid: None,
+        bytes: None,
+    }
 }
 
 /// `idle`: a chosen GPU held at 0% utilization for `longest` at a stretch, past `--idle-warn`
@@ -236,7 +265,15 @@ pub(crate) fn idle(gpu: u32, longest: std::time::Duration, ended: Option<&str>) 
             label(gpu)
         ),
     };
-    Diagnosis { kind: "idle", gpu: Some(gpu), detail, code: None, minutes: Some(minutes) }
+    Diagnosis {
+        kind: "idle",
+        gpu: Some(gpu),
+        detail,
+        code: None,
+        minutes: Some(minutes),
+        pid: None,
+        bytes: None,
+    }
 }
 
 /// `12:34:56 UTC`: when something was seen during the run, as dmesg and the driver's logs can

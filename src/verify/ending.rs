@@ -129,6 +129,10 @@ fn diagnose(run: &Run, seen: &Seen) -> Vec<Diagnosis> {
         };
         diagnosis::idle(*gpu, *longest, ended)
     }));
+    for held in &seen.memory_held {
+        tracing::warn!("{}: {}", held.kind, held.detail);
+        found.push(held.clone());
+    }
     for gone in lost_gpus(run, health) {
         tracing::warn!("{}: {}", gone.kind, gone.detail);
         found.push(gone);
@@ -208,6 +212,7 @@ mod tests {
             mps_shared: Vec::new(),
             receipt: None,
             idle: Vec::new(),
+            memory_held: Vec::new(),
         }
     }
 

@@ -135,6 +135,8 @@ pub(crate) struct Seen {
     pub(crate) mps_shared: Vec<(u32, MpsNeighbours)>,
     /// What the chosen GPUs drew and did (None: nothing watched the run).
     pub(crate) receipt: Option<Receipt>,
+    /// `memory-held`: the command's processes NVML still listed once they had all ended.
+    pub(crate) memory_held: Vec<crate::verify::diagnosis::Diagnosis>,
     /// The chosen GPUs held at 0% utilization past the warning or the limit, with the longest
     /// stretch of each.
     pub(crate) idle: Vec<(u32, Duration)>,
@@ -152,6 +154,7 @@ impl Seen {
             mps_shared: Vec::new(),
             receipt: None,
             idle: Vec::new(),
+            memory_held: Vec::new(),
         }
     }
 }
@@ -208,7 +211,36 @@ impl Monitor {
             mps_shared: self.mps_shared(),
             receipt: Some(self.receipt.clone()),
             idle: self.idle.held_idle(),
+            memory_held: Vec::new(),
         }
+    }
+
+    /// The chosen GPUs that are listed (a GPU in MIG mode: its MIG devices).
+    pub(crate) fn chosen_watched(&self) -> Vec<u32> {
+        self.given.watched.iter().copied().filter(|gpu| self.given.selected.contains(gpu)).collect()
+    }
+
+    /// Of the chosen GPUs' lists taken once the command and its leftovers ended, the command's
+    /// processes: seen as its during the run, or still in gpurun's tree (kept orphans).
+    pub(crate) fn still_held(&self, lists: Lists) -> Vec<crate::verify::leftover::Held> {
+        let mut held = Vec::new();
+        for (gpu, listed) in lists {
+            for process in listed.into_iter().flatten() {
+                let ours = self.tracker.saw(process.pid)
+                    || (process.pid != self.given.own_pid
+                        && procfs::descends_from(process.pid, self.given.own_pid));
+                if ours {
+                    let left = crate::verify::leftover::left_of(process.pid);
+                    held.push(crate::verify::leftover::Held {
+                        pid: process.pid,
+                        gpu,
+                        bytes: process.used_bytes,
+                        left,
+                    });
+                }
+            }
+        }
+        held
     }
 
     /// What the receipt reads now: the chosen whole GPUs, with the counters at the start and
@@ -479,8 +511,11 @@ impl Monitor {
                     let mut tree_bytes = 0u64;
                     for process in listed {
                         // The few PIDs NVML lists are walked up to gpurun: nothing scans /proc.
+                        // Once seen as the command's, a process stays its own when it leaves
+                        // the tree (an orphan under --keep-orphans is reparented away).
                         let in_tree = process.pid != self.given.own_pid
                             && (procfs::descends_from(process.pid, self.given.own_pid)
+                                || self.tracker.saw(process.pid)
                                 || container_id
                                     .as_deref()
                                     .is_some_and(|id| container::runs_in(process.pid, id)));

@@ -111,6 +111,11 @@ impl Tracker {
     }
 
     /// The selected GPUs a process of the tree was seen on.
+    /// Whether a process with this PID was seen as the command's on some GPU.
+    pub(crate) fn saw(&self, pid: u32) -> bool {
+        self.seen.iter().any(|sighting| sighting.pid == pid)
+    }
+
     pub(crate) fn used(&self) -> &BTreeSet<u32> {
         &self.used
     }

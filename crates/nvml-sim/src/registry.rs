@@ -129,6 +129,17 @@ pub fn register_as(
     fs::rename(temporary, entry_path(dir, pid))
 }
 
+/// Records that `holder` holds `pid`'s context too (it inherited the device files): NVML
+/// lists `pid`'s entries while either lives, as the driver keeps the context.
+pub fn add_holder(dir: &Path, pid: u32, holder: u32) -> std::io::Result<()> {
+    let path = entry_path(dir, pid);
+    let mut text = fs::read_to_string(&path)?;
+    text.push_str(&format!("held-by {holder} {}\n", live_start_time(holder).unwrap_or(0)));
+    let temporary = dir.join(format!(".{pid}.tmp"));
+    fs::write(&temporary, text)?;
+    fs::rename(temporary, path)
+}
+
 pub fn unregister(dir: &Path, pid: u32) {
     let _ = fs::remove_file(entry_path(dir, pid));
 }
@@ -153,6 +164,10 @@ struct Known {
     start_time: Option<u64>,
     dead: bool,
     entries: Vec<Registration>,
+    /// Other processes that hold the context too (PID, start time): a child that inherited the
+    /// device files keeps the driver's context, and NVML goes on listing the PID that made it,
+    /// after that process has exited.
+    holders: Vec<(u32, u64)>,
 }
 
 fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
@@ -205,6 +220,7 @@ impl Cache {
                         start_time: None,
                         dead: true,
                         entries: Vec::new(),
+                        holders: Vec::new(),
                     }),
                 };
                 let Some(known) = known else { continue };
@@ -219,6 +235,8 @@ impl Cache {
                         live_start_time(known.pid).is_some_and(|started| Some(started) == known.start_time)
                     }
                 };
+            let held = known.holders.iter().any(|(pid, start)| live_start_time(*pid) == Some(*start));
+            let alive = alive || held;
             if alive {
                 found.extend(known.entries.iter().cloned());
             }
@@ -238,7 +256,16 @@ fn read_entry(path: &Path, pid: u32, inode: u64) -> Option<Known> {
     let pidfd = pidfd_open(pid);
     // Gone, or the PID now another process's: this file is never listed again.
     let dead = live_start_time(pid).is_none_or(|started| Some(started) != start_time);
+    let (held, lines): (Vec<&str>, Vec<&str>) = lines.partition(|line| line.starts_with("held-by "));
+    let holders = held
+        .iter()
+        .filter_map(|line| {
+            let mut words = line.split(' ').skip(1);
+            Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
+        })
+        .collect();
     let entries = lines
+        .into_iter()
         .filter_map(|line| {
             let mut words = line.split(' ');
             let (uuid, bytes) = (words.next()?, words.next()?);
@@ -246,7 +273,7 @@ fn read_entry(path: &Path, pid: u32, inode: u64) -> Option<Known> {
             Some(Registration { pid, uuid: uuid.to_owned(), used_bytes: bytes.parse().ok()?, mps })
         })
         .collect();
-    Some(Known { inode, pid, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries })
+    Some(Known { inode, pid, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries, holders })
 }
 
 /// Every registration of a live process, read afresh.

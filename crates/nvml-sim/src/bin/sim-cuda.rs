@@ -17,7 +17,7 @@ use nvml_sim::scenario::{self, Source};
 
 const USAGE: &str =
     "usage: sim-cuda [--mem SIZE] [--use N | --device ORDINAL[,ORDINAL...]] [--set-visible LIST] \
-[--workers N] [--mps-server] [--sleep SECONDS] [--exit CODE] [--quiet] [--count]
+[--workers N] [--mps-server] [--sleep SECONDS] [--hold-after-exit SECONDS] [--exit CODE] [--quiet] [--count]
 
   --mem SIZE        memory each process takes on each GPU it uses (binary units; default 1GiB)
   --use N           use only the first N visible devices (a multi-GPU job that uses fewer)
@@ -30,6 +30,10 @@ const USAGE: &str =
                     their compute list; a later sim-cuda of the same user on one of them is
                     then its MPS client (listed only in the MPS list), as CUDA makes it
   --sleep SECONDS   how long to hold the devices (default 0)
+  --hold-after-exit SECONDS
+                    start a child (`sleep SECONDS`) that inherits the device files, as a
+                    process forked after CUDA started does: the driver keeps the context, and
+                    NVML lists this PID with its memory, until that child ends too
   --exit CODE       exit status once done (default 0)
   --quiet           print nothing on stdout
   --count           print how many devices CUDA enumerates (torch.cuda.device_count()) and
@@ -43,6 +47,7 @@ struct Options {
     workers: u32,
     mps_server: bool,
     sleep: Duration,
+    hold_after_exit: Option<String>,
     exit_code: u8,
     quiet: bool,
     count: bool,
@@ -58,6 +63,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         set_visible: None,
         workers: 0,
         mps_server: false,
+        hold_after_exit: None,
         sleep: Duration::ZERO,
         exit_code: 0,
         quiet: false,
@@ -89,6 +95,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--quiet" => options.quiet = true,
             "--count" => options.count = true,
             "--mps-server" => options.mps_server = true,
+            "--hold-after-exit" => options.hold_after_exit = Some(value()?),
             "--worker" => options.worker = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
@@ -181,8 +188,10 @@ fn run() -> Result<u8, String> {
 
     let pid = std::process::id();
     let registers_here = options.workers == 0 && !used.is_empty();
-    if registers_here {
+    if registers_here && options.hold_after_exit.is_none() {
         install_release_handlers(state_dir.join(format!("{pid}.proc")));
+    }
+    if registers_here {
         let entries: Vec<(String, u64)> = used.iter().map(|d| (d.uuid.clone(), options.mem_bytes)).collect();
         let role = match options.mps_server {
             true => Some(MpsRole::Server),
@@ -190,6 +199,17 @@ fn run() -> Result<u8, String> {
         };
         registry::register_as(&state_dir, pid, &entries, role)
             .map_err(|e| format!("cannot register in {}: {e}", state_dir.display()))?;
+        if let Some(seconds) = &options.hold_after_exit {
+            let holder = Command::new("sleep")
+                .arg(seconds)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start sleep: {e}"))?;
+            registry::add_holder(&state_dir, pid, holder.id())
+                .map_err(|e| format!("cannot register in {}: {e}", state_dir.display()))?;
+        }
     }
     if !options.quiet && !options.worker {
         report(&used, registers_here.then_some(pid));
@@ -207,7 +227,8 @@ fn run() -> Result<u8, String> {
     for mut worker in workers {
         let _ = worker.wait();
     }
-    if registers_here {
+    // A context another process holds outlives this one: its registration stays.
+    if registers_here && options.hold_after_exit.is_none() {
         registry::unregister(&state_dir, pid);
     }
     Ok(options.exit_code)
