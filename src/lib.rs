@@ -89,7 +89,12 @@ fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Err
     };
     let seen = Seen { config, machine: &machine, decision: &decision, live: &live, queue: &queue, sizing };
     match goal {
-        Goal::List { json, links } => list(&seen, *json, *links),
+        Goal::List { json, links, watch: None } => show(listing_text(&seen, *json, *links)),
+        Goal::List { json, links, watch: Some(every) } => {
+            let first = listing_text(&seen, *json, *links);
+            let nvml = nvml.as_mut().expect("a listing probes NVML");
+            Ok(watch_list(config, nvml, receiver, (*json, *links, *every), first))
+        }
         Goal::DryRun { json, command } => dry_run(&seen, command, plan, *json),
         Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.gpus.variables)),
         Goal::Run { command } => {
@@ -125,16 +130,47 @@ impl Seen<'_> {
 }
 
 /// `--list`: the table (fitted to a terminal; piped or to a file, nothing is cut), or JSON.
-fn list(seen: &Seen, json: bool, links: bool) -> Result<Exit, Error> {
+fn listing_text(seen: &Seen, json: bool, links: bool) -> String {
     if json {
-        return show(seen.json(None));
+        return seen.json(None);
     }
     let columns = process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout()));
     let mut text = listing::table(seen.machine, &seen.decision.assessments, seen.live, &seen.shared(columns));
     if links {
         text.push_str(&listing::link_matrix(seen.machine));
     }
-    show(text)
+    text
+}
+
+/// `--list --watch`: `first`, then the machine probed again (on the same NVML session) at each
+/// refresh; a probe that fails is said in its frame, and the next one tries again.
+fn watch_list(
+    config: &Config,
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    (json, links, every): (bool, bool, std::time::Duration),
+    first: String,
+) -> Exit {
+    let mut first = Some(first);
+    output::watching::run(every, json, receiver, || {
+        if let Some(first) = first.take() {
+            return first;
+        }
+        match acquire::acquire(nvml, receiver, &Inherited::from_env(), &config.acquire_options()) {
+            Ok(acquired) => {
+                let seen = Seen {
+                    config,
+                    machine: &acquired.machine,
+                    decision: &acquired.decision,
+                    live: &acquired.live,
+                    queue: &acquired.queue,
+                    sizing: None,
+                };
+                listing_text(&seen, json, links)
+            }
+            Err(error) => format!("gpurun: {}\n", Error::acquire(error, config)),
+        }
+    })
 }
 
 /// `--dry-run`: the choice, the environment and the command; JSON is printed on exit 75 too,

@@ -357,3 +357,39 @@ fn verbosity_flags_change_what_reaches_stderr() {
     // stdout is the listing and nothing else, whatever the log level.
     assert_eq!(normal.stdout, verbose.stdout);
 }
+
+/// `--list --watch --json` to a pipe: one JSON object per line per refresh, each with the time
+/// it was taken; SIGINT ends it with 0, SIGTERM as it ends any program.
+#[test]
+fn list_watch_json_is_one_line_per_refresh() {
+    let sim = Sim::new(&common::default_scenario());
+    for (signal, expected) in [(libc::SIGINT, Some(0)), (libc::SIGTERM, None)] {
+        let mut child = sim
+            .gpurun()
+            .args(["--list", "--json", "--watch=0.2"])
+            .command
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        while lines.len() < 3 {
+            let mut line = String::new();
+            assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "{lines:?}");
+            lines.push(line);
+        }
+        common::send_signal(child.id(), signal);
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), expected, "{status:?}");
+        if expected.is_none() {
+            assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(signal));
+        }
+        for line in &lines {
+            assert!(line.ends_with('\n') && !line.trim_end().contains('\n'));
+            let frame: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(frame["gpus"].as_array().unwrap().len(), 8);
+            assert!(frame["sampled_at"].as_str().unwrap().ends_with('Z'), "{frame}");
+        }
+    }
+    sim.gpurun().args(["--watch", "--", "true"]).run().status(125).stderr_has("--list");
+}

@@ -445,3 +445,29 @@ fn list_fits_the_terminal_and_a_pipe_gets_every_character() {
     assert!(piped.stdout.lines().any(|line| line.chars().count() > 120), "{}", piped.stdout);
     assert!(piped.stdout.contains("[not via gpurun]"));
 }
+
+/// `--list --watch`: each frame drawn over the last (cursor home, erase the screen), the
+/// machine read again each time (a GPU that gets busy shows it), and Ctrl-C ends it with 0.
+#[test]
+fn list_watch_redraws_in_place_and_ctrl_c_ends_it_cleanly() {
+    let sim = Sim::new(&default_scenario());
+    let mut terminal = Terminal::start(&sim);
+    terminal.set_columns(200);
+    terminal.clear();
+    terminal.type_text("gpurun --list --watch=0.3\n");
+    let frames = |text: &str| text.matches("\x1b[H\x1b[2JEvery 300 ms: gpurun --list").count();
+    assert!(wait_until(LONG, || frames(&terminal.text()) >= 2), "{:?}", terminal.text());
+    // The scenario changes under it: the next frames show GPU 0 at 55%.
+    sim.rewrite(&default_scenario().replacen("utilization_gpu = 0\n", "utilization_gpu = 55\n", 1));
+    let seen = frames(&terminal.text());
+    assert!(
+        wait_until(LONG, || {
+            let text = terminal.text();
+            frames(&text) >= seen + 2 && text.rsplit("\x1b[H\x1b[2J").next().unwrap().contains("   55%")
+        }),
+        "{:?}",
+        terminal.text()
+    );
+    terminal.ctrl('c');
+    assert_eq!(terminal.status_of_last(), "0", "{}", terminal.text());
+}

@@ -673,6 +673,11 @@ pub(crate) struct Cli {
     #[arg(long, help_heading = "Modes", conflicts_with_all = ["dry_run", "export", "doctor"])]
     pub(crate) list: bool,
 
+    /// With --list: show it again every SECONDS (2 when not given) until Ctrl-C, in place on a
+    /// terminal (as watch nvidia-smi); with --json, one JSON line per refresh.
+    #[arg(long, hide_short_help = true, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2", require_equals = false, value_parser = duration::parse_positive, requires = "list", help_heading = "Modes")]
+    pub(crate) watch: Option<Duration>,
+
     /// Show which GPUs would be chosen, then exit.
     ///
     /// Also the environment the command would get, and the command if one is given

@@ -31,6 +31,7 @@ const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Long options that are not settings: modes, one-off outputs, and help.
 const NOT_SETTINGS: &[&str] = &[
     "list",
+    "watch",
     "dry-run",
     "export",
     "doctor",

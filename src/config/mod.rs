@@ -41,8 +41,8 @@ pub(crate) enum Mode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Goal {
     /// `--list`: show the machine (and, with filters, what qualifies) and exit; `links`: the
-    /// link matrix too (`--list --topology`).
-    List { json: bool, links: bool },
+    /// link matrix too (`--list --topology`); `watch`: again every so often until Ctrl-C.
+    List { json: bool, links: bool, watch: Option<std::time::Duration> },
     /// `--dry-run [COMMAND]`: show the choice, the child's environment and the command, and exit.
     DryRun { json: bool, command: Vec<OsString> },
     /// `--export`: print `export` lines for `eval`, and exit.
@@ -159,7 +159,7 @@ impl Config {
                 .map(|max| (max, self.limits.rule("max-gpus-per-user", &max.to_string()))),
             // Pairwise NVML calls: only where links are chosen by or shown.
             topology: match &self.mode {
-                Mode::Select(Goal::List { json, links }) => *json || *links,
+                Mode::Select(Goal::List { json, links, .. }) => *json || *links,
                 _ => self.request.wants_several() && !self.request.count.is_none(),
             },
             group: self.per_rank.as_ref().map(PerRank::group_share),

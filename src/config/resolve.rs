@@ -363,7 +363,9 @@ fn mode(
 ) -> Result<Mode, ConfigError> {
     let command = std::mem::take(&mut cli.command);
     Ok(match mode_flag {
-        Some(ModeFlag::List) => Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some() }),
+        Some(ModeFlag::List) => {
+            Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some(), watch: cli.watch })
+        }
         Some(ModeFlag::DryRun) => Mode::Select(Goal::DryRun { json: cli.json, command }),
         Some(ModeFlag::Doctor) => Mode::Doctor,
         // `--history train.py --json` as well as `--history --json train.py`: the words
