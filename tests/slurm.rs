@@ -418,3 +418,56 @@ fn two_nodes_share_a_lock_directory_and_each_nodes_ranks_its_own_gpus() {
         }
     }
 }
+
+/// Slurm's GPU sharing (gres.html): a shard's CUDA_VISIBLE_DEVICES is "the same as if it were
+/// a GPU" (here, without a device cgroup, the global index), and an MPS job's is 0, "relative
+/// to those resources under MPS server control": the GPU its prolog started the MPS server on.
+/// Debian's Slurm 22.05 sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE but no CUDA_VISIBLE_DEVICES for
+/// an MPS step and gives its prolog neither, so the step starts the (simulated) server itself,
+/// as the prolog would, and is tried with CUDA_VISIBLE_DEVICES unset and with 0 (later Slurm).
+#[test]
+fn shards_and_mps_bind_the_gpu_slurm_means() {
+    let Some(cluster) = Cluster::start("shards_and_mps_bind_the_gpu_slurm_means", Some("SHARING")) else {
+        return;
+    };
+    let holder = cluster.sbatch(&["--gpus=2", "-o", "/dev/null", "--wrap", "sleep 120"]);
+    cluster.wait_state(&holder, &["RUNNING"]);
+    let sim_cuda = sim_cuda().display().to_string();
+
+    let shard = cluster.run(
+        "srun",
+        &["--gres=shard:1", "sh", "-c", &format!("echo \"{{\\\"slurm\\\": \\\"$CUDA_VISIBLE_DEVICES\\\", \\\"shards\\\": \\\"$SLURM_SHARDS_ON_NODE\\\"}}\"; exec gpurun -- {sim_cuda} --sleep 0.3")],
+    );
+    assert!(shard.status.success(), "{shard:?}");
+    let lines = reports(&shard);
+    let slurm: u64 = lines[0]["slurm"].as_str().unwrap().parse().unwrap();
+    assert_eq!(lines[0]["shards"], "1");
+    assert!(slurm >= 2, "the holder has GPUs 0 and 1: {lines:?}");
+    assert_eq!(landed(&lines[1]), vec![slurm], "{lines:?}");
+
+    let server = cluster.file("nvidia-cuda-mps-server");
+    std::os::unix::fs::symlink(&sim_cuda, &server).unwrap();
+    let uuid_of_3 = "GPU-51a0a000-0000-4000-8000-000000000003";
+    for visible in ["unset CUDA_VISIBLE_DEVICES", "export CUDA_VISIBLE_DEVICES=0"] {
+        let script = format!(
+            "CUDA_VISIBLE_DEVICES=3 CUDA_DEVICE_ORDER=PCI_BUS_ID {} --mps-server --mem 256MiB --sleep 60 --quiet & \
+             sleep 0.5; {visible}; gpurun -- {sim_cuda} --sleep 0.3; status=$?; kill $!; exit $status",
+            server.display()
+        );
+        let mps = cluster.run("srun", &["--gres=mps:100", "sh", "-c", &script]);
+        assert!(mps.status.success(), "{mps:?}");
+        let report = &reports(&mps)[0];
+        assert_eq!(landed(report), vec![3], "{report}");
+        assert_eq!(report["env"]["CUDA_VISIBLE_DEVICES"], uuid_of_3, "{report}");
+        let stderr = String::from_utf8_lossy(&mps.stderr);
+        assert!(stderr.contains("on GPU 3 as an MPS client"), "{stderr}");
+    }
+    // No server of the job's: which GPU Slurm gave cannot be known, and is not guessed.
+    let lost = cluster.run("srun", &["--gres=mps:100", "gpurun", "--", "true"]);
+    assert_eq!(lost.status.code(), Some(125), "{lost:?}");
+    assert!(
+        String::from_utf8_lossy(&lost.stderr)
+            .contains("device 0 is the GPU behind your MPS server, and none of yours runs here"),
+        "{lost:?}"
+    );
+}

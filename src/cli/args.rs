@@ -234,6 +234,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("XDG_CONFIG_HOME", "where the user configuration file is (default ~/.config)"),
             ("XDG_STATE_HOME", "where the history is kept (default ~/.local/state; ignored unless absolute)"),
             ("SLURM_STEP_GPUS, SLURM_JOB_GPUS", "a hint when CUDA_VISIBLE_DEVICES is unset"),
+            ("Slurm MPS", "SLURM_JOB_ID with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, no gres/gpu ids and CUDA_VISIBLE_DEVICES unset or 0 (--gres=mps:N): device 0 is the GPU of your MPS server, given to the command by UUID; none or several: 125"),
         ],
     ),
     (

@@ -129,10 +129,12 @@ impl Plan {
             owners: Owners::new(&selection.indices(), per_rank),
             per_rank: per_rank.clone(),
         });
-        // An MPS server numbers the devices its own way: a client is given them by UUID.
-        let visible_as = match input.mps {
-            Some(_) => Some(VisibleAs::Uuid),
-            None => input.visible_as,
+        // An MPS server numbers the devices its own way: a client is given them by UUID (so is
+        // the client Slurm's MPS allocation makes, whose server was started on its GPU).
+        let slurm_mps = crate::select::visibility::Inherited::from_env().slurm_mps();
+        let visible_as = match (input.mps, slurm_mps) {
+            (Some(_), _) | (None, true) => Some(VisibleAs::Uuid),
+            (None, false) => input.visible_as,
         };
         let mut gpus = match &rank {
             Some(Member { per_rank, .. }) => env::Plan::for_rank(

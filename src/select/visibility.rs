@@ -23,6 +23,9 @@ pub(crate) struct Inherited {
     pub(crate) cuda_device_order: Option<String>,
     pub(crate) slurm_step_gpus: Option<String>,
     pub(crate) slurm_job_gpus: Option<String>,
+    /// Slurm's MPS allocation (`--gres=mps:N`): the job's id and the share Slurm gave it.
+    pub(crate) slurm_job_id: Option<String>,
+    pub(crate) mps_thread_percentage: Option<String>,
 }
 
 impl Inherited {
@@ -35,7 +38,23 @@ impl Inherited {
             cuda_device_order: var("CUDA_DEVICE_ORDER"),
             slurm_step_gpus: var("SLURM_STEP_GPUS"),
             slurm_job_gpus: var("SLURM_JOB_GPUS"),
+            slurm_job_id: var("SLURM_JOB_ID"),
+            mps_thread_percentage: var("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
         }
+    }
+
+    /// A Slurm job that holds a share of a GPU through MPS (`--gres=mps:N`): Slurm sets
+    /// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_VISIBLE_DEVICES=0, "relative to those resources
+    /// under MPS server control", always 0 (one GPU per node in MPS mode), and no GPU ids of a
+    /// gres/gpu allocation (gres.html, MPS Management). Its prolog starts the MPS server on the
+    /// GPU it gave. Shards (`--gres=shard:N`, SLURM_SHARDS_ON_NODE) are not this: their
+    /// CUDA_VISIBLE_DEVICES is set "the same as if it were a GPU".
+    pub(crate) fn slurm_mps(&self) -> bool {
+        self.slurm_job_id.is_some()
+            && self.mps_thread_percentage.is_some()
+            && self.slurm_step_gpus.is_none()
+            && self.slurm_job_gpus.is_none()
+            && self.cuda_visible_devices.as_deref().is_none_or(|list| list.trim() == "0")
     }
 }
 
@@ -74,6 +93,9 @@ pub(crate) fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
 }
 
 pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
+    if inherited.slurm_mps() {
+        return behind_mps_server(machine, inherited);
+    }
     let gpus = &machine.gpus[..];
     let mut warnings = Vec::new();
     let Some(list) = &inherited.cuda_visible_devices else {
@@ -147,6 +169,46 @@ pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
     Visibility { allowed: Some(allowed), source: Some(source), warnings, exported }
 }
 
+/// Slurm's MPS allocation: device 0 is the GPU behind the job's MPS server, the one GPU this
+/// process can reach that runs an MPS server of its user (NVML lists the server there); else,
+/// under a device cgroup that leaves one GPU, that GPU. Anything else is not guessed at: no GPU
+/// is allowed, and the source says why.
+fn behind_mps_server(machine: &Machine, inherited: &Inherited) -> Visibility {
+    let reachable: Vec<&Gpu> = enumerable(&machine.gpus).collect();
+    let servers: Vec<u32> = reachable
+        .iter()
+        .filter(|gpu| gpu.mps.as_ref().is_some_and(|mps| !mps.foreign && mps.server_pid.is_some()))
+        .map(|gpu| gpu.index)
+        .collect();
+    let share = inherited.mps_thread_percentage.as_deref().unwrap_or_default();
+    let given = format!(
+        "Slurm's MPS allocation (CUDA_VISIBLE_DEVICES={}, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={share})",
+        inherited.cuda_visible_devices.as_deref().unwrap_or("unset")
+    );
+    let (allowed, source) = match (&servers[..], &reachable[..]) {
+        ([one], _) => (vec![*one], format!("{given}: GPU {one}, where your MPS server runs")),
+        ([], [only]) => {
+            (vec![only.index], format!("{given}: GPU {}, the only one this job can reach", only.index))
+        }
+        ([], _) => (
+            Vec::new(),
+            format!(
+                "{given}: device 0 is the GPU behind your MPS server, and none of yours runs here (the job's \
+                 prolog starts it); gpurun does not guess which GPU Slurm gave"
+            ),
+        ),
+        (several, _) => (
+            Vec::new(),
+            format!(
+                "{given}: device 0 is the GPU behind your MPS server, and yours run on GPUs {}; gpurun does \
+                 not guess which one Slurm gave",
+                several.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+    };
+    Visibility { allowed: Some(allowed), source: Some(source), ..Visibility::default() }
+}
+
 /// `SLURM_STEP_GPUS`/`SLURM_JOB_GPUS` are only a hint: Slurm sets `CUDA_VISIBLE_DEVICES` with
 /// them, and that wins. Without it, the allocation's global ids are taken as NVML indices when
 /// they all name GPUs this process can reach.
@@ -214,6 +276,30 @@ mod tests {
             cuda_device_order: order.map(str::to_owned),
             ..Inherited::default()
         }
+    }
+
+    #[test]
+    fn slurms_mps_device_0_is_the_gpu_of_the_users_server() {
+        let mps = |visible: Option<&str>| Inherited {
+            slurm_job_id: Some("7".to_owned()),
+            mps_thread_percentage: Some("50".to_owned()),
+            ..inherited(visible, None)
+        };
+        assert!(mps(None).slurm_mps() && mps(Some("0")).slurm_mps());
+        assert!(!mps(Some("1")).slurm_mps(), "a list Slurm's MPS never gives: read as it is");
+        let gres_gpu = Inherited { slurm_step_gpus: Some("2".to_owned()), ..mps(Some("0")) };
+        assert!(!gres_gpu.slurm_mps(), "a gres/gpu allocation with its own MPS share");
+        let mut gpus: Vec<Gpu> = (0..4).map(test_gpu).collect();
+        let none = resolve(&on(&gpus), &mps(Some("0")));
+        assert_eq!(none.allowed, Some(vec![]));
+        assert!(none.source.unwrap().contains("none of yours runs here"));
+        gpus[2].mps = crate::probe::mps::Mps::from_lists(Some((99, None)), Vec::new(), |_| Some(0), 0);
+        let found = resolve(&on(&gpus), &mps(Some("0")));
+        assert_eq!(found.allowed, Some(vec![2]));
+        assert!(found.source.unwrap().ends_with("GPU 2, where your MPS server runs"));
+        // Someone else's server is not the job's.
+        gpus[2].mps = crate::probe::mps::Mps::from_lists(Some((99, None)), Vec::new(), |_| Some(1000), 0);
+        assert_eq!(resolve(&on(&gpus), &mps(None)).allowed, Some(vec![]));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 #                                  ports and spool directories, four GPUs each); a TaskProlog
 #                                  gives each node's tasks its own simulated GPUs:
 #                                  NVML_SIM_SCENARIO=DIR/<node>.toml
+#   cluster.sh start DIR SHARING   one node whose GPUs are also Slurm's MPS (mps:400, 100 a
+#                                  GPU) and shards (shard:8, 2 a GPU)
 #   cluster.sh stop DIR            stop them
 #
 # Prints "SKIP: reason" and exits 3 where the machine cannot run a cluster (not root, no mknod).
@@ -39,6 +41,8 @@ start)
     [ "${3:-}" = PGID ] && proctrack=pgid
     nodes=1
     [ "${3:-}" = NODES2 ] && nodes=2
+    sharing=
+    [ "${3:-}" = SHARING ] && sharing=1
     [ "$(id -u)" = 0 ] || skip "slurmd and mknod need root"
     command -v slurmctld >/dev/null || skip "Slurm is not installed (cluster.sh install)"
     mkdir -p "$dir"/{munge,state,spool,dev,log}
@@ -81,7 +85,7 @@ ProctrackType=proctrack/$proctrack
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+GresTypes=gpu${sharing:+,mps,shard}
 SlurmdParameters=config_overrides
 ReturnToService=2
 SchedulerType=sched/backfill
@@ -113,13 +117,16 @@ CONF
     else
         mkdir -p "$dir/spool/$host"
         cat >> "$dir/slurm.conf" <<CONF
-NodeName=$host NodeAddr=127.0.0.1 CPUs=8 Gres=gpu:4 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=8 Gres=gpu:4${sharing:+,mps:400,shard:8} State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
         cat > "$dir/gres.conf" <<CONF
 AutoDetect=off
 Name=gpu File=$dir/dev/nvidia[0-3]
 CONF
+        if [ -n "$sharing" ]; then
+            printf 'Name=mps Count=400\nName=shard Count=8\n' >> "$dir/gres.conf"
+        fi
         names=$host
     fi
     export SLURM_CONF="$dir/slurm.conf"
