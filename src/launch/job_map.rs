@@ -13,7 +13,7 @@
 //! warning: dashboards are never the job's problem. A gpurun killed with SIGKILL leaves its
 //! lines, as a Slurm prolog without its epilog would.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -127,19 +127,7 @@ impl JobMap {
             std::fs::remove_file(&path)?;
             return Ok(true);
         }
-        let staged = self.dir.join(format!(".{gpu}.gpurun-{}", std::process::id()));
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&staged)?;
-        let written = file.write_all(format!("{}\n", lines.join("\n")).as_bytes());
-        let renamed = written.and_then(|()| std::fs::rename(&staged, &path));
-        if renamed.is_err() {
-            let _ = std::fs::remove_file(&staged);
-        }
-        renamed.map(|()| true)
+        crate::process::replace::replace_file(&path, &format!("{}\n", lines.join("\n"))).map(|()| true)
     }
 }
 

@@ -425,7 +425,7 @@ fn write_prom(
         end_seconds: seconds(span.1),
     };
     let report = serde_json::to_value(summary).expect("plain data");
-    if let Err(error) = prom::write(path, &prom::render(&report, &labels)) {
+    if let Err(error) = crate::process::replace::replace_file(path, &prom::render(&report, &labels)) {
         tracing::warn!("--prom-file {}: cannot write the receipt: {error}", path.display());
     }
 }

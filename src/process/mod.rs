@@ -7,6 +7,7 @@ pub(crate) mod death;
 pub(crate) mod environment;
 pub(crate) mod logging;
 pub(crate) mod procfs;
+pub(crate) mod replace;
 pub(crate) mod signals;
 pub(crate) mod spawn;
 pub(crate) mod stdio;

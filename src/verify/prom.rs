@@ -149,27 +149,6 @@ fn per_gpu(report: &Value, job: &JobLabels) -> Vec<Family> {
     vec![energy, power, limit, util, peak, throttled]
 }
 
-/// Writes `text` to `path` as the textfile collector needs it: whole or not at all, by a file
-/// made beside it (`O_EXCL`, never through a planted link) and renamed over it.
-pub(crate) fn write(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let name = path.file_name().ok_or_else(|| std::io::Error::other("it names no file"))?;
-    let staged = path.with_file_name(format!(".{}.gpurun-{}", name.to_string_lossy(), std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&staged)?;
-    let written = file.write_all(text.as_bytes()).and_then(|()| file.sync_all());
-    let renamed = written.and_then(|()| std::fs::rename(&staged, path));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&staged);
-    }
-    renamed
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
