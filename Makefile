@@ -89,8 +89,8 @@ dist-deps:
 	@tests/dist/install.sh
 
 # The release artefacts in dist/: a tarball whose binary needs glibc 2.17 at most (cargo-zigbuild
-# with zig from PyPI), a .deb (cargo-deb) and an .rpm (cargo-generate-rpm), and SHA256SUMS. The
-# tools are installed into .venv-dist and target/dist-tools on first use. DIST_TARGET=
+# with zig from PyPI), a .deb (dpkg-deb) and an .rpm (rpmbuild), and SHA256SUMS, the same bytes
+# for the same commit. cargo-zigbuild is installed into .venv-dist on first use. DIST_TARGET=
 # aarch64-unknown-linux-gnu.2.17 where that Rust standard library is installed.
 DIST_TARGET ?= x86_64-unknown-linux-gnu.2.17
 dist:

@@ -3,13 +3,15 @@
 #   gpurun-<version>-<arch>-linux-gnu.tar.gz   bin/, share/ (man page, completions, docs,
 #                                             example config), lib/tmpfiles.d, licences,
 #                                             install.sh (make install's rules)
-#   gpurun_<version>_<debarch>.deb              cargo-deb; /etc/gpurun/config.toml a conffile
-#   gpurun-<version>-1.<arch>.rpm               cargo-generate-rpm; the same files
+#   gpurun_<version>_<debarch>.deb              dpkg-deb; /etc/gpurun/config.toml a conffile
+#   gpurun-<version>-1.<arch>.rpm               rpmbuild; the same files (packaging/packages.sh)
 #   SHA256SUMS                                  one line per artefact (sha256sum -c)
 # The binary is linked by cargo-zigbuild against glibc 2.17 (RHEL/CentOS 7 and everything
 # newer): gpurun dlopens NVIDIA's glibc libnvidia-ml, so it cannot be a static musl binary.
-# The tools come from the registries into the clone: cargo-zigbuild with zig from PyPI
-# (.venv-dist), cargo-deb and cargo-generate-rpm from crates.io (target/dist-tools).
+# cargo-zigbuild and zig come from PyPI into the clone (.venv-dist; pip's cache keeps the
+# wheels for the next clone); the packages are made by dpkg-deb and rpmbuild. Every time in
+# the artefacts is the last commit's (SOURCE_DATE_EPOCH), so the same commit packs to the same
+# bytes: make dist twice gives the same SHA256SUMS.
 #
 # usage: packaging/dist.sh [TARGET]   TARGET defaults to x86_64-unknown-linux-gnu.2.17;
 #        aarch64-unknown-linux-gnu.2.17 where that Rust standard library is installed.
@@ -29,8 +31,9 @@ python=${PYTHON:-python3}
 cargo=${CARGO:-cargo}
 # Pinned, as the test suite's own tools are (the Makefile's pins).
 zigbuild_version=${CARGO_ZIGBUILD_VERSION:-0.24.1}
-deb_version=${CARGO_DEB_VERSION:-3.8.0}
-rpm_version=${CARGO_GENERATE_RPM_VERSION:-0.21.1}
+# The last commit's time (a tarball without git history: its files' newest), for every file.
+epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || find . -path ./target -prune -o -type f -printf '%T@\n' | sort -n | tail -n 1 | cut -d. -f1)}
+export SOURCE_DATE_EPOCH=$epoch
 
 say() { echo "make dist: $*"; }
 
@@ -45,16 +48,6 @@ if [ ! -x "$venv/bin/cargo-zigbuild" ] || ! "$venv/bin/cargo-zigbuild" --version
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "cargo-zigbuild==$zigbuild_version"
 fi
-tools=target/dist-tools
-for tool in "cargo-deb $deb_version" "cargo-generate-rpm $rpm_version"; do
-    set -- $tool
-    if [ ! -x "$tools/bin/$1" ] || ! grep -qs "^$2$" "$tools/$1.version"; then
-        say "installing $1 $2 from crates.io into $tools (once; a few minutes on two cores)"
-        "$cargo" install --quiet --locked --root "$tools" --version "$2" "$1"
-        echo "$2" > "$tools/$1.version"
-    fi
-done
-
 say "building gpurun $version for $target (cargo zigbuild --release)"
 # cargo-zigbuild runs zig through this virtual environment's Python.
 PATH="$PWD/$venv/bin:$PATH" CARGO_ZIGBUILD_PYTHON_PATH="$PWD/$venv/bin/python" \
@@ -64,7 +57,7 @@ binary="target/$triple/release/gpurun"
 
 rm -rf dist
 name="gpurun-$version"
-# Staged under a name without the version, which Cargo.toml's package metadata names.
+# Staged under a name without the version (packaging/packages.sh reads it there).
 stage=dist/stage/gpurun
 mkdir -p "$stage"
 # The tree make install lays out under a prefix, plus what a release carries beside it.
@@ -74,7 +67,12 @@ install -m 0755 packaging/install.sh "$stage/install.sh"
 
 tarball="$name-$arch-linux-gnu.tar.gz"
 say "packing dist/$tarball"
-tar --owner=0 --group=0 --numeric-owner --transform "s,^gpurun,$name," -czf "dist/$tarball" -C dist/stage gpurun
+# Reproducible: sorted names, the commit's time, no owner names, gzip without a timestamp.
+pack() { # pack TARBALL DIR NAME: DIR/NAME as NAME-renamed in TARBALL
+    tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner --transform "s,^$2,$3," \
+        -cf - -C dist/stage "$2" | gzip -9n > "dist/$1"
+}
+pack "$tarball" gpurun "$name"
 
 # make test-gpu for a GPU machine without a Rust toolchain: gpurun, the driver-API program and
 # the checks in one folder (./check.sh runs them).
@@ -82,18 +80,13 @@ kit="gpurun-gpu-check-$version-$arch-linux-gnu.tar.gz"
 say "packing dist/$kit"
 mkdir -p dist/stage/gpu-check
 install -m 0755 "$binary" "target/$triple/release/cuda-hold" tests/gpu/check.sh dist/stage/gpu-check/
-tar --owner=0 --group=0 --numeric-owner --transform "s,^gpu-check,gpurun-gpu-check-$version," \
-    -czf "dist/$kit" -C dist/stage gpu-check
+pack "$kit" gpu-check "gpurun-gpu-check-$version"
 
-say "packing the .deb (cargo-deb)"
-"$tools/bin/cargo-deb" --no-build --no-strip --quiet --target "$triple" --deb-revision "" \
-    --output "dist/gpurun_${version}_${debarch}.deb"
-
-say "packing the .rpm (cargo-generate-rpm)"
-# xz, not the default zstd: RHEL/CentOS 7's rpm (4.11) reads no zstd payload.
-"$tools/bin/cargo-generate-rpm" --target "$triple" --payload-compress xz --output "dist/$name-1.$arch.rpm"
+packaging/packages.sh "$stage" "$binary" "$version" "$arch" "$debarch"
 
 rm -rf dist/stage
-(cd dist && sha256sum "$tarball" "$kit" "gpurun_${version}_${debarch}.deb" "$name-1.$arch.rpm" > SHA256SUMS)
+artefacts=("$tarball" "$kit" "gpurun_${version}_${debarch}.deb")
+[ -e "dist/$name-1.$arch.rpm" ] && artefacts+=("$name-1.$arch.rpm")
+(cd dist && sha256sum "${artefacts[@]}" > SHA256SUMS)
 say "done:"
-(cd dist && ls -l "$tarball" "$kit" "gpurun_${version}_${debarch}.deb" "$name-1.$arch.rpm" SHA256SUMS)
+(cd dist && ls -l "${artefacts[@]}" SHA256SUMS)

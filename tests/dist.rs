@@ -271,3 +271,36 @@ fn the_packages_create_the_lock_directory_at_install() {
         assert!(scripts.contains(shipped.trim()), "the .rpm's %post is not the postinst:\n{scripts}");
     }
 }
+
+/// Reproducible artefacts: every file of the tarball, the .deb and the .rpm carries one time,
+/// the last commit's (SOURCE_DATE_EPOCH), and nothing of the machine or the moment (the .rpm's
+/// build time is that time, its build host a fixed word), so that `make dist` twice gives the
+/// same SHA256SUMS.
+#[test]
+fn every_artefact_carries_one_time_so_the_same_commit_packs_the_same_bytes() {
+    let Some(dist) = dist() else { return };
+    let tarball = format!("gpurun-{VERSION}-x86_64-linux-gnu.tar.gz");
+    let times = |listing: &str| -> std::collections::BTreeSet<String> {
+        // `tar -tv` and `dpkg-deb -c`: mode owner size date time name.
+        listing
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(3).zip(line.split_whitespace().nth(4)))
+            .map(|(d, t)| format!("{d} {t}"))
+            .collect()
+    };
+    let in_tarball = times(&output("tar", &["-tvzf", &tarball], &dist));
+    let in_deb = times(&output("dpkg-deb", &["-c", &format!("gpurun_{VERSION}_amd64.deb")], &dist));
+    assert_eq!(in_tarball.len(), 1, "{in_tarball:?}");
+    assert_eq!(in_tarball, in_deb);
+    // gzip keeps no name or time of its own (-n): bytes 4-7 of the header are zero.
+    let header = std::fs::read(dist.join(&tarball)).unwrap();
+    assert_eq!(&header[4..8], &[0, 0, 0, 0]);
+    if common::on_path("rpm") {
+        let rpm = format!("gpurun-{VERSION}-1.x86_64.rpm");
+        let info = output("rpm", &["-qp", "--queryformat", "%{BUILDTIME} %{BUILDHOST}", &rpm], &dist);
+        assert!(info.ends_with(" reproducible"), "{info}");
+        let built: i64 = info.split(' ').next().unwrap().parse().unwrap();
+        let files = output("rpm", &["-qp", "--queryformat", "[%{FILEMTIMES}\n]", &rpm], &dist);
+        assert!(files.lines().all(|mtime| mtime.parse::<i64>().unwrap() == built), "{files}");
+    }
+}
