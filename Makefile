@@ -26,7 +26,7 @@ SIM_DIR := target/sim
 
 FUZZ_RUNS ?= 5000
 
-.PHONY: fuzz setup build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist shells man lint install install-files clean bench
+.PHONY: fuzz setup build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist wheel shells man lint install install-files uninstall clean bench
 
 # For working on gpurun: git runs .githooks/ (commit-msg: a subject of one whole sentence, at
 # most 72 characters).
@@ -95,6 +95,9 @@ dist-deps:
 DIST_TARGET ?= x86_64-unknown-linux-gnu.2.17
 dist:
 	@CARGO=$(CARGO) PYTHON=$(PYTHON) packaging/dist.sh $(DIST_TARGET)
+
+# The PyPI wheel (pip install dist/gpurun-*.whl): make dist makes it with the other artefacts.
+wheel: dist
 
 # Every test: unit, integration through the real binary and the simulator, the simulator
 # checked against nvidia-ml-py, and gpurun inside a real single-node Slurm.
@@ -166,6 +169,13 @@ lint:
 
 install: build
 	$(MAKE) install-files BIN=target/release/gpurun
+
+# What install-files put under PREFIX (and DESTDIR), and nothing else.
+uninstall:
+	rm -f "$(DESTDIR)$(PREFIX)/bin/gpurun" "$(SHARE)/man/man1/gpurun.1" "$(SHARE)/bash-completion/completions/gpurun" \
+		"$(SHARE)/zsh/site-functions/_gpurun" "$(SHARE)/fish/vendor_completions.d/gpurun.fish"
+	rm -rf "$(SHARE)/doc/gpurun"
+	@if [ -n "$(TMPFILESDIR)" ]; then rm -f "$(DESTDIR)$(TMPFILESDIR)/gpurun.conf"; fi
 
 # What `install` puts in place, from the binary BIN (tests/completions.rs installs a debug build
 # into a scratch DESTDIR). Completions go where each shell looks for them.

@@ -5,6 +5,8 @@
 #                                             install.sh (make install's rules)
 #   gpurun_<version>_<debarch>.deb              dpkg-deb; /etc/gpurun/config.toml a conffile
 #   gpurun-<version>-1.<arch>.rpm               rpmbuild; the same files (packaging/packages.sh)
+#   gpurun-<version>-py3-none-manylinux_2_17_<arch>.manylinux2014_<arch>.whl
+#                                               the binary for pip install (packaging/wheel.py)
 #   SHA256SUMS                                  one line per artefact (sha256sum -c)
 # The binary is linked by cargo-zigbuild against glibc 2.17 (RHEL/CentOS 7 and everything
 # newer): gpurun dlopens NVIDIA's glibc libnvidia-ml, so it cannot be a static musl binary.
@@ -83,9 +85,11 @@ install -m 0755 "$binary" "target/$triple/release/cuda-hold" tests/gpu/check.sh 
 pack "$kit" gpu-check "gpurun-gpu-check-$version"
 
 packaging/packages.sh "$stage" "$binary" "$version" "$arch" "$debarch"
+say "packing the wheel (packaging/wheel.py)"
+wheel=$("$python" packaging/wheel.py "$stage" "$version" "$arch" dist)
 
 rm -rf dist/stage
-artefacts=("$tarball" "$kit" "gpurun_${version}_${debarch}.deb")
+artefacts=("$tarball" "$kit" "gpurun_${version}_${debarch}.deb" "$wheel")
 [ -e "dist/$name-1.$arch.rpm" ] && artefacts+=("$name-1.$arch.rpm")
 (cd dist && sha256sum "${artefacts[@]}" > SHA256SUMS)
 say "done:"

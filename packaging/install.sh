@@ -7,6 +7,7 @@
 #   ./install.sh                       (as root: /usr/local)
 #   PREFIX=$HOME/.local ./install.sh   (a user's own)
 #   DESTDIR=/tmp/pkg PREFIX=/usr ./install.sh
+#   ./install.sh --uninstall           (the same PREFIX: takes away what it put there)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 PREFIX=${PREFIX:-/usr/local}
@@ -16,6 +17,17 @@ case "$PREFIX" in
     *) TMPFILESDIR=${TMPFILESDIR-} ;;
 esac
 root="$DESTDIR$PREFIX"
+if [ "${1:-}" = --uninstall ]; then
+    # What the install below puts, and nothing else: the directories stay (others' files).
+    for file in bin/gpurun share/man/man1/gpurun.1 share/bash-completion/completions/gpurun \
+        share/zsh/site-functions/_gpurun share/fish/vendor_completions.d/gpurun.fish; do
+        rm -f "$root/$file"
+    done
+    rm -rf "$root/share/doc/gpurun"
+    [ -z "$TMPFILESDIR" ] || rm -f "$DESTDIR$TMPFILESDIR/gpurun.conf"
+    echo "removed gpurun from $root"
+    exit 0
+fi
 put() { # mode source destination
     mkdir -p "$(dirname "$3")"
     cp "$2" "$3.new.$$" && chmod "$1" "$3.new.$$" && mv -f "$3.new.$$" "$3"

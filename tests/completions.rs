@@ -271,6 +271,16 @@ fn a_user_install_stays_inside_its_prefix_and_a_system_one_installs_the_tmpfiles
     let named = tempfile::tempdir().unwrap();
     install(named.path(), &["PREFIX=/home/alice/.local", "TMPFILESDIR=/etc/tmpfiles.d"]);
     assert!(named.path().join("etc/tmpfiles.d/gpurun.conf").exists());
+    // `make uninstall` with the same PREFIX takes every file away, and only those.
+    std::fs::write(system.path().join("usr/local/bin/neighbour"), "").unwrap();
+    let removed = Command::new("make")
+        .args(["-s", "uninstall", "PREFIX=/usr/local"])
+        .arg(format!("DESTDIR={}", system.path().display()))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
+    assert_eq!(files_under(system.path()), ["usr/local/bin/neighbour"]);
 }
 
 fn example() -> std::path::PathBuf {

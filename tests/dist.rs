@@ -114,6 +114,15 @@ fn the_tarball_holds_the_release_and_its_binary_needs_at_most_glibc_2_17() {
     }
     assert!(!prefix.join("lib/tmpfiles.d").exists());
     assert_links_resolve(&prefix.join("share/doc/gpurun"));
+    // --uninstall takes every file away again, and only those: a neighbour's file stays.
+    std::fs::write(prefix.join("share/man/man1/other.1"), "other").unwrap();
+    let removed =
+        Command::new(root.join("install.sh")).arg("--uninstall").env("PREFIX", &prefix).output().unwrap();
+    assert!(removed.status.success(), "{}", String::from_utf8_lossy(&removed.stderr));
+    for file in PREFIX_FILES {
+        assert!(!prefix.join(file).exists(), "install.sh --uninstall left {file}");
+    }
+    assert!(prefix.join("share/man/man1/other.1").exists());
 }
 
 /// Every relative link of the installed docs names a file that is installed (issue 42,
@@ -303,4 +312,68 @@ fn every_artefact_carries_one_time_so_the_same_commit_packs_the_same_bytes() {
         let files = output("rpm", &["-qp", "--queryformat", "[%{FILEMTIMES}\n]", &rpm], &dist);
         assert!(files.lines().all(|mtime| mtime.parse::<i64>().unwrap() == built), "{files}");
     }
+}
+
+/// The PyPI wheel: into a fresh virtual environment with pip (offline), `gpurun` is on its
+/// bin/ and runs on the simulator, the man page and completions are under its share/, and
+/// `pip uninstall` takes every file away again.
+#[test]
+fn the_wheel_installs_with_pip_runs_and_uninstalls_leaving_no_file() {
+    let Some(dist) = dist() else { return };
+    let wheel = format!("gpurun-{VERSION}-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl");
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+    assert!(sums.lines().any(|line| line.ends_with(&format!("  {wheel}"))), "{sums}");
+    let venv = tempfile::tempdir().unwrap();
+    let root = venv.path().to_str().unwrap();
+    output("python3", &["-m", "venv", root], &dist);
+    let files = || -> Vec<String> {
+        let mut found = Vec::new();
+        let mut stack = vec![venv.path().to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                match entry.file_type().unwrap().is_dir() {
+                    true => stack.push(entry.path()),
+                    false => found.push(entry.path().display().to_string()),
+                }
+            }
+        }
+        found.sort();
+        found
+    };
+    let before = files();
+    let pip = format!("{root}/bin/pip");
+    output(&pip, &["install", "--no-index", "--disable-pip-version-check", "--quiet", &wheel], &dist);
+    let gpurun = format!("{root}/bin/gpurun");
+    assert_eq!(output(&gpurun, &["--version"], &dist), format!("gpurun {VERSION}\n"));
+    for shipped in [
+        "share/man/man1/gpurun.1",
+        "share/bash-completion/completions/gpurun",
+        "share/zsh/site-functions/_gpurun",
+    ] {
+        assert!(venv.path().join(shipped).exists(), "{shipped} not installed");
+    }
+    let sim = Sim::new(&default_scenario());
+    sim.gpurun_command(&gpurun, &["--list"]).run().status(0).stdout_has("8 GPUs");
+    output(&pip, &["uninstall", "--yes", "--quiet", "gpurun"], &dist);
+    assert_eq!(files(), before, "pip uninstall left files behind");
+}
+
+/// An aarch64 release (the .deb, .rpm, tarball and wheel alike) needs that Rust standard
+/// library: where it is not installed, make dist refuses at once, saying so, and touches
+/// nothing (dist/ stays as it is).
+#[test]
+fn an_aarch64_release_is_refused_where_its_standard_library_is_missing() {
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    if installed.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("aarch64-unknown-linux-gnu")) {
+        return skip("the aarch64 refusal", "the aarch64 standard library is installed here");
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let refused =
+        Command::new(root.join("packaging/dist.sh")).arg("aarch64-unknown-linux-gnu.2.17").output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("no Rust standard library for aarch64-unknown-linux-gnu here"),
+        "{refused:?}"
+    );
 }
