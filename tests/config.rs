@@ -43,6 +43,16 @@ fn command_line_beats_variables_beat_the_user_file() {
 }
 
 #[test]
+fn a_key_given_twice_is_named_with_its_first_line() {
+    let sim = with_user_file("min-free = \"1G\"\nexclusive = true\nmin-free = \"2G\"\n");
+    sim.gpurun()
+        .args(["--", "true"])
+        .run()
+        .status(125)
+        .stderr_has(":3: duplicate key \"min-free\": it was given on line 1 already");
+}
+
+#[test]
 fn switches_and_values_from_a_file() {
     let sim = with_user_file("exclusive = true\nmin-free = \"70G\"\ngpus = 2\n");
     let outcome = sim.gpurun().args(["--export"]).run();

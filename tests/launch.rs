@@ -80,6 +80,17 @@ fn own_failures_are_125_126_127_and_no_child_starts_after_a_usage_error() {
         .run()
         .status(127)
         .stderr_has("gpurun: no-such-command-gpurun: command not found");
+    // `-- python` where only python3 is on PATH: the name that is there, said.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink("/bin/true", bin.join("gpurun-probe3")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    sim.gpurun()
+        .env("PATH", path)
+        .args(["--", "gpurun-probe"])
+        .run()
+        .status(127)
+        .stderr_has("gpurun: gpurun-probe: command not found (gpurun-probe3 is: -- gpurun-probe3 ...)");
     let not_executable = dir.path().join("script.sh");
     std::fs::write(&not_executable, "#!/bin/sh\necho hi\n").unwrap();
     sim.gpurun()

@@ -222,9 +222,14 @@ fn missing_library_is_one_line_with_a_hint() {
     outcome
         .status(125)
         .stderr_has("gpurun: cannot load the NVML library /nonexistent/libnvidia-ml.so.1")
-        .stderr_has("--nvml-lib");
+        .stderr_has("; check the path given to --nvml-lib or GPURUN_NVML_LIB");
     assert_eq!(outcome.stderr.lines().count(), 1, "{}", outcome.stderr);
     assert!(outcome.stdout.is_empty());
+    // Not named: the driver's library by its usual name; the hint says how to name one.
+    let default = sim.gpurun().env_remove("GPURUN_NVML_LIB").args(["--list"]).run();
+    if default.code == Some(125) {
+        default.stderr_has("is the NVIDIA driver installed? Name the library with --nvml-lib PATH or GPURUN_NVML_LIB");
+    }
 }
 
 #[test]

@@ -53,7 +53,7 @@ fn worker_processes_count_as_the_commands() {
     // the verdict may clip): two PIDs, each on both GPUs.
     assert!(lines[0].contains("verified:"), "{lines:?}");
     assert_eq!(lines[0].matches("PID ").count(), 2, "{lines:?}");
-    assert_eq!(lines[0].matches(") on GPUs 2, 3").count(), 2, "{lines:?}");
+    assert_eq!(lines[0].matches(") on GPUs 3, 2").count(), 2, "{lines:?}");
 }
 
 #[test]
@@ -72,7 +72,7 @@ fn a_command_under_a_long_path_is_clipped_and_still_verified() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("verified:"), "{lines:?}");
     assert_eq!(lines[0].matches("PID ").count(), 2, "{lines:?}");
-    assert_eq!(lines[0].matches(") on GPUs 2, 3").count(), 2, "{lines:?}");
+    assert_eq!(lines[0].matches(") on GPUs 3, 2").count(), 2, "{lines:?}");
     // A clipped command keeps its program's name: the directory goes first (issue 42, point 7).
     let outcome = run(&sim, &[], &[program.to_str().unwrap(), "--sleep", "0.5"]);
     let lines = verdict_lines(outcome.status(0));
@@ -86,7 +86,9 @@ fn one_process_on_two_gpus_is_named_once() {
     let lines = verdict_lines(outcome.status(0));
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0].matches("PID ").count(), 1, "{lines:?}");
-    assert!(lines[0].contains("sim-cuda --sleep 0.5) on GPUs 2, 3"), "{lines:?}");
+    assert!(lines[0].contains("sim-cuda --sleep 0.5) on GPUs 3, 2"), "{lines:?}");
+    // In the order the running line gives them: CUDA's device 0 first.
+    outcome.stderr_has("on GPU 3 (NVIDIA A100-SXM4-80GB), GPU 2 (NVIDIA A100-SXM4-80GB)");
 }
 
 /// The default machine's FASTEST_FIRST order differs from PCI order: a process that loses
@@ -310,7 +312,7 @@ fn report_json_has_the_documented_schema() {
         ])
     );
     assert_eq!(report["verification"]["verdict"], "verified");
-    assert!(report["verification"]["detail"].as_str().unwrap().contains("on GPUs 2, 3"));
+    assert!(report["verification"]["detail"].as_str().unwrap().contains("on GPUs 3, 2"));
     assert_eq!((&report["requested"], &report["count"]), (&serde_json::json!("2"), &serde_json::json!(2)));
     assert_eq!(report["peak_memory_bytes"]["GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53"], 3u64 << 30);
     assert_eq!(report["peak_memory_bytes"]["GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e52"], 3u64 << 30);

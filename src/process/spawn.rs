@@ -35,7 +35,7 @@ pub(crate) struct Launch<'a> {
 /// The command could not be started.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LaunchError {
-    #[error("{0}: command not found")]
+    #[error("{0}: command not found{hint}", hint = near_miss(.0))]
     NotFound(String),
     #[error("{0}: cannot execute: {1}")]
     NotExecutable(String, io::Error),
@@ -43,6 +43,25 @@ pub(crate) enum LaunchError {
     Setup(String, io::Error),
     #[error("cannot create the --report-json file {0}: {1}")]
     ReportFile(String, io::Error),
+}
+
+/// A bare program name that is not on PATH where its `3` is (`python`, `pip` on a system with
+/// only `python3`, `pip3`): said, as the shell's command-not-found handler would.
+fn near_miss(program: &str) -> String {
+    if program.contains('/') {
+        return String::new();
+    }
+    let three = format!("{program}3");
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(dir.join(&three)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    });
+    match on_path {
+        true => format!(" ({three} is: -- {three} ...)"),
+        false => String::new(),
+    }
 }
 
 impl LaunchError {

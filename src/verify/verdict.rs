@@ -149,7 +149,7 @@ impl Tracker {
         if !self.lost.is_empty() {
             let before = match self.seen.is_empty() {
                 true => "no process of the command had been seen on a GPU".to_owned(),
-                false => format!("seen before: {}", sightings_text(&self.seen)),
+                false => format!("seen before: {}", sightings_text(&self.seen, &self.selected)),
             };
             return (
                 Verdict::Unverifiable,
@@ -161,7 +161,7 @@ impl Tracker {
             );
         }
         if !self.used.is_empty() {
-            let on_selected = sightings_text(&self.seen);
+            let on_selected = sightings_text(&self.seen, &self.selected);
             let unused: Vec<u32> = self.selected.iter().copied().filter(|g| !self.used.contains(g)).collect();
             if unused.is_empty() {
                 return (Verdict::Verified, on_selected);
@@ -197,8 +197,10 @@ impl Tracker {
     }
 }
 
-/// `PID 10 (job) on GPUs 3, 5, PID 11 (job) on GPU 7`: each process once, in the order seen.
-fn sightings_text(seen: &[Sighting]) -> String {
+/// `PID 10 (job) on GPUs 3, 5, PID 11 (job) on GPU 7`: each process once, in the order seen,
+/// its GPUs in the selection's order (the `running ... on` line's: CUDA's device 0 first),
+/// then any other by index.
+fn sightings_text(seen: &[Sighting], selected: &[u32]) -> String {
     let mut processes: Vec<(u32, &str, Vec<u32>, bool)> = Vec::new();
     for sighting in seen {
         match processes.iter_mut().find(|(pid, ..)| *pid == sighting.pid) {
@@ -214,7 +216,7 @@ fn sightings_text(seen: &[Sighting]) -> String {
     let parts: Vec<String> = processes
         .into_iter()
         .map(|(pid, command, mut gpus, mps)| {
-            gpus.sort_unstable();
+            gpus.sort_by_key(|gpu| (selected.iter().position(|s| s == gpu).unwrap_or(usize::MAX), *gpu));
             let client = if mps { " as an MPS client" } else { "" };
             format!("PID {pid} ({command}) on {}{client}", labels(&gpus))
         })

@@ -31,11 +31,8 @@ pub(crate) const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 /// Why NVML could not be opened. Each has its own one-line message with a hint.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OpenError {
-    #[error(
-        "cannot load the NVML library {library}: {detail}; is the NVIDIA driver installed? \
-         Name the library with --nvml-lib PATH or GPURUN_NVML_LIB"
-    )]
-    LibraryMissing { library: String, detail: String },
+    #[error("cannot load the NVML library {library}: {detail}; {hint}")]
+    LibraryMissing { library: String, detail: String, hint: &'static str },
     #[error(
         "{library} is not a usable NVML library ({detail}); \
          point --nvml-lib or GPURUN_NVML_LIB at the driver's libnvidia-ml.so.1"
@@ -104,7 +101,12 @@ pub(crate) fn open(library: Option<&Path>, calls: Calls) -> Result<Session, Open
         .run("nvmlInit_v2", None, || Nvml::builder().lib_path(library.as_os_str()).init())
         .map_err(|error| match error {
             NvmlError::LibloadingError(detail) => {
-                OpenError::LibraryMissing { library: shown.clone(), detail: detail.to_string() }
+                // A library named by hand that is not there needs no advice to name one.
+                let hint = match library.as_os_str() == DEFAULT_LIBRARY {
+                    true => "is the NVIDIA driver installed? Name the library with --nvml-lib PATH or GPURUN_NVML_LIB",
+                    false => "check the path given to --nvml-lib or GPURUN_NVML_LIB",
+                };
+                OpenError::LibraryMissing { library: shown.clone(), detail: detail.to_string(), hint }
             }
             NvmlError::FailedToLoadSymbol(detail) => OpenError::NotNvml { library: shown.clone(), detail },
             NvmlError::DriverNotLoaded => OpenError::DriverNotLoaded,
