@@ -228,7 +228,9 @@ fn missing_library_is_one_line_with_a_hint() {
     // Not named: the driver's library by its usual name; the hint says how to name one.
     let default = sim.gpurun().env_remove("GPURUN_NVML_LIB").args(["--list"]).run();
     if default.code == Some(125) {
-        default.stderr_has("is the NVIDIA driver installed? Name the library with --nvml-lib PATH or GPURUN_NVML_LIB");
+        default.stderr_has(
+            "is the NVIDIA driver installed? Name the library with --nvml-lib PATH or GPURUN_NVML_LIB",
+        );
     }
 }
 

@@ -388,6 +388,8 @@ fn history_fits_the_terminal_and_a_pipe_gets_the_whole_table() {
     }
     // The command is cut, not the columns before it (the verdict of a 0.1 s job may be either).
     assert!(rows[1].ends_with('…') && rows[1].split_whitespace().count() >= 9, "{rows:?}");
+    // ... and it keeps its program's name: the directory goes first.
+    assert!(rows[1].contains(" …/sim-cuda --sl"), "{rows:?}");
     let piped = sim.gpurun().args(["--history"]).run();
     piped.status(0).stdout_has("STARTED (UTC)").stdout_has(long.trim_end());
 }

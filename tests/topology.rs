@@ -149,6 +149,17 @@ fn a_set_of_mixed_models_is_said_so() {
     launch.status(0).stderr_has("gpurun: warning: mixed models: ");
     let one = sim.gpurun().args(["--gpus", "1", "--", "true"]).run();
     assert!(!one.status(0).stderr.contains("mixed models"), "{}", one.stderr);
+    // A --per-rank group's set is the job's too, though each rank holds one GPU of it.
+    let rank = |run: common::Run| {
+        run.env("LOCAL_RANK", "0")
+            .env("RANK", "0")
+            .env("LOCAL_WORLD_SIZE", "4")
+            .env("WORLD_SIZE", "4")
+            .env("TORCHELASTIC_RUN_ID", "mixed")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", "29500")
+    };
+    rank(sim.gpurun()).args(["--per-rank", "--dry-run"]).run().status(0).stdout_has("mixed models: ");
 }
 
 /// Issue 42 (11): where the A100 pair 0-1 spans the sockets and the H100 pair 2-3 shares a NUMA

@@ -265,8 +265,12 @@ fn duplicate(text: &str, message: &str, line: &str) -> Option<String> {
         return None;
     }
     let key = line.split('=').next()?.trim().trim_matches('"');
-    let first = text.lines().position(|l| l.split('=').next().map(|k| k.trim().trim_matches('"')) == Some(key))?;
-    Some(format!("duplicate key {key:?}: it was given on line {} already; a key is given once in a file", first + 1))
+    let first =
+        text.lines().position(|l| l.split('=').next().map(|k| k.trim().trim_matches('"')) == Some(key))?;
+    Some(format!(
+        "duplicate key {key:?}: it was given on line {} already; a key is given once in a file",
+        first + 1
+    ))
 }
 
 /// The settings a configuration file stands for. Only the system file may hold `[limits]`.
@@ -282,7 +286,9 @@ pub(crate) fn file_settings(
             let number = error.span().map(|span| line_at(text, span.start));
             let line = number.map(|n| format!(":{n}")).unwrap_or_default();
             let at_line = number.and_then(|n| text.lines().nth(n.saturating_sub(1)));
-            let hint = at_line.and_then(|l| bare_value(command, l)).or_else(|| duplicate(text, error.message(), at_line?));
+            let hint = at_line
+                .and_then(|l| bare_value(command, l))
+                .or_else(|| duplicate(text, error.message(), at_line?));
             SettingsError(format!(
                 "{shown}{line}: {}",
                 hint.unwrap_or_else(|| error.message().trim_end().to_owned())

@@ -14,6 +14,9 @@ pub(crate) struct Plan {
     pub(crate) variables: Vec<(String, String)>,
     /// `--cpu-bind numa`: the command's CPUs (None: gpurun's own).
     pub(crate) cpus: Option<Vec<u32>>,
+    /// The chosen set mixes GPU models: the warning (for a `--per-rank` rank, the whole
+    /// group's set, which its ranks run on together).
+    pub(crate) mixed_models: Option<String>,
 }
 
 impl Plan {
@@ -21,7 +24,8 @@ impl Plan {
     pub(crate) fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
         let visible_as = visible_as.unwrap_or(VisibleAs::Index);
         let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
-        Plan { selection, variables, cpus: None }
+        let mixed_models = selection.mixed_models();
+        Plan { selection, variables, cpus: None, mixed_models }
     }
 
     /// The plan of one `--per-rank` rank, whose GPUs are the positions `own` of the group's
@@ -38,10 +42,11 @@ impl Plan {
         framework_env: bool,
     ) -> Plan {
         let requested = crate::options::count::Count::exactly(own.len() as u32);
+        let mixed_models = set.mixed_models();
         let own =
             Selection { devices: set.devices.get(own).map(<[_]>::to_vec).unwrap_or_default(), requested };
         if own_only {
-            return Plan::new(own, visible_as, framework_env);
+            return Plan { mixed_models, ..Plan::new(own, visible_as, framework_env) };
         }
         let mut plan = Plan::new(set, visible_as, framework_env);
         let alone = Plan::new(own.clone(), visible_as, framework_env);
@@ -53,6 +58,7 @@ impl Plan {
             }
         }
         plan.selection = own;
+        plan.mixed_models = mixed_models;
         plan
     }
 

@@ -224,7 +224,7 @@ fn start<'a>(
     // Under --per-rank every rank says this: each says which it is.
     let rank = plan.rank.as_ref().map(|member| format!(", {}", member.per_rank.rank)).unwrap_or_default();
     tracing::info!("running {} on {}{rank}", shell::quote(command), plan.gpus.selection.describe());
-    if let Some(mixed) = plan.gpus.selection.mixed_models() {
+    if let Some(mixed) = &plan.gpus.mixed_models {
         tracing::warn!("{mixed}");
     }
     let on_start = supervision

@@ -33,8 +33,8 @@ pub(crate) fn table_for(records: &[&Record], columns: Option<usize>) -> String {
     for record in shown {
         let row = Row::of(record);
         let largest = record.peaks().iter().map(|(_, bytes)| *bytes).max();
-        let line = format!(
-            "{:<11} {:<7} {:<5} {:<12} {:<8} {:<6} {:<7} {}",
+        let cells = format!(
+            "{:<11} {:<7} {:<5} {:<12} {:<8} {:<6} {:<7} ",
             &utc(record.started)[5..16],
             row.wall,
             crate::process::stdio::clip(&row.gpus, 5),
@@ -42,8 +42,10 @@ pub(crate) fn table_for(records: &[&Record], columns: Option<usize>) -> String {
             largest.map_or("-".to_owned(), |bytes| human(bytes).replace(' ', "")),
             energy(record),
             row.ended,
-            row.command
         );
+        // The command in what is left, its program's name kept (`…/train.py --lr 3`).
+        let room = columns.saturating_sub(cells.chars().count() + 1);
+        let line = format!("{cells}{}", crate::process::stdio::clip_command(&row.command, room));
         let _ = writeln!(out, "{}", crate::process::stdio::fit(&line, columns));
     }
     if records.len() > shown.len() {

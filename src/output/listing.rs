@@ -316,7 +316,7 @@ pub(crate) fn json(
             command: dry_run.command.iter().map(|word| word.to_string_lossy().into_owned()).collect(),
             min_free: dry_run.sizing,
             cpus: dry_run.plan.and_then(|plan| plan.cpus.as_deref()).map(crate::options::cpus::list),
-            mixed_models: dry_run.plan.and_then(|plan| plan.selection.mixed_models()),
+            mixed_models: dry_run.plan.and_then(|plan| plan.mixed_models.clone()),
             links: dry_run.plan.and_then(|plan| {
                 let chosen: Vec<u32> = plan.selection.devices.iter().map(|d| d.index).collect();
                 machine
@@ -726,7 +726,7 @@ fn dry_run_details(machine: &Machine, plan: &Plan, asked: &DryRun) -> String {
         "selected: {}",
         if chosen.is_empty() { "no GPU".to_owned() } else { chosen.join(", ") }
     );
-    if let Some(mixed) = plan.selection.mixed_models() {
+    if let Some(mixed) = &plan.mixed_models {
         let _ = writeln!(out, "{mixed}");
     }
     if !asked.passed_over.is_empty() {

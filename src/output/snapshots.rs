@@ -125,6 +125,7 @@ fn snapshot_dry_run() {
             true,
             |_| None,
         ),
+        mixed_models: selection.mixed_models(),
         selection,
         cpus: None,
     };

@@ -55,7 +55,8 @@ fn near_miss(program: &str) -> String {
     let on_path = std::env::var_os("PATH").is_some_and(|path| {
         std::env::split_paths(&path).any(|dir| {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(dir.join(&three)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            std::fs::metadata(dir.join(&three))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
     });
     match on_path {
