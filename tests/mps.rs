@@ -24,14 +24,13 @@ fn control_daemon(control: &std::path::Path) -> std::fs::File {
     std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(control).unwrap()
 }
 
-/// An MPS server of our own user on GPU 0: sim-cuda under the server's program name, which
-/// makes a later sim-cuda of ours on that GPU its client.
+/// An MPS server of our own user on GPU 0: `sim-cuda --mps-server`, which runs under the
+/// server's program name (as the guide's try-out starts it) and makes a later sim-cuda of ours
+/// on that GPU its client.
 fn own_server(sim: &Sim) -> common::Running {
-    let server = sim.dir.path().join("nvidia-cuda-mps-server");
-    std::os::unix::fs::symlink(sim_cuda(), &server).unwrap();
     let run = sim
         .gpurun_command(
-            server.to_str().unwrap(),
+            sim_cuda().to_str().unwrap(),
             &["--mps-server", "--mem", "256MiB", "--sleep", "600", "--quiet"],
         )
         .env("CUDA_VISIBLE_DEVICES", GPU0);
@@ -222,6 +221,11 @@ fn mps_joins_the_callers_own_server_with_its_client_settings() {
     std::fs::create_dir(&pipe).unwrap();
     let none = sim.gpurun().args(["--mps", "--", "true"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
     none.status(75).stderr_has("no MPS server of yours runs on it, and no MPS control daemon reads");
+    // The machine's reason, the same for every GPU, is said once, not once per GPU.
+    let eight = Sim::new(&common::default_scenario());
+    let all = eight.gpurun().args(["--mps", "--", "true"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
+    all.status(75).stderr_has("\n  all 8 GPUs: no MPS server of yours runs on it");
+    assert_eq!(all.stderr.matches("no MPS server of yours").count(), 1, "{}", all.stderr);
     // A control daemon starts the user's server at the first client: any GPU without another
     // user's server will do.
     let control = pipe.join("control");

@@ -173,12 +173,26 @@ pub(crate) fn refusal(machine: &Machine, decision: &Decision, requested: Count, 
             "; only GPUs turned away for their health could make up the rest (--health ignore would take them)",
         );
     }
-    for gpu in machine.devices().filter(|gpu| !gpu.in_mig_mode()) {
-        let verdict = match decision.assessments.iter().find(|a| a.index == gpu.index) {
-            Some(a) if a.eligible() => "qualifies".to_owned(),
-            Some(a) => a.reasons().join("; "),
-            None => "not assessed".to_owned(),
-        };
+    let verdicts: Vec<(&crate::probe::gpu::Gpu, String)> = machine
+        .devices()
+        .filter(|gpu| !gpu.in_mig_mode())
+        .map(|gpu| {
+            let verdict = match decision.assessments.iter().find(|a| a.index == gpu.index) {
+                Some(a) if a.eligible() => "qualifies".to_owned(),
+                Some(a) => a.reasons().join("; "),
+                None => "not assessed".to_owned(),
+            };
+            (gpu, verdict)
+        })
+        .collect();
+    // One reason for every GPU (the machine's, like no MPS daemon for --mps): said once.
+    if let [(_, first), rest @ ..] = &verdicts[..] {
+        if rest.len() >= 2 && rest.iter().all(|(_, verdict)| verdict == first) {
+            text.push_str(&format!("\n  all {} GPUs: {first}", verdicts.len()));
+            return text;
+        }
+    }
+    for (gpu, verdict) in verdicts {
         // "GPU 3: free 6.1 GiB < 8 GiB" first (what people grep for), the model after.
         text.push_str(&format!(
             "\n  {}: {verdict} ({})",

@@ -28,7 +28,8 @@ const USAGE: &str =
   --workers N       N worker processes register on the devices instead of this one
   --mps-server      register as an MPS server (nvidia-cuda-mps-server) on the devices: in
                     their compute list; a later sim-cuda of the same user on one of them is
-                    then its MPS client (listed only in the MPS list), as CUDA makes it
+                    then its MPS client (listed only in the MPS list), as CUDA makes it. It
+                    runs as nvidia-cuda-mps-server (argv[0]), the name tools know it by
   --sleep SECONDS   how long to hold the devices (default 0)
   --hold-after-exit SECONDS
                     start a child (`sleep SECONDS`) that inherits the device files, as a
@@ -158,8 +159,28 @@ fn report(devices: &[CudaDevice], registered_pid: Option<u32>) {
     println!("{line}");
 }
 
+/// The real server's program name: tools (gpurun among them) know an MPS server by it.
+const MPS_SERVER_NAME: &str = "nvidia-cuda-mps-server";
+
+/// `--mps-server` under another name runs again as `nvidia-cuda-mps-server` (the same PID and
+/// program, argv[0] changed), so that `/proc/PID/cmdline` names it as the real one's does.
+fn named_as_the_server(args: &[String]) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let called = std::env::args().next().unwrap_or_default();
+    let name = called.rsplit('/').next().unwrap_or_default();
+    if name == MPS_SERVER_NAME || !args.iter().any(|arg| arg == "--mps-server") {
+        return Ok(());
+    }
+    let program = std::env::current_exe().map_err(|e| e.to_string())?;
+    Err(format!(
+        "cannot run as {MPS_SERVER_NAME}: {}",
+        Command::new(program).arg0(MPS_SERVER_NAME).args(args).exec()
+    ))
+}
+
 fn run() -> Result<u8, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    named_as_the_server(&args)?;
     let options = parse_options(&args)?;
     let source = Source::from_env();
     let scenario = source.load()?;
