@@ -271,7 +271,14 @@ fn show_history(json: bool, pattern: Option<&str>) -> Result<Exit, Error> {
 fn doctor(config: &Config, receiver: &Receiver) -> Result<Exit, Error> {
     let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
     let diagnosis = doctor::examine(&mut nvml, receiver, config).map_err(Error::Interrupted)?;
-    print(&diagnosis.text).map_err(Error::Output)?;
+    // On a terminal a finding wraps under its text (after "  PROBLEM  "), never at the edge.
+    let text = match process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())) {
+        Some(columns) => {
+            diagnosis.text.lines().map(|line| process::stdio::wrap(line, columns, Some(11))).collect()
+        }
+        None => diagnosis.text,
+    };
+    print(&text).map_err(Error::Output)?;
     Ok(Exit::Code(if diagnosis.usable { 0 } else { exit_code::GPURUN_ERROR }))
 }
 

@@ -407,6 +407,28 @@ fn a_dry_run_fits_the_terminal() {
     }
     assert!(lines.iter().any(|l| l.starts_with("  GPU-8f3b2c1d")), "the selected line wrapped: {lines:#?}");
     assert!(lines.iter().any(|l| l.starts_with("min-free: 8 GB = 7.45 GiB")), "{lines:#?}");
+    // The UUID list, one word wider than the terminal, breaks after a comma (issue 54).
+    let uuids = lines.iter().position(|l| l.starts_with("  GPURUN_GPU_UUIDS=")).expect("the UUIDs line");
+    assert!(lines[uuids].ends_with(',') && lines[uuids].chars().count() < 80, "{lines:#?}");
+}
+
+/// `--report` and `--doctor` at 80 columns: every line within the terminal, a long one wrapped
+/// under its value (issue 54).
+#[test]
+fn the_report_and_the_doctor_fit_the_terminal() {
+    let sim = Sim::new(&default_scenario());
+    let report =
+        shown_on(&sim, 80, "gpurun --report --gpus 2 -- sim-cuda --sleep 0.3 --quiet", "gpurun: report:");
+    assert!(report.len() > 6, "{report:#?}");
+    for line in &report {
+        assert!(line.chars().count() < 80, "{line:?}");
+    }
+    assert!(report.iter().any(|l| l.starts_with(&format!("{}0% p95 0%", " ".repeat(16)))), "{report:#?}");
+    let doctor = shown_on(&sim, 80, "gpurun --doctor", "gpurun doctor");
+    assert!(doctor.len() > 10, "{doctor:#?}");
+    for line in &doctor {
+        assert!(line.chars().count() < 80, "{line:?}");
+    }
 }
 
 #[test]

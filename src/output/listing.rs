@@ -673,34 +673,16 @@ pub(crate) fn dry_run(
     match columns {
         // On a terminal the details wrap (they are what the dry run is for: nothing is cut).
         Some(columns) => {
-            format!("{table}{}", details.lines().map(|line| wrap(line, columns)).collect::<String>())
+            format!(
+                "{table}{}",
+                details
+                    .lines()
+                    .map(|line| crate::process::stdio::wrap(line, columns, None))
+                    .collect::<String>()
+            )
         }
         None => format!("{table}{details}"),
     }
-}
-
-/// `line` broken at spaces into lines shorter than `columns`, the continuation indented by
-/// two spaces more than the line; a word longer than the width stays whole on its own line.
-fn wrap(line: &str, columns: usize) -> String {
-    let text = line.trim_start();
-    let lead = &line[..line.len() - text.len()];
-    let indent = lead.len() + 2;
-    let mut out = String::new();
-    let mut current = lead.to_owned();
-    for word in text.split(' ') {
-        let candidate =
-            if current.trim().is_empty() { format!("{current}{word}") } else { format!("{current} {word}") };
-        if candidate.chars().count() < columns || current.trim().is_empty() {
-            current = candidate;
-        } else {
-            out.push_str(&current);
-            out.push('\n');
-            current = format!("{}{word}", " ".repeat(indent));
-        }
-    }
-    out.push_str(&current);
-    out.push('\n');
-    out
 }
 
 /// The dry run below its table: the choice, what was passed over, the environment and the

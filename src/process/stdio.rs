@@ -146,6 +146,38 @@ pub(crate) fn clip(text: &str, width: usize) -> String {
     cut
 }
 
+/// `line` broken at spaces into lines shorter than `columns`, each continuation indented by
+/// `hanging` spaces (None: two more than the line's own indent). A word wider than a line
+/// (a list of UUIDs) is broken after its commas; one without commas stays whole on its line.
+pub(crate) fn wrap(line: &str, columns: usize, hanging: Option<usize>) -> String {
+    let text = line.trim_start();
+    let lead = &line[..line.len() - text.len()];
+    let indent = " ".repeat(hanging.unwrap_or(lead.len() + 2));
+    // Each word, and whether it joins the one before without a space (the rest of a list).
+    let mut words: Vec<(&str, bool)> = Vec::new();
+    for word in text.split(' ') {
+        match word.chars().count() + indent.len() >= columns && word.contains(',') {
+            true => words.extend(word.split_inclusive(',').enumerate().map(|(at, piece)| (piece, at > 0))),
+            false => words.push((word, false)),
+        }
+    }
+    let (mut out, mut current) = (String::new(), lead.to_owned());
+    for (word, joins) in words {
+        let glue = if current.trim().is_empty() || joins { "" } else { " " };
+        let candidate = format!("{current}{glue}{word}");
+        if candidate.chars().count() < columns || current.trim().is_empty() {
+            current = candidate;
+        } else {
+            out.push_str(&current);
+            out.push('\n');
+            current = format!("{indent}{word}");
+        }
+    }
+    out.push_str(&current);
+    out.push('\n');
+    out
+}
+
 /// A command line in at most `width` characters that keeps the program's name: a long
 /// directory in front of it goes first (`…/sim-cuda --sleep 1`), then the end of the arguments.
 pub(crate) fn clip_command(line: &str, width: usize) -> String {
@@ -164,6 +196,25 @@ pub(crate) fn clip_command(line: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::{clip, clip_command, fit};
+
+    #[test]
+    fn wrapped_lines_break_at_spaces_and_a_long_list_after_its_commas() {
+        let line =
+            "  GPU 3:        energy 620 J (0.17 Wh), 201 W mean / 230 W max of 400 W, util p50 40% p95 61%";
+        let wrapped = super::wrap(line, 60, Some(16));
+        assert!(wrapped.lines().all(|l| l.chars().count() < 60), "{wrapped}");
+        assert!(wrapped.lines().nth(1).unwrap().starts_with(&" ".repeat(16)), "{wrapped}");
+        assert_eq!(
+            wrapped.split_whitespace().collect::<Vec<_>>(),
+            line.split_whitespace().collect::<Vec<_>>()
+        );
+        let uuids = "GPURUN_GPU_UUIDS=GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e53,GPU-8f3b2c1d-6e5a-4b7c-8d9e-0a1b2c3d4e52";
+        let broken = super::wrap(uuids, 80, None);
+        assert_eq!(broken.lines().count(), 2, "{broken}");
+        assert!(broken.lines().all(|l| l.chars().count() < 80), "{broken}");
+        assert_eq!(broken.replace("\n  ", "").trim_end(), uuids, "nothing lost or added");
+        assert_eq!(super::wrap("short", 80, None), "short\n");
+    }
 
     #[test]
     fn a_clipped_command_keeps_its_programs_name() {

@@ -251,9 +251,19 @@ impl Report {
 
     /// `--report`: the summary on stderr, in the log format in force.
     pub(crate) fn log(&self) {
+        use crate::process::stdio::{terminal_columns, wrap};
+        // On a terminal each line wraps under its value (16 columns in), never at its edge.
+        let summary = match terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stderr())) {
+            Some(columns) => {
+                let lines: String =
+                    self.summary().lines().map(|line| wrap(line, columns, Some(16))).collect();
+                lines.trim_end().to_owned()
+            }
+            None => self.summary(),
+        };
         crate::process::logging::print_outside(
             "info",
-            &self.summary(),
+            &summary,
             Some(("report", serde_json::to_value(self).expect("plain data"))),
         );
     }
