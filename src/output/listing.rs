@@ -159,6 +159,8 @@ pub(crate) struct Shared<'a> {
 /// The table's columns before PROCESSES, and the narrowest terminal they are shown on with
 /// room for the processes; a narrower one gets the compact layout.
 const WIDE_COLUMNS: usize = 84;
+/// Where the compact layout's PROCESSES column starts.
+const COMPACT_COLUMNS: usize = 62;
 const WIDE_FROM: usize = WIDE_COLUMNS + 20;
 
 /// Waiters listed without `-v`: the head of a queue of hundreds is what a person reads.
@@ -415,8 +417,9 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
         None if clients.is_empty() => vec!["?".to_owned()],
         _ if all.is_empty() => vec!["-".to_owned()],
         // The owner first (who is on the card), then the PID, the memory without its space,
-        // and `*` for a process not started through gpurun (the legend says so).
-        _ if compact => vec![all
+        // and `*` for a process not started through gpurun (the legend says so); one a line,
+        // so that a narrow terminal cuts none away.
+        _ if compact => all
             .iter()
             .map(|p| {
                 format!(
@@ -429,8 +432,7 @@ fn process_cells(gpu: &Gpu, live: &[Lease], compact: bool) -> Vec<String> {
                     leftover::leftover(p.pid, recorded).map(|word| format!(" {word}")).unwrap_or_default()
                 )
             })
-            .collect::<Vec<_>>()
-            .join(", ")],
+            .collect(),
         _ => {
             all.iter()
                 .map(|p| {
@@ -498,6 +500,9 @@ fn device_rows(
             or_dash(util),
             processes[0],
         );
+        for more in &processes[1..] {
+            let _ = writeln!(out, "{:>width$}{more}", "", width = COMPACT_COLUMNS);
+        }
     } else {
         let _ = writeln!(
             out,
