@@ -339,7 +339,13 @@ fn a_gpu_whose_process_list_answers_lost_changes_the_verdict() {
         .args(["--report-json", report.to_str().unwrap(), "--", &cuda, "--mem", "1GiB", "--sleep", "7"])
         .command;
     let file = std::fs::File::create(&stderr).unwrap();
-    let mut gpurun = command.stdin(std::process::Stdio::null()).stderr(file).spawn().unwrap();
+    // sim-cuda's JSON line goes nowhere: not into the test harness's output.
+    let mut gpurun = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .spawn()
+        .unwrap();
     let said = |text: &str| std::fs::read_to_string(&stderr).unwrap_or_default().contains(text);
     // Verified first; the next poll (5 s later, once settled) finds the GPU lost.
     assert!(common::wait_until(Duration::from_secs(20), || said("verified: PID")), "verified first");
