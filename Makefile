@@ -196,6 +196,7 @@ install-files:
 	install -m 0644 README.md "$(SHARE)/doc/gpurun/"
 	# As in the source tree, so that the docs' links between them resolve where installed.
 	install -D -m 0644 -t "$(SHARE)/doc/gpurun/doc" doc/guide.md doc/design.md doc/performance.md doc/development.md
+	install -D -m 0644 -t "$(SHARE)/doc/gpurun/doc/guide" doc/guide/*.md
 	install -d "$(SHARE)/bash-completion/completions" "$(SHARE)/zsh/site-functions" "$(SHARE)/fish/vendor_completions.d"
 	"$(BIN)" --completions bash > "$(SHARE)/bash-completion/completions/gpurun"
 	"$(BIN)" --completions zsh > "$(SHARE)/zsh/site-functions/_gpurun"

@@ -37,7 +37,7 @@ put 0644 "$here/share/man/man1/gpurun.1" "$root/share/man/man1/gpurun.1"
 put 0644 "$here/share/bash-completion/completions/gpurun" "$root/share/bash-completion/completions/gpurun"
 put 0644 "$here/share/zsh/site-functions/_gpurun" "$root/share/zsh/site-functions/_gpurun"
 put 0644 "$here/share/fish/vendor_completions.d/gpurun.fish" "$root/share/fish/vendor_completions.d/gpurun.fish"
-for doc in "$here"/share/doc/gpurun/* "$here"/share/doc/gpurun/doc/*; do
+for doc in "$here"/share/doc/gpurun/* "$here"/share/doc/gpurun/doc/* "$here"/share/doc/gpurun/doc/guide/*; do
     if [ -f "$doc" ]; then put 0644 "$doc" "$root/share/doc/gpurun/${doc#"$here/share/doc/gpurun/"}"; fi
 done
 if [ -n "$TMPFILESDIR" ]; then

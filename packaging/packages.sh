@@ -30,6 +30,9 @@ ASSETS=(
     "doc/performance.md /usr/share/doc/gpurun/doc/performance.md 0644 doc"
     "doc/development.md /usr/share/doc/gpurun/doc/development.md 0644 doc"
 )
+for page in doc/guide/*.md; do
+    ASSETS+=("$page /usr/share/doc/gpurun/$page 0644 doc")
+done
 summary="Run a command on the right NVIDIA GPU"
 description="An exec wrapper for NVIDIA GPU machines: probes the GPUs through NVML, chooses and
 reserves the right ones, sets CUDA_VISIBLE_DEVICES, runs the command, forwards its

@@ -41,6 +41,7 @@ const PREFIX_FILES: &[&str] = &[
     "share/doc/gpurun/config.toml",
     "share/doc/gpurun/README.md",
     "share/doc/gpurun/doc/guide.md",
+    "share/doc/gpurun/doc/guide/slurm.md",
     "share/doc/gpurun/doc/development.md",
 ];
 
@@ -129,7 +130,16 @@ fn the_tarball_holds_the_release_and_its_binary_needs_at_most_glibc_2_17() {
 /// point 10: the README's doc/guide.md and the guide's ../README.md pointed nowhere).
 fn assert_links_resolve(docs: &Path) {
     let mut checked = 0;
-    for file in ["README.md", "doc/guide.md", "doc/development.md", "doc/performance.md", "doc/design.md"] {
+    let pages = std::fs::read_dir(docs.join("doc/guide"))
+        .unwrap()
+        .map(|entry| format!("doc/guide/{}", entry.unwrap().file_name().to_string_lossy()));
+    let files: Vec<String> =
+        ["README.md", "doc/guide.md", "doc/development.md", "doc/performance.md", "doc/design.md"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(pages)
+            .collect();
+    for file in &files {
         let path = docs.join(file);
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for link in text.split("](").skip(1).filter_map(|rest| rest.split(')').next()) {

@@ -245,7 +245,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("/run/lock/gpurun/", "the lock directory: UUID.PID.*.lease (one per reserved GPU), ticket.* and wake.* (a waiter's place in the queue and the FIFO it sleeps on); created mode 1777 (packaging/gpurun-tmpfiles.conf creates it at boot)"),
             ("~/.local/state/gpurun/history.jsonl", "the history of runs ($XDG_STATE_HOME/gpurun); see History"),
             ("/usr/share/doc/gpurun/config.toml", "an example configuration with every key, commented out"),
-            ("/usr/share/doc/gpurun/doc/guide.md", "the user's guide, feature by feature (doc/guide.md in the source); design.md, performance.md and development.md beside it, README.md above"),
+            ("/usr/share/doc/gpurun/doc/guide.md", "the user's guide: a quick start, then one page per task in guide/ (doc/guide.md and doc/guide/ in the source); design.md, performance.md and development.md beside it, README.md above"),
         ],
     ),
     ("Exit status", crate::exit_code::TABLE),
