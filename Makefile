@@ -106,12 +106,11 @@ shells:
 	@tests/completions/install-shells.sh
 
 # NO_INSTALL=1: no Debian package is installed (the tests that need one skip, saying why).
-# tests/run-all.sh builds make dist's artefacts while the test binaries compile, then runs them.
 NO_INSTALL ?=
 export NO_INSTALL
 
-test: install-notice venv sim slurm-deps mpi-deps container-deps emulation-deps dist-deps shells
-	@CARGO=$(CARGO) PYTHON=$(PYTHON) DIST_TARGET=$(DIST_TARGET) tests/run-all.sh
+test: install-notice venv sim slurm-deps mpi-deps container-deps emulation-deps dist-deps shells dist
+	@CARGO=$(CARGO) tests/run-all.sh
 
 # Said once, before anything is installed system-wide.
 install-notice:
