@@ -5,6 +5,11 @@ set -uo pipefail
 log=$(mktemp "${TMPDIR:-/tmp}/gpurun-test.XXXXXX")
 trap 'rm -f "$log"' EXIT
 cargo=${CARGO:-cargo}
+# The suite waits far more than it computes (processes, NVML polls, signals, sleeps): twice as
+# many test threads as CPUs nearly halves its wall time on two cores (the integration binary:
+# 269 s with 2 threads, 145 s with 4, 102 s with 6, all green) and leaves every test its own
+# time bounds. RUST_TEST_THREADS overrides it.
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-$(( $(nproc 2>/dev/null || echo 1) * 2 ))}
 "$cargo" test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 awk '
