@@ -71,6 +71,32 @@ fn the_job_map_names_each_chosen_gpu_during_the_run_and_is_gone_after() {
     let id = made.status(0).stdout.trim().to_owned();
     assert!(id.starts_with("gpurun-"), "{id}");
     assert_eq!(report(&json)["job"]["id"], id.as_str());
+    // A file planted as a link to someone's file is left alone, and the target untouched.
+    let victim = sim.dir.path().join("victim");
+    std::fs::write(&victim, "keep\n").unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::symlink(&victim, dir.join("3")).unwrap();
+    sim.gpurun()
+        .args(["--devices", "3", "--job-map-dir"])
+        .arg(&dir)
+        .args(["--", "true"])
+        .run()
+        .status(0)
+        .stderr_has("it is a symbolic link, not a file: left alone");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    assert!(std::fs::symlink_metadata(dir.join("3")).unwrap().file_type().is_symlink());
+    // A lock held for ever (a stopped gpurun, a hostile holder) costs the job 2 s, not its run.
+    let lock = std::fs::File::create(dir.join(".gpurun.lock")).unwrap();
+    let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    sim.gpurun()
+        .args(["--job-map-dir"])
+        .arg(&dir)
+        .args(["--", "true"])
+        .run()
+        .status(0)
+        .stderr_has("cannot lock .gpurun.lock there: another process holds it; the job is not mapped");
+    drop(held);
     // A directory that cannot be written is a warning: the job runs.
     sim.gpurun()
         .args(["--job-map-dir", "/nonexistent/map", "--", "true"])
