@@ -5,6 +5,7 @@
 mod args;
 mod completion;
 pub(crate) mod limits;
+mod reference;
 pub mod settings;
 pub(crate) mod shebang;
 
@@ -14,8 +15,9 @@ use std::ffi::OsString;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 
-pub use args::{command, REFERENCE, SEE_ALSO};
+pub use args::command;
 pub(crate) use args::{Cli, CompletionShell, WaitLimit};
+pub use reference::{REFERENCE, SEE_ALSO};
 
 use crate::cli::settings::SettingsError;
 
