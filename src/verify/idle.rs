@@ -42,15 +42,6 @@ struct Stretch {
     warned: bool,
 }
 
-/// What the samples just read crossed.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct Crossed {
-    /// GPUs idle for the warning's time, said now (once each): with how long.
-    pub(crate) warn: Vec<(u32, Duration)>,
-    /// The house rule ends the command: the GPU idle for `idle-limit`, with how long.
-    pub(crate) end: Option<(u32, Duration)>,
-}
-
 #[derive(Debug, Clone)]
 pub(crate) struct IdleWatch {
     rules: IdleRules,
@@ -67,9 +58,11 @@ impl IdleWatch {
         IdleWatch { rules, started, gpus: BTreeMap::new(), ended: false, pending_end: None }
     }
 
-    /// Takes one look's samples of the chosen GPUs' utilization.
-    pub(crate) fn absorb(&mut self, readings: &[Reading]) -> Crossed {
-        let mut crossed = Crossed::default();
+    /// Takes one look's samples of the chosen GPUs' utilization. Returns the GPUs idle for the
+    /// warning's time since this look (each said once), with how long; the house rule's end, if
+    /// crossed, waits for `take_end`.
+    pub(crate) fn absorb(&mut self, readings: &[Reading]) -> Vec<(u32, Duration)> {
+        let mut crossed = Vec::new();
         if self.rules.warn_after.is_none() && self.rules.end_after.is_none() {
             return crossed;
         }
@@ -86,13 +79,12 @@ impl IdleWatch {
             stretch.longest = stretch.longest.max(idle);
             if self.rules.warn_after.as_ref().is_some_and(|(after, _)| idle >= *after) && !stretch.warned {
                 stretch.warned = true;
-                crossed.warn.push((reading.gpu, idle));
+                crossed.push((reading.gpu, idle));
             }
             if self.rules.end_after.as_ref().is_some_and(|(after, _)| idle >= *after) && !self.ended {
                 self.ended = true;
                 stretch.warned = true;
-                crossed.end = Some((reading.gpu, idle));
-                self.pending_end = crossed.end;
+                self.pending_end = Some((reading.gpu, idle));
             }
         }
         crossed
@@ -171,13 +163,13 @@ mod tests {
     fn a_gpu_at_zero_from_the_start_warns_once_at_the_time() {
         let (mut idle, start) = watch(Some(10), None);
         let at = |s| start + Duration::from_secs(s);
-        assert_eq!(idle.absorb(&[reading(3, at(5), Some(0))]), Crossed::default());
+        assert!(idle.absorb(&[reading(3, at(5), Some(0))]).is_empty());
         let crossed = idle.absorb(&[reading(3, at(10), Some(0))]);
-        assert_eq!(crossed.warn, [(3, Duration::from_secs(10))]);
-        assert_eq!(idle.absorb(&[reading(3, at(20), Some(0))]), Crossed::default(), "said once");
+        assert_eq!(crossed, [(3, Duration::from_secs(10))]);
+        assert!(idle.absorb(&[reading(3, at(20), Some(0))]).is_empty(), "said once");
         assert_eq!(idle.held_idle(), [(3, Duration::from_secs(20))]);
         assert_eq!(
-            idle.warning(&crossed.warn).unwrap(),
+            idle.warning(&crossed).unwrap(),
             "GPU 3 has been held at 0% utilization for 10s (--idle-warn 10s): end the command or let others use it"
         );
     }
@@ -188,10 +180,10 @@ mod tests {
         let at = |s| start + Duration::from_secs(s);
         idle.absorb(&[reading(3, at(1), Some(40)), reading(4, at(1), None)]);
         idle.absorb(&[reading(3, at(6), Some(0)), reading(4, at(6), None)]);
-        assert_eq!(idle.absorb(&[reading(3, at(15), Some(0)), reading(4, at(30), None)]), Crossed::default());
+        assert!(idle.absorb(&[reading(3, at(15), Some(0)), reading(4, at(30), None)]).is_empty());
         idle.absorb(&[reading(3, at(16), Some(1))]);
-        assert_eq!(idle.absorb(&[reading(3, at(25), Some(0))]), Crossed::default(), "a new stretch");
-        assert_eq!(idle.absorb(&[reading(3, at(35), Some(0))]).warn, [(3, Duration::from_secs(10))]);
+        assert!(idle.absorb(&[reading(3, at(25), Some(0))]).is_empty(), "a new stretch");
+        assert_eq!(idle.absorb(&[reading(3, at(35), Some(0))]), [(3, Duration::from_secs(10))]);
         assert_eq!(idle.held_idle(), [(3, Duration::from_secs(10))]);
     }
 
@@ -199,9 +191,14 @@ mod tests {
     fn the_house_rule_ends_once_and_off_reads_nothing() {
         let (mut idle, start) = watch(None, Some(60));
         let at = |s| start + Duration::from_secs(s);
-        assert_eq!(idle.absorb(&[reading(2, at(59), Some(0))]).end, None);
-        assert_eq!(idle.absorb(&[reading(2, at(61), Some(0))]).end, Some((2, Duration::from_secs(61))));
-        assert_eq!(idle.absorb(&[reading(2, at(70), Some(0))]).end, None, "once");
+        idle.absorb(&[reading(2, at(59), Some(0))]);
+        assert_eq!(idle.take_end(libc::SIGTERM), None);
+        idle.absorb(&[reading(2, at(61), Some(0))]);
+        let (gpu, what) = idle.take_end(libc::SIGTERM).unwrap();
+        assert_eq!(gpu, 2);
+        assert_eq!(what, "GPU 2 was held at 0% utilization for 61s (the house rule idle-limit = 1h): the command was sent SIGTERM");
+        idle.absorb(&[reading(2, at(70), Some(0))]);
+        assert_eq!(idle.take_end(libc::SIGTERM), None, "once");
         assert!(idle
             .ending(2, Duration::from_secs(61), libc::SIGTERM)
             .contains("(the house rule idle-limit = 1h)"));

@@ -253,7 +253,7 @@ impl Monitor {
     pub(crate) fn absorb_readings(&mut self, readings: &[Reading], bounds: bool) {
         self.receipt.absorb(readings, bounds);
         let crossed = self.idle.absorb(readings);
-        if let Some(warning) = self.idle.warning(&crossed.warn) {
+        if let Some(warning) = self.idle.warning(&crossed) {
             tracing::warn!("{warning}");
         }
     }
