@@ -8,7 +8,6 @@ pub(crate) mod container;
 pub(crate) mod container_options;
 pub(crate) mod env;
 pub(crate) mod hooks;
-pub(crate) mod job;
 pub(crate) mod job_map;
 pub(crate) mod launcher_options;
 pub(crate) mod launchers;
@@ -24,11 +23,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::exit_code::{End, Exit};
 use crate::history;
 use crate::launch::hooks::Hook;
-use crate::launch::job::JobIdentity;
 use crate::launch::job_map::JobMap;
 use crate::launch::plan::{Member, Plan};
 use crate::options::size::Threshold;
-use crate::options::{clock, cpus, shell, VerifyMode};
+use crate::options::{cpus, shell, VerifyMode};
 use crate::probe::gpu::Machine;
 use crate::probe::worker::NvmlThread;
 use crate::process::death::Watcher;
@@ -36,6 +34,7 @@ use crate::process::procfs;
 use crate::process::signals::{default_action, send_to, DefaultAction, Receiver};
 use crate::process::spawn::{self, Launch, LaunchError};
 use crate::reserve::lease::HeldLease;
+use crate::verify::job::JobIdentity;
 use crate::verify::monitor::{Monitor, Seen};
 use crate::verify::report::{self, Report};
 use crate::verify::{ending, prom};
@@ -377,16 +376,9 @@ fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>, ide
         min_free: about.min_free,
         verify_timeout: supervision.verify_timeout,
         limited: ended.limited,
+        job: identity,
     };
-    let mut summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
-    let ended_at = SystemTime::now();
-    summary.job = Some(report::JobRecord {
-        id: identity.id.clone(),
-        host: identity.host.clone(),
-        user: identity.user.clone(),
-        start: clock::rfc3339(ended.started_at),
-        end: clock::rfc3339(ended_at),
-    });
+    let summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
     if supervision.report {
         summary.log();
     }
@@ -394,7 +386,7 @@ fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>, ide
         summary.write_json(file);
     }
     if let Some(path) = &supervision.prom_file {
-        write_prom(path, &summary, identity, (ended.started_at, ended_at));
+        prom::write(path, &summary);
     }
     if let Some(path) = &supervision.history {
         keep_history(path, &summary, ended.started_at, about.request_text);
@@ -407,27 +399,6 @@ fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>, ide
             .for_each(Hook::wait_out);
     }
     ended.exit
-}
-
-/// `--prom-file`: the receipt for node_exporter's textfile collector; a failure is a warning.
-fn write_prom(
-    path: &std::path::Path,
-    summary: &Report,
-    identity: &JobIdentity,
-    span: (SystemTime, SystemTime),
-) {
-    let seconds = |at: SystemTime| at.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-    let labels = prom::JobLabels {
-        id: &identity.id,
-        host: &identity.host,
-        user: &identity.user,
-        start_seconds: seconds(span.0),
-        end_seconds: seconds(span.1),
-    };
-    let report = serde_json::to_value(summary).expect("plain data");
-    if let Err(error) = crate::process::replace::replace_file(path, &prom::render(&report, &labels)) {
-        tracing::warn!("--prom-file {}: cannot write the receipt: {error}", path.display());
-    }
 }
 
 /// Where the plan ran the command, for the report.

@@ -11,6 +11,7 @@ use crate::options::size::Threshold;
 use crate::probe::gpu::Machine;
 use crate::select::selection::Selection;
 use crate::verify::diagnosis::{self, Card, Diagnosis};
+use crate::verify::job::{JobIdentity, JobRecord};
 use crate::verify::monitor::{HealthWatch, Seen};
 use crate::verify::report::{Outcome, Placement, Report};
 
@@ -31,6 +32,8 @@ pub(crate) struct Run<'a> {
     pub(crate) verify_timeout: Duration,
     /// `--time-limit` or the house rule on idle GPUs ended the command: what was done.
     pub(crate) limited: Option<Limited>,
+    /// Whose job it was (the report's `job`, with the start and now as its end).
+    pub(crate) job: &'a JobIdentity,
 }
 
 /// A limit that ended the command (gpurun exits 124), and what was done.
@@ -57,6 +60,7 @@ pub(crate) fn report(run: &Run, seen: Seen, placement: Placement) -> Report {
     report.diagnosis = diagnosis;
     report.add_receipt(seen.receipt.as_ref(), &uuid_of);
     report.placement = placement;
+    report.job = Some(JobRecord { identity: run.job.clone(), start: run.started_at, end: SystemTime::now() });
     report
 }
 
@@ -232,6 +236,7 @@ mod tests {
             min_free,
             verify_timeout: Duration::from_secs(30),
             limited: None,
+            job: &JobIdentity { id: "7".into(), host: "node".into(), user: "alice".into() },
         };
         report(&run, seen, Placement::default())
     }

@@ -5,6 +5,7 @@ pub(crate) mod container;
 pub(crate) mod diagnosis;
 pub(crate) mod ending;
 pub(crate) mod idle;
+pub(crate) mod job;
 pub(crate) mod leftover;
 pub(crate) mod monitor;
 pub(crate) mod prom;

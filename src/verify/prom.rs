@@ -15,14 +15,8 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-/// The job the receipt is for, as the labels say it.
-pub(crate) struct JobLabels<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) host: &'a str,
-    pub(crate) user: &'a str,
-    pub(crate) start_seconds: f64,
-    pub(crate) end_seconds: f64,
-}
+use crate::verify::job::{seconds, JobIdentity, JobRecord};
+use crate::verify::report::Report;
 
 /// A label value as the text format writes it: backslash, quote and newline escaped.
 fn escaped(value: &str) -> String {
@@ -59,13 +53,25 @@ impl Family {
     }
 }
 
-/// The report (`--report-json`'s object) as Prometheus text.
-pub(crate) fn render(report: &Value, job: &JobLabels) -> String {
-    let run = [("hpc_job", job.id), ("Hostname", job.host)];
+/// `--prom-file`: the report's receipt written whole to `path` (a failure is a warning: a
+/// dashboard is never the job's problem).
+pub(crate) fn write(path: &std::path::Path, report: &Report) {
+    let Some(job) = &report.job else { return };
+    let text = render(&serde_json::to_value(report).expect("plain data"), job);
+    if let Err(error) = crate::process::replace::replace_file(path, &text) {
+        tracing::warn!("--prom-file {}: cannot write the receipt: {error}", path.display());
+    }
+}
+
+/// The report (`--report-json`'s object) as Prometheus text, for `job`.
+fn render(report: &Value, job: &JobRecord) -> String {
+    let JobIdentity { id, host, user } = &job.identity;
+    let (id, host, user) = (id.as_str(), host.as_str(), user.as_str());
+    let run = [("hpc_job", id), ("Hostname", host)];
     let verdict = report["verification"]["verdict"].as_str().unwrap_or("none");
     let mut info =
         Family::new("gpurun_job_info", "The run, labelled with its job, user and verdict (always 1).");
-    let info_labels = [("hpc_job", job.id), ("Hostname", job.host), ("user", job.user), ("verdict", verdict)];
+    let info_labels = [("hpc_job", id), ("Hostname", host), ("user", user), ("verdict", verdict)];
     info.samples.push((labels(&info_labels), 1.0));
     let mut families = vec![info];
     let mut scalar = |name, help, value: Option<f64>| {
@@ -76,9 +82,9 @@ pub(crate) fn render(report: &Value, job: &JobLabels) -> String {
     scalar(
         "gpurun_job_start_time_seconds",
         "When the command started, Unix seconds.",
-        Some(job.start_seconds),
+        Some(seconds(job.start)),
     );
-    scalar("gpurun_job_end_time_seconds", "When the run ended, Unix seconds.", Some(job.end_seconds));
+    scalar("gpurun_job_end_time_seconds", "When the run ended, Unix seconds.", Some(seconds(job.end)));
     scalar("gpurun_job_wall_seconds", "How long the command ran, seconds.", report["wall_seconds"].as_f64());
     let status = report["gpurun_exit_status"].as_f64();
     scalar(
@@ -86,7 +92,7 @@ pub(crate) fn render(report: &Value, job: &JobLabels) -> String {
         "What gpurun exited with (the command's status, 124 at a limit).",
         status,
     );
-    families.extend(per_gpu(report, job));
+    families.extend(per_gpu(report, (id, host)));
     let mut diagnosis = Family::new("gpurun_job_diagnosis", "Findings of the run's diagnosis, by kind.");
     let mut kinds: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
     for kind in report["diagnosis"].as_array().into_iter().flatten().filter_map(|d| d["kind"].as_str()) {
@@ -102,7 +108,7 @@ pub(crate) fn render(report: &Value, job: &JobLabels) -> String {
 }
 
 /// The chosen GPUs' figures, each labelled as dcgm-exporter labels that GPU.
-fn per_gpu(report: &Value, job: &JobLabels) -> Vec<Family> {
+fn per_gpu(report: &Value, (id, host): (&str, &str)) -> Vec<Family> {
     let mut energy = Family::new(
         "gpurun_job_total_energy_consumption",
         "Energy the GPU drew during the run, mJ (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, end minus start).",
@@ -118,10 +124,10 @@ fn per_gpu(report: &Value, job: &JobLabels) -> Vec<Family> {
         let Some(uuid) = device["uuid"].as_str() else { continue };
         let index = device["index"].as_u64().map(|i| i.to_string()).unwrap_or_default();
         let name = device["name"].as_str().unwrap_or_default();
-        let gpu = [("gpu", index.as_str()), ("UUID", uuid), ("modelName", name), ("Hostname", job.host)];
+        let gpu = [("gpu", index.as_str()), ("UUID", uuid), ("modelName", name), ("Hostname", host)];
         let with = |extra: Option<(&str, &str)>| {
             let mut pairs = gpu.to_vec();
-            pairs.push(("hpc_job", job.id));
+            pairs.push(("hpc_job", id));
             pairs.extend(extra);
             labels(&pairs)
         };
@@ -167,8 +173,9 @@ mod tests {
             "throttled_seconds": {"GPU-a": {"hw_slowdown": 2.1}},
             "diagnosis": [{"kind": "idle"}, {"kind": "xid"}, {"kind": "xid"}],
         });
-        let job =
-            JobLabels { id: "4242", host: "node\"1", user: "alice", start_seconds: 10.0, end_seconds: 11.5 };
+        let identity = JobIdentity { id: "4242".into(), host: "node\"1".into(), user: "alice".into() };
+        let at = |s| std::time::UNIX_EPOCH + std::time::Duration::from_millis(s);
+        let job = JobRecord { identity, start: at(10_000), end: at(11_500) };
         let text = render(&report, &job);
         let gpu = r#"gpu="3",UUID="GPU-a",modelName="NVIDIA A100",Hostname="node\"1",hpc_job="4242""#;
         assert!(text.contains(&format!("gpurun_job_total_energy_consumption{{{gpu}}} 61305\n")), "{text}");

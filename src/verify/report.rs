@@ -53,18 +53,7 @@ pub(crate) struct Report {
     receipt: ReceiptReport,
     /// Who ran it, where and when (a supervised run's).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) job: Option<JobRecord>,
-}
-
-/// The run's job: the id dashboards join on (`GPURUN_JOB_ID`), the host, the user, and the
-/// start and end in RFC 3339 (UTC).
-#[derive(Serialize)]
-pub(crate) struct JobRecord {
-    pub(crate) id: String,
-    pub(crate) host: String,
-    pub(crate) user: String,
-    pub(crate) start: String,
-    pub(crate) end: String,
+    pub(crate) job: Option<crate::verify::job::JobRecord>,
 }
 
 /// The command, and the GPUs asked for and taken.

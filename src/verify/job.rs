@@ -1,6 +1,6 @@
-//! The run's job identity (issue 52): the id dashboards join on, told to the command as
-//! `GPURUN_JOB_ID`, written to the dcgm-exporter job map and the `.prom` receipt, and kept in
-//! the report as `job: {id, host, user, start, end}`.
+//! The run's job (issue 52): the id dashboards join on, told to the command as `GPURUN_JOB_ID`
+//! (launch), written to the dcgm-exporter job map and the `.prom` receipt, and kept in the
+//! report as `job: {id, host, user, start, end}` (start and end in RFC 3339, UTC).
 //!
 //! The id is the scheduler's where there is one: Slurm's `SLURM_JOB_ID` (so gpurun's receipts
 //! join Slurm's accounting and a Slurm prolog's dcgm job map), else the `--per-rank` group every
@@ -8,15 +8,36 @@
 //! same job), else one made here: `gpurun-<start, Unix seconds>-<gpurun's PID>`, unique on the
 //! host.
 
-use std::time::SystemTime;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Who ran what, where and when.
-#[derive(Debug, Clone, PartialEq, Eq)]
+use serde::Serialize;
+
+/// Whose run it is, and where: known before the command starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct JobIdentity {
     pub(crate) id: String,
     pub(crate) host: String,
     pub(crate) user: String,
+}
+
+/// The job of a run that has ended, as the report keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct JobRecord {
+    #[serde(flatten)]
+    pub(crate) identity: JobIdentity,
+    #[serde(serialize_with = "rfc3339")]
     pub(crate) start: SystemTime,
+    #[serde(serialize_with = "rfc3339")]
+    pub(crate) end: SystemTime,
+}
+
+fn rfc3339<S: serde::Serializer>(at: &SystemTime, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(&crate::options::clock::rfc3339(*at))
+}
+
+/// Unix seconds, for the Prometheus text.
+pub(crate) fn seconds(at: SystemTime) -> f64 {
+    at.duration_since(UNIX_EPOCH).map_or(0.0, |since| since.as_secs_f64())
 }
 
 impl JobIdentity {
@@ -30,7 +51,6 @@ impl JobIdentity {
             id: job_id(variable, group, start, std::process::id()),
             host,
             user: crate::process::procfs::user_name(nix::unistd::getuid().as_raw()),
-            start,
         }
     }
 }
@@ -47,7 +67,7 @@ fn job_id(
         .or_else(|| group.map(str::to_owned))
         .or_else(|| given("GPURUN_JOB_ID"))
         .unwrap_or_else(|| {
-            let seconds = start.duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
+            let seconds = start.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
             format!("gpurun-{seconds}-{pid}")
         })
 }
@@ -58,7 +78,7 @@ mod tests {
 
     #[test]
     fn the_schedulers_id_first_then_the_group_the_enclosing_run_and_a_made_one() {
-        let start = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_063_853);
+        let start = UNIX_EPOCH + std::time::Duration::from_secs(1_796_063_853);
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |name: &str| pairs.iter().find(|(key, _)| *key == name).map(|(_, value)| (*value).to_owned())
         };
