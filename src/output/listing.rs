@@ -67,13 +67,11 @@ pub(crate) fn reservation_of(gpu: &Gpu, pid: u32, live: &[Lease]) -> Option<u32>
         .map(|lease| lease.pid)
 }
 
-/// The PIDs your recent runs left holding memory (`verify::leftover`), read from the history
-/// once, and only when one of `gpu`'s processes is not there (the rest cannot be leftovers).
+/// The PIDs your recent runs left holding memory (`verify::leftover`), looked up only when one
+/// of `gpu`'s processes is not there (the rest cannot be leftovers).
 fn recorded_leftovers(gpu: &Gpu) -> std::collections::BTreeSet<u32> {
-    static RECORDED: std::sync::OnceLock<std::collections::BTreeSet<u32>> = std::sync::OnceLock::new();
-    let missing = gpu.processes.iter().flatten().any(|process| !procfs::exists(process.pid));
-    match missing {
-        true => RECORDED.get_or_init(leftover::recorded_pids).clone(),
+    match gpu.processes.iter().flatten().any(|process| !procfs::exists(process.pid)) {
+        true => leftover::recorded_pids(),
         false => std::collections::BTreeSet::new(),
     }
 }

@@ -102,12 +102,21 @@ pub(crate) fn leftover(pid: u32, recorded: &BTreeSet<u32>) -> Option<&'static st
     }
 }
 
-/// The PIDs the history's recent runs (the last day's) found holding memory at their end.
+/// The PIDs the history's recent runs (the last day's) found holding memory at their end. Read
+/// again only when the history changed (its size and time): a listing asks once per GPU, and
+/// `--list --watch` at every refresh.
 pub(crate) fn recorded_pids() -> BTreeSet<u32> {
+    type Seen = Option<((u64, Option<std::time::SystemTime>), BTreeSet<u32>)>;
+    static READ: std::sync::Mutex<Seen> = std::sync::Mutex::new(None);
     let Some(path) = crate::history::path() else { return BTreeSet::new() };
+    let version = std::fs::metadata(&path).map_or((0, None), |m| (m.len(), m.modified().ok()));
+    let mut read = READ.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, pids)) = read.as_ref().filter(|(seen, _)| *seen == version) {
+        return pids.clone();
+    }
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-    crate::history::read(&path)
+    let pids: BTreeSet<u32> = crate::history::read(&path)
         .iter()
         .filter(|record| now - record.started < 86_400.0)
         .flat_map(|record| {
@@ -115,7 +124,9 @@ pub(crate) fn recorded_pids() -> BTreeSet<u32> {
         })
         .filter(|found| found["kind"] == "memory-held")
         .filter_map(|found| found["pid"].as_u64().map(|pid| pid as u32))
-        .collect()
+        .collect();
+    *read = Some((version, pids.clone()));
+    pids
 }
 
 /// How `--list` marks a leftover (`leftover`'s word).
