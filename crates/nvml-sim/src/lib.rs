@@ -15,7 +15,8 @@ mod events;
 mod fabric;
 mod health;
 mod power;
-pub mod registry;
+/// The registry of live processes, shared with the AMD SMI simulator.
+pub use sim_shared::registry;
 pub mod scenario;
 mod state;
 

@@ -412,14 +412,16 @@ pub struct ProcessSpec {
     /// `"server"`: an MPS server (in the compute list); `"client"`: an MPS client (only in the
     /// MPS list).
     #[serde(default, deserialize_with = "mps_role")]
-    pub mps: Option<crate::registry::MpsRole>,
+    pub mps: Option<sim_shared::registry::MpsRole>,
     /// What `nvmlSystemGetProcessName` answers for it (`nvidia-cuda-mps-server`); omitted:
     /// NOT_FOUND.
     pub name: Option<String>,
 }
 
-fn mps_role<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<crate::registry::MpsRole>, D::Error> {
-    use crate::registry::MpsRole;
+fn mps_role<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<sim_shared::registry::MpsRole>, D::Error> {
+    use sim_shared::registry::MpsRole;
     match <Option<String> as Deserialize>::deserialize(d)?.as_deref() {
         None => Ok(None),
         Some("server") => Ok(Some(MpsRole::Server)),
@@ -482,45 +484,7 @@ pub struct LinkSpec {
     pub nvlink: bool,
 }
 
-/// Bytes, as a number or as a string with a binary unit (`80GiB`, `512MiB`, `1.5GiB`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Size(pub u64);
-
-impl<'de> Deserialize<'de> for Size {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Bytes(u64),
-            Text(String),
-        }
-        match Raw::deserialize(deserializer)? {
-            Raw::Bytes(bytes) => Ok(Size(bytes)),
-            Raw::Text(text) => parse_size(&text).map(Size).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-/// Parses `123`, `80GiB`, `1.5 TiB`: binary units only, so a scenario reads like `nvidia-smi`.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let trimmed = text.trim();
-    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let multiplier: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        other => return Err(format!("size {text:?}: unit {other:?} is not one of B, KiB, MiB, GiB, TiB")),
-    };
-    let value: f64 = number.parse().map_err(|_| format!("size {text:?}: {number:?} is not a number"))?;
-    let bytes = value * multiplier as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("size {text:?} is out of range"));
-    }
-    Ok(bytes.round() as u64)
-}
+pub use sim_shared::{parse_size, Size};
 
 /// Where the scenario comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

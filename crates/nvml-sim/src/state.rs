@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use crate::registry;
 use crate::scenario::{self, Scenario, Source};
+use sim_shared::registry;
 
 pub struct State {
     pub scenario: Scenario,

@@ -6,8 +6,6 @@
 //! SIGTERM and SIGINT release the registration and kill it by that signal, as they would a real
 //! program.
 
-use std::ffi::CString;
-use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -109,38 +107,6 @@ fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
     text.trim().parse().map_err(|_| format!("{flag} {text:?} is not a valid number"))
 }
 
-/// The registration file to remove from a signal handler, where allocating is not allowed.
-static mut REGISTRATION_PATH: Option<CString> = None;
-
-extern "C" fn release_and_die(signal: libc::c_int) {
-    // SAFETY: only async-signal-safe calls (unlink, signal, raise) on a path prepared before the
-    // handler was installed and never changed after.
-    unsafe {
-        if let Some(path) = (*std::ptr::addr_of!(REGISTRATION_PATH)).as_ref() {
-            libc::unlink(path.as_ptr());
-        }
-        libc::signal(signal, libc::SIG_DFL);
-        libc::raise(signal);
-    }
-}
-
-fn install_release_handlers(registration: PathBuf) {
-    let path = CString::new(registration.into_os_string().into_encoded_bytes()).ok();
-    // SAFETY: set once, before the handlers that read it exist.
-    unsafe { REGISTRATION_PATH = path };
-    for signal in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: installing a handler that only makes async-signal-safe calls. A signal the
-        // caller ignored (nohup, background job) stays ignored, as in a real program.
-        unsafe {
-            let previous =
-                libc::signal(signal, release_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t);
-            if previous == libc::SIG_IGN {
-                libc::signal(signal, libc::SIG_IGN);
-            }
-        }
-    }
-}
-
 fn report(devices: &[CudaDevice], registered_pid: Option<u32>) {
     let devices: Vec<serde_json::Value> = devices
         .iter()
@@ -210,7 +176,7 @@ fn run() -> Result<u8, String> {
     let pid = std::process::id();
     let registers_here = options.workers == 0 && !used.is_empty();
     if registers_here && options.hold_after_exit.is_none() {
-        install_release_handlers(state_dir.join(format!("{pid}.proc")));
+        registry::release_on_termination(state_dir.join(format!("{pid}.proc")));
     }
     if registers_here {
         let entries: Vec<(String, u64)> = used.iter().map(|d| (d.uuid.clone(), options.mem_bytes)).collect();

@@ -10,6 +10,7 @@
 //! container it has no host PIDs to give (a deviation from the driver, which gives host PIDs
 //! there too).
 
+use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -45,7 +46,8 @@ impl MpsRole {
     }
 }
 
-fn entry_path(dir: &Path, pid: u32) -> PathBuf {
+/// The registration file of `pid` in `dir`.
+pub fn entry_path(dir: &Path, pid: u32) -> PathBuf {
     match own_pid_namespace() {
         Some(namespace) => dir.join(format!("{pid}.ns{namespace}.proc")),
         None => dir.join(format!("{pid}.proc")),
@@ -400,5 +402,39 @@ mod tests {
         fs::write(entry_path(&dir, pid), "start 1\nGPU-x 1\n").unwrap();
         assert!(live(&dir).is_empty());
         let _ = fs::remove_dir_all(dir);
+    }
+}
+
+/// The registration file to remove from a signal handler, where allocating is not allowed.
+static mut REGISTRATION_PATH: Option<CString> = None;
+
+extern "C" fn release_and_die(signal: libc::c_int) {
+    // SAFETY: only async-signal-safe calls (unlink, signal, raise) on a path prepared before the
+    // handler was installed and never changed after.
+    unsafe {
+        if let Some(path) = (*std::ptr::addr_of!(REGISTRATION_PATH)).as_ref() {
+            libc::unlink(path.as_ptr());
+        }
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+}
+
+/// Removes the registration at `registration` when SIGTERM or SIGINT ends this process (a real
+/// program's context ends with it), then dies by that signal.
+pub fn release_on_termination(registration: PathBuf) {
+    let path = CString::new(registration.into_os_string().into_encoded_bytes()).ok();
+    // SAFETY: set once, before the handlers that read it exist.
+    unsafe { REGISTRATION_PATH = path };
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: installing a handler that only makes async-signal-safe calls. A signal the
+        // caller ignored (nohup, background job) stays ignored, as in a real program.
+        unsafe {
+            let previous =
+                libc::signal(signal, release_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            if previous == libc::SIG_IGN {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+        }
     }
 }
