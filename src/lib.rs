@@ -30,6 +30,7 @@ use crate::launch::plan::Plan;
 use crate::options::size::Threshold;
 use crate::options::{Fallback, HealthUse, Verbosity};
 use crate::output::{doctor, listing};
+use crate::probe::amd;
 use crate::probe::gpu::Machine;
 use crate::probe::nvml::OpenError;
 use crate::probe::worker::NvmlThread;
@@ -292,7 +293,7 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
     }
     let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
     let acquired = nvml
-        .open(config.nvml_lib.clone(), receiver, config.nvml_timeout)
+        .open(config.libraries.clone(), receiver, config.nvml_timeout)
         .map_err(AcquireError::from)
         .and_then(|()| {
             acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options())
@@ -307,7 +308,14 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
         // access) is what --fallback cpu is for. A library that is not NVML, or an NVML that
         // fails otherwise, stays an error: that is a broken install, not a machine without GPUs.
         Err(AcquireError::Nvml(
-            error @ (OpenError::LibraryMissing { .. } | OpenError::DriverNotLoaded | OpenError::NoPermission),
+            error @ (OpenError::LibraryMissing { .. }
+            | OpenError::DriverNotLoaded
+            | OpenError::NoPermission
+            | OpenError::Amd(
+                amd::OpenError::LibraryMissing { .. }
+                | amd::OpenError::DriverNotLoaded(_)
+                | amd::OpenError::NoPermission(_),
+            )),
         )) if config.request.fallback == Some(Fallback::Cpu) && !looking => {
             tracing::warn!("{error}; running with no GPU visible (--fallback cpu)");
             Ok((None, Acquisition::no_gpu(config.request.count)))

@@ -129,8 +129,8 @@ pub(crate) struct Cli {
 
     /// How the links between the chosen GPUs count: `prefer` (the default: the best worst link
     /// among the sets that qualify), `ignore`, or a level every pair must have: `nvlink`,
-    /// `switch` (one PCIe switch or better), `node` (one NUMA node or better). With --list, shows
-    /// the link matrix.
+    /// `xgmi` (AMD's Infinity Fabric), `switch` (one PCIe switch or better), `node` (one NUMA node
+    /// or better). With --list, shows the link matrix.
     #[arg(long, hide_short_help = true, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "prefer", help_heading = "Selection")]
     pub(crate) topology: Option<TopologyUse>,
 
@@ -465,6 +465,24 @@ pub(crate) struct Cli {
     /// Default: $GPURUN_NVML_LIB, else libnvidia-ml.so.1 through the dynamic loader's path.
     #[arg(long, hide_short_help = true, value_name = "PATH", help_heading = "NVML")]
     pub(crate) nvml_lib: Option<PathBuf>,
+
+    /// Whose GPUs: nvidia (NVML), amd (AMD SMI, ROCm 7.0 and later: AMD Instinct), or auto:
+    /// NVML where it loads and lists a GPU, else AMD SMI where it does. A run never mixes the two.
+    #[arg(
+        long,
+        value_enum,
+        hide_short_help = true,
+        value_name = "VENDOR",
+        default_value = "auto",
+        help_heading = "NVML"
+    )]
+    pub(crate) vendor: crate::probe::vendor::VendorChoice,
+
+    /// Load AMD SMI from PATH instead of libamd_smi.so (the simulator, unusual installs).
+    /// Default: $GPURUN_AMD_SMI_LIB, else libamd_smi.so through the dynamic loader's path, then
+    /// /opt/rocm/lib/libamd_smi.so.
+    #[arg(long, hide_short_help = true, value_name = "PATH", help_heading = "NVML")]
+    pub(crate) amd_smi_lib: Option<PathBuf>,
 
     /// Give up when loading NVML, nvmlInit or the probe takes longer than DURATION (a GPU off
     /// the bus or a wedged driver can hang NVML): one line naming the call, exit 125, or no GPU

@@ -182,10 +182,13 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
             ("GPURUN_GPUS, GPURUN_GPU_UUIDS", "set for the command: the chosen NVML indices and UUIDs (for a MIG device: its GPU's index, and its MIG- UUID); GPURUN_JOB_ID the job id (SLURM_JOB_ID, else the --per-rank group, else an enclosing gpurun's, else gpurun-<start>-<PID>), for the hooks too; never read as settings (an inherited pair that matches CUDA_VISIBLE_DEVICES marks an earlier eval \"$(gpurun --export)\", and a refusal says how to undo it)"),
             ("TF_FORCE_GPU_ALLOW_GROWTH, XLA_PYTHON_CLIENT_PREALLOCATE", "set for the command: true and false, unless already set (the user's value wins) or --no-framework-env"),
             ("GPU_DEVICE_ORDINAL", "rewritten to match, if inherited"),
+            ("ROCR_VISIBLE_DEVICES", "AMD GPUs (--vendor): read: the GPUs ROCr keeps, by index among those it can open or by GPU- UUID, never widened; set for the command: the chosen GPUs' ROCr UUIDs (ROCr indices with --visible-as index), best first"),
+            ("HIP_VISIBLE_DEVICES", "AMD GPUs: read: HIP's choice among what ROCR_VISIBLE_DEVICES keeps (CUDA_VISIBLE_DEVICES where it is unset); if inherited, it, CUDA_VISIBLE_DEVICES and GPU_DEVICE_ORDINAL are rewritten to 0,1,... over the chosen GPUs; never set otherwise, so HIP numbers them from 0; no CUDA_DEVICE_ORDER"),
             ("CPU affinity", "with --cpu-bind numa, the command runs on the CPUs NVML reports as local to its GPUs (their union), within gpurun's own affinity; --dry-run and the report show them (cpus)"),
             ("everything else", "passed to the command unchanged, byte for byte"),
             ("GPURUN_<OPTION>", "a setting: GPURUN_ and a long option name in capitals (GPURUN_MIN_FREE=8G); any other GPURUN_ variable is an error"),
             ("GPURUN_NVML_LIB", "the NVML library to load, as --nvml-lib (empty: unset)"),
+            ("GPURUN_AMD_SMI_LIB, GPURUN_VENDOR", "the AMD SMI library to load, as --amd-smi-lib; whose GPUs, as --vendor"),
             ("GPURUN_LOCK_DIR", "the lock directory, when --lock-dir is not given"),
             ("GPURUN_CONFIG", "the user configuration file to read instead of ~/.config/gpurun/config.toml"),
             ("GPURUN_SYSTEM_CONFIG", "the system configuration file to read instead of /etc/gpurun/config.toml, for root only (see Shared servers)"),
@@ -220,7 +223,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "JSON output",
         &[
-            ("--list --json", "one object: driver_version, cuda_driver_version, nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), confidential_computing ({on, ready}, null where the driver has none), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, board, switch, switches, hostbridge, node, system)"),
+            ("--list --json", "one object: vendor (nvidia or amd: whose library answered), driver_version, cuda_driver_version (null on AMD), nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), confidential_computing ({on, ready}, null where the driver has none), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, xgmi, board, switch, switches, hostbridge, node, system)"),
             ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds, processes (PIDs)"),
             (
                 "gpus[]",
@@ -232,7 +235,8 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
                  node's), health ({state: ok|degraded|unknown|unhealthy, reasons: [..]}; a MIG device: its GPU's), \
                  processes, mps (null, or {server_pid, server_user, clients: [{pid, user, used_bytes}]}), \
                  fabric (null, or {state, clique_id, cluster_uuid, health: {state, reasons}}), eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
-                 qualified was not chosen, else null)",
+                 qualified was not chosen, else null); on AMD also rocr_uuid (ROCr's GPU- UUID) and partition \
+                 ({compute: SPX..CPX, memory: NPS1.., id})",
             ),
             (
                 "mig_devices[]",

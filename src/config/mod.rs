@@ -61,7 +61,8 @@ pub(crate) struct Config {
     /// `--cpu-bind` was given (not `--per-rank`'s default).
     pub(crate) cpu_bind_asked: bool,
     pub(crate) framework_env: bool,
-    pub(crate) nvml_lib: Option<PathBuf>,
+    /// `--vendor`, `--nvml-lib`, `--amd-smi-lib`: what the probe thread opens.
+    pub(crate) libraries: crate::probe::vendor::Libraries,
     pub(crate) nvml_timeout: Duration,
     pub(crate) verbosity: Verbosity,
     pub(crate) log_format: LogFormat,
@@ -128,7 +129,7 @@ pub(crate) enum ConfigError {
 impl Config {
     /// The NVML library to load, as the user named it.
     pub(crate) fn library(&self) -> PathBuf {
-        self.nvml_lib.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY))
+        self.libraries.nvml.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY))
     }
 
     /// Where an option's value came from, when not from the command line.

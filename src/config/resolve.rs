@@ -19,6 +19,7 @@ use crate::options::model::ModelPattern;
 use crate::options::size::{MinFree, Threshold};
 use crate::options::{duration, shell};
 use crate::options::{CpuBind, VisibleAs, Wait, DEFAULT_LOCK_DIR};
+use crate::probe::vendor::Libraries;
 use crate::rank::PerRank;
 use crate::select::policy::Request;
 
@@ -104,7 +105,7 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
             None => CpuBind::None,
         }),
         framework_env: !cli.no_framework_env,
-        nvml_lib: cli.nvml_lib,
+        libraries: Libraries { vendor: cli.vendor, nvml: cli.nvml_lib, amd_smi: cli.amd_smi_lib },
         nvml_timeout: cli.nvml_timeout,
         verbosity: cli::verbosity(cli.quiet, cli.verbose),
         log_format: cli.log_format,

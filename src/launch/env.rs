@@ -22,7 +22,9 @@ pub(crate) struct Plan {
 impl Plan {
     /// The plan for `selection` in this process's environment.
     pub(crate) fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
-        let visible_as = visible_as.unwrap_or(VisibleAs::Index);
+        // ROCr takes a GPU by its UUID, immune to renumbering; CUDA by PCI-order index.
+        let rocm = selection.devices.iter().any(|device| device.rocr.is_some());
+        let visible_as = visible_as.unwrap_or(if rocm { VisibleAs::Uuid } else { VisibleAs::Index });
         let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
         let mixed_models = selection.mixed_models();
         Plan { selection, variables, cpus: None, mixed_models }
@@ -177,6 +179,9 @@ pub(crate) fn child_variables(
     framework_env: bool,
     inherited: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, String)> {
+    if selection.devices.iter().any(|device| device.rocr.is_some()) {
+        return rocm_variables(selection, visible_as, framework_env, inherited);
+    }
     let join = |items: Vec<String>| items.join(",");
     // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is then not
     // the CUDA index, so the ordinal among reachable GPUs is written instead.
@@ -204,6 +209,15 @@ pub(crate) fn child_variables(
         // Slurm sets it beside CUDA_VISIBLE_DEVICES; a stale one would point elsewhere.
         variables.push(("GPU_DEVICE_ORDINAL".to_owned(), ordinals));
     }
+    framework_defaults(&mut variables, framework_env, &inherited);
+    variables
+}
+
+fn framework_defaults(
+    variables: &mut Vec<(String, String)>,
+    framework_env: bool,
+    inherited: &impl Fn(&str) -> Option<OsString>,
+) {
     if framework_env {
         for (name, value) in FRAMEWORK_DEFAULTS {
             if inherited(name).is_none() {
@@ -211,6 +225,47 @@ pub(crate) fn child_variables(
             }
         }
     }
+}
+
+/// The variables for AMD GPUs (DESIGN 3c, ROCm's "GPU isolation techniques"): the chosen GPUs
+/// in `ROCR_VISIBLE_DEVICES` by UUID (or ROCr index: `--visible-as index`), and HIP's own
+/// numbering left to start at 0 over them. HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES (HIP reads
+/// it alike) and GPU_DEVICE_ORDINAL index into what ROCr shows, so an inherited one is
+/// rewritten to show all of the chosen (`0,1`): left as it was, it would pick among them
+/// again, or hide them. No CUDA_DEVICE_ORDER: HIP does not read it.
+fn rocm_variables(
+    selection: &Selection,
+    visible_as: VisibleAs,
+    framework_env: bool,
+    inherited: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(String, String)> {
+    let join = |items: Vec<String>| items.join(",");
+    let visible = join(
+        selection
+            .devices
+            .iter()
+            .filter_map(|device| device.rocr.as_ref())
+            .map(|rocr| match (visible_as, &rocr.uuid) {
+                (VisibleAs::Uuid, Some(uuid)) => uuid.clone(),
+                _ => rocr.index.to_string(),
+            })
+            .collect(),
+    );
+    let hip_numbers = join((0..selection.devices.len()).map(|n| n.to_string()).collect());
+    let mut variables = vec![
+        ("ROCR_VISIBLE_DEVICES".to_owned(), visible),
+        ("GPURUN_GPUS".to_owned(), join(selection.devices.iter().map(|d| d.gpu_index.to_string()).collect())),
+        (
+            "GPURUN_GPU_UUIDS".to_owned(),
+            join(selection.devices.iter().map(|d| d.uuid.clone().unwrap_or_default()).collect()),
+        ),
+    ];
+    for name in ["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"] {
+        if inherited(name).is_some() {
+            variables.push((name.to_owned(), hip_numbers.clone()));
+        }
+    }
+    framework_defaults(&mut variables, framework_env, &inherited);
     variables
 }
 
@@ -235,6 +290,7 @@ mod tests {
 
     fn machine_of(gpus: &[Gpu]) -> crate::probe::gpu::Machine {
         crate::probe::gpu::Machine {
+            vendor: Default::default(),
             driver_version: None,
             cuda_driver_version: None,
             gpus: gpus.to_vec(),

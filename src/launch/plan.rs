@@ -41,6 +41,11 @@ pub(crate) enum PlanError {
     ContainerId(#[from] std::io::Error),
     #[error(transparent)]
     Launcher(#[from] LauncherError),
+    #[error(
+        "AMD GPUs are not passed into containers yet (ROCm's /dev/kfd and /dev/dri/renderD* devices): give \
+         them to the container by hand, with --container off"
+    )]
+    AmdContainer,
 }
 
 /// Where the command runs.
@@ -154,6 +159,9 @@ impl Plan {
             gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, &own, input.cpu_bind_asked);
         }
         let target = match (input.container, input.command) {
+            (Some(_), Some(_)) if gpus.selection.devices.iter().any(|device| device.rocr.is_some()) => {
+                return Err(PlanError::AmdContainer);
+            }
             (Some((run, mode)), Some((command, cid))) if !gpus.selection.is_empty() => {
                 let prepared = in_container(run, mode, command, input.framework_env, &mut gpus, cid)?;
                 Target::Container(Box::new(prepared))

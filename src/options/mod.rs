@@ -101,6 +101,8 @@ pub(crate) enum TopologyUse {
     Ignore,
     /// Every pair joined by NVLink.
     Nvlink,
+    /// Every pair joined by XGMI (AMD's Infinity Fabric).
+    Xgmi,
     /// Every pair within one PCIe switch (or better).
     Switch,
     /// Every pair within one NUMA node (or better).

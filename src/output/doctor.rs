@@ -9,7 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::probe::amd;
 use crate::probe::gpu::Machine;
+use crate::probe::vendor::Vendor;
 use crate::probe::worker::{Failure, NvmlThread};
 use crate::process::signals::Receiver;
 use crate::reserve::lease;
@@ -56,7 +58,7 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
     let mut machine = None;
     // (the failure, and whether the library had opened)
     let probed = nvml
-        .open(config.nvml_lib.clone(), receiver, timeout)
+        .open(config.libraries.clone(), receiver, timeout)
         .map_err(|failure| (failure, false))
         .and_then(|()| nvml.probe(receiver, timeout, None, &mut |_| {}).map_err(|failure| (failure, true)));
     match probed {
@@ -65,12 +67,23 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
         Err((failure, true)) => out.problem(format!("NVML from {library} opened, but {failure}")),
         Ok(probed) => {
             usable = true;
-            out.ok(format!("NVML loaded from {library}"));
-            out.info(format!(
-                "driver {}, supports CUDA {}",
-                probed.driver_version.as_deref().unwrap_or("unknown"),
-                probed.cuda_driver_version.as_deref().unwrap_or("unknown")
-            ));
+            let driver = probed.driver_version.as_deref().unwrap_or("unknown");
+            match probed.vendor {
+                Vendor::Nvidia => {
+                    out.ok(format!("NVML loaded from {library}"));
+                    let cuda = probed.cuda_driver_version.as_deref().unwrap_or("unknown");
+                    out.info(format!("driver {driver}, supports CUDA {cuda}"));
+                }
+                Vendor::Amd => {
+                    let amd_smi = config
+                        .libraries
+                        .amd_smi
+                        .as_deref()
+                        .map_or_else(|| amd::DEFAULT_LIBRARY.to_owned(), |p| p.display().to_string());
+                    out.ok(format!("AMD SMI loaded from {amd_smi}"));
+                    out.info(format!("amdgpu driver {driver}"));
+                }
+            }
             for gpu in &probed.gpus {
                 let name = gpu.name.as_deref().unwrap_or("unknown model");
                 match &gpu.error {
@@ -91,7 +104,7 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
                 ));
             }
             if probed.gpus.is_empty() {
-                out.problem("NVML sees no GPU");
+                out.problem(format!("{} sees no GPU", probed.vendor.library()));
             }
             persistence(&mut out, &probed);
             machine = Some(probed);

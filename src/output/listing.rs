@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::launch::env::Plan;
 use crate::options::size::human;
 use crate::probe::gpu::{Gpu, GpuProcess, Machine};
+use crate::probe::vendor::Vendor;
 use crate::process::procfs;
 use crate::process::stdio::{clip, escaped};
 use crate::reserve::holds::Queued;
@@ -166,6 +167,8 @@ const SHOWN_WAITERS: usize = 10;
 
 #[derive(Serialize)]
 struct Listing<'a> {
+    /// `nvidia` (NVML answered) or `amd` (AMD SMI did).
+    vendor: crate::probe::vendor::Vendor,
     driver_version: &'a Option<String>,
     cuda_driver_version: &'a Option<String>,
     nvml_library: String,
@@ -291,6 +294,7 @@ pub(crate) fn json(
     dry_run: Option<&DryRun>,
 ) -> String {
     let listing = Listing {
+        vendor: machine.vendor,
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
         nvml_library: library.display().to_string(),
@@ -383,11 +387,14 @@ pub(crate) fn link_matrix(machine: &Machine) -> String {
         let numa = gpu.and_then(|g| g.numa_node).map(|n| n.to_string());
         let _ = writeln!(out, "  {:<10} {}", or_dash(cpus), or_dash(numa));
     }
-    let _ = writeln!(
-        out,
-        "\nNV: NVLink; BRD: one board; PIX: one PCIe switch; PXB: several switches; PHB: the host bridge; \
-         NODE: one NUMA node; SYS: across sockets"
-    );
+    let _ = match machine.vendor {
+        Vendor::Nvidia => writeln!(
+            out,
+            "\nNV: NVLink; BRD: one board; PIX: one PCIe switch; PXB: several switches; PHB: the host bridge; \
+             NODE: one NUMA node; SYS: across sockets"
+        ),
+        Vendor::Amd => writeln!(out, "\nXGMI: AMD Infinity Fabric; NODE: PCIe, one NUMA node; SYS: PCIe, across sockets"),
+    };
     out
 }
 
@@ -585,6 +592,16 @@ fn queue_rows(out: &mut String, shared: &Shared) {
     }
 }
 
+/// `CPX partition 3 of the card at 0000:05:00.0 (memory NPS1)`: an AMD GPU that is one of
+/// several partitions of its card (a mode other than SPX) says which.
+fn partition_line(gpu: &Gpu) -> Option<String> {
+    let partition = gpu.partition.as_ref()?;
+    let mode = partition.compute.as_deref().filter(|mode| *mode != "SPX")?;
+    let id = partition.id.map_or("?".to_owned(), |id| id.to_string());
+    let memory = partition.memory.as_deref().map(|m| format!(" (memory {m})")).unwrap_or_default();
+    Some(format!("{mode} partition {id} of the card at {}{memory}", gpu.pci_bus_id.as_deref().unwrap_or("-")))
+}
+
 pub(crate) fn table(
     machine: &Machine,
     assessments: &[Assessment],
@@ -592,14 +609,20 @@ pub(crate) fn table(
     shared: &Shared,
 ) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "NVIDIA driver {}, CUDA {}, {} GPU{}",
-        or_dash(machine.driver_version.as_deref()),
-        or_dash(machine.cuda_driver_version.as_deref()),
-        machine.gpus.len(),
-        if machine.gpus.len() == 1 { "" } else { "s" },
-    );
+    let count = format!("{} GPU{}", machine.gpus.len(), if machine.gpus.len() == 1 { "" } else { "s" });
+    let _ = match machine.vendor {
+        Vendor::Nvidia => writeln!(
+            out,
+            "NVIDIA driver {}, CUDA {}, {count}",
+            or_dash(machine.driver_version.as_deref()),
+            or_dash(machine.cuda_driver_version.as_deref()),
+        ),
+        Vendor::Amd => writeln!(
+            out,
+            "AMD amdgpu driver {} (AMD SMI), {count}",
+            or_dash(machine.driver_version.as_deref())
+        ),
+    };
     let compact = shared.columns.is_some_and(|columns| columns < WIDE_FROM);
     if compact {
         let _ = writeln!(
@@ -617,6 +640,9 @@ pub(crate) fn table(
     for gpu in &machine.gpus {
         let name = gpu.name.as_deref().unwrap_or("-");
         device_rows(&mut out, gpu, (&gpu.index.to_string(), name), live, assessments, compact);
+        if let Some(partition) = partition_line(gpu) {
+            let _ = writeln!(out, "     {partition}");
+        }
         for mig in
             machine.migs.iter().filter(|mig| mig.mig.as_ref().is_some_and(|info| info.parent == gpu.index))
         {

@@ -75,6 +75,13 @@ pub(crate) struct Gpu {
     /// Set for a MIG device.
     #[serde(skip)]
     pub(crate) mig: Option<MigInfo>,
+    /// An AMD GPU's partition modes and its place in them (MI300X: SPX..CPX, NPS1/NPS4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partition: Option<Partition>,
+    /// ROCr's and HIP's UUID of an AMD GPU (`GPU-` and 16 hex digits, as `rocminfo` shows it):
+    /// what `ROCR_VISIBLE_DEVICES` names it by. `uuid` is AMD SMI's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rocr_uuid: Option<String>,
     /// The host NUMA node the GPU hangs off (nvidia-smi's "NUMA Affinity": NVML's memory
     /// affinity, else sysfs), and the CPUs local to it (NVML's CPU affinity, else the node's).
     pub(crate) numa_node: Option<u32>,
@@ -121,6 +128,8 @@ impl Gpu {
             mig_enabled: None,
             mig_pending: None,
             mig: None,
+            partition: None,
+            rocr_uuid: None,
             numa_node: None,
             gpu_numa_id: None,
             health: Default::default(),
@@ -165,6 +174,18 @@ pub(crate) enum ComputeMode {
     ExclusiveProcess,
 }
 
+/// An AMD GPU's partitioning (amdsmi_get_gpu_compute_partition, ..._memory_partition): the
+/// partitions of one card are processors of their own and share its PCI address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Partition {
+    /// `SPX`, `DPX`, `QPX`, `CPX`.
+    pub(crate) compute: Option<String>,
+    /// `NPS1`, `NPS4`.
+    pub(crate) memory: Option<String>,
+    /// This processor's partition on its card (amdsmi_get_gpu_kfd_info).
+    pub(crate) id: Option<u32>,
+}
+
 /// A process with a compute context on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct GpuProcess {
@@ -183,6 +204,9 @@ pub(crate) struct GpuProcess {
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Link {
     Nvlink,
+    /// AMD's Infinity Fabric between GPUs (amdsmi_topo_get_link_type); never beside NVLink on
+    /// one machine.
+    Xgmi,
     Board,
     Switch,
     Switches,
@@ -196,6 +220,7 @@ impl Link {
     pub(crate) fn short(self) -> &'static str {
         match self {
             Link::Nvlink => "NV",
+            Link::Xgmi => "XGMI",
             Link::Board => "BRD",
             Link::Switch => "PIX",
             Link::Switches => "PXB",
@@ -208,6 +233,7 @@ impl Link {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Link::Nvlink => "nvlink",
+            Link::Xgmi => "xgmi",
             Link::Board => "board",
             Link::Switch => "switch",
             Link::Switches => "switches",
@@ -254,6 +280,8 @@ impl Topology {
 /// What the machine looks like, once, at the start of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Machine {
+    /// Whose library answered.
+    pub(crate) vendor: crate::probe::vendor::Vendor,
     pub(crate) driver_version: Option<String>,
     /// CUDA version the driver supports, as `12.4`.
     pub(crate) cuda_driver_version: Option<String>,
@@ -290,6 +318,20 @@ impl ConfCompute {
 }
 
 impl Machine {
+    /// `gpus` of `vendor`, and nothing else known (no driver version, MIG devices, links).
+    pub(crate) fn of(vendor: crate::probe::vendor::Vendor, gpus: Vec<Gpu>) -> Machine {
+        Machine {
+            vendor,
+            driver_version: None,
+            cuda_driver_version: None,
+            gpus,
+            migs: Vec::new(),
+            topology: None,
+            excluded: Vec::new(),
+            confidential_computing: None,
+        }
+    }
+
     /// Every device a job could be given: the GPUs, then the MIG devices.
     pub(crate) fn devices(&self) -> impl Iterator<Item = &Gpu> {
         self.gpus.iter().chain(&self.migs)
@@ -329,6 +371,8 @@ pub(crate) fn test_gpu(index: u32) -> Gpu {
         mig_enabled: Some(false),
         mig_pending: Some(false),
         mig: None,
+        partition: None,
+        rocr_uuid: None,
         numa_node: None,
         gpu_numa_id: None,
         health: Default::default(),

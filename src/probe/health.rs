@@ -58,6 +58,8 @@ pub(crate) const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
 pub(crate) struct Findings {
     /// Volatile uncorrectable ECC errors, while ECC is on.
     pub(crate) ecc_volatile_uncorrected: Option<u64>,
+    /// AMD: uncorrectable ECC errors since the driver loaded (amdsmi_get_gpu_total_ecc_count).
+    pub(crate) ecc_uncorrectable_since_load: Option<u64>,
     pub(crate) remap_pending: Option<bool>,
     pub(crate) remap_failure: Option<bool>,
     pub(crate) retired_pages_pending: Option<bool>,
@@ -85,6 +87,12 @@ pub(crate) fn classify(found: &Findings) -> Health {
     if let Some(count) = found.ecc_volatile_uncorrected.filter(|count| *count > 0) {
         unhealthy.push(format!(
             "{count} volatile uncorrectable ECC error{} (reset the GPU; repeated errors mean RMA)",
+            if count == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(count) = found.ecc_uncorrectable_since_load.filter(|count| *count > 0) {
+        unhealthy.push(format!(
+            "{count} uncorrectable ECC error{} since the driver loaded (reset the GPU; repeated errors mean RMA)",
             if count == 1 { "" } else { "s" }
         ));
     }

@@ -6,7 +6,6 @@
 //! uninterruptible wait, which nothing in user space can end).
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::PathBuf;
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -16,7 +15,9 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use crate::probe::calls::{Call, Calls};
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::meter::{Ask, Reading};
-use crate::probe::nvml::{self, OpenError, Opened, Session};
+use crate::probe::nvml::OpenError;
+use crate::probe::session::{self, Opened, Session};
+use crate::probe::vendor::Libraries;
 use crate::probe::watch::{ListError, Listed, XidBatch};
 use crate::process::signals::Receiver;
 
@@ -24,7 +25,7 @@ use crate::process::signals::Receiver;
 const STACK_SIZE: usize = 512 * 1024;
 
 pub(crate) enum Job {
-    Open(Option<PathBuf>),
+    Open(Libraries),
     Probe,
     /// The links between every pair of these GPUs.
     Links(Vec<u32>),
@@ -83,8 +84,8 @@ fn run(
         opened.get().map(|library| library.session_without_xids(session_calls.clone()));
     for job in jobs {
         let answer = match job {
-            Job::Open(library) => {
-                Answer::Opened(nvml::open(library.as_deref(), session_calls.clone()).map(|new| {
+            Job::Open(libraries) => {
+                Answer::Opened(session::open(&libraries, session_calls.clone()).map(|new| {
                     let _ = opened.set(new.opened());
                     session = Some(new);
                 }))
@@ -100,7 +101,7 @@ fn run(
                     .into_iter()
                     .map(|gpu| {
                         let listed = match session.as_mut() {
-                            Some(session) => session.processes(gpu).map_err(ListError::from),
+                            Some(session) => session.processes(gpu),
                             None => Err(ListError { lost: false, text: "NVML is not open".to_owned() }),
                         };
                         (gpu, listed)
@@ -237,14 +238,14 @@ impl NvmlThread {
         }
     }
 
-    /// Loads the library and calls `nvmlInit`, within `timeout`.
+    /// Loads the library and initialises it (`nvmlInit`, `amdsmi_init`), within `timeout`.
     pub(crate) fn open(
         &mut self,
-        library: Option<PathBuf>,
+        libraries: Libraries,
         receiver: &Receiver,
         timeout: Duration,
     ) -> Result<(), Failure> {
-        self.send(Job::Open(library));
+        self.send(Job::Open(libraries));
         match self.await_answer(receiver, Instant::now() + timeout) {
             Ok(Answer::Opened(opened)) => opened.map_err(Failure::Nvml),
             Ok(_) => Ok(()),

@@ -117,15 +117,7 @@ impl Acquisition {
     /// `--gpus 0` (or `--fallback cpu` without NVML): nothing probed, chosen or reserved.
     pub(crate) fn no_gpu(requested: Count) -> Acquisition {
         Acquisition {
-            machine: Machine {
-                driver_version: None,
-                cuda_driver_version: None,
-                gpus: Vec::new(),
-                migs: Vec::new(),
-                topology: None,
-                excluded: Vec::new(),
-                confidential_computing: None,
-            },
+            machine: Machine::of(Default::default(), Vec::new()),
             decision: Decision::selected(Vec::new()),
             chosen: Ok(Selection::none(requested)),
             leases: Vec::new(),

@@ -230,6 +230,7 @@ mod tests {
     #[test]
     fn waiters_ahead_keep_what_they_would_take_or_all_they_could_use() {
         let machine = Machine {
+            vendor: Default::default(),
             driver_version: None,
             cuda_driver_version: None,
             gpus: (0..4).map(test_gpu).collect(),
@@ -257,6 +258,7 @@ mod tests {
         );
         // Eight single-GPU waiters ahead on eight free cards each keep one: nothing is left.
         let machine = Machine {
+            vendor: Default::default(),
             driver_version: None,
             cuda_driver_version: None,
             gpus: (0..8).map(test_gpu).collect(),

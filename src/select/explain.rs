@@ -109,6 +109,7 @@ fn noun(set: &[u32]) -> &'static str {
 fn article(level: Link) -> &'static str {
     match level {
         Link::Nvlink => "an NVLink",
+        Link::Xgmi => "an XGMI",
         Link::Board => "a one-board",
         Link::Switch => "a PCIe switch",
         Link::Switches => "a PCIe switches",

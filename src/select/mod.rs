@@ -4,10 +4,12 @@
 pub(crate) mod busy;
 pub(crate) mod explain;
 pub(crate) mod filters;
+mod inherited;
 pub(crate) mod policy;
 mod properties;
 pub(crate) mod ranking;
 pub(crate) mod request;
+mod rocm_visibility;
 pub(crate) mod selection;
 pub(crate) mod sets;
 pub(crate) mod visibility;

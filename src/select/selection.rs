@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::options::count::Count;
 use crate::probe::gpu::{label, Machine};
+use crate::probe::vendor::Vendor;
 use crate::select::visibility::cuda_pci_ordinal;
 
 /// One chosen GPU or MIG device.
@@ -34,6 +35,18 @@ pub(crate) struct Device {
     /// Its memory is the system's (an integrated GPU, such as GB10): said in the JSON.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) unified_memory: bool,
+    /// An AMD GPU: how `ROCR_VISIBLE_DEVICES` names it. `None` for NVIDIA's.
+    #[serde(skip)]
+    pub(crate) rocr: Option<RocrId>,
+}
+
+/// What ROCr knows an AMD GPU by: its place among the GPUs it enumerates here (AMD SMI's
+/// order, less those outside this job's cgroup), and its `GPU-` UUID where that names it
+/// alone (the partitions of one card may share it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RocrId {
+    pub(crate) index: u32,
+    pub(crate) uuid: Option<String>,
 }
 
 impl Device {
@@ -72,6 +85,13 @@ impl Selection {
                 unified_memory: gpu.unified_memory,
                 cuda_ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
                 total_bytes: gpu.memory.map(|m| m.total_bytes),
+                rocr: (machine.vendor == Vendor::Amd).then(|| RocrId {
+                    index: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
+                    uuid: gpu.rocr_uuid.clone().filter(|uuid| {
+                        machine.gpus.iter().filter(|other| other.rocr_uuid.as_ref() == Some(uuid)).count()
+                            == 1
+                    }),
+                }),
             })
             .collect();
         Selection { devices, requested }

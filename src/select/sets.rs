@@ -15,6 +15,7 @@ pub(crate) fn model_of(gpu: &Gpu) -> (Option<&str>, Option<u64>) {
 pub(crate) fn required_link(request: &Request) -> Option<Link> {
     match request.topology {
         TopologyUse::Nvlink => Some(Link::Nvlink),
+        TopologyUse::Xgmi => Some(Link::Xgmi),
         TopologyUse::Switch => Some(Link::Switch),
         TopologyUse::Node => Some(Link::Node),
         TopologyUse::Prefer | TopologyUse::Ignore => None,
@@ -37,8 +38,16 @@ pub(crate) fn best_connected(
     required: Option<Link>,
     load: &dyn Fn(&[u32]) -> Load,
 ) -> Option<(Load, Link, Vec<u32>)> {
-    let levels =
-        [Link::Nvlink, Link::Board, Link::Switch, Link::Switches, Link::Hostbridge, Link::Node, Link::System];
+    let levels = [
+        Link::Nvlink,
+        Link::Xgmi,
+        Link::Board,
+        Link::Switch,
+        Link::Switches,
+        Link::Hostbridge,
+        Link::Node,
+        Link::System,
+    ];
     // `pool` is in tier order, so its first `k` carry the least load any set of `k` can.
     let fewest = load(&pool[..k.min(pool.len())]);
     let mut best: Option<(Load, Link, Vec<u32>)> = None;
@@ -184,6 +193,7 @@ pub(crate) fn set_refusal(request: &Request, k: usize, gpus: &[Gpu], pool: &[u32
             if same_model { ", of one model," } else { "" },
             match required {
                 Some(Link::Nvlink) => "NVLink",
+                Some(Link::Xgmi) => "XGMI",
                 Some(Link::Switch) => "one PCIe switch",
                 _ => "one NUMA node",
             }

@@ -196,6 +196,7 @@ mod tests {
             free_bytes: 10 << 30,
         });
         Machine {
+            vendor: Default::default(),
             driver_version: None,
             cuda_driver_version: None,
             gpus: vec![test_gpu(0), busy],

@@ -186,6 +186,8 @@ impl Session {
             mig_enabled,
             mig_pending,
             mig: None,
+            partition: None,
+            rocr_uuid: None,
             numa_node,
             gpu_numa_id,
             cpus,

@@ -73,6 +73,7 @@ pub(super) fn health_findings(
         queries.ask("PCIe width", "nvmlDeviceGetMaxPcieLinkWidth", false, || device.max_pcie_link_width());
     Findings {
         ecc_volatile_uncorrected,
+        ecc_uncorrectable_since_load: None,
         remap_pending,
         remap_failure,
         retired_pages_pending,

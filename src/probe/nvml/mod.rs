@@ -5,7 +5,7 @@
 //! which call it is in (`calls::Calls`) so that a call that hangs can be named. One file per
 //! NVML area: the devices and their links, the process lists and MPS, health (ECC, remapping,
 //! clock events, fabric, exclusion, confidential computing), the Xid events, and the receipt's
-//! counters. A second vendor's library is a folder beside this one producing the same data.
+//! counters. AMD SMI is the folder beside this one (`probe::amd`), producing the same data.
 
 mod devices;
 mod events;
@@ -54,6 +54,9 @@ pub(crate) enum OpenError {
     DeviceCount(NvmlError),
     #[error("NVML is not open")]
     NotOpen,
+    /// `--vendor amd`, or `auto` on a machine whose GPUs are AMD's.
+    #[error(transparent)]
+    Amd(crate::probe::amd::OpenError),
 }
 
 /// The open library, for a thread of calls of its own (`Opened::session`).
@@ -205,6 +208,7 @@ impl Session {
             gpus.iter_mut().chain(migs.iter_mut()).for_each(|gpu| gpu.blocked = Some(refusal));
         }
         Ok(Machine {
+            vendor: crate::probe::vendor::Vendor::Nvidia,
             driver_version,
             cuda_driver_version,
             gpus,
@@ -228,6 +232,13 @@ impl Session {
 
     pub(crate) fn opened(&self) -> Opened {
         Opened { nvml: self.nvml, v3_misread: self.v3_misread }
+    }
+
+    /// Whether NVML counts any GPU (`--vendor auto` tries AMD SMI when it counts none).
+    pub(crate) fn has_gpus(&self) -> bool {
+        self.calls
+            .run("nvmlDeviceGetCount_v2", None, || self.nvml.device_count())
+            .is_ok_and(|count| count > 0)
     }
 }
 

@@ -1,0 +1,48 @@
+//! Which vendor's library answers the probe (DESIGN 3c). The probe is the only stage that
+//! knows; past it, the one place the vendor shows is the child's environment (`launch::env`:
+//! CUDA's variables or ROCm's) and inherited visibility (`select::visibility`).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// The library that answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Vendor {
+    /// NVML (`libnvidia-ml.so.1`).
+    #[default]
+    Nvidia,
+    /// AMD SMI (`libamd_smi.so`, ROCm 7.0 and later).
+    Amd,
+}
+
+impl Vendor {
+    /// `NVML`, `AMD SMI`: the library, as messages name it.
+    pub(crate) fn library(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "NVML",
+            Vendor::Amd => "AMD SMI",
+        }
+    }
+}
+
+/// `--vendor`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum VendorChoice {
+    /// NVML where it loads and lists GPUs, else AMD SMI where it does.
+    #[default]
+    Auto,
+    Nvidia,
+    Amd,
+}
+
+/// What the probe thread opens.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Libraries {
+    pub(crate) vendor: VendorChoice,
+    /// `--nvml-lib`; `None`: `libnvidia-ml.so.1`.
+    pub(crate) nvml: Option<PathBuf>,
+    /// `--amd-smi-lib`; `None`: `libamd_smi.so`, then `/opt/rocm/lib/libamd_smi.so`.
+    pub(crate) amd_smi: Option<PathBuf>,
+}
