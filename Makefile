@@ -17,6 +17,9 @@ NVIDIA_NVML_DEV_VERSION ?= 13.5.37
 GPUSTAT_VERSION ?= 1.1.1
 # The Prometheus text parser the --prom-file receipt is checked with.
 PROMETHEUS_CLIENT_VERSION ?= 0.21.1
+# AMD's own Python bindings of AMD SMI (ROCm 7.0.2's amdsmi.h), which the AMD SMI simulator is
+# checked against.
+AMDSMI_VERSION ?= 7.0.2
 
 VENV := .venv
 BENCH_VENV := .venv-bench
@@ -26,7 +29,7 @@ SIM_DIR := target/sim
 
 FUZZ_RUNS ?= 5000
 
-.PHONY: fuzz setup build sim demo demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist wheel shells man lint install install-files uninstall clean bench
+.PHONY: fuzz setup build sim demo demo-amd demo-container mutants test install-notice test-gpu venv slurm-deps mpi-deps container-deps emulation-deps dist-deps dist wheel shells man lint install install-files uninstall clean bench
 
 # For working on gpurun: git runs .githooks/ (commit-msg: a subject of one whole sentence, at
 # most 72 characters).
@@ -36,11 +39,13 @@ setup:
 build:
 	$(CARGO) build --release --bin gpurun
 
-# The simulated libnvidia-ml.so.1 and sim-cuda, as debug builds (the tests use these).
+# The simulated libnvidia-ml.so.1 and libamd_smi.so, sim-cuda and sim-hip, as debug builds
+# (the tests use these).
 sim:
 	$(CARGO) build --workspace --bins --lib
 	mkdir -p $(SIM_DIR)
 	ln -sf ../debug/libnvml_sim.so $(SIM_DIR)/libnvidia-ml.so.1
+	ln -sf ../debug/libamdsmi_sim.so $(SIM_DIR)/libamd_smi.so
 
 # Build everything, show what gpurun sees on the bundled simulated 8-GPU server, and run the
 # simulated CUDA program on the two GPUs gpurun chooses.
@@ -50,6 +55,14 @@ demo: sim
 	@echo
 	target/debug/gpurun --nvml-lib $(SIM_DIR)/libnvidia-ml.so.1 --gpus 2 --min-free 8G --report -- target/debug/sim-cuda --mem 4GiB --sleep 1
 
+# The same on AMD Instinct GPUs: gpurun --list on a simulated 8 x MI300X server (AMD SMI), and a
+# simulated HIP program on the two GPUs gpurun chooses (ROCR_VISIBLE_DEVICES, then verified).
+demo-amd: sim
+	$(CARGO) build --quiet --bin gpurun
+	target/debug/gpurun --vendor amd --amd-smi-lib $(SIM_DIR)/libamd_smi.so --list
+	@echo
+	target/debug/gpurun --vendor amd --amd-smi-lib $(SIM_DIR)/libamd_smi.so --gpus 2 --min-free 8G --report -- target/debug/sim-hip --mem 4GiB --sleep 1
+
 # The same job in a container, without a GPU: podman runs a busybox image on the simulated GPUs
 # through a CDI spec (root, podman and runc; tests/containers/try.sh says what it sets up).
 demo-container: sim
@@ -57,12 +70,12 @@ demo-container: sim
 
 # Rebuilt when the pins above change.
 $(VENV)/.installed: Makefile
-	@echo "make test: creating $(VENV) with nvidia-ml-py, nvidia-nvml-dev, gpustat, nvitop and prometheus-client (pip; minutes on a slow machine, once)"
+	@echo "make test: creating $(VENV) with nvidia-ml-py, nvidia-nvml-dev, gpustat, nvitop, prometheus-client and amdsmi (pip; minutes on a slow machine, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
 		nvidia-ml-py==$(NVIDIA_ML_PY_VERSION) nvidia-nvml-dev==$(NVIDIA_NVML_DEV_VERSION) \
 		gpustat==$(GPUSTAT_VERSION) nvitop==$(NVITOP_VERSION) \
-		prometheus-client==$(PROMETHEUS_CLIENT_VERSION)
+		prometheus-client==$(PROMETHEUS_CLIENT_VERSION) amdsmi==$(AMDSMI_VERSION)
 	touch $@
 
 venv: $(VENV)/.installed

@@ -5,6 +5,7 @@
 mod common;
 
 mod adversarial;
+mod amd;
 mod busy;
 mod cli;
 mod clients;

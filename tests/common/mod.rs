@@ -96,6 +96,51 @@ pub fn sim_cuda() -> PathBuf {
     built("sim-cuda")
 }
 
+/// The simulated `libamd_smi.so`, and its HIP program.
+pub fn amd_sim_library() -> PathBuf {
+    built("libamdsmi_sim.so")
+}
+
+pub fn sim_hip() -> PathBuf {
+    built("sim-hip")
+}
+
+/// An AMD scenario: `tests/scenarios/NAME`, or the AMD simulator's embedded default.
+pub fn amd_scenario(name: Option<&str>) -> String {
+    match name {
+        Some(name) => scenario_file(name),
+        None => {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/amdsmi-sim/scenarios/mi300x.toml");
+            std::fs::read_to_string(path).expect("the AMD simulator's default scenario")
+        }
+    }
+}
+
+/// A simulated AMD machine: `Sim`'s folders, with the scenario read by the AMD SMI simulator.
+pub struct AmdSim {
+    pub sim: Sim,
+}
+
+impl AmdSim {
+    pub fn new(scenario: &str) -> AmdSim {
+        AmdSim { sim: Sim::new(scenario) }
+    }
+
+    /// gpurun on this machine with --vendor amd (GPURUN_VENDOR), loading the simulator.
+    pub fn gpurun(&self) -> Run {
+        self.gpurun_auto().env("GPURUN_VENDOR", "amd")
+    }
+
+    /// gpurun with the default --vendor auto, on a machine without NVML.
+    pub fn gpurun_auto(&self) -> Run {
+        self.sim
+            .gpurun()
+            .env("GPURUN_NVML_LIB", self.sim.dir.path().join("no-libnvidia-ml.so.1"))
+            .env("GPURUN_AMD_SMI_LIB", amd_sim_library())
+            .env("AMDSMI_SIM_SCENARIO", &self.sim.scenario)
+    }
+}
+
 /// The scenario files shipped with the tests.
 pub fn scenario_file(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios").join(name);
@@ -171,7 +216,11 @@ impl Sim {
             .env_remove("GPURUN_LOG")
             .env_remove("SLURM_STEP_GPUS")
             .env_remove("SLURM_JOB_GPUS")
-            .env_remove("GPU_DEVICE_ORDINAL");
+            .env_remove("GPU_DEVICE_ORDINAL")
+            .env_remove("ROCR_VISIBLE_DEVICES")
+            .env_remove("HIP_VISIBLE_DEVICES")
+            .env_remove("AMDSMI_SIM_SCENARIO")
+            .env_remove("AMDSMI_SIM_STATE_DIR");
         // A launcher's rank variables (the suite run under torchrun, mpirun or srun).
         for name in [
             "LOCAL_RANK",
