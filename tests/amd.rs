@@ -82,6 +82,13 @@ fn list_shows_the_amd_gpus_their_processes_links_and_health() {
         "the partitions of one card share its address: {addresses:?}"
     );
     assert_eq!(json["gpus"][7]["partition"]["id"], 7);
+    // A bad page pending retirement (amdsmi_get_gpu_bad_page_info) degrades its GPU; retired
+    // ones do not.
+    assert_eq!(json["gpus"][5]["health"]["state"], "degraded");
+    assert!(json["gpus"][5]["health"]["reasons"][0].as_str().unwrap().contains("retired pages pending"));
+    assert_eq!(json["gpus"][6]["health"]["state"], "ok");
+    let outcome = cpx.gpurun().args(["--gpus", "1", "--devices", "5,6", "--"]).args(hip(&[])).run();
+    assert_eq!(smi_indices(&hip_line(outcome.status(0))), [6]);
 }
 
 #[test]
@@ -437,4 +444,62 @@ fn the_bindings_find_every_symbol_they_bind_at_import() {
         bound.iter().filter(|name| !exported.lines().any(|l| l.ends_with(&format!(" T {name}")))).collect();
     assert!(bound.len() > 150 && missing.is_empty(), "{} bound, missing: {missing:?}", bound.len());
     assert!(amdsmi_sim::UNSUPPORTED.len() < bound.len());
+}
+
+#[test]
+fn a_hung_amd_smi_call_is_named_and_ends_in_one_line() {
+    // A wedged amdgpu driver: the activity query of GPU 1 never returns.
+    let hung = format!("{}\n[[hang]]\ncall = \"amdsmi_get_gpu_activity\"\ngpu = 1\n", amd_scenario(None));
+    let machine = AmdSim::new(&hung);
+    machine
+        .gpurun()
+        .args(["--nvml-timeout", "500ms", "--gpus", "1", "--", "true"])
+        .run_unless_hung()
+        .status(125)
+        .stderr_has("gpurun: AMD SMI did not answer within 500 ms: amdsmi_get_gpu_activity on GPU 1")
+        .stderr_has("whether `amd-smi list` answers");
+    // --fallback cpu runs the command without a GPU instead.
+    machine
+        .gpurun()
+        .args(["--nvml-timeout", "500ms", "--gpus", "1", "--fallback", "cpu", "--", "true"])
+        .run_unless_hung()
+        .status(0);
+}
+
+#[test]
+fn the_doctor_reads_amd_smi_and_looks_at_rocms_device_nodes() {
+    let machine = AmdSim::new(&amd_scenario(None));
+    let outcome = machine.gpurun().env("ROCR_VISIBLE_DEVICES", "3,4").arg("--doctor").run();
+    let text = &outcome.status(0).stdout;
+    assert!(
+        text.contains(&format!("ok       AMD SMI loaded from {}", amd_sim_library().display())),
+        "{text}"
+    );
+    assert!(text.contains("info     amdgpu driver 6.14.14"), "{text}");
+    assert!(
+        text.contains("ok       GPU 2: AMD Instinct MI300X (a3ff74a1-0000-1000-8032-c1d1a4f3c9e2)"),
+        "{text}"
+    );
+    assert!(text.contains("info     ROCR_VISIBLE_DEVICES=3,4"), "{text}");
+    // This machine has no amdgpu: the doctor says so instead of listing NVIDIA's nodes.
+    if !Path::new("/dev/kfd").exists() {
+        assert!(text.contains("no /dev/kfd or /dev/dri/renderD* device nodes"), "{text}");
+    }
+    assert!(!text.contains("NVML loaded"), "{text}");
+}
+
+#[test]
+fn a_process_listed_under_every_gpu_counts_only_where_it_has_memory() {
+    // AMD SMI before its per-GPU attribution fix lists each process under every GPU, with
+    // memory only where it has some: the job must not look as if it ran on all eight.
+    let quirky = format!("quirks = [\"process_on_every_gpu\"]\n{}", amd_scenario(None));
+    let machine = AmdSim::new(&quirky);
+    let outcome = machine.gpurun().args(["--gpus", "2", "--"]).args(hip(&["--sleep", "1"])).run();
+    let lines: Vec<&str> = outcome.status(0).stderr.lines().filter(|l| l.contains("verified")).collect();
+    assert_eq!(lines.len(), 1, "{}", outcome.stderr);
+    assert!(lines[0].ends_with("on GPUs 0, 1"), "{lines:?}");
+    // The other user's job stays on GPU 2 alone, and GPU 0 stays free.
+    let json = machine.gpurun().args(["--list", "--json"]).run().status(0).json();
+    assert_eq!(json["gpus"][0]["processes"], serde_json::json!([]));
+    assert_eq!(json["gpus"][2]["processes"][0]["pid"], 31337);
 }

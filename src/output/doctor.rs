@@ -112,7 +112,7 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
     }
 
     out.section("Device nodes");
-    device_nodes(&mut out);
+    device_nodes(&mut out, machine.as_ref().map_or(config.libraries.vendor_if_chosen(), |m| m.vendor));
 
     out.section("Inherited GPU variables");
     inherited(&mut out, machine.as_ref());
@@ -200,19 +200,31 @@ fn health_findings(out: &mut Out, gpu: &crate::probe::gpu::Gpu) {
     }
 }
 
-fn device_nodes(out: &mut Out) {
-    let Ok(entries) = std::fs::read_dir("/dev") else {
-        out.problem("cannot read /dev");
-        return;
+/// The vendor's device nodes: NVIDIA's `/dev/nvidia*`; AMD's `/dev/kfd` (ROCm's compute
+/// interface) and `/dev/dri/renderD*`, which a ROCm program opens both of.
+fn device_nodes(out: &mut Out, vendor: Vendor) {
+    let (folder, wanted, none): (&str, fn(&str) -> bool, &str) = match vendor {
+        Vendor::Nvidia => ("/dev", |name| name.starts_with("nvidia"), "no /dev/nvidia* device nodes"),
+        Vendor::Amd => {
+            ("/dev/dri", |name| name.starts_with("renderD"), "no /dev/kfd or /dev/dri/renderD* device nodes")
+        }
     };
-    let mut nodes: Vec<_> = entries
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("nvidia"))
-        .map(|e| e.path())
-        .collect();
+    let mut nodes: Vec<_> = match std::fs::read_dir(folder) {
+        Ok(entries) => {
+            entries.flatten().filter(|e| wanted(&e.file_name().to_string_lossy())).map(|e| e.path()).collect()
+        }
+        Err(_) if vendor == Vendor::Amd => Vec::new(),
+        Err(_) => {
+            out.problem("cannot read /dev");
+            return;
+        }
+    };
+    if vendor == Vendor::Amd && Path::new("/dev/kfd").exists() {
+        nodes.push(std::path::PathBuf::from("/dev/kfd"));
+    }
     nodes.sort();
     if nodes.is_empty() {
-        out.info("no /dev/nvidia* device nodes (no driver here, or a container without GPUs passed in)");
+        out.info(format!("{none} (no driver here, or a container without GPUs passed in)"));
         return;
     }
     for node in nodes {
@@ -233,7 +245,9 @@ fn device_nodes(out: &mut Out) {
         if usable {
             out.ok(format!("{line}: readable and writable by you"));
         } else {
-            out.problem(format!("{line}: not readable and writable by you (check your groups, e.g. video)"));
+            out.problem(format!(
+                "{line}: not readable and writable by you (check your groups, e.g. video, render)"
+            ));
         }
     }
 }
@@ -244,6 +258,8 @@ fn inherited(out: &mut Out, machine: Option<&Machine>) {
         "CUDA_DEVICE_ORDER",
         "GPU_DEVICE_ORDINAL",
         "NVIDIA_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
         "SLURM_STEP_GPUS",
         "SLURM_JOB_GPUS",
         "TF_FORCE_GPU_ALLOW_GROWTH",

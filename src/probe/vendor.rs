@@ -37,6 +37,16 @@ pub(crate) enum VendorChoice {
     Amd,
 }
 
+impl Libraries {
+    /// The vendor `--vendor` names; NVIDIA's for `auto` (before a library has answered).
+    pub(crate) fn vendor_if_chosen(&self) -> Vendor {
+        match self.vendor {
+            VendorChoice::Amd => Vendor::Amd,
+            VendorChoice::Nvidia | VendorChoice::Auto => Vendor::Nvidia,
+        }
+    }
+}
+
 /// What the probe thread opens.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Libraries {

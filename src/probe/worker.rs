@@ -334,9 +334,15 @@ fn stall_message(call: &Option<Call>, timeout: Duration) -> String {
         Some(call) => format!("{call} did not return"),
         None => "the probe did not finish".to_owned(),
     };
-    format!(
-        "NVML did not answer within {}: {what}; the driver may be hung (check `dmesg` for Xid errors and \
-         whether `nvidia-smi` answers), or raise --nvml-timeout",
-        crate::options::duration::shown(timeout)
-    )
+    let within = crate::options::duration::shown(timeout);
+    match call.as_ref().is_some_and(|call| call.name.starts_with("amdsmi_")) {
+        true => format!(
+            "AMD SMI did not answer within {within}: {what}; the driver may be hung (check `dmesg` for amdgpu \
+             errors and whether `amd-smi list` answers), or raise --nvml-timeout"
+        ),
+        false => format!(
+            "NVML did not answer within {within}: {what}; the driver may be hung (check `dmesg` for Xid errors \
+             and whether `nvidia-smi` answers), or raise --nvml-timeout"
+        ),
+    }
 }

@@ -108,6 +108,9 @@ for index, (handle, gpu) in enumerate(zip(handles, gpus)):
     ecc = amdsmi.amdsmi_get_gpu_total_ecc_count(handle)
     check(f"{at} uncorrectable ECC", ecc["uncorrectable_count"], gpu.get("ecc_uncorrectable", 0))
     check(f"{at} correctable ECC", ecc["correctable_count"], gpu.get("ecc_correctable", 0))
+    pages = amdsmi.amdsmi_get_gpu_bad_page_info(handle)
+    check(f"{at} bad pages", [page["status"] for page in pages],
+          [0] * gpu.get("bad_pages_retired", 0) + [1] * gpu.get("bad_pages_pending", 0))
     if "numa_node" in gpu:
         check(f"{at} NUMA node", amdsmi.amdsmi_topo_get_numa_node_number(handle), gpu["numa_node"])
 

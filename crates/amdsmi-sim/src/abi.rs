@@ -120,6 +120,13 @@ pub struct ErrorCount {
 }
 
 #[repr(C)]
+pub struct RetiredPage {
+    pub page_address: u64,
+    pub page_size: u64,
+    pub status: u32,
+}
+
+#[repr(C)]
 pub struct KfdInfo {
     pub kfd_id: u64,
     pub node_id: u32,
@@ -146,6 +153,7 @@ pub fn sizes() -> Vec<(&'static str, usize)> {
         ("amdsmi_proc_info_t", size_of::<ProcInfo>()),
         ("amdsmi_error_count_t", size_of::<ErrorCount>()),
         ("amdsmi_kfd_info_t", size_of::<KfdInfo>()),
+        ("amdsmi_retired_page_record_t", size_of::<RetiredPage>()),
         ("amdsmi_driver_info_t", size_of::<DriverInfo>()),
     ]
 }
@@ -164,7 +172,17 @@ fn initialised(f: impl FnOnce(&mut State) -> Status) -> Status {
 
 /// Runs `f` on the processor behind `handle`: `INVAL` for a handle it never gave, `NO_PERM`
 /// for one outside this job's cgroup (unless the call reads only what sysfs tells anyone).
-fn processor(handle: *mut c_void, identity_only: bool, f: impl FnOnce(&mut State, u32) -> Status) -> Status {
+fn processor(
+    call: &str,
+    handle: *mut c_void,
+    identity_only: bool,
+    f: impl FnOnce(&mut State, u32) -> Status,
+) -> Status {
+    // A `[[hang]]` call sleeps outside the lock, so that other threads' calls go on.
+    let index = (handle as usize).wrapping_sub(1) as u32;
+    if let Ok(Some(hang)) = state::with(|state| state.scenario.hang_of(call, index)) {
+        std::thread::sleep(hang);
+    }
     initialised(|state| {
         let index = (handle as usize).wrapping_sub(1);
         match state.scenario.gpus.get(index) {
@@ -304,7 +322,7 @@ pub unsafe extern "C" fn amdsmi_get_processor_handles(
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_get_processor_type(handle: *mut c_void, kind: *mut u32) -> Status {
     null_check!(kind);
-    processor(handle, true, |_, _| {
+    processor("amdsmi_get_processor_type", handle, true, |_, _| {
         *kind = PROCESSOR_TYPE_AMD_GPU;
         SUCCESS
     })
@@ -319,7 +337,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_device_uuid(
     uuid: *mut c_char,
 ) -> Status {
     null_check!(length, uuid);
-    processor(handle, true, |state, index| {
+    processor("amdsmi_get_gpu_device_uuid", handle, true, |state, index| {
         if *length < UUID_SIZE {
             *length = UUID_SIZE;
             return INSUFFICIENT_SIZE;
@@ -338,7 +356,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_enumeration_info(
     info: *mut EnumerationInfo,
 ) -> Status {
     null_check!(info);
-    processor(handle, true, |state, index| {
+    processor("amdsmi_get_gpu_enumeration_info", handle, true, |state, index| {
         // HIP's own number with nothing set: its place among the processors it can open.
         let hip_id = state.scenario.gpus[..index as usize].iter().filter(|g| g.accessible).count() as u32;
         let mut out = EnumerationInfo {
@@ -360,7 +378,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_enumeration_info(
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_get_gpu_asic_info(handle: *mut c_void, info: *mut AsicInfo) -> Status {
     null_check!(info);
-    processor(handle, true, |state, index| {
+    processor("amdsmi_get_gpu_asic_info", handle, true, |state, index| {
         let spec = gpu(state, index);
         let partitions = state.scenario.gpus.iter().filter(|g| g.bdf == spec.bdf).count() as u32;
         let mut out = AsicInfo {
@@ -390,7 +408,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_asic_info(handle: *mut c_void, info: *mu
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_get_gpu_device_bdf(handle: *mut c_void, bdf: *mut u64) -> Status {
     null_check!(bdf);
-    processor(handle, true, |state, index| {
+    processor("amdsmi_get_gpu_device_bdf", handle, true, |state, index| {
         let text = &gpu(state, index).bdf;
         let parts: Vec<u64> =
             text.split([':', '.']).map(|part| u64::from_str_radix(part, 16).unwrap_or(0)).collect();
@@ -410,7 +428,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_memory_total(
     total: *mut u64,
 ) -> Status {
     null_check!(total);
-    processor(handle, false, |state, index| match kind {
+    processor("amdsmi_get_gpu_memory_total", handle, false, |state, index| match kind {
         MEM_TYPE_VRAM | MEM_TYPE_VIS_VRAM => {
             *total = gpu(state, index).vram_total.0;
             SUCCESS
@@ -428,7 +446,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_memory_usage(
     used: *mut u64,
 ) -> Status {
     null_check!(used);
-    processor(handle, false, |state, index| match kind {
+    processor("amdsmi_get_gpu_memory_usage", handle, false, |state, index| match kind {
         MEM_TYPE_VRAM | MEM_TYPE_VIS_VRAM => {
             *used = state.vram_used(index);
             SUCCESS
@@ -442,7 +460,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_memory_usage(
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_get_gpu_activity(handle: *mut c_void, info: *mut EngineUsage) -> Status {
     null_check!(info);
-    processor(handle, false, |state, index| {
+    processor("amdsmi_get_gpu_activity", handle, false, |state, index| {
         let spec = gpu(state, index);
         match (spec.gfx_activity, spec.umc_activity) {
             (Some(gfx), umc) => {
@@ -469,13 +487,15 @@ pub unsafe extern "C" fn amdsmi_get_temp_metric(
     value: *mut i64,
 ) -> Status {
     null_check!(value);
-    processor(handle, false, |state, index| match (gpu(state, index).temperature_c, sensor, metric) {
-        // MI300 has no edge sensor: hotspot (junction) only.
-        (Some(celsius), TEMPERATURE_TYPE_HOTSPOT, TEMP_CURRENT) => {
-            *value = celsius;
-            SUCCESS
+    processor("amdsmi_get_temp_metric", handle, false, |state, index| {
+        match (gpu(state, index).temperature_c, sensor, metric) {
+            // MI300 has no edge sensor: hotspot (junction) only.
+            (Some(celsius), TEMPERATURE_TYPE_HOTSPOT, TEMP_CURRENT) => {
+                *value = celsius;
+                SUCCESS
+            }
+            _ => NOT_SUPPORTED,
         }
-        _ => NOT_SUPPORTED,
     })
 }
 
@@ -484,7 +504,7 @@ pub unsafe extern "C" fn amdsmi_get_temp_metric(
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_get_power_info(handle: *mut c_void, info: *mut PowerInfo) -> Status {
     null_check!(info);
-    processor(handle, false, |state, index| match gpu(state, index).power_w {
+    processor("amdsmi_get_power_info", handle, false, |state, index| match gpu(state, index).power_w {
         Some(watts) => {
             *info = PowerInfo {
                 socket_power: u64::from(watts),
@@ -515,7 +535,7 @@ pub unsafe extern "C" fn amdsmi_get_energy_count(
     timestamp: *mut u64,
 ) -> Status {
     null_check!(energy, resolution, timestamp);
-    processor(handle, false, |state, index| match gpu(state, index).power_w {
+    processor("amdsmi_get_energy_count", handle, false, |state, index| match gpu(state, index).power_w {
         Some(watts) => {
             let up = boottime_ns();
             let microjoules = f64::from(watts) * up as f64 / 1e3;
@@ -548,8 +568,8 @@ pub unsafe extern "C" fn amdsmi_get_gpu_process_list(
     list: *mut ProcInfo,
 ) -> Status {
     null_check!(max_processes);
-    processor(handle, false, |state, index| {
-        let processes = state.processes(index);
+    processor("amdsmi_get_gpu_process_list", handle, false, |state, index| {
+        let processes = state.listed(index);
         let room = if list.is_null() { 0 } else { *max_processes as usize };
         for (slot, process) in processes.iter().take(room).enumerate() {
             let mut entry: ProcInfo = std::mem::zeroed();
@@ -578,7 +598,7 @@ pub unsafe extern "C" fn amdsmi_topo_get_link_type(
     kind: *mut u32,
 ) -> Status {
     null_check!(hops, kind);
-    processor(source, true, |state, a| {
+    processor("amdsmi_topo_get_link_type", source, true, |state, a| {
         let b = (destination as usize).wrapping_sub(1);
         if b >= state.scenario.gpus.len() || b == a as usize {
             return INVAL;
@@ -595,12 +615,14 @@ pub unsafe extern "C" fn amdsmi_topo_get_link_type(
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_topo_get_numa_node_number(handle: *mut c_void, node: *mut u32) -> Status {
     null_check!(node);
-    processor(handle, true, |state, index| match gpu(state, index).numa_node {
-        Some(numa) => {
-            *node = numa;
-            SUCCESS
+    processor("amdsmi_topo_get_numa_node_number", handle, true, |state, index| {
+        match gpu(state, index).numa_node {
+            Some(numa) => {
+                *node = numa;
+                SUCCESS
+            }
+            None => NOT_SUPPORTED,
         }
-        None => NOT_SUPPORTED,
     })
 }
 
@@ -612,7 +634,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_total_ecc_count(
     counts: *mut ErrorCount,
 ) -> Status {
     null_check!(counts);
-    processor(handle, false, |state, index| {
+    processor("amdsmi_get_gpu_total_ecc_count", handle, false, |state, index| {
         let spec = gpu(state, index);
         if !spec.ecc {
             return NOT_SUPPORTED;
@@ -627,18 +649,53 @@ pub unsafe extern "C" fn amdsmi_get_gpu_total_ecc_count(
     })
 }
 
+/// amdsmi.h: the first call (a null `info`) gives the number of bad pages, the second fills
+/// that many records: the retired ones (RESERVED, 0), then those pending (PENDING, 1).
+///
+/// # Safety
+/// `count` points to a u32; `info`, unless null, to `*count` records.
+#[no_mangle]
+pub unsafe extern "C" fn amdsmi_get_gpu_bad_page_info(
+    handle: *mut c_void,
+    count: *mut u32,
+    info: *mut RetiredPage,
+) -> Status {
+    null_check!(count);
+    processor("amdsmi_get_gpu_bad_page_info", handle, false, |state, index| {
+        let spec = gpu(state, index);
+        if !spec.ecc {
+            return NOT_SUPPORTED;
+        }
+        let statuses = std::iter::repeat_n(0, spec.bad_pages_retired as usize)
+            .chain(std::iter::repeat_n(1, spec.bad_pages_pending as usize));
+        let statuses: Vec<u32> = statuses.collect();
+        if !info.is_null() {
+            for (at, &status) in statuses.iter().take(*count as usize).enumerate() {
+                let page_address = 0x7_0000_0000 + (u64::from(index) << 32) + ((at as u64) << 12);
+                info.add(at).write(RetiredPage { page_address, page_size: 4096, status });
+            }
+        }
+        *count = match info.is_null() {
+            true => statuses.len() as u32,
+            false => (*count).min(statuses.len() as u32),
+        };
+        SUCCESS
+    })
+}
+
 /// A partition mode into the caller's buffer of `length` bytes.
 ///
 /// # Safety
 /// `out` points to `length` writable bytes.
 unsafe fn partition(
+    call: &str,
     handle: *mut c_void,
     out: *mut c_char,
     length: u32,
     mode: fn(&GpuSpec) -> Option<&str>,
 ) -> Status {
     null_check!(out);
-    processor(handle, true, |state, index| match mode(gpu(state, index)) {
+    processor(call, handle, true, |state, index| match mode(gpu(state, index)) {
         Some(text) if (length as usize) > text.len() => {
             put(std::slice::from_raw_parts_mut(out.cast::<u8>(), length as usize), text);
             SUCCESS
@@ -656,7 +713,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_compute_partition(
     out: *mut c_char,
     length: u32,
 ) -> Status {
-    partition(handle, out, length, |gpu| gpu.compute_partition.as_deref())
+    partition("amdsmi_get_gpu_compute_partition", handle, out, length, |gpu| gpu.compute_partition.as_deref())
 }
 
 /// # Safety
@@ -667,7 +724,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_memory_partition(
     out: *mut c_char,
     length: u32,
 ) -> Status {
-    partition(handle, out, length, |gpu| gpu.memory_partition.as_deref())
+    partition("amdsmi_get_gpu_memory_partition", handle, out, length, |gpu| gpu.memory_partition.as_deref())
 }
 
 /// # Safety
@@ -675,7 +732,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_memory_partition(
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_get_gpu_kfd_info(handle: *mut c_void, info: *mut KfdInfo) -> Status {
     null_check!(info);
-    processor(handle, true, |state, index| {
+    processor("amdsmi_get_gpu_kfd_info", handle, true, |state, index| {
         *info = KfdInfo {
             kfd_id: 0x4000 + u64::from(index),
             node_id: 2 + index,
@@ -691,7 +748,7 @@ pub unsafe extern "C" fn amdsmi_get_gpu_kfd_info(handle: *mut c_void, info: *mut
 #[no_mangle]
 pub unsafe extern "C" fn amdsmi_get_gpu_driver_info(handle: *mut c_void, info: *mut DriverInfo) -> Status {
     null_check!(info);
-    processor(handle, true, |state, _| {
+    processor("amdsmi_get_gpu_driver_info", handle, true, |state, _| {
         let mut out = DriverInfo { driver_version: [0; 256], driver_date: [0; 256], driver_name: [0; 256] };
         put(&mut out.driver_version, &state.scenario.driver_version);
         put(&mut out.driver_date, "2025/09/30 00:00");

@@ -27,6 +27,25 @@ pub struct Scenario {
     pub processes: Vec<ProcessSpec>,
     #[serde(default, rename = "link")]
     pub links: Vec<LinkSpec>,
+    #[serde(default, rename = "hang")]
+    pub hangs: Vec<HangSpec>,
+    /// Library bugs to reproduce: `"process_on_every_gpu"` lists every GPU process under every
+    /// GPU, with no memory on the GPUs it does not use, as AMD SMI did before its per-GPU
+    /// attribution fix (ROCm/legacy-rocm-build#2292, ROCm/rocm-systems#8396).
+    #[serde(default)]
+    pub quirks: Vec<String>,
+}
+
+/// A call that does not return (a wedged driver), or takes `ms`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HangSpec {
+    /// The function, `amdsmi_get_gpu_process_list`.
+    pub call: String,
+    /// Only on this processor; omitted: on every one.
+    pub gpu: Option<u32>,
+    /// How long; omitted: an hour, which no caller waits out.
+    pub ms: Option<u64>,
 }
 
 fn default_driver_version() -> String {
@@ -84,6 +103,12 @@ pub struct GpuSpec {
     pub ecc_correctable: u64,
     #[serde(default)]
     pub ecc_uncorrectable: u64,
+    /// Retired pages (`amdsmi_get_gpu_bad_page_info`, status RESERVED), and pages pending
+    /// retirement at the next reset (PENDING).
+    #[serde(default)]
+    pub bad_pages_retired: u32,
+    #[serde(default)]
+    pub bad_pages_pending: u32,
     /// `false`: its device node is outside this job's cgroup: AMD SMI answers `NO_PERM` for
     /// it, and ROCr does not enumerate it.
     #[serde(default = "yes")]
@@ -165,6 +190,12 @@ impl Scenario {
             (false, true) => (LINK_PCIE, 2),
             (false, false) => (LINK_PCIE, 3),
         }
+    }
+
+    /// How long `call` on processor `gpu` hangs, if a `[[hang]]` says it does.
+    pub fn hang_of(&self, call: &str, gpu: u32) -> Option<std::time::Duration> {
+        let hang = self.hangs.iter().find(|h| h.call == call && h.gpu.is_none_or(|g| g == gpu))?;
+        Some(std::time::Duration::from_millis(hang.ms.unwrap_or(3_600_000)))
     }
 
     /// The cards (sockets): processors that share a PCI address are partitions of one card.

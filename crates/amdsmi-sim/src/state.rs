@@ -61,6 +61,22 @@ pub fn with<T>(f: impl FnOnce(&mut State) -> T) -> Result<T, String> {
 }
 
 impl State {
+    /// What `amdsmi_get_gpu_process_list` gives for processor `index`: its processes, and
+    /// under the `process_on_every_gpu` quirk every other GPU's too, with no memory.
+    pub fn listed(&mut self, index: u32) -> Vec<Process> {
+        let mut listed = self.processes(index);
+        if self.scenario.quirks.iter().any(|quirk| quirk == "process_on_every_gpu") {
+            for other in (0..self.scenario.gpus.len() as u32).filter(|&other| other != index) {
+                for process in self.processes(other) {
+                    if !listed.iter().any(|p| p.pid == process.pid) {
+                        listed.push(Process { vram: 0, ..process });
+                    }
+                }
+            }
+        }
+        listed
+    }
+
     /// The processes on processor `index`: the scenario's, then those `sim-hip` registered
     /// (by amd-smi UUID) that are alive.
     pub fn processes(&mut self, index: u32) -> Vec<Process> {

@@ -66,7 +66,6 @@ not_supported!(
     amdsmi_get_gpu_accelerator_partition_profile,
     amdsmi_get_gpu_accelerator_partition_profile_config,
     amdsmi_get_gpu_available_counters,
-    amdsmi_get_gpu_bad_page_info,
     amdsmi_get_gpu_bad_page_threshold,
     amdsmi_get_gpu_bdf_id,
     amdsmi_get_gpu_board_info,

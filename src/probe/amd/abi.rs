@@ -144,6 +144,17 @@ pub(super) struct ErrorCount {
 }
 
 #[repr(C)]
+pub(super) struct RetiredPage {
+    pub(super) page_address: u64,
+    pub(super) page_size: u64,
+    /// `AMDSMI_MEM_PAGE_STATUS_`: RESERVED 0, PENDING 1, UNRESERVABLE 2.
+    pub(super) status: u32,
+}
+
+/// A bad page waiting to be retired at the next reset.
+pub(super) const PAGE_STATUS_PENDING: u32 = 1;
+
+#[repr(C)]
 pub(super) struct KfdInfo {
     pub(super) kfd_id: u64,
     pub(super) node_id: u32,
@@ -174,6 +185,7 @@ impl Plain for PowerInfo {}
 impl Plain for ProcInfo {}
 impl Plain for ErrorCount {}
 impl Plain for KfdInfo {}
+impl Plain for RetiredPage {}
 impl Plain for DriverInfo {}
 
 /// A NUL-terminated field as text (lossy: a name is for people).
@@ -204,6 +216,7 @@ pub(super) struct Api {
     pub(super) compute_partition: unsafe extern "C" fn(Handle, *mut c_char, u32) -> Status,
     pub(super) memory_partition: unsafe extern "C" fn(Handle, *mut c_char, u32) -> Status,
     pub(super) kfd_info: unsafe extern "C" fn(Handle, *mut KfdInfo) -> Status,
+    pub(super) bad_page_info: unsafe extern "C" fn(Handle, *mut u32, *mut RetiredPage) -> Status,
     pub(super) driver_info: unsafe extern "C" fn(Handle, *mut DriverInfo) -> Status,
 }
 
@@ -254,6 +267,7 @@ impl Api {
             compute_partition: symbol!("amdsmi_get_gpu_compute_partition"),
             memory_partition: symbol!("amdsmi_get_gpu_memory_partition"),
             kfd_info: symbol!("amdsmi_get_gpu_kfd_info"),
+            bad_page_info: symbol!("amdsmi_get_gpu_bad_page_info"),
             driver_info: symbol!("amdsmi_get_gpu_driver_info"),
         })))
     }
@@ -411,6 +425,17 @@ impl Api {
         written::<256>(|out, length| unsafe { (self.memory_partition)(gpu, out, length) })
     }
 
+    /// The bad pages' statuses: counted first (a null array), then read.
+    pub(super) fn bad_pages(&self, gpu: Handle) -> Answered<Vec<u32>> {
+        let mut count = 0u32;
+        // SAFETY: a u32 to write, and no array.
+        unsafe { (self.bad_page_info)(gpu, &mut count, std::ptr::null_mut()) }.ok()?;
+        let mut pages: Vec<RetiredPage> = (0..count).map(|_| zeroed()).collect();
+        // SAFETY: `pages` has `count` zeroed records.
+        unsafe { (self.bad_page_info)(gpu, &mut count, pages.as_mut_ptr()) }.ok()?;
+        Ok(pages.iter().take(count as usize).map(|page| page.status).collect())
+    }
+
     pub(super) fn kfd(&self, gpu: Handle) -> Answered<KfdInfo> {
         // SAFETY: a zeroed amdsmi_kfd_info_t to fill.
         filled(|info| unsafe { (self.kfd_info)(gpu, info) })
@@ -443,6 +468,7 @@ mod tests {
         assert_eq!(size_of::<ErrorCount>(), 64);
         assert_eq!(size_of::<KfdInfo>(), 64);
         assert_eq!(size_of::<DriverInfo>(), 768);
+        assert_eq!(size_of::<RetiredPage>(), 24);
     }
 
     #[test]

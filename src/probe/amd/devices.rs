@@ -43,8 +43,8 @@ impl Queries<'_> {
                         other => other.to_string(),
                     };
                     self.first_error.get_or_insert_with(|| format!("{what}: {said}"));
-                } else if call == "amdsmi_get_gpu_total_ecc_count" {
-                    self.unreadable.push(format!("ECC errors ({call}: {status})"));
+                } else if matches!(call, "amdsmi_get_gpu_total_ecc_count" | "amdsmi_get_gpu_bad_page_info") {
+                    self.unreadable.push(format!("{what} ({call}: {status})"));
                 }
                 None
             }
@@ -159,11 +159,13 @@ impl Session {
             .or_else(|| identity.pci_bus_id.as_deref().and_then(numa::sysfs_node));
         let partition = queries.partition(handle);
         let ecc = queries.ask("ECC errors", "amdsmi_get_gpu_total_ecc_count", false, || api.ecc(handle));
+        let pages = queries.ask("bad pages", "amdsmi_get_gpu_bad_page_info", false, || api.bad_pages(handle));
         let processes = queries
             .ask("processes", "amdsmi_get_gpu_process_list", true, || process_list(api, handle))
             .map(|listed| listed.into_iter().map(process_of).collect());
         let findings = Findings {
             ecc_uncorrectable_since_load: ecc.map(|counts| counts.uncorrectable_count),
+            retired_pages_pending: pages.map(|statuses| statuses.contains(&abi::PAGE_STATUS_PENDING)),
             unreadable: std::mem::take(&mut queries.unreadable),
             ..Findings::default()
         };
@@ -258,7 +260,10 @@ fn socket_watts(power: &abi::PowerInfo) -> Option<u32> {
 }
 
 /// The processes on `handle`: listed with room for 16, again with room for all if more were
-/// there (amdsmi.h: OUT_OF_RESOURCES says the list was cut short, with the whole count).
+/// there (amdsmi.h: OUT_OF_RESOURCES says the list was cut short, with the whole count). An
+/// entry with no memory on this GPU is left out: AMD SMI before its per-GPU attribution fix
+/// (ROCm/rocm-systems#8396, 2026) lists every process under every GPU, with memory only where
+/// the process has some, which would make each job look as if it ran on every GPU.
 fn process_list(api: &abi::Api, handle: Handle) -> Answered<Vec<Listed>> {
     let mut room = 16u32;
     loop {
@@ -270,6 +275,7 @@ fn process_list(api: &abi::Api, handle: Handle) -> Answered<Vec<Listed>> {
                 return Ok(entries
                     .iter()
                     .take(count.min(room) as usize)
+                    .filter(|entry| entry.mem > 0 || entry.memory_usage[2] > 0)
                     .map(|entry| Listed { pid: entry.pid, used_bytes: Some(entry.mem), mps_client: false })
                     .collect());
             }
