@@ -357,6 +357,34 @@ fn auto_takes_nvidia_where_nvml_lists_gpus_and_amd_where_only_it_does() {
         .status(0)
         .json();
     assert_eq!(nvidia["vendor"], "nvidia");
+    assert_eq!(nvidia["also_amd_gpus"], 8);
+    let listed = machine
+        .gpurun_auto()
+        .env("GPURUN_NVML_LIB", common::sim_library())
+        .env(
+            "NVML_SIM_SCENARIO",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/nvml-sim/scenarios/default.toml"),
+        )
+        .arg("--list")
+        .run();
+    listed.status(0).stdout_has("also here: 8 AMD GPUs (AMD SMI); gpurun --vendor amd lists and uses them");
+    // A request takes NVIDIA's alone: the command gets CUDA's variables, not ROCm's.
+    let chosen = machine
+        .gpurun_auto()
+        .env("GPURUN_NVML_LIB", common::sim_library())
+        .env(
+            "NVML_SIM_SCENARIO",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/nvml-sim/scenarios/default.toml"),
+        )
+        .args(["--dry-run", "--json", "--gpus", "2"])
+        .run()
+        .status(0)
+        .json();
+    assert!(
+        chosen["env"]["CUDA_VISIBLE_DEVICES"].is_string()
+            && chosen["env"].get("ROCR_VISIBLE_DEVICES").is_none(),
+        "{chosen:#}"
+    );
     // NVML loads but lists none: AMD's.
     let empty = machine.sim.dir.path().join("no-gpus.toml");
     std::fs::write(&empty, "driver_version = \"550.54.15\"\n").unwrap();
@@ -502,4 +530,31 @@ fn a_process_listed_under_every_gpu_counts_only_where_it_has_memory() {
     let json = machine.gpurun().args(["--list", "--json"]).run().status(0).json();
     assert_eq!(json["gpus"][0]["processes"], serde_json::json!([]));
     assert_eq!(json["gpus"][2]["processes"][0]["pid"], 31337);
+}
+
+#[test]
+fn hip_and_amd_smi_number_gpus_differently_and_rocr_indices_follow_hip() {
+    // amd-smi's GPU 0 is HIP's 1 and the other way round (amd-smi list's HIP_ID).
+    let swapped = amd_scenario(None)
+        .replacen("bdf = \"0000:05:00.0\"", "hip_id = 1\nbdf = \"0000:05:00.0\"", 1)
+        .replacen("bdf = \"0000:26:00.0\"", "hip_id = 0\nbdf = \"0000:26:00.0\"", 1);
+    let machine = AmdSim::new(&swapped);
+    let json = machine.gpurun().args(["--list", "--json"]).run().status(0).json();
+    assert_eq!((json["gpus"][0]["hip_id"].clone(), json["gpus"][1]["hip_id"].clone()), (1.into(), 0.into()));
+    // ROCr's index of amd-smi's GPU 0 is 1.
+    let outcome = machine
+        .gpurun()
+        .args(["--devices", "0", "--visible-as", "index", "--"])
+        .args(hip(&["--sleep", "0.5"]))
+        .run();
+    let line = hip_line(outcome.status(0));
+    assert_eq!(line["env"]["ROCR_VISIBLE_DEVICES"], "1");
+    assert_eq!(smi_indices(&line), [0]);
+    outcome.stderr_has("verified:");
+    // An inherited ROCR_VISIBLE_DEVICES=0 is ROCr's 0: amd-smi's GPU 1.
+    let outcome =
+        machine.gpurun().env("ROCR_VISIBLE_DEVICES", "0").args(["--gpus", "1", "--"]).args(hip(&[])).run();
+    let line = hip_line(outcome.status(0));
+    assert_eq!(smi_indices(&line), [1]);
+    outcome.stdout_has("\"smi_index\":1");
 }

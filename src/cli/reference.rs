@@ -223,7 +223,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "JSON output",
         &[
-            ("--list --json", "one object: vendor (nvidia or amd: whose library answered), driver_version, cuda_driver_version (null on AMD), nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), confidential_computing ({on, ready}, null where the driver has none), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, xgmi, board, switch, switches, hostbridge, node, system)"),
+            ("--list --json", "one object: vendor (nvidia or amd: whose library answered; also_amd_gpus: under --vendor auto, how many AMD GPUs are beside NVIDIA's), driver_version, cuda_driver_version (null on AMD), nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), confidential_computing ({on, ready}, null where the driver has none), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, xgmi, board, switch, switches, hostbridge, node, system)"),
             ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds, processes (PIDs)"),
             (
                 "gpus[]",
@@ -235,7 +235,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
                  node's), health ({state: ok|degraded|unknown|unhealthy, reasons: [..]}; a MIG device: its GPU's), \
                  processes, mps (null, or {server_pid, server_user, clients: [{pid, user, used_bytes}]}), \
                  fabric (null, or {state, clique_id, cluster_uuid, health: {state, reasons}}), eligible, reasons, error; with --dry-run also passed_over (why a GPU that \
-                 qualified was not chosen, else null); on AMD also rocr_uuid (ROCr's GPU- UUID) and partition \
+                 qualified was not chosen, else null); on AMD also rocr_uuid (ROCr's GPU- UUID), hip_id (HIP's and ROCr's number, amd-smi list's HIP_ID) and partition \
                  ({compute: SPX..CPX, memory: NPS1.., id})",
             ),
             (

@@ -291,6 +291,7 @@ mod tests {
     fn machine_of(gpus: &[Gpu]) -> crate::probe::gpu::Machine {
         crate::probe::gpu::Machine {
             vendor: Default::default(),
+            also_amd_gpus: None,
             driver_version: None,
             cuda_driver_version: None,
             gpus: gpus.to_vec(),

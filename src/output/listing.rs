@@ -169,6 +169,9 @@ const SHOWN_WAITERS: usize = 10;
 struct Listing<'a> {
     /// `nvidia` (NVML answered) or `amd` (AMD SMI did).
     vendor: crate::probe::vendor::Vendor,
+    /// Under `--vendor auto` on NVIDIA GPUs, the AMD GPUs beside them (`--vendor amd` lists them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    also_amd_gpus: Option<usize>,
     driver_version: &'a Option<String>,
     cuda_driver_version: &'a Option<String>,
     nvml_library: String,
@@ -295,6 +298,7 @@ pub(crate) fn json(
 ) -> String {
     let listing = Listing {
         vendor: machine.vendor,
+        also_amd_gpus: machine.also_amd_gpus,
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
         nvml_library: library.display().to_string(),
@@ -667,6 +671,13 @@ pub(crate) fn table(
     }
     if !shared.rules.is_empty() {
         let _ = writeln!(out, "\nhouse rules: {}", shared.rules.join("; "));
+    }
+    if let Some(amd) = machine.also_amd_gpus {
+        let plural = if amd == 1 { "" } else { "s" };
+        let _ = writeln!(
+            out,
+            "\nalso here: {amd} AMD GPU{plural} (AMD SMI); gpurun --vendor amd lists and uses them"
+        );
     }
     let listed = || machine.devices().flat_map(|gpu| gpu.processes.iter().flatten());
     if compact && listed().next().is_some() {

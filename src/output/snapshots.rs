@@ -66,6 +66,7 @@ fn machine() -> Machine {
     broken.error = Some("nvmlDeviceGetMemoryInfo: GPU is lost".to_owned());
     Machine {
         vendor: Default::default(),
+        also_amd_gpus: None,
         driver_version: Some("550.54.15".to_owned()),
         cuda_driver_version: Some("12.4".to_owned()),
         gpus: vec![test_gpu(0), busy, reserved, broken],

@@ -82,6 +82,10 @@ pub(crate) struct Gpu {
     /// what `ROCR_VISIBLE_DEVICES` names it by. `uuid` is AMD SMI's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rocr_uuid: Option<String>,
+    /// HIP's and ROCr's number for an AMD GPU with nothing set (`amd-smi list`'s HIP_ID): their
+    /// order, which need not be AMD SMI's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) hip_id: Option<u32>,
     /// The host NUMA node the GPU hangs off (nvidia-smi's "NUMA Affinity": NVML's memory
     /// affinity, else sysfs), and the CPUs local to it (NVML's CPU affinity, else the node's).
     pub(crate) numa_node: Option<u32>,
@@ -130,6 +134,7 @@ impl Gpu {
             mig: None,
             partition: None,
             rocr_uuid: None,
+            hip_id: None,
             numa_node: None,
             gpu_numa_id: None,
             health: Default::default(),
@@ -282,6 +287,10 @@ impl Topology {
 pub(crate) struct Machine {
     /// Whose library answered.
     pub(crate) vendor: crate::probe::vendor::Vendor,
+    /// Under `--vendor auto` on NVIDIA GPUs: how many AMD GPUs AMD SMI lists beside them (a run
+    /// never mixes the two; `--vendor amd` takes those).
+    #[serde(skip)]
+    pub(crate) also_amd_gpus: Option<usize>,
     pub(crate) driver_version: Option<String>,
     /// CUDA version the driver supports, as `12.4`.
     pub(crate) cuda_driver_version: Option<String>,
@@ -322,6 +331,7 @@ impl Machine {
     pub(crate) fn of(vendor: crate::probe::vendor::Vendor, gpus: Vec<Gpu>) -> Machine {
         Machine {
             vendor,
+            also_amd_gpus: None,
             driver_version: None,
             cuda_driver_version: None,
             gpus,
@@ -373,6 +383,7 @@ pub(crate) fn test_gpu(index: u32) -> Gpu {
         mig: None,
         partition: None,
         rocr_uuid: None,
+        hip_id: None,
         numa_node: None,
         gpu_numa_id: None,
         health: Default::default(),

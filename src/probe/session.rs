@@ -9,9 +9,22 @@ use crate::probe::nvml::{self, OpenError};
 use crate::probe::vendor::{Libraries, VendorChoice};
 use crate::probe::watch::{ListError, Listed, XidBatch};
 
-pub(crate) enum Session {
+/// The open library; `also_amd`: under `--vendor auto`, the AMD GPUs AMD SMI lists beside the
+/// NVIDIA ones NVML answered for (said in `--list`, never used unless `--vendor amd`).
+pub(crate) struct Session {
+    library: Library,
+    also_amd: Option<usize>,
+}
+
+enum Library {
     Nvml(nvml::Session),
     Amd(amd::Session),
+}
+
+impl From<Library> for Session {
+    fn from(library: Library) -> Session {
+        Session { library, also_amd: None }
+    }
 }
 
 /// The open library, for a spare thread (`worker::NvmlThread::without_xids`).
@@ -25,8 +38,8 @@ impl Opened {
     /// A session on the same library that asks for no Xid events.
     pub(crate) fn session_without_xids(self, calls: Calls) -> Session {
         match self {
-            Opened::Nvml(opened) => Session::Nvml(opened.session_without_xids(calls)),
-            Opened::Amd(opened) => Session::Amd(opened.session(calls)),
+            Opened::Nvml(opened) => Library::Nvml(opened.session_without_xids(calls)).into(),
+            Opened::Amd(opened) => Library::Amd(opened.session(calls)).into(),
         }
     }
 }
@@ -39,18 +52,25 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
     let nvidia = || nvml::open(libraries.nvml.as_deref(), calls.clone());
     let amd = || amd::open(libraries.amd_smi.as_deref(), calls.clone());
     match libraries.vendor {
-        VendorChoice::Nvidia => nvidia().map(Session::Nvml),
-        VendorChoice::Amd => amd().map(Session::Amd).map_err(OpenError::Amd),
+        VendorChoice::Nvidia => nvidia().map(|s| Library::Nvml(s).into()),
+        VendorChoice::Amd => amd().map(|s| Library::Amd(s).into()).map_err(OpenError::Amd),
         VendorChoice::Auto => match nvidia() {
-            Ok(session) => match amd::load(libraries.amd_smi.as_deref()) {
-                Ok(loaded) if !session.has_gpus() => match loaded.init(calls.clone()) {
-                    Ok(other) if other.has_gpus() => Ok(Session::Amd(other)),
-                    _ => Ok(Session::Nvml(session)),
-                },
-                _ => Ok(Session::Nvml(session)),
-            },
+            Ok(session) => {
+                let Ok(loaded) = amd::load(libraries.amd_smi.as_deref()) else {
+                    return Ok(Library::Nvml(session).into());
+                };
+                let amd_gpus = loaded.init(calls.clone()).map_or(0, |other| other.gpu_count());
+                match session.has_gpus() {
+                    true => Ok(Session {
+                        library: Library::Nvml(session),
+                        also_amd: (amd_gpus > 0).then_some(amd_gpus),
+                    }),
+                    false if amd_gpus > 0 => amd().map(|s| Library::Amd(s).into()).map_err(OpenError::Amd),
+                    false => Ok(Library::Nvml(session).into()),
+                }
+            }
             Err(error @ (OpenError::LibraryMissing { .. } | OpenError::DriverNotLoaded)) => match amd() {
-                Ok(other) => Ok(Session::Amd(other)),
+                Ok(other) => Ok(Library::Amd(other).into()),
                 Err(other) if other.is_missing() => Err(error),
                 Err(other) => Err(OpenError::Amd(other)),
             },
@@ -61,45 +81,46 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
 
 impl Session {
     pub(crate) fn probe(&mut self) -> Result<Machine, OpenError> {
-        match self {
-            Session::Nvml(session) => session.probe(),
-            Session::Amd(session) => session.probe(),
-        }
+        let machine = match &mut self.library {
+            Library::Nvml(session) => session.probe(),
+            Library::Amd(session) => session.probe(),
+        };
+        machine.map(|machine| Machine { also_amd_gpus: self.also_amd, ..machine })
     }
 
     pub(crate) fn links(&mut self, gpus: &[u32]) -> Topology {
-        match self {
-            Session::Nvml(session) => session.links(gpus),
-            Session::Amd(session) => session.links(gpus),
+        match &mut self.library {
+            Library::Nvml(session) => session.links(gpus),
+            Library::Amd(session) => session.links(gpus),
         }
     }
 
     pub(crate) fn processes(&mut self, gpu: u32) -> Result<Vec<Listed>, ListError> {
-        match self {
-            Session::Nvml(session) => session.processes(gpu).map_err(ListError::from),
-            Session::Amd(session) => session.processes(gpu),
+        match &mut self.library {
+            Library::Nvml(session) => session.processes(gpu).map_err(ListError::from),
+            Library::Amd(session) => session.processes(gpu),
         }
     }
 
     /// The Xid errors raised on `gpus` since the last look; AMD SMI has no such events.
     pub(crate) fn xids(&mut self, gpus: &[u32], drain: bool) -> XidBatch {
-        match self {
-            Session::Nvml(session) => session.xids(gpus, drain),
-            Session::Amd(_) => XidBatch::default(),
+        match &mut self.library {
+            Library::Nvml(session) => session.xids(gpus, drain),
+            Library::Amd(_) => XidBatch::default(),
         }
     }
 
     pub(crate) fn meter(&mut self, ask: &Ask) -> Vec<Reading> {
-        match self {
-            Session::Nvml(session) => session.meter(ask),
-            Session::Amd(session) => session.meter(ask),
+        match &mut self.library {
+            Library::Nvml(session) => session.meter(ask),
+            Library::Amd(session) => session.meter(ask),
         }
     }
 
     pub(crate) fn opened(&self) -> Opened {
-        match self {
-            Session::Nvml(session) => Opened::Nvml(session.opened()),
-            Session::Amd(session) => Opened::Amd(session.opened()),
+        match &self.library {
+            Library::Nvml(session) => Opened::Nvml(session.opened()),
+            Library::Amd(session) => Opened::Amd(session.opened()),
         }
     }
 }

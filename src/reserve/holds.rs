@@ -231,6 +231,7 @@ mod tests {
     fn waiters_ahead_keep_what_they_would_take_or_all_they_could_use() {
         let machine = Machine {
             vendor: Default::default(),
+            also_amd_gpus: None,
             driver_version: None,
             cuda_driver_version: None,
             gpus: (0..4).map(test_gpu).collect(),
@@ -259,6 +260,7 @@ mod tests {
         // Eight single-GPU waiters ahead on eight free cards each keep one: nothing is left.
         let machine = Machine {
             vendor: Default::default(),
+            also_amd_gpus: None,
             driver_version: None,
             cuda_driver_version: None,
             gpus: (0..8).map(test_gpu).collect(),

@@ -9,7 +9,7 @@ pub(crate) mod policy;
 mod properties;
 pub(crate) mod ranking;
 pub(crate) mod request;
-mod rocm_visibility;
+pub(crate) mod rocm_visibility;
 pub(crate) mod selection;
 pub(crate) mod sets;
 pub(crate) mod visibility;

@@ -42,8 +42,21 @@ fn pick(name: &str, list: &str, candidates: &[&Gpu], by_uuid: bool, warnings: &m
     picked
 }
 
+/// The GPUs ROCr enumerates here, in its order: those it can open, by HIP_ID (AMD SMI's own
+/// order where the library does not say).
+fn rocr_order(gpus: &[Gpu]) -> Vec<&Gpu> {
+    let mut reachable: Vec<&Gpu> = gpus.iter().filter(|gpu| !gpu.handle_refused).collect();
+    reachable.sort_by_key(|gpu| (gpu.hip_id.unwrap_or(u32::MAX), gpu.index));
+    reachable
+}
+
+/// ROCr's index of GPU `index` here (what `ROCR_VISIBLE_DEVICES=N` names).
+pub(crate) fn rocr_index(gpus: &[Gpu], index: u32) -> Option<u32> {
+    rocr_order(gpus).iter().position(|gpu| gpu.index == index).map(|at| at as u32)
+}
+
 pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
-    let reachable: Vec<&Gpu> = machine.gpus.iter().filter(|gpu| !gpu.handle_refused).collect();
+    let reachable = rocr_order(&machine.gpus);
     let mut warnings = Vec::new();
     let mut sources = Vec::new();
     let mut kept: Option<Vec<u32>> = None;
@@ -107,6 +120,17 @@ mod tests {
         assert_eq!(allowed(Some("2"), Some("2"), None), Some(vec![]));
         assert_eq!(allowed(Some("1,7,2"), None, None), Some(vec![1]));
         assert_eq!(allowed(Some(""), None, None), Some(vec![]));
+    }
+
+    #[test]
+    fn rocr_indices_follow_hip_ids_not_amd_smis_order() {
+        let mut machine = machine();
+        machine.gpus[0].hip_id = Some(1);
+        machine.gpus[1].hip_id = Some(0);
+        let inherited = Inherited { rocr_visible_devices: Some("0".to_owned()), ..Inherited::default() };
+        assert_eq!(resolve(&machine, &inherited).allowed, Some(vec![1]));
+        assert_eq!(rocr_index(&machine.gpus, 0), Some(1));
+        assert_eq!(rocr_index(&machine.gpus, 2), Some(2));
     }
 
     #[test]

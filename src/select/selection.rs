@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::options::count::Count;
 use crate::probe::gpu::{label, Machine};
 use crate::probe::vendor::Vendor;
+use crate::select::rocm_visibility::rocr_index;
 use crate::select::visibility::cuda_pci_ordinal;
 
 /// One chosen GPU or MIG device.
@@ -86,7 +87,7 @@ impl Selection {
                 cuda_ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
                 total_bytes: gpu.memory.map(|m| m.total_bytes),
                 rocr: (machine.vendor == Vendor::Amd).then(|| RocrId {
-                    index: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
+                    index: rocr_index(&machine.gpus, gpu.index).unwrap_or(gpu.index),
                     uuid: gpu.rocr_uuid.clone().filter(|uuid| {
                         machine.gpus.iter().filter(|other| other.rocr_uuid.as_ref() == Some(uuid)).count()
                             == 1

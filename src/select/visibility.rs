@@ -183,6 +183,7 @@ mod tests {
     fn on(gpus: &[Gpu]) -> Machine {
         Machine {
             vendor: Default::default(),
+            also_amd_gpus: None,
             driver_version: None,
             cuda_driver_version: None,
             gpus: gpus.to_vec(),

@@ -197,6 +197,7 @@ mod tests {
         });
         Machine {
             vendor: Default::default(),
+            also_amd_gpus: None,
             driver_version: None,
             cuda_driver_version: None,
             gpus: vec![test_gpu(0), busy],

@@ -64,7 +64,7 @@ for index, (handle, gpu) in enumerate(zip(handles, gpus)):
     check(f"{at} hip uuid", enumeration["hip_uuid"], gpu["hip_uuid"])
     accessible = gpu.get("accessible", True)
     before = sum(1 for other in gpus[:index] if other.get("accessible", True))
-    check(f"{at} hip id", enumeration["hip_id"], before)
+    check(f"{at} hip id", enumeration["hip_id"], gpu.get("hip_id", before) if accessible else "N/A")
     vram = amdsmi.AmdSmiMemoryType.VRAM
     if not accessible:
         no_perm = amdsmi_wrapper.AMDSMI_STATUS_NO_PERM

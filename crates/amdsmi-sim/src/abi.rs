@@ -358,7 +358,8 @@ pub unsafe extern "C" fn amdsmi_get_gpu_enumeration_info(
     null_check!(info);
     processor("amdsmi_get_gpu_enumeration_info", handle, true, |state, index| {
         // HIP's own number with nothing set: its place among the processors it can open.
-        let hip_id = state.scenario.gpus[..index as usize].iter().filter(|g| g.accessible).count() as u32;
+        // A processor ROCr cannot open has no HIP number: the last one, as AMD SMI gives.
+        let hip_id = state.scenario.hip_id(index).unwrap_or(u32::MAX);
         let mut out = EnumerationInfo {
             drm_render: 128 + index,
             drm_card: 1 + index,

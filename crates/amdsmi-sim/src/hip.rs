@@ -5,7 +5,8 @@
 //! techniques" page:
 //!
 //! - ROCr (the user-mode runtime under HIP) enumerates the GPUs whose device node it can open,
-//!   in AMD SMI's order here. `ROCR_VISIBLE_DEVICES` is "a list of device indices or UUIDs"
+//!   in its own order (the KFD's), which `amd-smi list` shows as HIP_ID and which need not be
+//!   AMD SMI's (the scenario's `hip_id`). `ROCR_VISIBLE_DEVICES` is "a list of device indices or UUIDs"
 //!   (`0,GPU-DEADBEEFDEADBEEF`): the devices it keeps, in that order. Unset: every GPU; empty:
 //!   none; enumeration stops at an entry that is out of range, unknown or a repeat.
 //! - HIP then numbers what ROCr kept from 0, and `HIP_VISIBLE_DEVICES` ("device indices
@@ -51,8 +52,9 @@ pub fn visible_devices(
     hip: Option<&str>,
     cuda: Option<&str>,
 ) -> Vec<HipDevice> {
-    let enumerated: Vec<u32> =
+    let mut enumerated: Vec<u32> =
         (0..scenario.gpus.len() as u32).filter(|&i| scenario.gpus[i as usize].accessible).collect();
+    enumerated.sort_by_key(|&i| scenario.hip_id(i));
     let hip_uuid = |index: u32| scenario.gpus[index as usize].hip_uuid.clone();
     let kept = match rocr {
         None => enumerated,

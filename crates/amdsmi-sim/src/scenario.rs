@@ -71,6 +71,9 @@ pub struct GpuSpec {
     /// ROCr's and HIP's UUID, `GPU-` and 16 hex digits (`rocminfo`, `ROCR_VISIBLE_DEVICES`):
     /// `amdsmi_get_gpu_enumeration_info`'s `hip_uuid`.
     pub hip_uuid: String,
+    /// HIP's (and ROCr's) number for it with nothing set, `amd-smi list`'s HIP_ID, where it
+    /// differs from AMD SMI's order; omitted: its place among the accessible processors.
+    pub hip_id: Option<u32>,
     /// `0000:0c:00.0`. The partitions of one card share it.
     pub bdf: String,
     #[serde(default = "default_device_id")]
@@ -159,6 +162,11 @@ impl Scenario {
                 return Err(format!("gpu {index}: uuid {:?} is longer than AMDSMI_GPU_UUID_SIZE", gpu.uuid));
             }
         }
+        let mut hip_ids: Vec<u32> = (0..self.gpus.len() as u32).filter_map(|i| self.hip_id(i)).collect();
+        hip_ids.sort_unstable();
+        if hip_ids.iter().enumerate().any(|(at, &id)| id != at as u32) {
+            return Err(format!("hip_id: {hip_ids:?} are not 0.. once each over the accessible GPUs"));
+        }
         let count = self.gpus.len() as u32;
         let bad = |gpu: u32| gpu >= count;
         if let Some(process) = self.processes.iter().find(|p| bad(p.gpu)) {
@@ -174,6 +182,17 @@ impl Scenario {
             return Err(format!("link {:?}: type {:?} is not xgmi or pcie", link.gpus, link.kind));
         }
         Ok(())
+    }
+
+    /// HIP's number for processor `index`: the scenario's `hip_id`, else its place among the
+    /// accessible processors. `None` for one ROCr cannot open.
+    pub fn hip_id(&self, index: u32) -> Option<u32> {
+        let gpu = self.gpus.get(index as usize).filter(|gpu| gpu.accessible)?;
+        Some(
+            gpu.hip_id.unwrap_or_else(|| {
+                self.gpus[..index as usize].iter().filter(|g| g.accessible).count() as u32
+            }),
+        )
     }
 
     /// The link type and hops between two processors: a `[[link]]`, else XGMI (one hop)

@@ -57,17 +57,18 @@ impl Queries<'_> {
     fn identity(&mut self, handle: Handle) -> Gpu {
         let api = self.session.api;
         let uuid = self.ask("uuid", "amdsmi_get_gpu_device_uuid", true, || api.uuid(handle));
-        let rocr_uuid = self
-            .ask("HIP identity", "amdsmi_get_gpu_enumeration_info", false, || api.enumeration(handle))
-            .map(|info| abi::text(&info.hip_uuid))
-            .filter(|id| id.starts_with("GPU-"));
+        let enumeration =
+            self.ask("HIP identity", "amdsmi_get_gpu_enumeration_info", false, || api.enumeration(handle));
+        let rocr_uuid =
+            enumeration.as_ref().map(|info| abi::text(&info.hip_uuid)).filter(|id| id.starts_with("GPU-"));
+        let hip_id = enumeration.map(|info| info.hip_id).filter(|&id| id != abi::NO_VALUE_U32);
         let name = self
             .ask("name", "amdsmi_get_gpu_asic_info", false, || api.asic(handle))
             .map(|asic| abi::text(&asic.market_name));
         let pci_bus_id = self
             .ask("pci address", "amdsmi_get_gpu_device_bdf", false, || api.bdf(handle))
             .map(abi::bdf_text);
-        Gpu { uuid, rocr_uuid, name, pci_bus_id, ..Gpu::unknown(self.gpu) }
+        Gpu { uuid, rocr_uuid, hip_id, name, pci_bus_id, ..Gpu::unknown(self.gpu) }
     }
 
     /// VRAM: AMD SMI has no reservation of its own, so what is not used is free.

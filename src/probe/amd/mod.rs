@@ -150,8 +150,8 @@ impl Session {
         self.processors()?.get(index as usize).copied().ok_or(Status(31))
     }
 
-    /// Whether AMD SMI lists any GPU (`--vendor auto` goes on to it only then).
-    pub(crate) fn has_gpus(&self) -> bool {
-        self.processors().is_ok_and(|found| !found.is_empty())
+    /// How many GPUs AMD SMI lists (`--vendor auto` goes on to it only where NVML has none).
+    pub(crate) fn gpu_count(&self) -> usize {
+        self.processors().map_or(0, |found| found.len())
     }
 }

@@ -188,6 +188,7 @@ impl Session {
             mig: None,
             partition: None,
             rocr_uuid: None,
+            hip_id: None,
             numa_node,
             gpu_numa_id,
             cpus,

@@ -209,6 +209,7 @@ impl Session {
         }
         Ok(Machine {
             vendor: crate::probe::vendor::Vendor::Nvidia,
+            also_amd_gpus: None,
             driver_version,
             cuda_driver_version,
             gpus,
