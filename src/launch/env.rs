@@ -23,8 +23,8 @@ impl Plan {
     /// The plan for `selection` in this process's environment.
     pub(crate) fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
         // ROCr takes a GPU by its UUID, immune to renumbering; CUDA by PCI-order index.
-        let rocm = selection.devices.iter().any(|device| device.rocr.is_some());
-        let visible_as = visible_as.unwrap_or(if rocm { VisibleAs::Uuid } else { VisibleAs::Index });
+        let visible_as =
+            visible_as.unwrap_or(if selection.is_rocm() { VisibleAs::Uuid } else { VisibleAs::Index });
         let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
         let mixed_models = selection.mixed_models();
         Plan { selection, variables, cpus: None, mixed_models }
@@ -179,14 +179,13 @@ pub(crate) fn child_variables(
     framework_env: bool,
     inherited: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, String)> {
-    if selection.devices.iter().any(|device| device.rocr.is_some()) {
+    if selection.is_rocm() {
         return rocm_variables(selection, visible_as, framework_env, inherited);
     }
     let join = |items: Vec<String>| items.join(",");
     // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is then not
     // the CUDA index, so the ordinal among reachable GPUs is written instead.
     let ordinals = join(selection.devices.iter().map(|d| d.cuda_ordinal.to_string()).collect());
-    let uuids = join(selection.devices.iter().map(|d| d.uuid.clone().unwrap_or_default()).collect());
     // CUDA takes a MIG device by its MIG- UUID only.
     let visible = join(
         selection
@@ -201,16 +200,26 @@ pub(crate) fn child_variables(
     let mut variables = vec![
         ("CUDA_VISIBLE_DEVICES".to_owned(), visible),
         ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
-        // A MIG device's GPU: its parent's NVML index.
-        ("GPURUN_GPUS".to_owned(), join(selection.devices.iter().map(|d| d.gpu_index.to_string()).collect())),
-        ("GPURUN_GPU_UUIDS".to_owned(), uuids),
     ];
+    variables.extend(gpurun_variables(selection));
     if inherited("GPU_DEVICE_ORDINAL").is_some() {
         // Slurm sets it beside CUDA_VISIBLE_DEVICES; a stale one would point elsewhere.
         variables.push(("GPU_DEVICE_ORDINAL".to_owned(), ordinals));
     }
     framework_defaults(&mut variables, framework_env, &inherited);
     variables
+}
+
+/// `GPURUN_GPUS` (NVML or AMD SMI indices; a MIG device's parent's) and `GPURUN_GPU_UUIDS`.
+fn gpurun_variables(selection: &Selection) -> [(String, String); 2] {
+    let join = |items: Vec<String>| items.join(",");
+    [
+        ("GPURUN_GPUS".to_owned(), join(selection.devices.iter().map(|d| d.gpu_index.to_string()).collect())),
+        (
+            "GPURUN_GPU_UUIDS".to_owned(),
+            join(selection.devices.iter().map(|d| d.uuid.clone().unwrap_or_default()).collect()),
+        ),
+    ]
 }
 
 fn framework_defaults(
@@ -252,14 +261,8 @@ fn rocm_variables(
             .collect(),
     );
     let hip_numbers = join((0..selection.devices.len()).map(|n| n.to_string()).collect());
-    let mut variables = vec![
-        ("ROCR_VISIBLE_DEVICES".to_owned(), visible),
-        ("GPURUN_GPUS".to_owned(), join(selection.devices.iter().map(|d| d.gpu_index.to_string()).collect())),
-        (
-            "GPURUN_GPU_UUIDS".to_owned(),
-            join(selection.devices.iter().map(|d| d.uuid.clone().unwrap_or_default()).collect()),
-        ),
-    ];
+    let mut variables = vec![("ROCR_VISIBLE_DEVICES".to_owned(), visible)];
+    variables.extend(gpurun_variables(selection));
     for name in ["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"] {
         if inherited(name).is_some() {
             variables.push((name.to_owned(), hip_numbers.clone()));

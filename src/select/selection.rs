@@ -102,6 +102,11 @@ impl Selection {
         self.devices.is_empty()
     }
 
+    /// AMD GPUs, which the ROCm runtime's variables name (`launch::env`).
+    pub(crate) fn is_rocm(&self) -> bool {
+        self.devices.iter().any(|device| device.rocr.is_some())
+    }
+
     pub(crate) fn indices(&self) -> Vec<u32> {
         self.devices.iter().map(|d| d.index).collect()
     }
