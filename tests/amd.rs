@@ -433,12 +433,7 @@ fn amds_own_python_bindings_read_each_scenario_as_written() {
             .env_remove("HIP_VISIBLE_DEVICES")
             .output()
             .expect("run python");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "AMD's amdsmi disagrees with the simulator:\n{stdout}\n{stderr}");
-        let summary = stdout.lines().last().unwrap_or_default();
-        let passed: u32 = summary.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-        assert!(passed > 50 && summary.ends_with(" 0 failed"), "too few checks ran:\n{stdout}\n{stderr}");
+        common::assert_checks_passed(&output, 50, "AMD's amdsmi");
     }
 }
 

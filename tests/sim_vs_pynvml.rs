@@ -33,12 +33,7 @@ fn check(scenario: &str) {
         .env_remove("CUDA_DEVICE_ORDER")
         .output()
         .expect("run python");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "nvidia-ml-py disagrees with the simulator:\n{stdout}\n{stderr}");
-    let summary = stdout.lines().last().unwrap_or_default();
-    let passed: u32 = summary.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-    assert!(passed > 0 && summary.ends_with(" 0 failed"), "no checks ran:\n{stdout}\n{stderr}");
+    common::assert_checks_passed(&output, 0, "nvidia-ml-py");
 }
 
 #[test]

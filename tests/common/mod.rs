@@ -350,6 +350,18 @@ impl Outcome {
     }
 }
 
+/// A checker script's run (tests/pynvml, tests/amdsmi): it must succeed and end with the line
+/// "N passed, 0 failed" for more than `at_least` checks (a script that checked nothing fails).
+#[track_caller]
+pub fn assert_checks_passed(output: &std::process::Output, at_least: u32, who: &str) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{who} disagrees with the simulator:\n{stdout}\n{stderr}");
+    let summary = stdout.lines().last().unwrap_or_default();
+    let passed: u32 = summary.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(passed > at_least && summary.ends_with(" 0 failed"), "too few checks ran:\n{stdout}\n{stderr}");
+}
+
 /// tests/helpers/recorder.py: a child that records the signals it receives.
 pub fn recorder() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/recorder.py")
