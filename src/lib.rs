@@ -118,7 +118,15 @@ impl Seen<'_> {
     }
 
     fn json(&self, dry_run: Option<&listing::DryRun>) -> String {
-        let library = self.config.library();
+        let library = match self.machine.vendor {
+            crate::probe::vendor::Vendor::Nvidia => self.config.library(),
+            crate::probe::vendor::Vendor::Amd => self
+                .config
+                .libraries
+                .amd_smi
+                .clone()
+                .unwrap_or_else(|| crate::probe::amd::DEFAULT_LIBRARY.into()),
+        };
         listing::json(
             self.machine,
             &library,

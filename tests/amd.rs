@@ -52,6 +52,8 @@ fn list_shows_the_amd_gpus_their_processes_links_and_health() {
     let json = machine.gpurun().args(["--list", "--json"]).run().status(0).json();
     assert_eq!(json["vendor"], "amd");
     assert_eq!(json["cuda_driver_version"], Value::Null);
+    assert_eq!(json["amd_smi_library"], amd_sim_library().display().to_string());
+    assert!(json.get("nvml_library").is_none());
     let gpu = &json["gpus"][2];
     assert_eq!(gpu["uuid"], "a3ff74a1-0000-1000-8032-c1d1a4f3c9e2");
     assert_eq!(gpu["rocr_uuid"], "GPU-3a1f5cbbe8c12222");
@@ -552,4 +554,29 @@ fn hip_and_amd_smi_number_gpus_differently_and_rocr_indices_follow_hip() {
     let line = hip_line(outcome.status(0));
     assert_eq!(smi_indices(&line), [1]);
     outcome.stdout_has("\"smi_index\":1");
+}
+
+#[test]
+fn an_exported_choice_is_kept_and_the_refusal_says_how_to_undo_it_in_rocms_words() {
+    let machine = AmdSim::new(&amd_scenario(None));
+    let exported = machine.gpurun().args(["--export", "--gpus", "2"]).run();
+    let lines: Vec<(String, String)> = exported
+        .status(0)
+        .stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("export ")?.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.trim_matches('\'').to_owned()))
+        .collect();
+    let names: Vec<&str> = lines.iter().map(|(name, _)| name.as_str()).collect();
+    assert!(names.contains(&"ROCR_VISIBLE_DEVICES") && !names.contains(&"CUDA_VISIBLE_DEVICES"), "{names:?}");
+    // After eval "$(gpurun --export --gpus 2)", a request for three is refused with the way back.
+    let mut again = machine.gpurun().args(["--gpus", "3", "--", "true"]);
+    for (name, value) in &lines {
+        again = again.env(name, value);
+    }
+    again
+        .run()
+        .status(125)
+        .stderr_has("allows only 2 GPUs")
+        .stderr_has("unset ROCR_VISIBLE_DEVICES GPURUN_GPUS GPURUN_GPU_UUIDS");
 }

@@ -223,7 +223,7 @@ pub const REFERENCE: &[(&str, &[(&str, &str)])] = &[
     (
         "JSON output",
         &[
-            ("--list --json", "one object: vendor (nvidia or amd: whose library answered; also_amd_gpus: under --vendor auto, how many AMD GPUs are beside NVIDIA's), driver_version, cuda_driver_version (null on AMD), nvml_library, gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), confidential_computing ({on, ready}, null where the driver has none), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, xgmi, board, switch, switches, hostbridge, node, system)"),
+            ("--list --json", "one object: vendor (nvidia or amd: whose library answered; also_amd_gpus: under --vendor auto, how many AMD GPUs are beside NVIDIA's), driver_version, cuda_driver_version (null on AMD), nvml_library (amd_smi_library on AMD), gpus, reservations, waiters, house_rules, excluded ([{pci_bus_id, uuid}]: GPUs the driver excluded), confidential_computing ({on, ready}, null where the driver has none), topology ({\"0-1\": \"nvlink\", ...}: the link of every pair: nvlink, xgmi, board, switch, switches, hostbridge, node, system)"),
             ("reservations[]", "index, uuid, pid, uid, user, reserved_bytes, exclusive, command, started (Unix time), age_seconds, processes (PIDs)"),
             (
                 "gpus[]",

@@ -174,7 +174,11 @@ struct Listing<'a> {
     also_amd_gpus: Option<usize>,
     driver_version: &'a Option<String>,
     cuda_driver_version: &'a Option<String>,
-    nvml_library: String,
+    /// The library that answered, as the user named it: NVML's, or on AMD `amd_smi_library`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nvml_library: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    amd_smi_library: Option<String>,
     gpus: Vec<GpuEntry>,
     /// Live gpurun reservations.
     reservations: Vec<ReservationEntry>,
@@ -301,7 +305,8 @@ pub(crate) fn json(
         also_amd_gpus: machine.also_amd_gpus,
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
-        nvml_library: library.display().to_string(),
+        nvml_library: (machine.vendor == Vendor::Nvidia).then(|| library.display().to_string()),
+        amd_smi_library: (machine.vendor == Vendor::Amd).then(|| library.display().to_string()),
         gpus: machine
             .gpus
             .iter()

@@ -149,8 +149,10 @@ pub(super) fn chosen_gpus(
         }
         Outcome::Refused { qualified } => {
             let mut text = refusal(machine, decision, requested, *qualified);
-            if visibility.exported && machine.devices().any(|gpu| !visibility.allows(gpu.index)) {
-                text.push_str(&format!("\n  {}", visibility::UNDO_EXPORT));
+            if let Some(undo) =
+                visibility.exported.filter(|_| machine.devices().any(|gpu| !visibility.allows(gpu.index)))
+            {
+                text.push_str(&format!("\n  {undo}"));
             }
             Err(text)
         }

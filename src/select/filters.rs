@@ -382,8 +382,8 @@ pub(crate) fn impossible(gpus: &[Gpu], fixed: &Fixed) -> Option<String> {
             )
         }
     };
-    Some(if culprit == Filter::Visibility && fixed.visibility.exported {
-        format!("{message}; {}", crate::select::visibility::UNDO_EXPORT)
+    Some(if let (Filter::Visibility, Some(undo)) = (culprit, fixed.visibility.exported) {
+        format!("{message}; {undo}")
     } else if left == 0 || culprit == Filter::Visibility || culprit == Filter::Devices {
         message
     } else {
@@ -599,7 +599,7 @@ mod tests {
             ..Visibility::default()
         };
         assert_eq!(why(&two, &odd, None).unwrap(), "--gpus 2: CUDA_VISIBLE_DEVICES= allows only 1 GPU");
-        let exported = Visibility { exported: true, ..one.clone() };
+        let exported = Visibility { exported: Some(crate::select::visibility::UNDO_EXPORT), ..one.clone() };
         assert!(why(&two, &exported, None).unwrap().ends_with(crate::select::visibility::UNDO_EXPORT));
         assert_eq!(why(&two, &all, Some(vec![1])).unwrap(), "--gpus 2: --devices/--exclude leave only 1 GPU");
         let model = Request { model: Some(ModelPattern("H100".to_owned())), ..two.clone() };

@@ -60,8 +60,9 @@ pub(crate) struct Visibility {
     /// Where the restriction came from, for messages: `CUDA_VISIBLE_DEVICES=0,1`.
     pub(crate) source: Option<String>,
     pub(crate) warnings: Vec<String>,
-    /// The restriction is exactly what an earlier gpurun exported into this shell.
-    pub(crate) exported: bool,
+    /// The restriction is exactly what an earlier gpurun exported into this shell: how to undo
+    /// it (the vendor's variables), said when it turns GPUs away.
+    pub(crate) exported: Option<&'static str>,
 }
 
 impl Visibility {

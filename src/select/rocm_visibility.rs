@@ -9,6 +9,10 @@
 use crate::probe::gpu::{Gpu, Machine};
 use crate::select::inherited::{Inherited, Visibility};
 
+/// Said when an exported restriction turns GPUs away, as `visibility::UNDO_EXPORT` on NVIDIA.
+const UNDO_EXPORT: &str = "ROCR_VISIBLE_DEVICES was set by an earlier eval \"$(gpurun --export)\" in this shell, \
+and gpurun never widens it; to choose among every GPU again: unset ROCR_VISIBLE_DEVICES GPURUN_GPUS GPURUN_GPU_UUIDS";
+
 /// `list`'s entries among `candidates` (AMD SMI indices): by position, or by ROCr UUID where
 /// `by_uuid`; up to the first entry that names none of them or one already named.
 fn pick(name: &str, list: &str, candidates: &[&Gpu], by_uuid: bool, warnings: &mut Vec<String>) -> Vec<u32> {
@@ -83,7 +87,8 @@ pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
         let told = kept.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         !kept.is_empty() && inherited.gpurun_gpus.as_deref() == Some(told.as_str())
     });
-    Visibility { allowed: kept, source: (!sources.is_empty()).then(|| sources.join(" ")), warnings, exported }
+    let source = (!sources.is_empty()).then(|| sources.join(" "));
+    Visibility { allowed: kept, source, warnings, exported: exported.then_some(UNDO_EXPORT) }
 }
 
 #[cfg(test)]

@@ -108,7 +108,12 @@ pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
         && [&inherited.gpurun_gpus, &inherited.gpurun_gpu_uuids]
             .iter()
             .any(|told| told.as_deref() == Some(list));
-    Visibility { allowed: Some(allowed), source: Some(source), warnings, exported }
+    Visibility {
+        allowed: Some(allowed),
+        source: Some(source),
+        warnings,
+        exported: exported.then_some(UNDO_EXPORT),
+    }
 }
 
 /// Slurm's MPS allocation: device 0 is the GPU behind the job's MPS server, the one GPU this
@@ -327,7 +332,7 @@ mod tests {
                 gpurun_gpu_uuids: uuids.map(str::to_owned),
                 ..inherited(Some(visible), Some("PCI_BUS_ID"))
             };
-            resolve(&machine, &inherited).exported
+            resolve(&machine, &inherited).exported.is_some()
         };
         assert!(told("0,1", Some("0,1"), None));
         let uuid = machine.gpus[3].uuid.clone().unwrap();
