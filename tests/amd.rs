@@ -231,7 +231,14 @@ fn exclusive_wait_queues_behind_another_amd_job() {
         .command;
     let waiter =
         waiter.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Its place in the queue (a ticket in the lock directory) says it is waiting.
+    let lock_dir = machine.sim.lock_dir();
+    let queued = || {
+        std::fs::read_dir(&lock_dir).is_ok_and(|entries| {
+            entries.flatten().any(|entry| entry.file_name().to_string_lossy().starts_with("ticket."))
+        })
+    };
+    assert!(common::wait_until(std::time::Duration::from_secs(20), queued), "the waiter never queued");
     let mut waiter = waiter;
     assert!(waiter.try_wait().unwrap().is_none(), "the waiter must wait while GPU 0 is held");
     common::send_signal(holder.id(), libc::SIGTERM);
