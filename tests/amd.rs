@@ -343,6 +343,15 @@ fn the_vendor_is_chosen_or_refused_in_one_line() {
         .status(125)
         .stderr_has("'intel'")
         .stderr_has("auto, nvidia, amd");
+    // ROCm 6.4's AMD SMI (25.3) has the 7.0 function but other layouts and link numbers:
+    // refused by its version, not misread.
+    let rocm6 = AmdSim::new(&format!("lib_version = [25, 3, 0]\n{}", amd_scenario(None)));
+    rocm6
+        .gpurun()
+        .arg("--list")
+        .run()
+        .status(125)
+        .stderr_has("is AMD SMI 25.3.0 (ROCm 6.x or older), whose structures differ from those gpurun reads");
     // The driver not loaded: AMD SMI's words, under auto too (its library is here).
     let unloaded = AmdSim::new(&format!("init_error = \"DRIVER_NOT_LOADED\"\n{}", amd_scenario(None)));
     unloaded.gpurun_auto().arg("--list").run().status(125).stderr_has("the AMD GPU driver is not loaded");

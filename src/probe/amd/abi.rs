@@ -2,9 +2,11 @@
 //! the PyPI `amdsmi` 7.0.2 bindings were generated from). The library is opened once and left
 //! loaded for the life of the process, like NVML.
 //!
-//! ROCm 7.0 changed these structs (`amdsmi_proc_info_t`'s name grew from 32 to 256 bytes,
-//! `amdsmi_version_t` lost its year, the link types were renumbered), so a library without
-//! `amdsmi_get_gpu_enumeration_info`, which 7.0 added, is refused rather than misread.
+//! Older libraries lay these out otherwise: 6.3 has no `amdsmi_get_gpu_enumeration_info` and a
+//! 32-byte process name; 6.4 has both as 7.0 does, but numbers the link types the other way
+//! round and has a shorter `amdsmi_power_info_t` (PyPI amdsmi 6.3.3, 6.4.4 and 7.0.2 compared).
+//! So only AMD SMI 26 (ROCm 7.0) and later is read: a library without that function, or whose
+//! `amdsmi_get_lib_version` is older, is refused rather than misread.
 
 use std::ffi::{c_char, c_float, c_void};
 use std::path::Path;
@@ -75,6 +77,19 @@ pub(super) const LINK_TYPE_XGMI: u32 = 2;
 pub(super) const UUID_SIZE: usize = 38;
 /// A value AMD SMI fills in where it has none (`UINT32_MAX`).
 pub(super) const NO_VALUE_U32: u32 = u32::MAX;
+
+/// `amdsmi_version_t` as ROCm 7.0 has it. 6.x's began with a `year` (24, 25), which reads here
+/// as the major version: below 26 either way.
+#[repr(C)]
+pub(super) struct Version {
+    pub(super) major: u32,
+    pub(super) minor: u32,
+    pub(super) release: u32,
+    pub(super) build: *const c_char,
+}
+
+/// The first AMD SMI whose structs gpurun reads (ROCm 7.0's).
+pub(super) const FIRST_MAJOR: u32 = 26;
 
 #[repr(C)]
 pub(super) struct AsicInfo {
@@ -197,6 +212,7 @@ pub(super) fn text(field: &[u8]) -> String {
 /// The functions, looked up once.
 pub(super) struct Api {
     pub(super) init: unsafe extern "C" fn(u64) -> Status,
+    pub(super) lib_version: unsafe extern "C" fn(*mut Version) -> Status,
     pub(super) socket_handles: unsafe extern "C" fn(*mut u32, *mut Handle) -> Status,
     pub(super) processor_handles: unsafe extern "C" fn(Handle, *mut u32, *mut Handle) -> Status,
     pub(super) device_uuid: unsafe extern "C" fn(Handle, *mut u32, *mut c_char) -> Status,
@@ -249,6 +265,7 @@ impl Api {
             // First: the one ROCm 7.0 added, whose absence means the older structs.
             enumeration_info: symbol!("amdsmi_get_gpu_enumeration_info"),
             init: symbol!("amdsmi_init"),
+            lib_version: symbol!("amdsmi_get_lib_version"),
             socket_handles: symbol!("amdsmi_get_socket_handles"),
             processor_handles: symbol!("amdsmi_get_processor_handles"),
             device_uuid: symbol!("amdsmi_get_gpu_device_uuid"),
@@ -296,6 +313,14 @@ fn written<const N: usize>(call: impl FnOnce(*mut c_char, u32) -> Status) -> Ans
 /// size amdsmi.h gives, so the library writes only where it may.
 // SAFETY (each unsafe block below): as said above.
 impl Api {
+    /// The library's version: major, minor, release (callable before `amdsmi_init`).
+    pub(super) fn version(&self) -> Answered<[u32; 3]> {
+        let mut version = Version { major: 0, minor: 0, release: 0, build: std::ptr::null() };
+        // SAFETY: an amdsmi_version_t to fill (its build string is the library's, not read).
+        unsafe { (self.lib_version)(&mut version) }.ok()?;
+        Ok([version.major, version.minor, version.release])
+    }
+
     pub(super) fn init(&self) -> Status {
         // SAFETY: flags by value.
         unsafe { (self.init)(INIT_AMD_GPUS) }

@@ -29,6 +29,11 @@ pub(crate) enum OpenError {
     )]
     NotAmdSmi { library: String, symbol: String },
     #[error(
+        "{library} is AMD SMI {version} (ROCm 6.x or older), whose structures differ from those gpurun reads \
+         (AMD SMI 26, ROCm 7.0, and later); point --amd-smi-lib or GPURUN_AMD_SMI_LIB at ROCm 7's libamd_smi.so"
+    )]
+    TooOld { library: String, version: String },
+    #[error(
         "the AMD GPU driver is not loaded (AMD SMI: {0}); check that `amd-smi list` works and that the \
          amdgpu kernel module is loaded (`lsmod | grep amdgpu`)"
     )]
@@ -108,7 +113,12 @@ pub(crate) fn load(library: Option<&Path>) -> Result<Loaded, OpenError> {
         };
         return Err(OpenError::LibraryMissing { library, detail, hint });
     };
-    Ok(Loaded { api, shown })
+    match api.version() {
+        Ok([major, minor, release]) if major < abi::FIRST_MAJOR => {
+            Err(OpenError::TooOld { library: shown, version: format!("{major}.{minor}.{release}") })
+        }
+        _ => Ok(Loaded { api, shown }),
+    }
 }
 
 impl Loaded {
