@@ -343,6 +343,13 @@ fn the_vendor_is_chosen_or_refused_in_one_line() {
         .status(125)
         .stderr_has("'intel'")
         .stderr_has("auto, nvidia, amd");
+    // MPS is NVIDIA's.
+    machine
+        .gpurun()
+        .args(["--vendor", "amd", "--mps", "--gpus", "1", "--", "true"])
+        .run()
+        .status(125)
+        .stderr_has("gpurun: --mps joins NVIDIA's CUDA MPS; AMD GPUs (--vendor amd) have none");
     // ROCm 6.4's AMD SMI (25.3) has the 7.0 function but other layouts and link numbers:
     // refused by its version, not misread.
     let rocm6 = AmdSim::new(&format!("lib_version = [25, 3, 0]\n{}", amd_scenario(None)));

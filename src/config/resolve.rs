@@ -235,6 +235,11 @@ fn mps_join(cli: &Cli, container: bool) -> Result<Option<MpsJoin>, ConfigError> 
                 .to_owned(),
         ));
     }
+    if cli.vendor == crate::probe::vendor::VendorChoice::Amd {
+        return Err(ConfigError::Mps(
+            "--mps joins NVIDIA's CUDA MPS; AMD GPUs (--vendor amd) have none: drop --mps".to_owned(),
+        ));
+    }
     if container {
         return Err(ConfigError::Mps(
             "--mps with a container run: the container needs the MPS pipe directory mounted and its \
