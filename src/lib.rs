@@ -301,7 +301,7 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
     }
     let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
     let acquired = nvml
-        .open(config.libraries.clone(), receiver, config.nvml_timeout)
+        .open(config.libraries_to_open(), receiver, config.nvml_timeout)
         .map_err(AcquireError::from)
         .and_then(|()| {
             acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options())

@@ -410,6 +410,8 @@ fn auto_takes_nvidia_where_nvml_lists_gpus_and_amd_where_only_it_does() {
             && chosen["env"].get("ROCR_VISIBLE_DEVICES").is_none(),
         "{chosen:#}"
     );
+    // Only --list looks beside NVML: a launch never initialises AMD SMI on an NVIDIA machine.
+    assert!(chosen.get("also_amd_gpus").is_none(), "{chosen:#}");
     // NVML loads but lists none: AMD's.
     let empty = machine.sim.dir.path().join("no-gpus.toml");
     std::fs::write(&empty, "driver_version = \"550.54.15\"\n").unwrap();

@@ -127,6 +127,12 @@ pub(crate) enum ConfigError {
 }
 
 impl Config {
+    /// The libraries the probe thread opens for this run (`--list` also looks beside NVML).
+    pub(crate) fn libraries_to_open(&self) -> crate::probe::vendor::Libraries {
+        let look_beside = matches!(self.mode, Mode::Select(Goal::List { .. }));
+        crate::probe::vendor::Libraries { look_beside, ..self.libraries.clone() }
+    }
+
     /// The NVML library to load, as the user named it.
     pub(crate) fn library(&self) -> PathBuf {
         self.libraries.nvml.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY))

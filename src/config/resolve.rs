@@ -105,7 +105,7 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
             None => CpuBind::None,
         }),
         framework_env: !cli.no_framework_env,
-        libraries: Libraries { vendor: cli.vendor, nvml: cli.nvml_lib, amd_smi: cli.amd_smi_lib },
+        libraries: Libraries::new(cli.vendor, cli.nvml_lib, cli.amd_smi_lib),
         nvml_timeout: cli.nvml_timeout,
         verbosity: cli::verbosity(cli.quiet, cli.verbose),
         log_format: cli.log_format,

@@ -58,7 +58,7 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
     let mut machine = None;
     // (the failure, and whether the library had opened)
     let probed = nvml
-        .open(config.libraries.clone(), receiver, timeout)
+        .open(config.libraries_to_open(), receiver, timeout)
         .map_err(|failure| (failure, false))
         .and_then(|()| nvml.probe(receiver, timeout, None, &mut |_| {}).map_err(|failure| (failure, true)));
     match probed {

@@ -47,7 +47,8 @@ impl Opened {
 /// Opens the library `libraries` asks for. `auto`: NVML where it loads and lists a GPU; else
 /// AMD SMI where it loads and lists one; else NVML's own answer (its error where it failed,
 /// unless AMD SMI is there: then AMD SMI's, which is about this machine). Where AMD SMI is not
-/// installed, `auto` asks NVML nothing more than `nvidia` does (a count of GPUs could hang).
+/// installed, `auto` asks NVML nothing more than `nvidia` does (a count of GPUs could hang);
+/// where NVML lists GPUs, AMD SMI is initialised only for `--list` (`look_beside`).
 pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenError> {
     let nvidia = || nvml::open(libraries.nvml.as_deref(), calls.clone());
     let amd = || amd::open(libraries.amd_smi.as_deref(), calls.clone());
@@ -59,14 +60,17 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
                 let Ok(loaded) = amd::load(libraries.amd_smi.as_deref()) else {
                     return Ok(Library::Nvml(session).into());
                 };
-                let amd_gpus = loaded.init(calls.clone()).map_or(0, |other| other.gpu_count());
-                match session.has_gpus() {
-                    true => Ok(Session {
-                        library: Library::Nvml(session),
-                        also_amd: (amd_gpus > 0).then_some(amd_gpus),
-                    }),
-                    false if amd_gpus > 0 => amd().map(|s| Library::Amd(s).into()).map_err(OpenError::Amd),
-                    false => Ok(Library::Nvml(session).into()),
+                let nvidia_gpus = session.has_gpus();
+                if nvidia_gpus && !libraries.look_beside {
+                    return Ok(Library::Nvml(session).into());
+                }
+                match (nvidia_gpus, loaded.init(calls.clone())) {
+                    (true, Ok(other)) => {
+                        let also_amd = Some(other.gpu_count()).filter(|&count| count > 0);
+                        Ok(Session { library: Library::Nvml(session), also_amd })
+                    }
+                    (false, Ok(other)) if other.gpu_count() > 0 => Ok(Library::Amd(other).into()),
+                    _ => Ok(Library::Nvml(session).into()),
                 }
             }
             Err(error @ (OpenError::LibraryMissing { .. } | OpenError::DriverNotLoaded)) => match amd() {

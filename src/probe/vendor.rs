@@ -38,6 +38,11 @@ pub(crate) enum VendorChoice {
 }
 
 impl Libraries {
+    /// As the command line names them (`look_beside` is the mode's: `Config::libraries_to_open`).
+    pub(crate) fn new(vendor: VendorChoice, nvml: Option<PathBuf>, amd_smi: Option<PathBuf>) -> Libraries {
+        Libraries { vendor, nvml, amd_smi, look_beside: false }
+    }
+
     /// The vendor `--vendor` names; NVIDIA's for `auto` (before a library has answered).
     pub(crate) fn vendor_if_chosen(&self) -> Vendor {
         match self.vendor {
@@ -55,4 +60,7 @@ pub(crate) struct Libraries {
     pub(crate) nvml: Option<PathBuf>,
     /// `--amd-smi-lib`; `None`: `libamd_smi.so`, then `/opt/rocm/lib/libamd_smi.so`.
     pub(crate) amd_smi: Option<PathBuf>,
+    /// `--list` under `auto` with NVIDIA GPUs: also count AMD SMI's, to say they are there. A
+    /// launch never asks (an AMD driver that hangs must not hold up an NVIDIA job).
+    pub(crate) look_beside: bool,
 }
