@@ -62,13 +62,17 @@ pub(crate) struct Opened {
 
 impl Opened {
     pub(crate) fn session(self, calls: Calls) -> Session {
-        Session { api: self.api, calls }
+        Session { api: self.api, calls, processors: std::cell::OnceCell::new() }
     }
 }
 
 pub(crate) struct Session {
     api: &'static Api,
     calls: Calls,
+    /// The processor handles, looked up once: AMD SMI fixes them at `amdsmi_init` (a partition
+    /// change needs the driver reloaded), and each poll of each GPU would otherwise list every
+    /// socket again.
+    processors: std::cell::OnceCell<Vec<Handle>>,
 }
 
 /// Opens AMD SMI from `library` (default: `libamd_smi.so` through the loader's path, then
@@ -132,7 +136,7 @@ impl Loaded {
             status => return Err(OpenError::Other(status)),
         }
         tracing::debug!("AMD SMI initialised from {}", self.shown);
-        Ok(Session { api, calls })
+        Ok(Session { api, calls, processors: std::cell::OnceCell::new() })
     }
 }
 
@@ -144,6 +148,9 @@ impl Session {
     /// Every GPU processor, socket by socket: AMD SMI's own order, the one `amd-smi list`
     /// numbers GPUs by. A partition (CPX, DPX ...) is a processor of its own.
     fn processors(&self) -> Answered<Vec<Handle>> {
+        if let Some(known) = self.processors.get() {
+            return Ok(known.clone());
+        }
         let api = self.api;
         let sockets = self.calls.run("amdsmi_get_socket_handles", None, || api.sockets())?;
         let mut processors = Vec::new();
@@ -151,11 +158,10 @@ impl Session {
             processors
                 .extend(self.calls.run("amdsmi_get_processor_handles", None, || api.processors(socket))?);
         }
-        Ok(processors)
+        Ok(self.processors.get_or_init(|| processors).clone())
     }
 
-    /// The handle of processor `index`, looked up again (handles stay valid while the library
-    /// is initialised, but a probe thread of its own asks for them itself).
+    /// The handle of processor `index` (NOT_FOUND for one AMD SMI does not list).
     fn processor(&self, index: u32) -> Answered<Handle> {
         self.processors()?.get(index as usize).copied().ok_or(Status(31))
     }
