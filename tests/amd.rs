@@ -597,3 +597,16 @@ fn an_exported_choice_is_kept_and_the_refusal_says_how_to_undo_it_in_rocms_words
         .stderr_has("allows only 2 GPUs")
         .stderr_has("unset ROCR_VISIBLE_DEVICES GPURUN_GPUS GPURUN_GPU_UUIDS");
 }
+
+#[test]
+fn more_processes_than_the_first_list_holds_are_all_read() {
+    // amdsmi.h: a list too short for every process answers OUT_OF_RESOURCES with the whole
+    // count; gpurun asks again with room for all (it starts with room for 16).
+    let many: String = (0..20)
+        .map(|n| format!("[[process]]\ngpu = 4\npid = {}\nname = \"worker\"\nvram = \"1GiB\"\n", 50_000 + n))
+        .collect();
+    let machine = AmdSim::new(&format!("{}\n{many}", amd_scenario(None)));
+    let json = machine.gpurun().args(["--list", "--json"]).run().status(0).json();
+    assert_eq!(json["gpus"][4]["processes"].as_array().unwrap().len(), 20);
+    assert_eq!(json["gpus"][4]["memory"]["used_bytes"], (20u64 << 30) + (288 << 20));
+}
