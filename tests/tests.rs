@@ -36,6 +36,7 @@ mod peers;
 mod promises;
 mod queue;
 mod ranks;
+mod real_machines;
 mod receipt;
 mod reserve;
 mod select;

@@ -390,6 +390,13 @@ fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
         ));
     }
     let Some(machine) = machine else { return };
+    // A standalone or PCIe GPU has no fabric to register with: that is said, never a problem.
+    if machine.vendor == Vendor::Nvidia
+        && !machine.gpus.is_empty()
+        && machine.gpus.iter().all(|g| g.fabric.is_none())
+    {
+        out.info("no NVLink fabric (standalone or PCIe GPUs: no fabric manager to register with)");
+    }
     for gpu in machine.devices() {
         let label = crate::probe::gpu::label(gpu.index);
         if let Some(mps) = &gpu.mps {

@@ -35,6 +35,7 @@ pub(crate) struct FabricInfo {
 }
 
 const STATES: [&str; 4] = ["not-supported", "not-started", "in-progress", "completed"];
+const NOT_SUPPORTED: u8 = 0;
 const COMPLETED: u8 = 3;
 
 /// A 2-bit field of the health mask at `shift`: 1 is TRUE (`NVML_GPU_FABRIC_HEALTH_MASK_*_TRUE`).
@@ -54,14 +55,22 @@ const INCORRECT: [&str; 7] = [
 ];
 
 impl FabricInfo {
-    /// What gpurun makes of it: unhealthy when the GPU is not registered (state not completed),
-    /// the probe failed, a route is unhealthy or being recovered, access-timeout recovery runs,
-    /// or the configuration is incorrect; degraded for degraded bandwidth alone. The same split
-    /// as the health summary NVIDIA's mock fabric manager derives (k8s-test-infra, mocknvml).
-    pub(crate) fn judge(&self) -> Fabric {
+    /// What gpurun makes of it. `None`: the GPU has no fabric. Real drivers say so with SUCCESS
+    /// and state NOT_SUPPORTED (one H200 in a VM, driver 580.159) where nvml.h documents the
+    /// error NOT_SUPPORTED: a standalone or PCIe card, which is no fault (DESIGN 3).
+    /// On a GPU that has a fabric: unhealthy while it is not registered (not started, in
+    /// progress: CUDA fails there), when registration failed (`status`, read only once the
+    /// state is COMPLETED, as nvml.h says), a route is unhealthy or being recovered,
+    /// access-timeout recovery runs, or the configuration is incorrect; degraded for degraded
+    /// bandwidth alone. The same split as the health summary NVIDIA's mock fabric manager
+    /// derives (k8s-test-infra, mocknvml).
+    pub(crate) fn judge(&self) -> Option<Fabric> {
+        let state = *STATES.get(usize::from(self.state))?;
+        if self.state == NOT_SUPPORTED {
+            return None;
+        }
         let mut unhealthy = Vec::new();
         let mut degraded = Vec::new();
-        let state = STATES.get(usize::from(self.state)).copied().unwrap_or("not-supported");
         if self.state != COMPLETED {
             unhealthy.push(format!("NVLink fabric: not registered with the fabric manager (state {state})"));
         } else if let Some(status) = &self.status {
@@ -100,7 +109,7 @@ impl FabricInfo {
         let hex: String = self.cluster_uuid.iter().map(|byte| format!("{byte:02x}")).collect();
         let cluster_uuid =
             format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]);
-        Fabric { state, clique_id: self.clique_id, cluster_uuid, health }
+        Some(Fabric { state, clique_id: self.clique_id, cluster_uuid, health })
     }
 }
 
@@ -121,24 +130,45 @@ mod tests {
 
     #[test]
     fn each_condition_has_its_class() {
-        let healthy = info(3, 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8).judge();
+        let healthy = info(3, 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8).judge().unwrap();
         assert_eq!((healthy.state, healthy.health.state), ("completed", "ok"));
         assert_eq!(healthy.cluster_uuid, "abababab-abab-abab-abab-abababababab");
         assert_eq!(
-            info(2, 0).judge().health.reasons,
+            info(2, 0).judge().unwrap().health.reasons,
             ["NVLink fabric: not registered with the fabric manager (state in-progress)"]
         );
-        assert_eq!(info(3, 1 << 4).judge().health.reasons, ["NVLink fabric: route unhealthy"]);
-        assert_eq!(info(3, 1 << 6).judge().health.state, "unhealthy");
+        assert_eq!(info(3, 1 << 4).judge().unwrap().health.reasons, ["NVLink fabric: route unhealthy"]);
+        assert_eq!(info(3, 1 << 6).judge().unwrap().health.state, "unhealthy");
         assert_eq!(
-            info(3, 5 << 8).judge().health.reasons,
+            info(3, 5 << 8).judge().unwrap().health.reasons,
             ["NVLink fabric: incorrect configuration (too few NVLinks)"]
         );
-        assert_eq!(info(3, 1).judge().health.state, "degraded");
-        assert_eq!(info(3, 1 << 2).judge().health.reasons, ["NVLink fabric: route recovery in progress"]);
+        assert_eq!(info(3, 1).judge().unwrap().health.state, "degraded");
+        assert_eq!(
+            info(3, 1 << 2).judge().unwrap().health.reasons,
+            ["NVLink fabric: route recovery in progress"]
+        );
         let failed = FabricInfo { status: Some("Unknown Error".to_owned()), ..info(3, 0) };
-        assert_eq!(failed.judge().health.state, "unhealthy");
+        assert_eq!(failed.judge().unwrap().health.state, "unhealthy");
+        // The status is read only once the state is COMPLETED (nvml.h).
+        let early = FabricInfo { status: Some("Unknown Error".to_owned()), ..info(1, 0) };
+        assert_eq!(
+            early.judge().unwrap().health.reasons,
+            ["NVLink fabric: not registered with the fabric manager (state not-started)"]
+        );
         // 0 in every field: the driver does not say, which is no fault.
-        assert_eq!(info(3, 0).judge().health.state, "ok");
+        assert_eq!(info(3, 0).judge().unwrap().health.state, "ok");
+    }
+
+    #[test]
+    fn state_not_supported_is_no_fabric_whatever_else_the_struct_holds() {
+        // What the H200 of shared/real-gpu/h200-2026-12-04 answered: SUCCESS, state 0, zeros.
+        let standalone = FabricInfo { cluster_uuid: [0; 16], clique_id: 0, ..info(0, 0) };
+        assert_eq!(standalone.judge(), None);
+        // Garbage in the other fields of a NOT_SUPPORTED answer is not read either.
+        let noisy = FabricInfo { status: Some("Unknown Error".to_owned()), summary: 2, ..info(0, 1 << 4) };
+        assert_eq!(noisy.judge(), None);
+        // A state past nvml.h's four is not a state gpurun can judge: no fabric said.
+        assert_eq!(info(9, 0).judge(), None);
     }
 }

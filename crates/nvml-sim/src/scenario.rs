@@ -76,7 +76,8 @@ pub struct ConfComputeSpec {
 }
 
 /// A GPU's place in the NVLink fabric (`nvmlDeviceGetGpuFabricInfoV`): its registration `state`
-/// with the fabric manager (`not-started`, `in-progress`, `completed`), the probe's `status`
+/// with the fabric manager (`not-started`, `in-progress`, `completed`; `not-supported` answers
+/// SUCCESS with state NOT_SUPPORTED, as a real standalone H200 does), the probe's `status`
 /// (an NVML error name, `SUCCESS` by default), clique and cluster, and the health mask's fields
 /// (omitted: NOT_SUPPORTED in the mask) and summary.
 #[derive(Debug, Clone, Deserialize)]

@@ -283,6 +283,40 @@ pub fn live(dir: &Path) -> Vec<Registration> {
     Cache::default().live(dir)
 }
 
+/// The registration file to remove from a signal handler, where allocating is not allowed.
+static mut REGISTRATION_PATH: Option<CString> = None;
+
+extern "C" fn release_and_die(signal: libc::c_int) {
+    // SAFETY: only async-signal-safe calls (unlink, signal, raise) on a path prepared before the
+    // handler was installed and never changed after.
+    unsafe {
+        if let Some(path) = (*std::ptr::addr_of!(REGISTRATION_PATH)).as_ref() {
+            libc::unlink(path.as_ptr());
+        }
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+}
+
+/// Removes the registration at `registration` when SIGTERM or SIGINT ends this process (a real
+/// program's context ends with it), then dies by that signal.
+pub fn release_on_termination(registration: PathBuf) {
+    let path = CString::new(registration.into_os_string().into_encoded_bytes()).ok();
+    // SAFETY: set once, before the handlers that read it exist.
+    unsafe { REGISTRATION_PATH = path };
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: installing a handler that only makes async-signal-safe calls. A signal the
+        // caller ignored (nohup, background job) stays ignored, as in a real program.
+        unsafe {
+            let previous =
+                libc::signal(signal, release_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            if previous == libc::SIG_IGN {
+                libc::signal(signal, libc::SIG_IGN);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,39 +436,5 @@ mod tests {
         fs::write(entry_path(&dir, pid), "start 1\nGPU-x 1\n").unwrap();
         assert!(live(&dir).is_empty());
         let _ = fs::remove_dir_all(dir);
-    }
-}
-
-/// The registration file to remove from a signal handler, where allocating is not allowed.
-static mut REGISTRATION_PATH: Option<CString> = None;
-
-extern "C" fn release_and_die(signal: libc::c_int) {
-    // SAFETY: only async-signal-safe calls (unlink, signal, raise) on a path prepared before the
-    // handler was installed and never changed after.
-    unsafe {
-        if let Some(path) = (*std::ptr::addr_of!(REGISTRATION_PATH)).as_ref() {
-            libc::unlink(path.as_ptr());
-        }
-        libc::signal(signal, libc::SIG_DFL);
-        libc::raise(signal);
-    }
-}
-
-/// Removes the registration at `registration` when SIGTERM or SIGINT ends this process (a real
-/// program's context ends with it), then dies by that signal.
-pub fn release_on_termination(registration: PathBuf) {
-    let path = CString::new(registration.into_os_string().into_encoded_bytes()).ok();
-    // SAFETY: set once, before the handlers that read it exist.
-    unsafe { REGISTRATION_PATH = path };
-    for signal in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: installing a handler that only makes async-signal-safe calls. A signal the
-        // caller ignored (nohup, background job) stays ignored, as in a real program.
-        unsafe {
-            let previous =
-                libc::signal(signal, release_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t);
-            if previous == libc::SIG_IGN {
-                libc::signal(signal, libc::SIG_IGN);
-            }
-        }
     }
 }

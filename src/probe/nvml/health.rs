@@ -66,7 +66,7 @@ pub(super) fn health_findings(
     let fabric = queries
         .ask("NVLink fabric", "nvmlDeviceGetGpuFabricInfoV", false, || fabric_info(nvml, device))
         .flatten()
-        .map(|info| info.judge());
+        .and_then(|info| info.judge());
     let current = queries
         .ask("PCIe width", "nvmlDeviceGetCurrPcieLinkWidth", false, || device.current_pcie_link_width());
     let most =
@@ -161,8 +161,9 @@ pub(super) fn conf_compute(nvml: &Nvml, calls: &Calls) -> Option<ConfCompute> {
     Some(ConfCompute { on, ready })
 }
 
-/// The GPU's fabric info: `Ok(None)` where it has no fabric (NOT_SUPPORTED, a library without
-/// the call). The v3 layout first, then v2 for a driver that answers ARGUMENT_VERSION_MISMATCH.
+/// The GPU's fabric info: `Ok(None)` where the call says it has none (NOT_SUPPORTED,
+/// FUNCTION_NOT_FOUND, a library without the call); SUCCESS with state NOT_SUPPORTED is left to
+/// `FabricInfo::judge`. The v3 layout first, then v2 for a driver that answers ARGUMENT_VERSION_MISMATCH.
 fn fabric_info(nvml: &Nvml, device: &Device) -> Result<Option<FabricInfo>, NvmlError> {
     use nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_v3_t;
     let Ok(symbol) = nvml.lib().nvmlDeviceGetGpuFabricInfoV.as_ref() else { return Ok(None) };
