@@ -753,7 +753,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: Device, memory: *mut
     if unsafe { (*memory).version } != MEMORY_V2_VERSION {
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     }
-    any_device_call(device, "nvmlDeviceGetMemoryInfo", |state, target| {
+    any_device_call(device, "nvmlDeviceGetMemoryInfo_v2", |state, target| {
         if unified(state, target) {
             return NVML_ERROR_NOT_SUPPORTED;
         }
@@ -1035,6 +1035,7 @@ pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(
 unsafe fn running_processes<T>(
     device: Device,
     list: List,
+    version: &str,
     count: *mut c_uint,
     infos: *mut T,
     make: impl Fn(&ListedProcess, u64) -> T,
@@ -1046,7 +1047,9 @@ unsafe fn running_processes<T>(
         List::Mps => "nvmlDeviceGetMPSComputeRunningProcesses",
         _ => "nvmlDeviceGetComputeRunningProcesses",
     };
-    any_device_call(device, call, |state, target| {
+    // Named with its version, so that a scenario can fail one entry point alone (a driver
+    // older than `_v3`), or every version by the bare name.
+    any_device_call(device, &format!("{call}{version}"), |state, target| {
         let listed = match target {
             Target::Gpu(gpu) => state.processes_in(gpu, list),
             Target::Mig(position) => state.mig_processes_in(position, list),
@@ -1103,7 +1106,7 @@ macro_rules! process_lists {
                 // SAFETY: forwarded caller contract; running_processes bounds the writes by the
                 // caller's buffer size.
                 return unsafe {
-                    running_processes(device, $list, count, wide, |process, used| {
+                    running_processes(device, $list, "_v3", count, wide, |process, used| {
                         let (gpu_instance_id, compute_instance_id) = instance_ids(process);
                         ProcessInfo535 {
                             pid: process.pid,
@@ -1116,7 +1119,7 @@ macro_rules! process_lists {
                 };
             }
             // SAFETY: forwarded caller contract.
-            unsafe { running_processes(device, $list, count, infos, process_v2) }
+            unsafe { running_processes(device, $list, "_v3", count, infos, process_v2) }
         }
 
         /// # Safety
@@ -1124,7 +1127,7 @@ macro_rules! process_lists {
         #[no_mangle]
         pub unsafe extern "C" fn $v2(device: Device, count: *mut c_uint, infos: *mut ProcessInfoV2) -> u32 {
             // SAFETY: forwarded caller contract.
-            unsafe { running_processes(device, $list, count, infos, process_v2) }
+            unsafe { running_processes(device, $list, "_v2", count, infos, process_v2) }
         }
 
         /// # Safety
@@ -1133,7 +1136,7 @@ macro_rules! process_lists {
         pub unsafe extern "C" fn $v1(device: Device, count: *mut c_uint, infos: *mut ProcessInfoV1) -> u32 {
             // SAFETY: forwarded caller contract.
             unsafe {
-                running_processes(device, $list, count, infos, |process, used| ProcessInfoV1 {
+                running_processes(device, $list, "", count, infos, |process, used| ProcessInfoV1 {
                     pid: process.pid,
                     used_gpu_memory: used,
                 })

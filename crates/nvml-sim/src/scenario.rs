@@ -438,7 +438,9 @@ fn mps_role<'de, D: serde::Deserializer<'de>>(
 #[serde(deny_unknown_fields)]
 pub struct ErrorSpec {
     /// NVML function name without its version suffix (`nvmlDeviceGetMemoryInfo` covers
-    /// `nvmlDeviceGetMemoryInfo_v2`), or `*` for every per-device call.
+    /// `nvmlDeviceGetMemoryInfo_v2`), or `*` for every per-device call. The memory and process
+    /// list calls also answer to their versioned names alone (`nvmlDeviceGetMemoryInfo_v2`,
+    /// `nvmlDeviceGetComputeRunningProcesses_v3`): a driver older than that entry point.
     pub call: String,
     /// Only this NVML index; omitted: every device (and system calls).
     pub gpu: Option<u32>,

@@ -121,7 +121,7 @@ impl State {
     /// The NVML error injected for this call, if any. `call` is the name without version suffix.
     pub fn injected(&mut self, call: &str, gpu: Option<u32>) -> Option<u32> {
         for (position, spec) in self.scenario.errors.iter().enumerate() {
-            let call_matches = spec.call == call || (spec.call == "*" && gpu.is_some());
+            let call_matches = same_call(&spec.call, call) || (spec.call == "*" && gpu.is_some());
             let gpu_matches = spec.gpu.is_none() || spec.gpu == gpu;
             if !(call_matches && gpu_matches) {
                 continue;
@@ -140,7 +140,7 @@ impl State {
     /// How long this call must hang (`Some(None)`: forever), from `[[hang]]`.
     pub fn hang(&mut self, call: &str, gpu: Option<u32>) -> Option<Option<std::time::Duration>> {
         for (position, spec) in self.scenario.hangs.iter().enumerate() {
-            let call_matches = spec.call == call || (spec.call == "*" && gpu.is_some());
+            let call_matches = same_call(&spec.call, call) || (spec.call == "*" && gpu.is_some());
             if !call_matches || !(spec.gpu.is_none() || spec.gpu == gpu) {
                 continue;
             }
@@ -156,7 +156,10 @@ impl State {
 
     /// Whether this call must crash, from `[[crash]]`.
     pub fn crashes(&self, call: &str, gpu: Option<u32>) -> bool {
-        self.scenario.crashes.iter().any(|spec| spec.call == call && (spec.gpu.is_none() || spec.gpu == gpu))
+        self.scenario
+            .crashes
+            .iter()
+            .any(|spec| same_call(&spec.call, call) && (spec.gpu.is_none() || spec.gpu == gpu))
     }
 
     /// The processes on GPU `gpu` in `list`: in MIG mode, those of all its MIG devices, as the
@@ -266,4 +269,14 @@ pub fn with_state<T>(body: impl FnOnce(&mut State) -> Result<T, u32>) -> Result<
     }
     let state = guard.as_mut().expect("loaded above");
     body(state)
+}
+
+/// Whether a scenario's `call` names this call: the same name, or the name without the
+/// version suffix this call carries (`nvmlDeviceGetMemoryInfo` covers `..._v2`; `..._v2` alone
+/// only the versioned entry point, as a driver older than it would fail there).
+fn same_call(spec: &str, call: &str) -> bool {
+    spec == call
+        || call.rsplit_once("_v").is_some_and(|(base, version)| {
+            base == spec && !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit())
+        })
 }
