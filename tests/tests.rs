@@ -30,6 +30,7 @@ mod list;
 mod man_page;
 mod mig;
 mod mps;
+mod not_supported;
 mod numa;
 mod nvml_hangs;
 mod peers;

@@ -175,26 +175,28 @@ fn persistence(out: &mut Out, machine: &Machine) {
 fn health_findings(out: &mut Out, gpu: &crate::probe::gpu::Gpu) {
     use crate::probe::health::HealthState;
     let index = gpu.index;
+    // Advice only for what a counter or a state reported (DESIGN 3): an unreadable value gets
+    // a way to look, never a reset, a reboot or an RMA.
+    let advice: Vec<String> =
+        gpu.health.advice.iter().map(|line| line.replace("-i N", &format!("-i {index}"))).collect();
+    let advice = match advice.is_empty() {
+        true => String::new(),
+        false => format!(" {}", advice.join(" ")),
+    };
     match gpu.health.state {
         HealthState::Ok => {}
         HealthState::Degraded => out.problem(format!(
-            "GPU {index} is {}. gpurun takes it only after every healthy GPU (--health strict: never). \
-             Pending row remaps and page retirements apply at the next reset: drain it, then nvidia-smi -r -i \
-             {index} (or reboot). Hardware slowdown: check cooling, power cables and the BMC's event log. A \
-             narrow PCIe link: reseat the card or the riser.",
+            "GPU {index} is {}. gpurun takes it only after every healthy GPU (--health strict: never).{advice}",
             gpu.health.describe()
         )),
         HealthState::Unknown => out.problem(format!(
             "GPU {index}'s health is {}. gpurun takes it only after every healthy and degraded GPU \
-             (--health strict: never), since what NVML could not read may be an uncorrectable error. Ask \
-             nvidia-smi -q -i {index} -d ECC,ROW_REMAPPER,PERFORMANCE; an error that persists often means a \
-             driver that needs a reload, or a GPU on its way off the bus (dmesg: Xid).",
+             (--health strict: never), since what NVML could not read may be an uncorrectable error. See \
+             what nvidia-smi reads: nvidia-smi -q -i {index} -d ECC,ROW_REMAPPER,PERFORMANCE.{advice}",
             gpu.health.describe()
         )),
         HealthState::Unhealthy => out.problem(format!(
-            "GPU {index} is {}. gpurun does not choose it (--health ignore overrides). Drain it, then reset \
-             it (nvidia-smi -r -i {index}, with no process on it) or reboot; if uncorrectable errors come \
-             back or a row remap failed, the board needs an RMA. A lost GPU: check dmesg for Xid 79 and reboot.",
+            "GPU {index} is {}. gpurun does not choose it (--health ignore overrides).{advice}",
             gpu.health.describe()
         )),
     }

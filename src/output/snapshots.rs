@@ -38,7 +38,7 @@ fn machine() -> Machine {
     let mut busy = test_gpu(1);
     busy.memory =
         Some(Memory { total_bytes: 80 << 30, reserved_bytes: 0, used_bytes: 70 << 30, free_bytes: 10 << 30 });
-    busy.utilization = Some(Utilization { gpu_percent: 97, memory_percent: 60 });
+    busy.utilization = Some(Utilization { gpu_percent: 97, memory_percent: Some(60) });
     busy.temperature_c = Some(71);
     busy.power_watts = Some(388.0);
     busy.processes = Some(vec![GpuProcess {

@@ -152,6 +152,17 @@ impl Gpu {
     pub(crate) fn in_mig_mode(&self) -> bool {
         self.mig.is_none() && self.mig_enabled == Some(true)
     }
+
+    /// What reservations, tickets and group records name it by: its UUID, else (a driver that
+    /// answers the UUID query NOT_SUPPORTED) its PCI bus id, which names it as alone and as
+    /// stably. `None` only when NVML gave neither, which no driver has been seen to do.
+    pub(crate) fn lease_id(&self) -> Option<String> {
+        self.uuid.clone().or_else(|| {
+            let bus: String =
+                self.pci_bus_id.as_deref()?.chars().filter(char::is_ascii_alphanumeric).collect();
+            Some(format!("PCI-{bus}"))
+        })
+    }
 }
 
 /// NVML's own numbers (the v2 view): `free = total - reserved - used`, and `used` does not
@@ -167,7 +178,9 @@ pub(crate) struct Memory {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) struct Utilization {
     pub(crate) gpu_percent: u32,
-    pub(crate) memory_percent: u32,
+    /// `None` where the driver gives the GPU's activity but not its memory's (AMD SMI's
+    /// UMC activity on some boards): one missing figure never hides the other.
+    pub(crate) memory_percent: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -373,7 +386,7 @@ pub(crate) fn test_gpu(index: u32) -> Gpu {
             free_bytes: 80 << 30,
         }),
         unified_memory: false,
-        utilization: Some(Utilization { gpu_percent: 0, memory_percent: 0 }),
+        utilization: Some(Utilization { gpu_percent: 0, memory_percent: Some(0) }),
         temperature_c: Some(30),
         power_watts: Some(60.0),
         compute_mode: Some(ComputeMode::Default),

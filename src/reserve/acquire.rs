@@ -413,7 +413,7 @@ impl Search {
                 .filter_map(|device| {
                     let total = device.total_bytes.unwrap_or(0);
                     let reserved_bytes = min_free.map(|t| t.bytes_on(total)).unwrap_or(0);
-                    Some(Claim { uuid: device.uuid.clone()?, index: device.gpu_index, reserved_bytes })
+                    Some(Claim { uuid: device.lease_id.clone()?, index: device.gpu_index, reserved_bytes })
                 })
                 .collect(),
             _ => Vec::new(),
@@ -690,7 +690,7 @@ impl Search {
 
 /// The UUIDs of the GPUs that could ever qualify (what a waiter holds back).
 fn possible_uuids(machine: &Machine, decision: &Decision) -> Vec<String> {
-    decision.possible().iter().filter_map(|index| machine.device(*index)?.uuid.clone()).collect()
+    decision.possible().iter().filter_map(|index| machine.device(*index)?.lease_id()).collect()
 }
 
 /// What a waiter's ticket says it needs, so that the queue can tell what it would leave over.

@@ -103,9 +103,7 @@ pub(crate) struct KnownGpus(HashMap<String, u32>);
 
 impl KnownGpus {
     pub(crate) fn of(machine: &crate::probe::gpu::Machine) -> Arc<KnownGpus> {
-        Arc::new(KnownGpus(
-            machine.devices().filter_map(|gpu| Some((gpu.uuid.clone()?, gpu.index))).collect(),
-        ))
+        Arc::new(KnownGpus(machine.devices().filter_map(|gpu| Some((gpu.lease_id()?, gpu.index))).collect()))
     }
 
     /// The mask of the listed GPUs, or the first UUID this machine does not have.

@@ -65,9 +65,9 @@ mod tests {
     #[test]
     fn busy_is_half_or_more_and_unknown_counts() {
         let mut gpu = test_gpu(0);
-        gpu.utilization = Some(Utilization { gpu_percent: 49, memory_percent: 0 });
+        gpu.utilization = Some(Utilization { gpu_percent: 49, memory_percent: Some(0) });
         assert!(!is_busy(&gpu));
-        gpu.utilization = Some(Utilization { gpu_percent: 50, memory_percent: 0 });
+        gpu.utilization = Some(Utilization { gpu_percent: 50, memory_percent: Some(0) });
         assert!(is_busy(&gpu));
         gpu.utilization = None;
         assert!(is_busy(&gpu));
@@ -76,7 +76,7 @@ mod tests {
     #[test]
     fn the_reason_names_the_load_and_whose_it_is() {
         let mut gpu = test_gpu(0);
-        gpu.utilization = Some(Utilization { gpu_percent: 60, memory_percent: 0 });
+        gpu.utilization = Some(Utilization { gpu_percent: 60, memory_percent: Some(0) });
         gpu.processes = Some(vec![process(1, Some("bob")), process(2, Some("bob"))]);
         assert_eq!(describe(&gpu), "busy: 60% utilization, 2 processes of bob");
         gpu.processes = Some(vec![process(1, Some("bob")), process(2, Some("carol")), process(3, None)]);

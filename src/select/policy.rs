@@ -246,7 +246,7 @@ pub(crate) mod tests {
             used_bytes: (80 - free_gib) << 30,
             free_bytes: free_gib << 30,
         });
-        gpu.utilization = Some(Utilization { gpu_percent: util, memory_percent: 0 });
+        gpu.utilization = Some(Utilization { gpu_percent: util, memory_percent: Some(0) });
         gpu
     }
 

@@ -32,7 +32,7 @@ fn arbitrary_gpu() -> impl Strategy<Value = Gpu> {
     )
         .prop_map(|(free_gib, util, processes, broken, unknown_memory, model, health)| {
             let mut gpu = with_load(0, free_gib, 0);
-            gpu.utilization = util.map(|gpu_percent| Utilization { gpu_percent, memory_percent: 0 });
+            gpu.utilization = util.map(|gpu_percent| Utilization { gpu_percent, memory_percent: Some(0) });
             gpu.processes = processes.map(|n| {
                 (0..n as u32)
                     .map(|pid| GpuProcess { pid: 100 + pid, used_bytes: None, user: None, command: None })
@@ -45,7 +45,7 @@ fn arbitrary_gpu() -> impl Strategy<Value = Gpu> {
                 gpu.memory = None;
             }
             gpu.name = Some(["NVIDIA A100", "NVIDIA H100", "Tesla V100"][model].to_owned());
-            gpu.health = Health { state: health, reasons: vec!["test".to_owned()] };
+            gpu.health = Health { state: health, reasons: vec!["test".to_owned()], ..Health::default() };
             gpu
         })
 }

@@ -100,7 +100,7 @@ mod tests {
             used_bytes: 80 * GIB - free * GIB,
             free_bytes: free * GIB,
         });
-        gpu.utilization = util.map(|gpu_percent| Utilization { gpu_percent, memory_percent: 0 });
+        gpu.utilization = util.map(|gpu_percent| Utilization { gpu_percent, memory_percent: Some(0) });
         gpu
     }
 

@@ -25,6 +25,9 @@ pub(crate) struct Device {
     #[serde(skip)]
     pub(crate) mig: bool,
     pub(crate) uuid: Option<String>,
+    /// What its lease names it by (`Gpu::lease_id`).
+    #[serde(skip)]
+    pub(crate) lease_id: Option<String>,
     pub(crate) name: Option<String>,
     /// The index CUDA gives it under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in the command: the NVML
     /// index, unless a device cgroup hides GPUs before it.
@@ -82,6 +85,7 @@ impl Selection {
                 mig_index: gpu.mig.as_ref().map(|mig| mig.slot),
                 mig: gpu.mig.is_some(),
                 uuid: gpu.uuid.clone(),
+                lease_id: gpu.lease_id(),
                 name: gpu.name.clone(),
                 unified_memory: gpu.unified_memory,
                 cuda_ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),

@@ -224,7 +224,7 @@ mod tests {
     }
 
     fn busy(index: u32) -> Gpu {
-        Gpu { utilization: Some(Utilization { gpu_percent: 90, memory_percent: 0 }), ..test_gpu(index) }
+        Gpu { utilization: Some(Utilization { gpu_percent: 90, memory_percent: Some(0) }), ..test_gpu(index) }
     }
 
     #[test]

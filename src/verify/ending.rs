@@ -81,7 +81,8 @@ fn cards(run: &Run, seen: &Seen) -> Vec<Card> {
                 index: device.index,
                 free_at_launch: gpu.and_then(|gpu| gpu.memory).map(|m| m.free_bytes),
                 peak: seen.peaks.get(&device.index).copied().unwrap_or(0),
-                used: seen.used.contains(&device.index),
+                // A GPU NVML cannot list may be in use: never said idle.
+                used: seen.used.contains(&device.index) || seen.unlistable.contains(&device.index),
                 reserved,
             }
         })
@@ -214,6 +215,7 @@ mod tests {
             watched: true,
             peaks: peaks.iter().copied().collect::<BTreeMap<_, _>>(),
             used: used.to_vec(),
+            unlistable: Vec::new(),
             health: HealthWatch::default(),
             mps_shared: Vec::new(),
             receipt: None,

@@ -130,6 +130,8 @@ pub(crate) struct Seen {
     pub(crate) peaks: BTreeMap<u32, u64>,
     /// The selected GPUs a process of the tree was seen on.
     pub(crate) used: Vec<u32>,
+    /// The selected GPUs whose processes NVML could not list (used or not: unknown).
+    pub(crate) unlistable: Vec<u32>,
     pub(crate) health: HealthWatch,
     /// For each device the command ran on as an MPS client, the other clients of its server.
     pub(crate) mps_shared: Vec<(u32, MpsNeighbours)>,
@@ -150,6 +152,7 @@ impl Seen {
             watched: false,
             peaks: BTreeMap::new(),
             used: Vec::new(),
+            unlistable: Vec::new(),
             health: HealthWatch::default(),
             mps_shared: Vec::new(),
             receipt: None,
@@ -207,6 +210,7 @@ impl Monitor {
             watched: true,
             peaks: self.peak_bytes.clone(),
             used: self.used(),
+            unlistable: self.tracker.unlistable(),
             health: self.health.clone(),
             mps_shared: self.mps_shared(),
             receipt: Some(self.receipt.clone()),

@@ -66,7 +66,8 @@ pub(crate) struct Tracker {
     used: BTreeSet<u32>,
     seen: Vec<Sighting>,
     wrong: Option<(Sighting, String)>,
-    unlistable: Option<(u32, String)>,
+    /// Selected GPUs whose processes NVML could not list, each with the first reason.
+    unlistable: Vec<(u32, String)>,
     foreign_namespace: Option<(u32, u32)>,
     lost: Vec<u32>,
 }
@@ -78,7 +79,7 @@ impl Tracker {
             used: BTreeSet::new(),
             seen: Vec::new(),
             wrong: None,
-            unlistable: None,
+            unlistable: Vec::new(),
             foreign_namespace: None,
             lost: Vec::new(),
         }
@@ -97,8 +98,10 @@ impl Tracker {
                 self.seen.push(sighting);
             }
         }
-        if self.unlistable.is_none() {
-            self.unlistable = poll.unlistable.into_iter().next();
+        for (gpu, why) in poll.unlistable {
+            if !self.unlistable.iter().any(|(known, _)| *known == gpu) {
+                self.unlistable.push((gpu, why));
+            }
         }
         if self.foreign_namespace.is_none() {
             self.foreign_namespace = poll.foreign_namespace_pids.into_iter().next();
@@ -118,6 +121,12 @@ impl Tracker {
 
     pub(crate) fn used(&self) -> &BTreeSet<u32> {
         &self.used
+    }
+
+    /// The selected GPUs whose processes NVML could not list: whether the command used them
+    /// is unknown, never "unused".
+    pub(crate) fn unlistable(&self) -> Vec<u32> {
+        self.unlistable.iter().map(|(gpu, _)| *gpu).collect()
     }
 
     /// A verdict that no later poll can improve on: wrong-gpu, a selected GPU lost, or verified
@@ -166,6 +175,22 @@ impl Tracker {
             if unused.is_empty() {
                 return (Verdict::Verified, on_selected);
             }
+            // A GPU whose list NVML refuses may be in use: unverifiable is the truth, not
+            // "partial" with advice to ask for fewer GPUs.
+            let unlistable: Vec<&(u32, String)> =
+                self.unlistable.iter().filter(|(gpu, _)| unused.contains(gpu)).collect();
+            if unlistable.len() == unused.len() {
+                let (_, why) = unlistable[0];
+                return (
+                    Verdict::Unverifiable,
+                    format!(
+                        "{on_selected}; NVML cannot list the processes on {}: {why}, so whether the command \
+                         uses {} cannot be checked",
+                        labels(&unused),
+                        if unused.len() == 1 { "it" } else { "them" }
+                    ),
+                );
+            }
             return (
                 Verdict::Partial,
                 format!(
@@ -177,7 +202,7 @@ impl Tracker {
                 ),
             );
         }
-        if let Some((gpu, why)) = &self.unlistable {
+        if let Some((gpu, why)) = self.unlistable.first() {
             return (
                 Verdict::Unverifiable,
                 format!("NVML cannot list the processes on {}: {why}", label(*gpu)),
@@ -305,7 +330,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sighting_beats_an_unlistable_gpu() {
+    fn a_gpu_whose_list_is_refused_is_unverifiable_never_unused() {
         let mut tracker = Tracker::new(&[1, 2]);
         tracker.observe(
             Poll {
@@ -315,6 +340,20 @@ mod tests {
             },
             no_cause,
         );
-        assert_eq!(tracker.verdict().0, Verdict::Partial);
+        let (verdict, detail) = tracker.verdict();
+        assert_eq!(verdict, Verdict::Unverifiable, "{detail}");
+        assert!(detail.contains("NVML cannot list the processes on GPU 2: Not Supported"), "{detail}");
+        assert_eq!(tracker.unlistable(), [2]);
+        // A third GPU that was listed and unused still makes it partial.
+        let mut three = Tracker::new(&[1, 2, 3]);
+        three.observe(
+            Poll {
+                sightings: vec![seen(5, 1)],
+                unlistable: vec![(2, "Not Supported".to_owned())],
+                ..Poll::default()
+            },
+            no_cause,
+        );
+        assert_eq!(three.verdict().0, Verdict::Partial);
     }
 }

@@ -614,3 +614,15 @@ pub fn user_name_of(uid: u32) -> String {
         false => uid.to_string(),
     }
 }
+
+/// Whether `text` holds `words` as whole words ("RMA" is not in "PERFORMANCE").
+pub fn has_words(text: &str, words: &str) -> bool {
+    let split = |text: &str| -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric() && c != '-')
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (text, words) = (split(text), split(words));
+    !words.is_empty() && text.windows(words.len()).any(|window| window == words.as_slice())
+}

@@ -90,10 +90,11 @@ impl Queries<'_> {
         let api = self.session.api;
         let utilization = self
             .ask("utilization", "amdsmi_get_gpu_activity", false, || api.engine_usage(handle))
-            .filter(|usage| {
-                usage.gfx_activity != abi::NO_VALUE_U32 && usage.umc_activity != abi::NO_VALUE_U32
-            })
-            .map(|usage| Utilization { gpu_percent: usage.gfx_activity, memory_percent: usage.umc_activity });
+            .filter(|usage| usage.gfx_activity != abi::NO_VALUE_U32)
+            .map(|usage| Utilization {
+                gpu_percent: usage.gfx_activity,
+                memory_percent: Some(usage.umc_activity).filter(|&p| p != abi::NO_VALUE_U32),
+            });
         let temperature_c = self
             .ask("temperature", "amdsmi_get_temp_metric", false, || {
                 api.temperature(handle, abi::TEMPERATURE_TYPE_HOTSPOT)

@@ -85,7 +85,7 @@ impl Session {
             let uuid = queries.ask("uuid", "nvmlDeviceGetUUID", true, || mig.uuid());
             let name = queries.ask("name", "nvmlDeviceGetName", false, || mig.name());
             let memory = queries
-                .ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || mig.memory_info())
+                .ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, || memory_info(self.nvml, &mig))
                 .map(memory_of);
             let (processes, mps) = self.processes_and_mps(&mig, &mut queries);
             let (gpu_instance_id, compute_instance_id) =
@@ -136,10 +136,10 @@ impl Session {
         let name = queries.ask("name", "nvmlDeviceGetName", false, || device.name());
         let pci_bus_id =
             queries.ask("pci info", "nvmlDeviceGetPciInfo_v3", false, || device.pci_info()).map(|p| p.bus_id);
-        let (memory, unified_memory) = queries.memory(|| device.memory_info());
+        let (memory, unified_memory) = queries.memory(name.as_deref(), || memory_info(self.nvml, &device));
         let utilization = queries
             .ask("utilization", "nvmlDeviceGetUtilizationRates", false, || device.utilization_rates())
-            .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: u.memory });
+            .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: Some(u.memory) });
         let temperature_c = queries.ask("temperature", "nvmlDeviceGetTemperature", false, || {
             device.temperature(TemperatureSensor::Gpu)
         });
@@ -210,19 +210,53 @@ impl Queries<'_> {
     /// Spark). There CUDA allocates from system memory, so free and total are the kernel's
     /// MemAvailable and MemTotal: what NVIDIA's own unified-memory code reads (its DGX Spark
     /// change to llama.cpp's CUDA backend, ggml-org/llama.cpp#17368).
+    /// Only an integrated GPU shares the system's memory: a discrete GPU whose memory query is
+    /// not supported (a locked-down vGPU, a driver bug) has memory gpurun does not know, which
+    /// fails every memory filter, never the host's RAM. NVML has no "integrated" flag (CUDA's
+    /// `integrated` attribute is the runtime's), so the model says it: `is_integrated`.
     fn memory(
         &mut self,
+        name: Option<&str>,
         query: impl FnOnce() -> Result<nvml_wrapper::struct_wrappers::device::MemoryInfo, NvmlError>,
     ) -> (Option<Memory>, bool) {
         let failures = self.failures();
         match self.ask("memory", "nvmlDeviceGetMemoryInfo_v2", true, query) {
             Some(info) => (Some(memory_of(info)), false),
-            None if self.failures() == failures => match crate::probe::meminfo::system_memory() {
-                Some(system) => (Some(system), true),
-                None => (None, false),
-            },
+            None if self.failures() == failures && name.is_some_and(is_integrated) => {
+                match crate::probe::meminfo::system_memory() {
+                    Some(system) => (Some(system), true),
+                    None => (None, false),
+                }
+            }
             None => (None, false),
         }
+    }
+}
+
+/// `nvmlDeviceGetMemoryInfo_v2`, else the unversioned call where the driver lacks v2 (before
+/// R510: the R470 branch that still runs Kepler machines). v1 has no `reserved`: its `used`
+/// counts the driver's reservation, as nvidia-smi on those drivers shows it.
+fn memory_info(
+    nvml: &Nvml,
+    device: &Device,
+) -> Result<nvml_wrapper::struct_wrappers::device::MemoryInfo, NvmlError> {
+    match device.memory_info() {
+        Err(error @ (NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound)) => {
+            let Ok(symbol) = nvml.lib().nvmlDeviceGetMemoryInfo.as_ref() else { return Err(error) };
+            let mut memory = nvml_wrapper_sys::bindings::nvmlMemory_t { total: 0, free: 0, used: 0 };
+            // SAFETY: the symbol has nvml.h's signature (nvml-wrapper-sys's bindings); the handle
+            // is live for `device`'s lifetime, and `memory` is a valid place for the one write.
+            let code = unsafe { symbol(device.handle(), &mut memory) };
+            nvml_wrapper::error::nvml_try(code)?;
+            Ok(nvml_wrapper::struct_wrappers::device::MemoryInfo {
+                free: memory.free,
+                reserved: 0,
+                total: memory.total,
+                used: memory.used,
+                version: 1,
+            })
+        }
+        other => other,
     }
 }
 
@@ -234,6 +268,15 @@ fn memory_of(info: nvml_wrapper::struct_wrappers::device::MemoryInfo) -> Memory 
         used_bytes: info.used,
         free_bytes: info.free,
     }
+}
+
+/// NVIDIA's integrated GPUs, which have no memory of their own: the GB10 of DGX Spark and the
+/// Tegra parts (Jetson Orin, Thor, Xavier). Every other NVIDIA GPU is discrete.
+fn is_integrated(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["gb10", "orin", "thor", "xavier", "tegra"]
+        .iter()
+        .any(|part| name.split(|c: char| !c.is_ascii_alphanumeric()).any(|word| word == *part))
 }
 
 /// The PCIe path between two GPUs, by their common ancestor (`nvidia-smi topo -m`'s PIX, PXB,
@@ -297,6 +340,18 @@ mod tests {
             links,
             [Link::Board, Link::Switch, Link::Switches, Link::Hostbridge, Link::Node, Link::System]
         );
+    }
+
+    #[test]
+    fn only_nvidia_soc_gpus_are_integrated() {
+        for integrated in ["NVIDIA GB10", "Orin (nvgpu)", "NVIDIA Jetson AGX Thor", "Xavier"] {
+            assert!(is_integrated(integrated), "{integrated}");
+        }
+        for discrete in
+            ["NVIDIA H200", "NVIDIA GB200", "NVIDIA RTX PRO 6000 Blackwell", "NVIDIA GB100", "Tesla T4"]
+        {
+            assert!(!is_integrated(discrete), "{discrete}");
+        }
     }
 
     #[test]

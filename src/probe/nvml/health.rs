@@ -192,7 +192,7 @@ fn fabric_info(nvml: &Nvml, device: &Device) -> Result<Option<FabricInfo>, NvmlE
                     summary: if version == 3 { info.healthSummary } else { 0 },
                 }));
             }
-            Err(NvmlError::NotSupported | NvmlError::FunctionNotFound) => return Ok(None),
+            Err(error) if super::is_absent(&error) => return Ok(None),
             // A driver that knows only the v2 layout refuses v3's version.
             Err(NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)) if version == 3 => continue,
             Err(error) => return Err(error),

@@ -129,20 +129,21 @@ pub(crate) fn open(library: Option<&Path>, calls: Calls) -> Result<Session, Open
 /// A GPU's failed queries. Those a request may need (the handle, identity, memory, MIG mode,
 /// processes) make the GPU unusable: `first_error`. Others (temperature, power, utilization,
 /// compute mode) only make that value unknown, which fails a filter that needs it.
-/// `NOT_SUPPORTED` is never a failure, only an unknown value.
+/// `NOT_SUPPORTED`, `FUNCTION_NOT_FOUND` and a missing symbol are never a failure, only an
+/// unknown value (`is_absent`).
 pub(super) struct Queries<'a> {
     calls: &'a Calls,
     gpu: u32,
     first_error: Option<String>,
     /// A query answered GPU_IS_LOST.
     lost: bool,
-    /// Every query that failed with another error than NOT_SUPPORTED: what it asked, and the
+    /// Every query that failed otherwise than as absent (`is_absent`): what it asked, and the
     /// error (the health calls' make the health unknown).
     failed: Vec<String>,
 }
 
 impl Queries<'_> {
-    /// How many queries have failed so far (NOT_SUPPORTED is no failure).
+    /// How many queries have failed so far (an absent query is no failure).
     pub(super) fn failures(&self) -> usize {
         self.failed.len()
     }
@@ -156,7 +157,7 @@ impl Queries<'_> {
     ) -> Option<T> {
         match self.calls.run(call, Some(self.gpu), query) {
             Ok(value) => Some(value),
-            Err(NvmlError::NotSupported) => None,
+            Err(error) if is_absent(&error) => None,
             Err(error) => {
                 tracing::debug!("GPU {}: {what}: {error}", self.gpu);
                 self.lost |= matches!(error, NvmlError::GpuLost);
@@ -168,6 +169,14 @@ impl Queries<'_> {
             }
         }
     }
+}
+
+/// The driver has no such query for this GPU: NOT_SUPPORTED, FUNCTION_NOT_FOUND (a library
+/// with the call and a driver without it), or a library without the symbol at all (a driver
+/// older than the call: R470 has no `nvmlDeviceGetMemoryInfo_v2`). Never a failure (DESIGN 3:
+/// not supported is never a fault), only a value gpurun does not know.
+pub(super) fn is_absent(error: &NvmlError) -> bool {
+    matches!(error, NvmlError::NotSupported | NvmlError::FunctionNotFound | NvmlError::FailedToLoadSymbol(_))
 }
 
 /// NVML's error in the words a user searches for.
@@ -246,6 +255,20 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_query_the_driver_lacks_is_absent_never_a_failure() {
+        for absent in [
+            NvmlError::NotSupported,
+            NvmlError::FunctionNotFound,
+            NvmlError::FailedToLoadSymbol("nvmlDeviceGetMemoryInfo_v2: undefined symbol".to_owned()),
+        ] {
+            assert!(is_absent(&absent), "{absent:?}");
+        }
+        for failure in [NvmlError::Unknown, NvmlError::GpuLost, NvmlError::NoPermission, NvmlError::Timeout] {
+            assert!(!is_absent(&failure), "{failure:?}");
+        }
+    }
 
     #[test]
     fn a_lost_gpu_and_a_refused_one_are_said_in_the_words_users_search_for() {

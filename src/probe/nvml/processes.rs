@@ -29,7 +29,7 @@ impl From<NvmlError> for ListError {
 fn mps_listed(nvml: &Nvml, device: &Device, v3_misread: bool) -> Result<Vec<Listed>, NvmlError> {
     if !v3_misread {
         match device.mps_running_compute_processes() {
-            Err(NvmlError::FunctionNotFound) => {}
+            Err(NvmlError::FunctionNotFound | NvmlError::FailedToLoadSymbol(_)) => {}
             other => return other.map(to_listed),
         }
     }
@@ -194,7 +194,13 @@ fn listed(device: &Device, v3_misread: &mut bool) -> Result<Vec<Listed>, NvmlErr
     if *v3_misread {
         return device.running_compute_processes_v2().map(to_listed);
     }
-    let listed = to_listed(device.running_compute_processes()?);
+    // A driver before the _v3 call (R470) lists through _v2.
+    let listed = match device.running_compute_processes() {
+        Err(NvmlError::FailedToLoadSymbol(_) | NvmlError::FunctionNotFound) => {
+            return device.running_compute_processes_v2().map(to_listed);
+        }
+        other => to_listed(other?),
+    };
     // A PID 0 after the first entry is the 535 misread on a driver that did not say so.
     if listed.iter().skip(1).any(|p| p.pid == 0) {
         tracing::debug!("the _v3 process list looks misread (PID 0): using the _v2 call");
