@@ -76,17 +76,18 @@ pack() { # pack TARBALL DIR NAME: DIR/NAME as NAME-renamed in TARBALL
 }
 pack "$tarball" gpurun "$name"
 
-# make test-gpu for a GPU machine without a Rust toolchain: gpurun, the driver-API program and
-# the checks in one folder (./check.sh runs them).
+packaging/packages.sh "$stage" "$binary" "$version" "$arch" "$debarch"
+say "packing the wheel (packaging/wheel.py)"
+wheel=$("$python" packaging/wheel.py "$stage" "$version" "$arch" dist)
+
+# make test-gpu for a GPU machine without a Rust toolchain: gpurun, the driver-API program, the
+# checks and the wheel (its pip check) in one folder (./check.sh runs them).
 kit="gpurun-gpu-check-$version-$arch-linux-gnu.tar.gz"
 say "packing dist/$kit"
 mkdir -p dist/stage/gpu-check
 install -m 0755 "$binary" "target/$triple/release/cuda-hold" tests/gpu/check.sh dist/stage/gpu-check/
+install -m 0644 "dist/$wheel" dist/stage/gpu-check/
 pack "$kit" gpu-check "gpurun-gpu-check-$version"
-
-packaging/packages.sh "$stage" "$binary" "$version" "$arch" "$debarch"
-say "packing the wheel (packaging/wheel.py)"
-wheel=$("$python" packaging/wheel.py "$stage" "$version" "$arch" dist)
 
 rm -rf dist/stage
 artefacts=("$tarball" "$kit" "gpurun_${version}_${debarch}.deb" "$wheel")

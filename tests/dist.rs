@@ -212,8 +212,8 @@ fn assert_glibc_2_17(binary: &std::path::Path, dist: &std::path::Path) {
     assert!(newest.is_some_and(|v| v <= (2, 17)), "{} needs GLIBC_{newest:?}, above 2.17", binary.display());
 }
 
-/// make test-gpu for a GPU machine without a toolchain: gpurun, cuda-hold and the checks in one
-/// folder; cuda-hold runs here and says what it lacks (no driver), and check.sh is the clone's.
+/// make test-gpu for a GPU machine without a toolchain: gpurun, cuda-hold, the checks and the
+/// wheel in one folder; cuda-hold runs here and says what it lacks (no driver), and check.sh is the clone's.
 #[test]
 fn the_gpu_check_kit_holds_what_make_test_gpu_needs() {
     let Some(dist) = dist() else { return };
@@ -224,6 +224,12 @@ fn the_gpu_check_kit_holds_what_make_test_gpu_needs() {
     for file in ["gpurun", "cuda-hold", "check.sh"] {
         assert!(root.join(file).is_file(), "{file} is not in the kit");
     }
+    // The wheel, for check.sh's pip check.
+    let wheels = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".whl"));
+    assert_eq!(wheels.count(), 1, "the kit holds no wheel");
     let packed = std::fs::read_to_string(root.join("check.sh")).unwrap();
     let clone =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/check.sh")).unwrap();

@@ -137,13 +137,14 @@ pub(crate) struct Cli {
     /// How GPU health counts: `normal` (unhealthy GPUs are never chosen, degraded ones only
     /// after every healthy one, unknown ones after those, with a warning), `strict` (degraded
     /// and unknown ones are not chosen either), `ignore` (any GPU, with a warning for each sick
-    /// one chosen). Unknown: a health query failed otherwise than NOT_SUPPORTED.
+    /// one chosen). Unknown: a health query failed otherwise than as not supported.
     ///
-    /// Unhealthy: volatile uncorrectable ECC errors, a failed row remapping, a lost GPU, an
-    /// NVLink fabric that is not registered, failed, or reports a route unhealthy or in
+    /// Unhealthy: volatile uncorrectable ECC errors, a failed row remapping, a lost GPU, a GPU
+    /// of an NVLink fabric that is not registered, failed, or reports a route unhealthy or in
     /// recovery, an access-timeout recovery or an incorrect configuration. Degraded: row
     /// remapping or retired pages pending, hardware slowdown (HW slowdown, HW thermal, power
-    /// brake), a PCIe link narrower than its maximum, degraded fabric bandwidth.
+    /// brake), a PCIe link narrower than its maximum while the GPU is busy, degraded fabric
+    /// bandwidth. A feature the GPU does not have (no fabric, no ECC, a width of 0) is no fault.
     #[arg(long, hide_short_help = true, value_enum, value_name = "MODE", default_value_t = HealthUse::Normal, help_heading = "Selection")]
     pub(crate) health: HealthUse,
 
