@@ -220,7 +220,7 @@ fn mps_joins_the_callers_own_server_with_its_client_settings() {
     let pipe = sim.dir.path().join("mps-pipe");
     std::fs::create_dir(&pipe).unwrap();
     let none = sim.gpurun().args(["--mps", "--", "true"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
-    none.status(75).stderr_has("no MPS server of yours runs on it, and no MPS control daemon reads");
+    none.status(75).stderr_has("no MPS server of yours runs on it, and no MPS control daemon serves");
     // The machine's reason, the same for every GPU, is said once, not once per GPU.
     let eight = Sim::new(&common::default_scenario());
     let all = eight.gpurun().args(["--mps", "--", "true"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
@@ -308,7 +308,7 @@ fn doctor_says_where_mps_clients_connect_and_what_nvml_must_not_see() {
     doctor().stdout_has(&format!("no MPS control daemon at {}", pipe.display()));
     let control = pipe.join("control");
     assert!(Command::new("mkfifo").arg(&control).status().unwrap().success());
-    doctor().stdout_has("exists but no MPS control daemon reads it");
+    doctor().stdout_has("exists but no MPS control daemon serves it");
     // A daemon holds the control pipe open for reading.
     let _daemon = control_daemon(&control);
     doctor().stdout_has(&format!("an MPS control daemon reads {}", control.display()));
@@ -437,4 +437,87 @@ fn an_exclusive_process_gpu_held_by_our_own_mps_server_is_joined_with_mps() {
         .status(75)
         .stderr_has("compute mode is exclusive-process and PID")
         .stderr_has("your MPS server, holds its one CUDA context: --mps joins it");
+}
+
+/// Issue 62 (1): the real driver's control daemon (`nvidia-cuda-mps-control -d`) makes
+/// `control` a Unix socket and starts no server until the first client connects. `--mps` joins
+/// where a daemon of the caller's serves the pipe directory, server or not; the client starts
+/// the server, and verification waits for it and verifies the client as one. `--doctor` and
+/// `--list` say so, and a client the driver lists in both the compute and the MPS list (the
+/// real 580 driver does) is one row.
+#[test]
+fn mps_joins_a_fresh_control_daemon_whose_server_starts_with_the_first_client() {
+    let sim = Sim::new(&format!(
+        "quirks = [\"mps_clients_in_compute_list\"]\n\n{}",
+        scenario_file("two_idle.toml")
+    ));
+    let pipe = sim.dir.path().join("mps-pipe");
+    let log = sim.dir.path().join("mps-log");
+    std::fs::create_dir_all(&pipe).unwrap();
+    std::fs::create_dir_all(&log).unwrap();
+    let with_pipe =
+        |run: common::Run| run.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).env("CUDA_MPS_LOG_DIRECTORY", &log);
+    let control_utility = common::built("sim-mps-control");
+    let started = with_pipe(sim.gpurun_command(control_utility.to_str().unwrap(), &["-d"])).run();
+    started.status(0);
+    let quit = || {
+        let mut quit = with_pipe(sim.gpurun_command(control_utility.to_str().unwrap(), &[])).command;
+        let mut child = quit.stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"quit\n").unwrap();
+        child.wait().unwrap();
+    };
+    // As the real daemon: a socket, and no server yet.
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(pipe.join("control")).unwrap().file_type().is_socket());
+    let pid: u32 =
+        std::fs::read_to_string(pipe.join("nvidia-cuda-mps-control.pid")).unwrap().trim().parse().unwrap();
+    assert!(!registry::live(&state_dir(&sim)).iter().any(|r| r.mps == Some(MpsRole::Server)));
+    let said = format!(
+        "MPS control daemon of yours (PID {pid}) at {}; its server starts with the first client",
+        pipe.display()
+    );
+    with_pipe(sim.gpurun().args(["--doctor"])).run().stdout_has(&said);
+    with_pipe(sim.gpurun().args(["--list"])).run().status(0).stdout_has(&said);
+    let listing = with_pipe(sim.gpurun().args(["--list", "--json"])).run().status(0).json();
+    assert_eq!(listing["mps_control_daemon"]["pid"], pid, "{listing}");
+    assert_eq!(listing["mps_control_daemon"]["server_running"], false, "{listing}");
+    // The first client: gpurun --mps joins, the daemon starts the server, the client is verified.
+    let report = sim.dir.path().join("mps.json");
+    let joined =
+        with_pipe(sim.gpurun().args(["--mps", "--report-json"]).arg(&report).arg("--").arg(sim_cuda()))
+            .args(["--quiet", "--mem", "512MiB", "--sleep", "2"])
+            .run();
+    joined.status(0).stderr_has("as an MPS client");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["verification"]["verdict"], "verified", "{json}");
+    assert!(
+        registry::live(&state_dir(&sim)).iter().any(|r| r.mps == Some(MpsRole::Server)),
+        "no server started"
+    );
+    // An outside client, listed in both lists by the driver, is one row of --list.
+    let mut client =
+        common::background(
+            with_pipe(sim.gpurun_command(
+                sim_cuda().to_str().unwrap(),
+                &["--mem", "256MiB", "--sleep", "600", "--quiet"],
+            ))
+            .env("CUDA_VISIBLE_DEVICES", "0"),
+        );
+    let client_pid = client.0.id();
+    let listed = || {
+        let json = with_pipe(sim.gpurun().args(["--list", "--json"])).run().json();
+        json["gpus"][0]["mps"]["clients"].as_array().is_some_and(|c| c.iter().any(|c| c["pid"] == client_pid))
+    };
+    assert!(common::wait_until(Duration::from_secs(20), listed), "the client never listed");
+    let json = with_pipe(sim.gpurun().args(["--list", "--json"])).run().json();
+    let in_processes =
+        json["gpus"][0]["processes"].as_array().unwrap().iter().filter(|p| p["pid"] == client_pid).count();
+    assert_eq!(in_processes, 0, "the client is a row of the processes too: {}", json["gpus"][0]);
+    assert_eq!(json["mps_control_daemon"]["server_running"], true, "{json}");
+    let table = with_pipe(sim.gpurun().args(["--list"])).run();
+    assert_eq!(table.stdout.matches(&client_pid.to_string()).count(), 1, "{}", table.stdout);
+    client.end();
+    quit();
+    assert!(common::wait_until(Duration::from_secs(20), || !common::alive(pid)), "the daemon did not quit");
 }

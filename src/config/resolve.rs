@@ -210,7 +210,8 @@ fn log_origins(origins: &BTreeMap<String, String>, limits: &Limits) {
     }
 }
 
-/// `--mps`: the control pipe a client of this user would use, and whether a daemon reads it;
+/// `--mps`: the control pipe a client of this user would use, and whether a daemon serves it
+/// (whether or not its server runs yet: the first client starts it);
 /// refused where it is not the caller's or root's (another user's planted pipe).
 fn mps_daemon() -> Result<(PathBuf, bool), ConfigError> {
     let pipe = crate::launch::env::mps_control_pipe();
@@ -219,8 +220,8 @@ fn mps_daemon() -> Result<(PathBuf, bool), ConfigError> {
             "--mps: {why}; set CUDA_MPS_PIPE_DIRECTORY to your own daemon's directory"
         )));
     }
-    let read = crate::process::stdio::fifo_has_reader(&pipe) == Some(true);
-    Ok((pipe, read))
+    let serves = crate::launch::env::mps_control_daemon(&pipe).is_some();
+    Ok((pipe, serves))
 }
 
 /// `--mps`: the client settings, or why they cannot be: an MPS server numbers the devices its

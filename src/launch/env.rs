@@ -133,6 +133,51 @@ pub(crate) fn untrusted_mps_pipe(control: &std::path::Path) -> Option<String> {
     }
 }
 
+/// The MPS control daemon that serves a pipe directory: its PID where its pid file names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ControlDaemon {
+    pub(crate) pid: Option<u32>,
+    /// Whose: the caller's, or root's (a system daemon, which starts each user's server as
+    /// that user).
+    pub(crate) uid: Option<u32>,
+}
+
+/// The daemon's pid file in its pipe directory (nvidia-cuda-mps-control(1)).
+const MPS_PID_FILE: &str = "nvidia-cuda-mps-control.pid";
+
+/// Whether an MPS control daemon serves `control`, and which. The real daemon (driver 580)
+/// makes `control` a Unix socket and starts no server until the first client connects: it
+/// serves when its pid file (the caller's or root's) names a live `nvidia-cuda-mps-control` of
+/// the caller's or root's. Older daemons read a FIFO: that one serves while a reader holds it.
+/// Nothing is connected to or written. Who owns the pipe itself is `untrusted_mps_pipe`'s.
+pub(crate) fn mps_control_daemon(control: &std::path::Path) -> Option<ControlDaemon> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let caller = nix::unistd::getuid().as_raw();
+    let trusted = |uid: u32| uid == caller || uid == 0;
+    let directory = control.parent()?;
+    let pid_file = directory.join(MPS_PID_FILE);
+    let daemon = std::fs::symlink_metadata(&pid_file)
+        .ok()
+        .filter(|meta| meta.is_file() && trusted(meta.uid()))
+        .and_then(|_| crate::process::stdio::read_small_file(&pid_file, 32))
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .filter(|&pid| pid > 1)
+        .and_then(|pid| {
+            let uid = crate::process::procfs::uid_of(pid).filter(|&uid| trusted(uid))?;
+            let command = crate::process::procfs::command_line(pid)?;
+            let program = command.split(' ').next()?.rsplit('/').next()?;
+            (program == "nvidia-cuda-mps-control").then_some(ControlDaemon { pid: Some(pid), uid: Some(uid) })
+        });
+    let kind = std::fs::symlink_metadata(control).ok()?.file_type();
+    if kind.is_socket() {
+        return daemon;
+    }
+    match kind.is_fifo() && crate::process::stdio::fifo_has_reader(control) == Some(true) {
+        true => Some(daemon.unwrap_or(ControlDaemon { pid: None, uid: None })),
+        false => None,
+    }
+}
+
 impl Plan {
     /// Makes the command an MPS client: its directories passed on (the caller's, or NVIDIA's
     /// defaults), and the thread share and pinned memory asked for. `devices`: how many it

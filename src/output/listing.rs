@@ -6,7 +6,7 @@ use crate::options::count::Count;
 use crate::options::shell;
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -192,8 +192,33 @@ struct Listing<'a> {
     confidential_computing: Option<crate::probe::gpu::ConfCompute>,
     /// The link between every pair of GPUs, `"0-1": "nvlink"` (null when not probed).
     topology: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The MPS control daemon a client of the caller's would reach (`{pid, pipe_directory,
+    /// server_running}`), where one of the caller's or root's serves the pipe directory; null
+    /// where none does (NVIDIA only).
+    mps_control_daemon: Option<MpsDaemonEntry>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     plan: Option<PlanEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct MpsDaemonEntry {
+    pid: Option<u32>,
+    pipe_directory: String,
+    /// Whether a server of the caller's runs: a daemon starts none before its first client.
+    server_running: bool,
+}
+
+/// The daemon `--mps` would join, unless the pipe is not the caller's to trust.
+fn mps_daemon(machine: &Machine) -> Option<(crate::launch::env::ControlDaemon, PathBuf)> {
+    if machine.vendor != Vendor::Nvidia {
+        return None;
+    }
+    let control = crate::launch::env::mps_control_pipe();
+    if crate::launch::env::untrusted_mps_pipe(&control).is_some() {
+        return None;
+    }
+    let daemon = crate::launch::env::mps_control_daemon(&control)?;
+    Some((daemon, control.parent().unwrap_or(Path::new("/")).to_path_buf()))
 }
 
 #[derive(Serialize)]
@@ -322,6 +347,11 @@ pub(crate) fn json(
                 .pairs()
                 .map(|(a, b, link)| (format!("{a}-{b}"), serde_json::Value::from(link.name())))
                 .collect()
+        }),
+        mps_control_daemon: mps_daemon(machine).map(|(daemon, dir)| MpsDaemonEntry {
+            pid: daemon.pid,
+            pipe_directory: dir.display().to_string(),
+            server_running: machine.devices().filter_map(|gpu| gpu.mps.as_ref()).any(|mps| !mps.foreign),
         }),
         plan: dry_run.map(|dry_run| PlanEntry {
             requested: dry_run.requested.to_string(),
@@ -676,6 +706,9 @@ pub(crate) fn table(
     }
     if !shared.rules.is_empty() {
         let _ = writeln!(out, "\nhouse rules: {}", shared.rules.join("; "));
+    }
+    if let Some((daemon, dir)) = mps_daemon(machine) {
+        let _ = writeln!(out, "\n{}", crate::output::doctor::daemon_words(daemon, &dir, Some(machine)));
     }
     if let Some(amd) = machine.also_amd_gpus {
         let plural = if amd == 1 { "" } else { "s" };

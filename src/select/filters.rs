@@ -251,7 +251,7 @@ fn no_context_here(gpu: &Gpu, request: &Request) -> Vec<String> {
         None if request.mps => match &request.mps_daemon {
             Some((_, true)) => {}
             Some((pipe, false)) => reasons.push(format!(
-                "no MPS server of yours runs on it, and no MPS control daemon reads {} to start one \
+                "no MPS server of yours runs on it, and no MPS control daemon serves {} to start one \
                  (--mps joins a server; gpurun never starts the daemon: nvidia-cuda-mps-control -d)",
                 pipe.display()
             )),
@@ -716,7 +716,7 @@ mod tests {
         let pipe = std::path::PathBuf::from("/tmp/nvidia-mps");
         let no_daemon = Request { mps_daemon: Some((pipe.clone(), false)), ..join.clone() };
         assert!(reasons(&plain, &no_daemon)[0].starts_with(
-            "no MPS server of yours runs on it, and no MPS control daemon reads /tmp/nvidia-mps"
+            "no MPS server of yours runs on it, and no MPS control daemon serves /tmp/nvidia-mps"
         ));
         let daemon = Request { mps_daemon: Some((pipe, true)), ..join };
         assert!(reasons(&plain, &daemon).is_empty());

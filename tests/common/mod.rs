@@ -44,7 +44,7 @@ fn build_dir() -> PathBuf {
     Path::new(GPURUN).parent().expect("binary has a directory").to_path_buf()
 }
 
-fn built(name: &str) -> PathBuf {
+pub fn built(name: &str) -> PathBuf {
     let path = build_dir().join(name);
     assert!(
         path.exists(),

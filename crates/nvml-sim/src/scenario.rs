@@ -709,7 +709,10 @@ impl Scenario {
 }
 
 pub const QUIRK_V3_STRIDE_32: &str = "v3_stride_32";
-const KNOWN_QUIRKS: &[&str] = &[QUIRK_V3_STRIDE_32];
+/// An MPS client is in the GPU's compute list as well as its MPS list, as a real H200 on
+/// driver 580.159 listed one (tests/real-gpu/h200-2026-12-04: `--list` showed it twice).
+pub const QUIRK_MPS_CLIENTS_IN_COMPUTE_LIST: &str = "mps_clients_in_compute_list";
+const KNOWN_QUIRKS: &[&str] = &[QUIRK_V3_STRIDE_32, QUIRK_MPS_CLIENTS_IN_COMPUTE_LIST];
 
 /// `nvmlComputeMode_t`.
 pub fn compute_mode_code(name: &str) -> Option<u32> {

@@ -189,8 +189,9 @@ impl State {
         instance: Option<(u32, u32)>,
     ) -> Vec<ListedProcess> {
         let client = |mps: Option<registry::MpsRole>| mps == Some(registry::MpsRole::Client);
+        let clients_too = self.scenario.has_quirk(scenario::QUIRK_MPS_CLIENTS_IN_COMPUTE_LIST);
         let wanted = |mps: Option<registry::MpsRole>| match list {
-            List::Compute => !client(mps),
+            List::Compute => clients_too || !client(mps),
             List::Mps => client(mps),
             List::All => true,
         };

@@ -98,7 +98,7 @@ impl Session {
             return (processes, None);
         }
         let v3_misread = self.v3_misread;
-        let clients = queries
+        let clients: Vec<MpsClient> = queries
             .calls
             .run("nvmlDeviceGetMPSComputeRunningProcesses_v3", Some(queries.gpu), || {
                 mps_listed(self.nvml, device, v3_misread)
@@ -113,6 +113,11 @@ impl Session {
             .collect();
         let own_uid = nix::unistd::getuid().as_raw();
         let mut processes = processes;
+        // A client is in the MPS list; a real driver (580) lists it in the compute list too:
+        // one process, one row, as a client.
+        if let Some(listed) = processes.as_mut() {
+            listed.retain(|process| !clients.iter().any(|client| client.pid == process.pid));
+        }
         // A process /proc cannot name (hidepid, another PID namespace) is named by NVML, which
         // knows every process on its GPUs: the MPS server is found there too.
         for process in processes.iter_mut().flatten().filter(|p| p.command.is_none()) {
@@ -159,7 +164,14 @@ impl Session {
                 mps_listed(self.nvml, &device, v3_misread)
             })
             .unwrap_or_default();
-        found.extend(clients.into_iter().map(|client| Listed { mps_client: true, ..client }));
+        // A real driver (580) lists a client in the compute list as well: one sighting, as a
+        // client.
+        for client in clients {
+            match found.iter_mut().find(|listed| listed.pid == client.pid) {
+                Some(listed) => listed.mps_client = true,
+                None => found.push(Listed { mps_client: true, ..client }),
+            }
+        }
         Ok(found)
     }
 }

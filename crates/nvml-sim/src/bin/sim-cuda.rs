@@ -182,7 +182,10 @@ fn run() -> Result<u8, String> {
         let entries: Vec<(String, u64)> = used.iter().map(|d| (d.uuid.clone(), options.mem_bytes)).collect();
         let role = match options.mps_server {
             true => Some(MpsRole::Server),
-            false => own_mps_server_on(&state_dir, &used).then_some(MpsRole::Client),
+            false => {
+                start_mps_server();
+                own_mps_server_on(&state_dir, &used).then_some(MpsRole::Client)
+            }
         };
         registry::register_as(&state_dir, pid, &entries, role)
             .map_err(|e| format!("cannot register in {}: {e}", state_dir.display()))?;
@@ -219,6 +222,28 @@ fn run() -> Result<u8, String> {
         registry::unregister(&state_dir, pid);
     }
     Ok(options.exit_code)
+}
+
+/// As CUDA does at its first context: where an MPS control daemon serves the pipe directory
+/// (a Unix socket `control`, as the real daemon makes it), ask it for this user's server, which
+/// it starts at the first client (`sim-mps-control`). A FIFO `control` (older daemons, and the
+/// tests that play one) starts nothing here.
+fn start_mps_server() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::fs::FileTypeExt;
+    let dir = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| std::path::PathBuf::from("/tmp/nvidia-mps"), std::path::PathBuf::from);
+    let control = dir.join("control");
+    if !std::fs::symlink_metadata(&control).is_ok_and(|m| m.file_type().is_socket()) {
+        return;
+    }
+    let Ok(mut stream) = std::os::unix::net::UnixStream::connect(&control) else { return };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(15)));
+    if stream.write_all(b"start_server\n").is_ok() {
+        let mut answer = String::new();
+        let _ = std::io::BufReader::new(&stream).read_line(&mut answer);
+    }
 }
 
 /// Whether an MPS server of this user runs on one of `devices`: CUDA then makes this process
