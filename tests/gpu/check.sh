@@ -288,6 +288,22 @@ else
         || fail non-root "exit $status, verdict $(field verdict "$work/nobody/r.json" 2> /dev/null): $(head -c 200 "$work/nobody.err")"
 fi
 
+# 11b. In a PID namespace of its own, as in a container: drivers since 535.113 list the
+# caller's own PIDs there, so the job is verified; --doctor says which regime the driver is in.
+if [ -n "$simulated" ]; then
+    skip pid-namespace "the simulator's namespaces are tests/containers.rs's"
+elif [ "$(id -u)" != 0 ] || ! command -v unshare > /dev/null; then
+    skip pid-namespace "needs root and unshare for a PID namespace"
+else
+    unshare -pf --mount-proc "$gpurun" --report-json "$work/ns.json" -- "$hold" --mib 256 --hold 3 > "$work/ns.out" 2> "$work/ns.err"
+    status=$?
+    unshare -pf --mount-proc "$gpurun" --doctor > "$work/nsdoctor.txt" 2>&1
+    regime=$(grep -i 'namespace' "$work/nsdoctor.txt" | head -1 | sed 's/^ *[a-zA-Z]* *//')
+    [ "$status" = 0 ] && [ "$(field verdict "$work/ns.json")" = verified ] \
+        && pass pid-namespace "a job in its own PID namespace verified as PID $(field pid "$work/ns.out"); --doctor there: $regime" \
+        || fail pid-namespace "exit $status, verdict $(field verdict "$work/ns.json" 2> /dev/null): $(head -c 200 "$work/ns.err"); --doctor there: $regime"
+fi
+
 # 12. MPS, where a control daemon can be started as the caller: a client is verified as one.
 if [ -n "$simulated" ]; then
     skip mps "the simulator's MPS is tests/mps.rs's"
@@ -518,7 +534,8 @@ if command -v nvidia-smi > /dev/null; then
     smi --query-gpu=index,uuid,pci.bus_id,memory.total,memory.used,memory.free,utilization.gpu,temperature.gpu,power.draw,persistence_mode,compute_mode \
         --format=csv > "$capture/nvidia-smi-query-gpu.csv" 2>&1
 fi
-for report in load torch jax jaxnoenv ddp spawn tl; do
+cp "$work/nsdoctor.txt" "$capture/gpurun-doctor-pid-namespace.txt" 2> /dev/null
+for report in load torch jax jaxnoenv ddp spawn tl ns mps intr; do
     [ -f "$work/$report.json" ] && cp "$work/$report.json" "$capture/$report.report.json"
 done
 [ -f "$work/load.smi.csv" ] && cp "$work/load.smi.csv" "$capture/load.nvidia-smi-samples.csv"
