@@ -106,6 +106,20 @@ fn answer(spec: &FabricSpec) -> ([u8; FABRIC_UUID_LEN], u32, u32, u8, u32, u8) {
     (uuid, status, spec.clique_id, state, health_mask(spec), summary)
 }
 
+/// Zeroes the padding after the one-byte `state` (and `health_summary`) that `put` copied from
+/// a Rust value, where it is whatever the stack held. nvml.h's `nvmlGpuFabricState_t` is an
+/// unsigned char; nvidia-ml-py reads it as an unsigned int, so the bytes after it must be
+/// what a caller's zeroed struct holds, as the real driver leaves them.
+///
+/// # Safety
+/// `out` must be valid for writes of `size_of::<T>()` bytes.
+unsafe fn clear_padding<T>(out: *mut T, padding: &[(usize, usize)]) {
+    for &(from, to) in padding {
+        // SAFETY: within the struct, by the caller's contract.
+        unsafe { out.cast::<u8>().add(from).write_bytes(0, to - from) };
+    }
+}
+
 /// nvml.h: "For Hopper or newer fully supported devices"; NOT_SUPPORTED "if device doesn't
 /// support gpu fabric".
 ///
@@ -117,7 +131,15 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(device: Device, info: *mut F
         let Some(spec) = &state.scenario.gpus[index as usize].fabric else { return NVML_ERROR_NOT_SUPPORTED };
         let (cluster_uuid, status, clique_id, fabric_state, _, _) = answer(spec);
         // SAFETY: forwarded caller contract.
-        unsafe { put(info, FabricInfoV1 { cluster_uuid, status, clique_id, state: fabric_state }) }
+        let code =
+            unsafe { put(info, FabricInfoV1 { cluster_uuid, status, clique_id, state: fabric_state }) };
+        if code == 0 {
+            // SAFETY: as above: the caller's struct, written whole just now.
+            unsafe {
+                clear_padding(info, &[(offset_of!(FabricInfoV1, state) + 1, size_of::<FabricInfoV1>())])
+            };
+        }
+        code
     })
 }
 
@@ -136,7 +158,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(device: Device, info: *mut 
     device_call(device, "nvmlDeviceGetGpuFabricInfoV", |state, index| {
         let Some(spec) = &state.scenario.gpus[index as usize].fabric else { return NVML_ERROR_NOT_SUPPORTED };
         let (cluster_uuid, status, clique_id, fabric_state, health_mask, health_summary) = answer(spec);
-        match version {
+        let code = match version {
             // SAFETY: the caller's buffer holds the layout its version names.
             FABRIC_INFO_V3 => unsafe {
                 put(
@@ -167,7 +189,19 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(device: Device, info: *mut 
                 )
             },
             _ => NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+        };
+        let padding: &[(usize, usize)] = match version {
+            FABRIC_INFO_V3 => &[
+                (offset_of!(FabricInfoV3, state) + 1, offset_of!(FabricInfoV3, health_mask)),
+                (offset_of!(FabricInfoV3, health_summary) + 1, size_of::<FabricInfoV3>()),
+            ],
+            _ => &[(offset_of!(FabricInfoV2, state) + 1, offset_of!(FabricInfoV2, health_mask))],
+        };
+        if code == 0 {
+            // SAFETY: the caller's struct of the layout its version names, written whole just now.
+            unsafe { clear_padding(info, padding) };
         }
+        code
     })
 }
 
