@@ -374,7 +374,9 @@ fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
     }
     match crate::launch::env::mps_control_daemon(&control) {
         _ if untrusted.is_some() => {}
-        Some(daemon) => out.ok(format!("{} ({whose})", daemon_words(daemon, &pipe, machine))),
+        Some(daemon) => {
+            out.ok(format!("{} ({whose})", crate::output::mps_daemon::words(daemon, &pipe, machine)))
+        }
         None if std::fs::symlink_metadata(&control).is_ok() => out.info(format!(
             "{} exists but no MPS control daemon serves it (a stale pipe directory?)",
             control.display()
@@ -424,38 +426,6 @@ fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
             None => out.info("confidential computing is off"),
         },
         None => out.info("no confidential computing on this driver"),
-    }
-}
-
-/// `MPS control daemon of yours (PID 812) at /tmp/mps; its server starts with the first
-/// client`: the same words in `--doctor` and `--list`. A daemon without a pid file (an older
-/// one reading a FIFO) is said as it is seen.
-pub(crate) fn daemon_words(
-    daemon: crate::launch::env::ControlDaemon,
-    pipe: &Path,
-    machine: Option<&Machine>,
-) -> String {
-    let own = nix::unistd::getuid().as_raw();
-    let whose = match daemon.uid {
-        Some(uid) if uid == own => "of yours".to_owned(),
-        Some(uid) => format!("of {}", crate::process::procfs::user_name(uid)),
-        None => String::new(),
-    };
-    let pid = daemon.pid.map(|pid| format!(" (PID {pid})")).unwrap_or_default();
-    let server = machine
-        .into_iter()
-        .flat_map(Machine::devices)
-        .filter_map(|gpu| gpu.mps.as_ref())
-        .find(|mps| !mps.foreign);
-    let state = match server {
-        Some(mps) => {
-            format!("its server runs ({}): CUDA programs of yours become its clients", mps.server_words())
-        }
-        None => "its server starts with the first client".to_owned(),
-    };
-    match daemon.pid {
-        Some(_) => format!("MPS control daemon {whose}{pid} at {}; {state}", pipe.display()),
-        None => format!("an MPS control daemon reads {}; {state}", pipe.join("control").display()),
     }
 }
 

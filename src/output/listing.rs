@@ -6,12 +6,13 @@ use crate::options::count::Count;
 use crate::options::shell;
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::launch::env::Plan;
 use crate::options::size::human;
+use crate::output::mps_daemon;
 use crate::probe::gpu::{Gpu, GpuProcess, Machine};
 use crate::probe::vendor::Vendor;
 use crate::process::procfs;
@@ -195,30 +196,9 @@ struct Listing<'a> {
     /// The MPS control daemon a client of the caller's would reach (`{pid, pipe_directory,
     /// server_running}`), where one of the caller's or root's serves the pipe directory; null
     /// where none does (NVIDIA only).
-    mps_control_daemon: Option<MpsDaemonEntry>,
+    mps_control_daemon: Option<mps_daemon::Entry>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     plan: Option<PlanEntry<'a>>,
-}
-
-#[derive(Serialize)]
-struct MpsDaemonEntry {
-    pid: Option<u32>,
-    pipe_directory: String,
-    /// Whether a server of the caller's runs: a daemon starts none before its first client.
-    server_running: bool,
-}
-
-/// The daemon `--mps` would join, unless the pipe is not the caller's to trust.
-fn mps_daemon(machine: &Machine) -> Option<(crate::launch::env::ControlDaemon, PathBuf)> {
-    if machine.vendor != Vendor::Nvidia {
-        return None;
-    }
-    let control = crate::launch::env::mps_control_pipe();
-    if crate::launch::env::untrusted_mps_pipe(&control).is_some() {
-        return None;
-    }
-    let daemon = crate::launch::env::mps_control_daemon(&control)?;
-    Some((daemon, control.parent().unwrap_or(Path::new("/")).to_path_buf()))
 }
 
 #[derive(Serialize)]
@@ -348,11 +328,7 @@ pub(crate) fn json(
                 .map(|(a, b, link)| (format!("{a}-{b}"), serde_json::Value::from(link.name())))
                 .collect()
         }),
-        mps_control_daemon: mps_daemon(machine).map(|(daemon, dir)| MpsDaemonEntry {
-            pid: daemon.pid,
-            pipe_directory: dir.display().to_string(),
-            server_running: machine.devices().filter_map(|gpu| gpu.mps.as_ref()).any(|mps| !mps.foreign),
-        }),
+        mps_control_daemon: mps_daemon::entry(machine),
         plan: dry_run.map(|dry_run| PlanEntry {
             requested: dry_run.requested.to_string(),
             count: dry_run.plan.map(|plan| plan.selection.devices.len()),
@@ -707,8 +683,8 @@ pub(crate) fn table(
     if !shared.rules.is_empty() {
         let _ = writeln!(out, "\nhouse rules: {}", shared.rules.join("; "));
     }
-    if let Some((daemon, dir)) = mps_daemon(machine) {
-        let _ = writeln!(out, "\n{}", crate::output::doctor::daemon_words(daemon, &dir, Some(machine)));
+    if let Some(line) = mps_daemon::line(machine) {
+        let _ = writeln!(out, "\n{line}");
     }
     if let Some(amd) = machine.also_amd_gpus {
         let plural = if amd == 1 { "" } else { "s" };

@@ -3,6 +3,7 @@
 pub(crate) mod doctor;
 pub(crate) mod history;
 pub(crate) mod listing;
+pub(crate) mod mps_daemon;
 pub(crate) mod watching;
 
 #[cfg(test)]
