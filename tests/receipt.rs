@@ -94,7 +94,10 @@ fn a_three_second_job_at_200_w_draws_600_j() {
     assert!(near(&power["mean"], 200.0, 0.15), "{power}");
     assert_eq!(power["max"], 200.0);
     assert_eq!(power["limit"], 700.0);
-    assert_eq!(report["utilization_percent"][UUID], serde_json::json!({"p50": 55, "p95": 55, "max": 55}));
+    assert_eq!(
+        report["utilization_percent"][UUID],
+        serde_json::json!({"p50": 55, "p95": 55, "max": 55, "source": "samples"})
+    );
     assert_eq!(report["throttled_seconds"][UUID], serde_json::json!({}));
     assert_eq!(report["intruders"], serde_json::json!([]));
     let line = outcome.stderr.lines().find(|l| l.trim_start().starts_with("GPU 0:")).unwrap_or_else(|| {
@@ -278,4 +281,36 @@ fn our_own_mps_server_is_no_intruder() {
     let pids: Vec<u64> =
         report["intruders"].as_array().unwrap().iter().map(|i| i["pid"].as_u64().unwrap()).collect();
     assert_eq!(pids, vec![u64::from(stranger.0.id())], "{}", report["intruders"]);
+}
+
+/// Issue 62 (2): the percentiles come from the driver's own utilization samples
+/// (`nvmlDeviceGetSamples`), not from a few looks seconds apart: on the real H200 a 10 s load
+/// read p50 0% from the looks. A job busy for 10 s of 14 s reports p50 at the busy level; a
+/// driver without samples falls back to the looks and the report says so.
+#[test]
+fn utilization_percentiles_come_from_the_drivers_samples() {
+    let sim = Sim::new(&one_gpu("").replace("utilization_gpu = 55", "utilization_gpu = 0"));
+    let report = sim.dir.path().join("busy.json");
+    let outcome = sim
+        .gpurun()
+        .args(["--report", "--report-json"])
+        .arg(&report)
+        .arg("--")
+        .arg(sim_cuda())
+        .args(["--quiet", "--busy", "95:10", "--sleep", "14"])
+        .run();
+    outcome.status(0);
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let utilization = &json["utilization_percent"][UUID];
+    assert_eq!(utilization["source"], "samples", "{json}");
+    assert_eq!(utilization["p50"], 95, "{json}");
+    assert_eq!(utilization["max"], 95, "{json}");
+    // Without samples: the looks, said as such.
+    let without = Sim::new(&format!(
+        "{}\n[[error]]\ncall = \"nvmlDeviceGetSamples\"\nerror = \"NOT_SUPPORTED\"\n",
+        one_gpu("")
+    ));
+    let (outcome, report) = report_of(&without, "1");
+    outcome.status(0).stderr_has("util p50 55% p95 55% (looks)");
+    assert_eq!(report["utilization_percent"][UUID]["source"], "looks", "{report}");
 }

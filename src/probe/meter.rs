@@ -47,6 +47,11 @@ pub(crate) struct Reading {
     pub(crate) at: Instant,
     pub(crate) power_mw: Option<u32>,
     pub(crate) gpu_percent: Option<u32>,
+    /// The driver's own utilization samples since the last reading (`nvmlDeviceGetSamples`,
+    /// NVML_GPU_UTILIZATION_SAMPLES: each its CPU timestamp in us and its percent), as
+    /// nvidia-smi and DCGM read them; `None` where the driver has none (then the looks are all
+    /// there is).
+    pub(crate) utilization_samples: Option<Vec<(u64, u32)>>,
     pub(crate) clock_events: Option<u64>,
     /// Start and end readings only: mJ since the driver loaded.
     pub(crate) energy_mj: Option<u64>,
@@ -55,4 +60,16 @@ pub(crate) struct Reading {
     /// Start and end readings only: each of `THROTTLE_REASONS`' counters in ns, in that order
     /// (`None` where the reason has no counter or the driver answers none).
     pub(crate) throttle_ns: Vec<Option<u64>>,
+}
+
+impl Reading {
+    /// The busiest the GPU was, as this reading saw it: the look, and every driver sample
+    /// since the last reading.
+    pub(crate) fn busiest_percent(&self) -> Option<u32> {
+        let sampled = self.utilization_samples.iter().flatten().map(|(_, percent)| *percent).max();
+        match (self.gpu_percent, sampled) {
+            (Some(look), Some(sample)) => Some(look.max(sample)),
+            (look, sample) => look.or(sample),
+        }
+    }
 }

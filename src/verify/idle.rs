@@ -67,7 +67,7 @@ impl IdleWatch {
             return crossed;
         }
         for reading in readings {
-            let Some(percent) = reading.gpu_percent else { continue };
+            let Some(percent) = reading.busiest_percent() else { continue };
             let first = !self.gpus.contains_key(&reading.gpu);
             let stretch = self.gpus.entry(reading.gpu).or_default();
             if percent > 0 {
@@ -147,6 +147,7 @@ mod tests {
             energy_mj: None,
             limit_mw: None,
             throttle_ns: Vec::new(),
+            utilization_samples: None,
         }
     }
 

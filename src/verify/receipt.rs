@@ -30,8 +30,12 @@ struct Tally {
     power_mw_ms: f64,
     power_ms: f64,
     power_max_mw: Option<u32>,
-    /// Utilization: milliseconds spent at each percent, by the same weights.
+    /// Utilization: milliseconds spent at each percent, by the same weights (the looks).
     utilization_ms: Box<[u64; 101]>,
+    /// The driver's own samples (`nvmlDeviceGetSamples`): milliseconds at each percent, each
+    /// sample weighted by the time since the one before it (at most `SAMPLE_WEIGHT_MOST`).
+    sampled_utilization_ms: Box<[u64; 101]>,
+    last_sample_us: Option<u64>,
     /// Milliseconds seen in each of `THROTTLE_REASONS` at the samples, each sample counting the
     /// time since the one before; `None` until a sample has read the clock event reasons.
     sampled_ms: Option<Vec<u64>>,
@@ -49,6 +53,8 @@ impl Tally {
             power_ms: 0.0,
             power_max_mw: None,
             utilization_ms: Box::new([0; 101]),
+            sampled_utilization_ms: Box::new([0; 101]),
+            last_sample_us: None,
             sampled_ms: None,
         }
     }
@@ -65,6 +71,15 @@ impl Tally {
         }
         if let Some(percent) = reading.gpu_percent {
             self.utilization_ms[percent.min(100) as usize] += weight_ms;
+        }
+        for &(at_us, percent) in reading.utilization_samples.iter().flatten() {
+            // The driver samples every ~1/6 s; a gap (a sample the buffer dropped) is not
+            // stretched over the one after it.
+            let stood_ms =
+                self.last_sample_us.map_or(SAMPLE_PERIOD_MS, |last| at_us.saturating_sub(last) / 1000);
+            self.last_sample_us = Some(at_us);
+            self.sampled_utilization_ms[percent.min(100) as usize] +=
+                stood_ms.clamp(1, SAMPLE_WEIGHT_MOST_MS);
         }
         if let Some(events) = reading.clock_events {
             let sampled = self.sampled_ms.get_or_insert_with(|| vec![0; THROTTLE_REASONS.len()]);
@@ -99,12 +114,19 @@ impl Tally {
         }
     }
 
+    /// From the driver's samples where it kept any during the run (a few looks seconds apart
+    /// cannot make percentiles), else from the looks.
     fn utilization(&self) -> Utilization {
-        let total: u64 = self.utilization_ms.iter().sum();
+        let sampled = self.sampled_utilization_ms.iter().any(|ms| *ms > 0);
+        let (histogram, source) = match sampled {
+            true => (&self.sampled_utilization_ms, "samples"),
+            false => (&self.utilization_ms, "looks"),
+        };
+        let total: u64 = histogram.iter().sum();
         let percentile = |share: u64| {
             let wanted = (total * share).div_ceil(100).max(1);
             let mut seen = 0;
-            self.utilization_ms.iter().position(|ms| {
+            histogram.iter().position(|ms| {
                 seen += ms;
                 seen >= wanted
             })
@@ -113,10 +135,8 @@ impl Tally {
         Utilization {
             p50: known.then(|| percentile(50)).flatten().map(|p| p as u32),
             p95: known.then(|| percentile(95)).flatten().map(|p| p as u32),
-            max: known
-                .then(|| self.utilization_ms.iter().rposition(|ms| *ms > 0))
-                .flatten()
-                .map(|p| p as u32),
+            max: known.then(|| histogram.iter().rposition(|ms| *ms > 0)).flatten().map(|p| p as u32),
+            source: known.then_some(source),
         }
     }
 
@@ -150,12 +170,22 @@ pub(crate) struct Power {
     pub(crate) limit: Option<f64>,
 }
 
+/// How often drivers sample utilization into their buffer (about 1/6 s): what the first
+/// sample of a run stands for.
+const SAMPLE_PERIOD_MS: u64 = 167;
+/// The longest a driver sample stands for: one after a gap (samples the buffer dropped) is not
+/// stretched over it.
+const SAMPLE_WEIGHT_MOST_MS: u64 = 1000;
+
 /// GPU utilization percentiles over the run, the samples weighted by the time each stood for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) struct Utilization {
     pub(crate) p50: Option<u32>,
     pub(crate) p95: Option<u32>,
     pub(crate) max: Option<u32>,
+    /// `samples` (the driver's own, `nvmlDeviceGetSamples`) or `looks` (gpurun's polls, where
+    /// the driver keeps no samples); null where nothing was read.
+    pub(crate) source: Option<&'static str>,
 }
 
 /// One chosen GPU's receipt.
@@ -175,7 +205,7 @@ impl GpuReceipt {
             gpu,
             energy_joules: None,
             power: Power { mean: None, max: None, limit: None },
-            utilization: Utilization { p50: None, p95: None, max: None },
+            utilization: Utilization { p50: None, p95: None, max: None, source: None },
             throttled_seconds: None,
         }
     }
@@ -198,7 +228,9 @@ impl GpuReceipt {
             parts.push(power);
         }
         if let (Some(p50), Some(p95)) = (self.utilization.p50, self.utilization.p95) {
-            parts.push(format!("util p50 {p50}% p95 {p95}%"));
+            // Said where the driver kept no samples: then a few looks made these.
+            let looks = if self.utilization.source == Some("looks") { " (looks)" } else { "" };
+            parts.push(format!("util p50 {p50}% p95 {p95}%{looks}"));
         }
         match &self.throttled_seconds {
             Some(held) if held.is_empty() => parts.push("not throttled".to_owned()),
@@ -319,6 +351,7 @@ mod tests {
             energy_mj: None,
             limit_mw: None,
             throttle_ns: Vec::new(),
+            utilization_samples: None,
         }
     }
 
@@ -372,11 +405,43 @@ mod tests {
             receipt.absorb(&[reading(t0 + Duration::from_secs(second), 1, percent, 0)], false);
         }
         let utilization = receipt.per_gpu()[0].utilization;
-        assert_eq!(utilization, Utilization { p50: Some(40), p95: Some(61), max: Some(90) });
+        assert_eq!(
+            utilization,
+            Utilization { p50: Some(40), p95: Some(61), max: Some(90), source: Some("looks") }
+        );
         assert_eq!(
             Receipt::new(&[0]).per_gpu()[0].utilization,
-            Utilization { p50: None, p95: None, max: None }
+            Utilization { p50: None, p95: None, max: None, source: None }
         );
+    }
+
+    #[test]
+    fn the_drivers_samples_beat_sparse_looks() {
+        // What the real H200 showed: looks 5 s apart, the last one after the load ended, made
+        // p50 0%; the driver's samples every 1/6 s say busy for 10 s of 14.
+        let t0 = Instant::now();
+        let mut receipt = Receipt::new(&[0]);
+        let look = |at: u64, percent: u32, samples: Vec<(u64, u32)>| Reading {
+            utilization_samples: Some(samples),
+            ..reading(t0 + Duration::from_secs(at), 1, percent, 0)
+        };
+        let samples = |from_s: u64, to_s: u64, percent: u32| -> Vec<(u64, u32)> {
+            (from_s * 6..to_s * 6).map(|sixth| (1_000_000 + sixth * 166_667, percent)).collect()
+        };
+        receipt.absorb(&[look(0, 0, Vec::new())], true);
+        receipt.absorb(&[look(5, 100, [samples(0, 2, 0), samples(2, 5, 99)].concat())], false);
+        receipt.absorb(&[look(10, 100, samples(5, 10, 100))], false);
+        receipt.absorb(&[look(14, 0, [samples(10, 12, 98), samples(12, 14, 0)].concat())], true);
+        let utilization = receipt.per_gpu()[0].utilization;
+        assert_eq!(
+            utilization,
+            Utilization { p50: Some(99), p95: Some(100), max: Some(100), source: Some("samples") }
+        );
+        // A sample after a gap stands for at most a second, not the whole gap.
+        let mut gap = Receipt::new(&[0]);
+        gap.absorb(&[look(0, 0, samples(1, 3, 100))], false);
+        gap.absorb(&[look(60, 0, vec![(61_000_000, 0)])], false);
+        assert_eq!(gap.per_gpu()[0].utilization.p50, Some(100));
     }
 
     #[test]
@@ -410,7 +475,7 @@ mod tests {
             gpu: 0,
             energy_joules: Some(620.0),
             power: Power { mean: Some(201.0), max: Some(230.0), limit: Some(400.0) },
-            utilization: Utilization { p50: Some(40), p95: Some(61), max: Some(70) },
+            utilization: Utilization { p50: Some(40), p95: Some(61), max: Some(70), source: Some("samples") },
             throttled_seconds: Some(BTreeMap::from([("hw_slowdown", 2.1)])),
         };
         assert_eq!(

@@ -306,12 +306,45 @@ class Checker:
             expected = pynvml.NVML_ERROR_NOT_SUPPORTED if mig else pynvml.NVML_ERROR_NOT_FOUND
             if not self.injected_everywhere(index):
                 self.check(f"GPU {index} process utilization", e.value, expected)
+        self.check_samples(index, handle, gpu, mig)
         self.check_health(index, handle)
         self.check_processes(index, handle)
         self.check_mps_list(index, handle)
         self.check_process_names(index)
         self.check_fabric(index, handle)
         self.check_lookups(index, handle)
+
+    def check_samples(self, index, handle, gpu, mig):
+        """nvmlDeviceGetSamples, NVML_GPU_UTILIZATION_SAMPLES: unsigned ints, oldest first, each
+        the GPU's utilization, only those newer than the timestamp given (NOT_FOUND when none
+        is); NOT_SUPPORTED for another type, in MIG mode, or without a utilization figure."""
+        if self.injected_everywhere(index) or self.errors:
+            return
+        supported = "utilization_gpu" in gpu and not mig and gpu.get("mig_mode") != "enabled"
+        try:
+            kind, samples = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+        except pynvml.NVMLError as e:
+            self.check(f"GPU {index} samples", e.value, "an answer" if supported else pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return
+        if not supported:
+            self.check(f"GPU {index} samples", "an answer", "NOT_SUPPORTED")
+            return
+        self.check(f"GPU {index} samples value type", kind, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)
+        stamps = [sample.timeStamp for sample in samples]
+        self.check(f"GPU {index} samples oldest first", stamps, sorted(set(stamps)))
+        self.check(f"GPU {index} samples kept", 0 < len(samples) <= 120, True)
+        self.check(f"GPU {index} samples values", {sample.sampleValue.uiVal for sample in samples},
+                   {gpu["utilization_gpu"]})
+        try:
+            newer = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, stamps[-1])[1]
+            self.check(f"GPU {index} samples newer", all(s.timeStamp > stamps[-1] for s in newer), True)
+        except pynvml.NVMLError as e:
+            self.check(f"GPU {index} samples newer", e.value, pynvml.NVML_ERROR_NOT_FOUND)
+        try:
+            pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_PROCESSOR_CLK_SAMPLES, 0)
+            self.check(f"GPU {index} clock samples", "an answer", "NOT_SUPPORTED")
+        except pynvml.NVMLError as e:
+            self.check(f"GPU {index} clock samples", e.value, pynvml.NVML_ERROR_NOT_SUPPORTED)
 
     def check_mps_list(self, index, handle, extra=()):
         """nvmlDeviceGetMPSComputeRunningProcesses_v3 and _v2: the MPS clients only."""

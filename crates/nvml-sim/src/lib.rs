@@ -15,6 +15,7 @@ mod events;
 mod fabric;
 mod health;
 mod power;
+mod samples;
 /// The registry of live processes, shared with the AMD SMI simulator.
 pub use sim_shared::registry;
 pub mod scenario;
@@ -26,5 +27,6 @@ pub fn header_facts() -> Vec<(String, u64)> {
     facts.extend(health::facts());
     facts.extend(events::facts());
     facts.extend(fabric::facts());
+    facts.extend(samples::facts());
     facts
 }

@@ -247,6 +247,7 @@ impl Session {
                         .filter(|&w| w != 0 && w != abi::NO_VALUE_U32)
                         .map(|watts| watts.saturating_mul(1000)),
                     throttle_ns: Vec::new(),
+                    utilization_samples: None,
                 }
             })
             .collect()

@@ -8,7 +8,7 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::Device;
 
 use super::health::{clock_event_reasons, sample_integer};
-use super::Session;
+use super::{Metered, Session};
 use crate::probe::calls::Calls;
 use crate::probe::meter::{Ask, Reading, THROTTLE_REASONS};
 
@@ -20,7 +20,7 @@ impl Session {
         let (nvml, calls) = (self.nvml, self.calls.clone());
         let mut readings = Vec::with_capacity(ask.gpus.len());
         for &gpu in &ask.gpus {
-            let position = match self.metered.iter().position(|(known, _)| *known == gpu) {
+            let position = match self.metered.iter().position(|metered| metered.gpu == gpu) {
                 Some(position) => position,
                 None => {
                     let Ok(device) =
@@ -28,11 +28,12 @@ impl Session {
                     else {
                         continue;
                     };
-                    self.metered.push((gpu, device));
+                    self.metered.push(Metered { gpu, device, last_sample_us: None });
                     self.metered.len() - 1
                 }
             };
-            let device = &self.metered[position].1;
+            let utilization_samples = utilization_samples(&calls, &mut self.metered[position]);
+            let device = &self.metered[position].device;
             let run =
                 |name, query: &dyn Fn() -> Result<u64, NvmlError>| calls.run(name, Some(gpu), query).ok();
             let power_mw = run("nvmlDeviceGetPowerUsage", &|| device.power_usage().map(u64::from));
@@ -46,6 +47,7 @@ impl Session {
                 at: Instant::now(),
                 power_mw: power_mw.and_then(|mw| u32::try_from(mw).ok()),
                 gpu_percent: gpu_percent.and_then(|percent| u32::try_from(percent).ok()),
+                utilization_samples,
                 clock_events,
                 energy_mj: None,
                 limit_mw: None,
@@ -62,6 +64,44 @@ impl Session {
             readings.push(reading);
         }
         readings
+    }
+}
+
+/// The driver's utilization samples since the last reading of this GPU. The first reading
+/// only notes the newest sample: what the buffer held before the run is not the run's. `None`
+/// where the driver keeps none (NOT_SUPPORTED, MIG mode, an older library): the receipt then
+/// has only its looks.
+fn utilization_samples(calls: &Calls, metered: &mut Metered) -> Option<Vec<(u64, u32)>> {
+    use nvml_wrapper::enum_wrappers::device::Sampling;
+    let since = match metered.last_sample_us {
+        Some(None) => return None,
+        Some(Some(seen)) => Some(seen),
+        None => None,
+    };
+    let device = &metered.device;
+    let answer = calls.run("nvmlDeviceGetSamples", Some(metered.gpu), || {
+        match device.samples(Sampling::GpuUtilization, since.unwrap_or(0)) {
+            Err(NvmlError::NotFound) => Ok(Vec::new()),
+            other => other,
+        }
+    });
+    let Ok(samples) = answer else {
+        metered.last_sample_us = Some(None);
+        return None;
+    };
+    let mut found: Vec<(u64, u32)> = samples
+        .iter()
+        .filter(|sample| since.is_none_or(|seen| sample.timestamp > seen))
+        .filter_map(|sample| {
+            Some((sample.timestamp, u32::try_from(sample_integer(&sample.value)?).ok()?.min(100)))
+        })
+        .collect();
+    found.sort_unstable();
+    let newest = found.last().map(|(at, _)| *at).or(since).unwrap_or(0);
+    metered.last_sample_us = Some(Some(newest));
+    match since {
+        None => Some(Vec::new()),
+        Some(_) => Some(found),
     }
 }
 

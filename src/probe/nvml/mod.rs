@@ -93,7 +93,15 @@ pub(crate) struct Session {
     /// answers GPU_IS_LOST to nvmlDeviceGetIndex, and that is the Xid 79 that must be said).
     xid_events: Option<Option<XidEvents>>,
     /// The handles of the GPUs the receipt reads, looked up once (each poll reads them again).
-    metered: Vec<(u32, Device<'static>)>,
+    metered: Vec<Metered>,
+}
+
+/// A GPU the receipt reads: its handle, and the newest driver sample of its utilization seen
+/// (`None` until the first reading; `Some(None)`: the driver keeps no samples for it).
+pub(super) struct Metered {
+    pub(super) gpu: u32,
+    pub(super) device: Device<'static>,
+    pub(super) last_sample_us: Option<Option<u64>>,
 }
 
 /// Opens NVML from `library` (default: `libnvidia-ml.so.1`, found like any shared library).

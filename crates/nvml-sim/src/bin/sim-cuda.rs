@@ -15,7 +15,7 @@ use nvml_sim::scenario::{self, Source};
 
 const USAGE: &str =
     "usage: sim-cuda [--mem SIZE] [--use N | --device ORDINAL[,ORDINAL...]] [--set-visible LIST] \
-[--workers N] [--mps-server] [--sleep SECONDS] [--hold-after-exit SECONDS] [--exit CODE] [--quiet] [--count]
+[--workers N] [--mps-server] [--busy PERCENT[:SECONDS]] [--sleep SECONDS] [--hold-after-exit SECONDS] [--exit CODE] [--quiet] [--count]
 
   --mem SIZE        memory each process takes on each GPU it uses (binary units; default 1GiB)
   --use N           use only the first N visible devices (a multi-GPU job that uses fewer)
@@ -28,6 +28,9 @@ const USAGE: &str =
                     their compute list; a later sim-cuda of the same user on one of them is
                     then its MPS client (listed only in the MPS list), as CUDA makes it. It
                     runs as nvidia-cuda-mps-server (argv[0]), the name tools know it by
+  --busy PERCENT[:SECONDS]
+                    keep the devices this busy (their utilization, and the driver's samples
+                    of it) for SECONDS from the start, else for the whole --sleep
   --sleep SECONDS   how long to hold the devices (default 0)
   --hold-after-exit SECONDS
                     start a child (`sleep SECONDS`) that inherits the device files, as a
@@ -45,6 +48,8 @@ struct Options {
     set_visible: Option<String>,
     workers: u32,
     mps_server: bool,
+    /// `--busy`: the percent, and for how long (None: the whole sleep).
+    busy: Option<(u32, Option<Duration>)>,
     sleep: Duration,
     hold_after_exit: Option<String>,
     exit_code: u8,
@@ -62,6 +67,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         set_visible: None,
         workers: 0,
         mps_server: false,
+        busy: None,
         hold_after_exit: None,
         sleep: Duration::ZERO,
         exit_code: 0,
@@ -94,6 +100,19 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--quiet" => options.quiet = true,
             "--count" => options.count = true,
             "--mps-server" => options.mps_server = true,
+            "--busy" => {
+                let text = value()?;
+                let (percent, seconds) = match text.split_once(':') {
+                    Some((percent, seconds)) => (percent, Some(seconds)),
+                    None => (text.as_str(), None),
+                };
+                let percent: u32 = number(flag, percent)?;
+                let seconds = seconds
+                    .map(|s| s.parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok()))
+                    .map(|d| d.ok_or_else(|| format!("--busy {text:?}: SECONDS is not a number of seconds")))
+                    .transpose()?;
+                options.busy = Some((percent.min(100), seconds));
+            }
             "--hold-after-exit" => options.hold_after_exit = Some(value()?),
             "--worker" => options.worker = true,
             "-h" | "--help" => return Err(USAGE.to_owned()),
@@ -200,6 +219,15 @@ fn run() -> Result<u8, String> {
             registry::add_holder(&state_dir, pid, holder.id())
                 .map_err(|e| format!("cannot register in {}: {e}", state_dir.display()))?;
         }
+    }
+    if let (Some((percent, seconds)), true) = (options.busy, registers_here) {
+        // A window the simulated driver's samples read whenever asked, so it outlives us.
+        let from = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let until = from + seconds.unwrap_or(options.sleep);
+        let uuids: Vec<&str> = used.iter().map(|d| d.uuid.as_str()).collect();
+        let line = format!("{percent} {} {} {}\n", from.as_millis(), until.as_millis(), uuids.join(","));
+        std::fs::write(state_dir.join(format!("{pid}.busy")), line)
+            .map_err(|e| format!("cannot write in {}: {e}", state_dir.display()))?;
     }
     if !options.quiet && !options.worker {
         report(&used, registers_here.then_some(pid));
