@@ -112,3 +112,28 @@ fn persistence_mode_off_is_a_problem_with_its_cost() {
     assert_eq!(listing["gpus"][0]["persistence_mode"], false);
     assert_eq!(listing["gpus"][2]["persistence_mode"], true);
 }
+
+/// Issue 62 (3): in a PID namespace of its own, `--doctor` says what the driver's PIDs are
+/// there by its branch: since 535.113.01 the namespace's own (verification works), since
+/// 565.57.01 with their memory, before that host PIDs.
+#[test]
+fn in_a_pid_namespace_doctor_says_what_the_drivers_pids_are() {
+    let probe =
+        std::process::Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
+    if !probe.is_ok_and(|output| output.status.success()) {
+        return common::skip(
+            "in_a_pid_namespace_doctor_says_what_the_drivers_pids_are",
+            "`unshare --pid` is not permitted here",
+        );
+    }
+    let gpurun = common::gpurun_binary();
+    for (driver, said) in [
+        ("580.159.04", "driver 580.159.04 lists this namespace's own PIDs and their memory (since 565.57.01): verification works here"),
+        ("550.54.15", "driver 550.54.15 lists this namespace's own PIDs (since 535.113.01) but not their memory"),
+        ("535.104.05", "driver 535.104.05 reports host PIDs (before 535.113.01), so verification may say 'unverifiable'"),
+    ] {
+        let sim = Sim::new(&format!("driver_version = \"{driver}\"\n\n{}", common::scenario_file("two_idle.toml")));
+        let doctor = sim.gpurun_command("unshare", &["--pid", "--fork", "--mount-proc", &gpurun, "--doctor"]).run();
+        doctor.stdout_has(&format!("a PID namespace of its own (container?): {said}"));
+    }
+}

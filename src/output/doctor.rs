@@ -118,7 +118,7 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
     inherited(&mut out, machine.as_ref());
 
     out.section("Container and scheduler");
-    environment(&mut out);
+    environment(&mut out, machine.as_ref());
 
     out.section("MPS, fabric and confidential computing");
     mps_and_fabric(&mut out, machine.as_ref());
@@ -334,16 +334,24 @@ fn mig_findings(out: &mut Out, gpu: &crate::probe::gpu::Gpu, machine: &crate::pr
     }
 }
 
-fn environment(out: &mut Out) {
+fn environment(out: &mut Out, machine: Option<&Machine>) {
     // PID 2 is kthreadd in the host's PID namespace only.
     let kthreadd = crate::process::procfs::in_host_pid_namespace();
     if kthreadd {
         out.ok("host PID namespace: NVML's PIDs are this process's PIDs (verification works)");
     } else {
-        out.info(
-            "a PID namespace of its own (container?): NVML reports host PIDs, so verification may say \
-             'unverifiable'",
-        );
+        // What the driver's PIDs are here depends on its branch (probe::pid_regime).
+        let nvidia = machine.filter(|machine| machine.vendor == Vendor::Nvidia);
+        let driver = nvidia.and_then(|machine| machine.driver_version.as_deref());
+        match driver.and_then(|driver| Some((driver, crate::probe::pid_regime::of(driver)?))) {
+            Some((driver, regime)) => {
+                out.info(format!("a PID namespace of its own (container?): {}", regime.words(driver)))
+            }
+            None => out.info(
+                "a PID namespace of its own (container?): drivers since 535.113.01 list its own PIDs, older \
+                 ones host PIDs (then verification may say 'unverifiable')",
+            ),
+        }
     }
     if Path::new("/.dockerenv").exists() || Path::new("/run/.containerenv").exists() {
         out.info("container runtime files present (/.dockerenv or /run/.containerenv)");

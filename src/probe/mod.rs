@@ -12,6 +12,7 @@ pub(crate) mod meter;
 pub(crate) mod mps;
 pub(crate) mod numa;
 pub(crate) mod nvml;
+pub(crate) mod pid_regime;
 pub(crate) mod session;
 pub(crate) mod vendor;
 pub(crate) mod watch;

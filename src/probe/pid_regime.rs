@@ -1,0 +1,74 @@
+//! What NVML's PIDs are to a gpurun that runs in a PID namespace of its own (a container), by
+//! the driver's version (issue 62): drivers since 535.113.01 list the PIDs of the caller's own
+//! namespace and leave out the others, with each process's memory since 565.57.01 (the
+//! driver's source; a real H200 on 580.159 verified a job in `unshare -pf --mount-proc` as
+//! PID 4); older drivers report host PIDs, which the namespace cannot match.
+
+/// The first driver that lists the caller's own PID namespace.
+const OWN_PIDS_SINCE: [u32; 3] = [535, 113, 1];
+/// The first that also gives those processes' memory.
+const OWN_MEMORY_SINCE: [u32; 3] = [565, 57, 1];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Regime {
+    /// NVML reports host PIDs: verification may say "unverifiable".
+    HostPids,
+    /// NVML lists this namespace's own PIDs (`memory`: and their memory).
+    OwnPids { memory: bool },
+}
+
+/// `535.113.01` as numbers; `None` where it is not such a version.
+fn parse(version: &str) -> Option<[u32; 3]> {
+    let mut parts = version.trim().split('.').map(|part| part.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let patch = parts.next().flatten().unwrap_or(0);
+    Some([major, minor, patch])
+}
+
+/// The regime of a driver; `None` where its version cannot be read.
+pub(crate) fn of(driver_version: &str) -> Option<Regime> {
+    let version = parse(driver_version)?;
+    Some(match version >= OWN_PIDS_SINCE {
+        false => Regime::HostPids,
+        true => Regime::OwnPids { memory: version >= OWN_MEMORY_SINCE },
+    })
+}
+
+impl Regime {
+    /// `--doctor`'s words, for a gpurun in a PID namespace of its own.
+    pub(crate) fn words(self, driver: &str) -> String {
+        match self {
+            Regime::HostPids => format!(
+                "driver {driver} reports host PIDs (before 535.113.01), so verification may say 'unverifiable'"
+            ),
+            Regime::OwnPids { memory: true } => format!(
+                "driver {driver} lists this namespace's own PIDs and their memory (since 565.57.01): \
+                 verification works here; processes outside this namespace are not listed"
+            ),
+            Regime::OwnPids { memory: false } => format!(
+                "driver {driver} lists this namespace's own PIDs (since 535.113.01) but not their memory \
+                 (before 565.57.01): verification works here, peak memory per process is unknown"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_driver_branch_has_its_regime() {
+        assert_eq!(of("470.256.02"), Some(Regime::HostPids));
+        assert_eq!(of("535.104.05"), Some(Regime::HostPids));
+        assert_eq!(of("535.113.01"), Some(Regime::OwnPids { memory: false }));
+        assert_eq!(of("550.54.15"), Some(Regime::OwnPids { memory: false }));
+        assert_eq!(of("565.57.01"), Some(Regime::OwnPids { memory: true }));
+        assert_eq!(of("580.159.04"), Some(Regime::OwnPids { memory: true }));
+        // A version without its patch part compares as .0.
+        assert_eq!(of("565.57"), Some(Regime::OwnPids { memory: false }));
+        assert_eq!(of("unknown"), None);
+        assert_eq!(of(""), None);
+    }
+}
