@@ -785,8 +785,8 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: Device, utilizati
         if spec.mig_mode.as_deref() == Some("enabled") {
             return NVML_ERROR_NOT_SUPPORTED;
         }
-        let now_ms = crate::samples::now_us() / 1000;
-        match (crate::samples::utilization_at(state, gpu, now_ms), spec.utilization_memory) {
+        let now_ms = crate::busy::now_us() / 1000;
+        match (crate::busy::utilization_at(state, gpu, now_ms), spec.utilization_memory) {
             // SAFETY: forwarded caller contract.
             (Some(gpu), Some(memory)) => unsafe { put(utilization, Utilization { gpu, memory }) },
             _ => NVML_ERROR_NOT_SUPPORTED,

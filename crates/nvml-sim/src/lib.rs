@@ -10,6 +10,7 @@
 //! (`scenarios/default.toml`). The format is documented in `scenarios/README.md`.
 
 mod abi;
+mod busy;
 pub mod cuda;
 mod events;
 mod fabric;

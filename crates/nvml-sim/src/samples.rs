@@ -7,22 +7,17 @@
 //! NOT_SUPPORTED (nvml.h: "On MIG-enabled GPUs, querying ... NVML_GPU_UTILIZATION_SAMPLES ... is
 //! not currently supported").
 //!
-//! What a sample says is the GPU's utilization at its moment: the scenario's figure, or a
-//! `sim-cuda --busy` of that moment, whichever is higher. A busy window is a file the program
-//! leaves in the state directory (`<pid>.busy`: percent, start and end in ms since the epoch,
-//! the GPUs' UUIDs) and that outlives it, so that samples of a moment are the same whenever
-//! they are asked for.
+//! What a sample says is the GPU's utilization at its moment (`busy`).
 
 #![allow(non_snake_case)]
 
 use std::ffi::{c_uint, c_ulonglong};
-use std::path::Path;
 
 use crate::abi::{
     device_call, Device, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED,
     NVML_SUCCESS,
 };
-use crate::state::State;
+use crate::busy::{busy_windows, now_us, utilization_in};
 
 /// `nvmlSample_t`: the CPU timestamp in microseconds and an 8-byte `nvmlValue_t`.
 #[repr(C)]
@@ -38,53 +33,6 @@ const VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
 /// One sample every 1/6 s, and the buffer's last 120 of them.
 const PERIOD_US: u64 = 166_667;
 const KEPT: u64 = 120;
-
-/// A `sim-cuda --busy` window.
-struct Busy {
-    percent: u32,
-    from_ms: u64,
-    until_ms: u64,
-    uuids: Vec<String>,
-}
-
-fn busy_windows(state_dir: &Path) -> Vec<Busy> {
-    let Ok(entries) = std::fs::read_dir(state_dir) else { return Vec::new() };
-    entries
-        .flatten()
-        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".busy"))
-        .filter_map(|entry| {
-            let text = std::fs::read_to_string(entry.path()).ok()?;
-            let mut words = text.split_whitespace();
-            Some(Busy {
-                percent: words.next()?.parse().ok()?,
-                from_ms: words.next()?.parse().ok()?,
-                until_ms: words.next()?.parse().ok()?,
-                uuids: words.next()?.split(',').map(str::to_owned).collect(),
-            })
-        })
-        .collect()
-}
-
-/// The utilization of GPU `gpu` at `at_ms` (ms since the epoch): the scenario's figure, or a
-/// busy window of that moment. `None` where the scenario gives none (NOT_SUPPORTED).
-pub(crate) fn utilization_at(state: &State, gpu: u32, at_ms: u64) -> Option<u32> {
-    utilization_in(state, gpu, &busy_windows(&state.state_dir), at_ms)
-}
-
-fn utilization_in(state: &State, gpu: u32, windows: &[Busy], at_ms: u64) -> Option<u32> {
-    let spec = &state.scenario.gpus[gpu as usize];
-    let base = spec.utilization_gpu?;
-    let busy = windows
-        .iter()
-        .filter(|busy| busy.uuids.contains(&spec.uuid) && busy.from_ms <= at_ms && at_ms < busy.until_ms)
-        .map(|busy| busy.percent)
-        .max();
-    Some(base.max(busy.unwrap_or(0)).min(100))
-}
-
-pub(crate) fn now_us() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
-}
 
 /// # Safety
 /// `value_type` and `count` must be valid for writes (`count` for reads too); `samples` null or
