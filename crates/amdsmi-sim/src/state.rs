@@ -90,7 +90,7 @@ impl State {
             .collect();
         let uuid = gpu.uuid.clone();
         for registration in self.registered.live(&self.state_dir) {
-            if registration.uuid == uuid {
+            if registration.uuid == uuid && !registration.outside {
                 listed.push(Process {
                     pid: registration.pid,
                     name: process_name(registration.pid),

@@ -195,7 +195,9 @@ impl State {
             List::Mps => client(mps),
             List::All => true,
         };
-        let registered = |r: &registry::Registration| registered(r) && wanted(r.mps);
+        // A process outside the caller's PID namespace is in no list, its memory still used.
+        let listable = |r: &registry::Registration| list == List::All || !r.outside;
+        let registered = |r: &registry::Registration| registered(r) && wanted(r.mps) && listable(r);
         let mut listed: Vec<ListedProcess> = self
             .scenario
             .processes

@@ -23,6 +23,10 @@ pub struct Registration {
     pub used_bytes: u64,
     /// Its part in MPS on that GPU, if any.
     pub mps: Option<MpsRole>,
+    /// Registered from a PID namespace this reader cannot see into (the host, or another
+    /// container, read from inside a container): drivers since 535.113.01 leave such a process
+    /// out of the lists of a caller in its own namespace, while its memory is still in use.
+    pub outside: bool,
 }
 
 /// A process's part in MPS: the server is in the GPU's compute list, each client only in its
@@ -62,6 +66,14 @@ fn pid_namespace(process: &str) -> Option<u64> {
 
 fn own_pid_namespace() -> Option<u64> {
     pid_namespace("self")
+}
+
+/// The initial PID namespace's inode (PROC_PID_INIT_INO): the host's, from which every other
+/// namespace's processes can be seen.
+const INIT_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
+
+fn in_init_pid_namespace(own: Option<u64>) -> bool {
+    own.is_none_or(|own| own == INIT_PID_NAMESPACE)
 }
 
 /// The host PID of the process that is `pid` in PID namespace `namespace`: the one process
@@ -209,12 +221,29 @@ impl Cache {
             let inode = entry.ino();
             if self.known.get(&name).is_none_or(|known| known.inode != inode) {
                 // Registered in another PID namespace (a container): its host PID, if it lives.
-                let pid = match namespace.filter(|namespace| Some(*namespace) != own_namespace) {
+                let foreign = namespace.filter(|namespace| Some(*namespace) != own_namespace);
+                let pid = match foreign {
                     Some(namespace) => host_pid(namespace, registered),
                     None => Some(registered),
                 };
                 let known = match pid {
                     Some(pid) => read_entry(&entry.path(), pid, inode),
+                    // From inside a container nothing outside it can be seen, its liveness
+                    // included: the registration stands while its file does (sim-cuda removes
+                    // it at its end and on SIGTERM).
+                    None if foreign.is_some() && !in_init_pid_namespace(own_namespace) => {
+                        read_entry(&entry.path(), registered, inode).map(|known| Known {
+                            dead: false,
+                            pidfd: None,
+                            start_time: None,
+                            entries: known
+                                .entries
+                                .into_iter()
+                                .map(|entry| Registration { outside: true, ..entry })
+                                .collect(),
+                            ..known
+                        })
+                    }
                     None => Some(Known {
                         inode,
                         pid: registered,
@@ -230,9 +259,11 @@ impl Cache {
             }
             seen.insert(name.clone());
             let known = &self.known[&name];
+            let outside = known.entries.iter().any(|entry| entry.outside);
             let alive = !known.dead
                 && match &known.pidfd {
                     Some(pidfd) => !ended(pidfd),
+                    None if outside => true,
                     None => {
                         live_start_time(known.pid).is_some_and(|started| Some(started) == known.start_time)
                     }
@@ -272,7 +303,13 @@ fn read_entry(path: &Path, pid: u32, inode: u64) -> Option<Known> {
             let mut words = line.split(' ');
             let (uuid, bytes) = (words.next()?, words.next()?);
             let mps = words.next().and_then(MpsRole::from_word);
-            Some(Registration { pid, uuid: uuid.to_owned(), used_bytes: bytes.parse().ok()?, mps })
+            Some(Registration {
+                pid,
+                uuid: uuid.to_owned(),
+                used_bytes: bytes.parse().ok()?,
+                mps,
+                outside: false,
+            })
         })
         .collect();
     Some(Known { inode, pid, pidfd: pidfd.filter(|_| !dead), start_time, dead, entries, holders })
@@ -357,7 +394,13 @@ mod tests {
         fs::write(dir.join(format!("1.ns{namespace}.proc")), format!("start {started}\nGPU-x 5\n")).unwrap();
         assert_eq!(
             live(&dir),
-            vec![Registration { pid: host, uuid: "GPU-x".to_owned(), used_bytes: 5, mps: None }]
+            vec![Registration {
+                pid: host,
+                uuid: "GPU-x".to_owned(),
+                used_bytes: 5,
+                mps: None,
+                outside: false
+            }]
         );
         // Gone: not listed.
         let _ = nix_kill(host);
@@ -388,7 +431,7 @@ mod tests {
         register(&dir, pid, &[("GPU-x".to_owned(), 42)]).unwrap();
         assert_eq!(
             live(&dir),
-            vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 42, mps: None }]
+            vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 42, mps: None, outside: false }]
         );
         unregister(&dir, pid);
         assert!(live(&dir).is_empty());
@@ -404,7 +447,7 @@ mod tests {
         register(&dir, pid, &[("GPU-x".to_owned(), 1)]).unwrap();
         assert_eq!(
             cache.live(&dir),
-            vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 1, mps: None }]
+            vec![Registration { pid, uuid: "GPU-x".to_owned(), used_bytes: 1, mps: None, outside: false }]
         );
         // Registered again (a new file renamed over the old): the new figure, at once.
         register(&dir, pid, &[("GPU-x".to_owned(), 2)]).unwrap();
