@@ -435,3 +435,90 @@ fn a_hung_xid_call_does_not_switch_off_verification() {
             .stderr_has("gpurun: error: wrong-gpu: PID");
     }
 }
+
+/// Issue 62 (3): in a PID namespace of its own (a container), drivers since 535.113.01 list only
+/// the namespace's processes; memory held by others (the host's, another container's) is in
+/// use on the GPU all the same. `--list` says so, and memory that appears there during a run is
+/// an intruder "outside this PID namespace" in the report.
+#[test]
+fn in_a_pid_namespace_memory_held_outside_is_listed_and_an_intruder() {
+    let probe =
+        std::process::Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
+    if !probe.is_ok_and(|output| output.status.success()) {
+        return common::skip(
+            "in_a_pid_namespace_memory_held_outside_is_listed_and_an_intruder",
+            "`unshare --pid` is not permitted here",
+        );
+    }
+    let scenario = "driver_version = \"580.159.04\"\n\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
+        uuid = \"GPU-62620000-0000-4000-8000-000000000000\"\npci_bus_id = \"00000000:18:00.0\"\n\
+        memory_total = \"80GiB\"\nutilization_gpu = 0\nutilization_memory = 0\npower_mw = 70000\n";
+    let sim = Sim::new(scenario);
+    let gpurun = common::gpurun_binary();
+    let cuda = common::sim_cuda().display().to_string();
+    // The host's process: 2 GiB on GPU 0.
+    let mut host = common::background(
+        sim.gpurun_command(&cuda, &["--mem", "2GiB", "--sleep", "600", "--quiet"])
+            .env("CUDA_VISIBLE_DEVICES", "0"),
+    );
+    let listing = || {
+        sim.gpurun_command("unshare", &["--pid", "--fork", "--mount-proc", &gpurun, "--list", "--json"])
+            .run()
+            .json()
+    };
+    assert!(
+        common::wait_until(common::HANG, || listing()["gpus"][0]["held_outside_namespace_bytes"]
+            == 2u64 << 30),
+        "{}",
+        listing()
+    );
+    assert_eq!(listing()["gpus"][0]["processes"], serde_json::json!([]));
+    let table = sim.gpurun_command("unshare", &["--pid", "--fork", "--mount-proc", &gpurun, "--list"]).run();
+    table.status(0).stdout_has("2 GiB held by processes outside this PID namespace");
+    // On the host the same process is listed, and nothing is outside.
+    let on_host = sim.gpurun().args(["--list", "--json"]).run().json();
+    assert_eq!(on_host["gpus"][0]["processes"][0]["pid"], host.0.id());
+    assert_eq!(on_host["gpus"][0]["held_outside_namespace_bytes"], serde_json::Value::Null);
+    host.end();
+    // During a run in the namespace: 4 GiB appear outside it.
+    let report = sim.dir.path().join("ns.json");
+    let run = sim.gpurun_command(
+        "unshare",
+        &[
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            &gpurun,
+            "--report-json",
+            report.to_str().unwrap(),
+            "--",
+            &cuda,
+            "--mem",
+            "1GiB",
+            "--sleep",
+            "9",
+            "--quiet",
+        ],
+    );
+    let mut job = common::background(run);
+    let state = sim.scenario.with_extension("toml.state");
+    let registered = || {
+        std::fs::read_dir(&state)
+            .is_ok_and(|dir| dir.flatten().any(|e| e.file_name().to_string_lossy().contains(".ns")))
+    };
+    assert!(common::wait_until(common::HANG, registered), "the job never registered");
+    let mut intruder = common::background(
+        sim.gpurun_command(&cuda, &["--mem", "4GiB", "--sleep", "600", "--quiet"])
+            .env("CUDA_VISIBLE_DEVICES", "0"),
+    );
+    let status = common::wait_unless_hung(&mut job.0);
+    intruder.end();
+    assert_eq!(status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["verification"]["verdict"], "verified", "{json}");
+    let intruders = json["intruders"].as_array().unwrap();
+    assert_eq!(intruders.len(), 1, "{json}");
+    assert_eq!(intruders[0]["pid"], serde_json::Value::Null, "{json}");
+    assert_eq!(intruders[0]["outside_namespace"], true, "{json}");
+    assert!(intruders[0]["memory_bytes"].as_u64().is_some_and(|bytes| bytes >= 3 << 30), "{json}");
+}

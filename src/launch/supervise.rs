@@ -136,7 +136,7 @@ impl<'a> Watch<'a> {
             watched: self.monitor.watched(),
             chosen: Vec::new(),
             drain: false,
-            meter: crate::probe::meter::Ask { gpus: Vec::new(), bounds: false },
+            meter: crate::probe::meter::Ask { gpus: Vec::new(), bounds: false, memory: false },
         };
         if let Some(Answer::Polled { lists, .. }) =
             self.thread().ask_while_answering(lists, LAST_XIDS, LAST_XIDS_MOST)
@@ -155,7 +155,7 @@ impl<'a> Watch<'a> {
                 watched: self.monitor.chosen_watched(),
                 chosen: Vec::new(),
                 drain: false,
-                meter: crate::probe::meter::Ask { gpus: Vec::new(), bounds: false },
+                meter: crate::probe::meter::Ask { gpus: Vec::new(), bounds: false, memory: false },
             };
             let Some(Answer::Polled { lists, .. }) =
                 self.thread().ask_while_answering(job, LAST_XIDS, LAST_XIDS_MOST)
@@ -187,7 +187,7 @@ impl<'a> Watch<'a> {
             let (watched, sample) = self.monitor.next_look(now);
             let meter = match sample {
                 true => self.meter(false),
-                false => crate::probe::meter::Ask { gpus: Vec::new(), bounds: false },
+                false => crate::probe::meter::Ask { gpus: Vec::new(), bounds: false, memory: false },
             };
             let job = Job::Poll { watched, chosen: self.monitor.xid_gpus(), drain: false, meter };
             self.thread().send(job);

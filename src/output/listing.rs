@@ -553,6 +553,9 @@ fn device_rows(
             clip(&lease::shown_command(lease, crate::reserve::lockdir::current_uid()), 40)
         );
     }
+    if let Some(bytes) = gpu.held_outside_namespace_bytes {
+        let _ = writeln!(out, "{:>5}{} held by processes outside this PID namespace", "", human(bytes));
+    }
     let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));
     if !eligibility.eligible {
         let _ = writeln!(out, "{:>5}not eligible: {}", "", eligibility.reasons.join("; "));

@@ -38,6 +38,8 @@ pub(crate) struct Ask {
     pub(crate) gpus: Vec<u32>,
     /// The start or the end: the energy counter, the throttle counters and the power limit too.
     pub(crate) bounds: bool,
+    /// The memory in use too (gpurun runs in a PID namespace of its own).
+    pub(crate) memory: bool,
 }
 
 /// One GPU's reading. `None`: not supported, or the call failed.
@@ -52,6 +54,10 @@ pub(crate) struct Reading {
     /// nvidia-smi and DCGM read them; `None` where the driver has none (then the looks are all
     /// there is).
     pub(crate) utilization_samples: Option<Vec<(u64, u32)>>,
+    /// The GPU's memory in use, read only where gpurun runs in a PID namespace of its own:
+    /// what no listed process accounts for is held outside it (an intruder the lists cannot
+    /// show).
+    pub(crate) memory_used: Option<u64>,
     pub(crate) clock_events: Option<u64>,
     /// Start and end readings only: mJ since the driver loaded.
     pub(crate) energy_mj: Option<u64>,

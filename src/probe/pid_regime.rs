@@ -54,6 +54,29 @@ impl Regime {
     }
 }
 
+/// What a context costs beyond what NVML gives its process: on a real H200 (driver 580) the
+/// GPU's used memory exceeded its one process's figure by 624 MiB. Memory no listed process
+/// accounts for is said held outside only past this much for each listed process.
+const CONTEXT_OVERHEAD: u64 = 768 << 20;
+/// And past this much on a GPU with no listed process (idle, the H200 used 0 beside its
+/// reservation).
+const IDLE_SLACK: u64 = 64 << 20;
+
+/// In a PID namespace of its own, the memory in use on a GPU that no listed process accounts
+/// for, less what the listed processes' contexts may hold beyond their figures: at least what
+/// processes outside the namespace hold, which NVML lists nowhere here. `None` on the host,
+/// where unknown, or within the slack.
+pub(crate) fn held_outside(in_own_namespace: bool, used: Option<u64>, listed: Option<&[u64]>) -> Option<u64> {
+    if !in_own_namespace {
+        return None;
+    }
+    let listed = listed?;
+    let accounted: u64 = listed.iter().sum();
+    let contexts = CONTEXT_OVERHEAD * listed.len() as u64;
+    let outside = used?.saturating_sub(accounted).saturating_sub(contexts);
+    (outside > IDLE_SLACK).then_some(outside)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +93,19 @@ mod tests {
         assert_eq!(of("565.57"), Some(Regime::OwnPids { memory: false }));
         assert_eq!(of("unknown"), None);
         assert_eq!(of(""), None);
+    }
+
+    #[test]
+    fn memory_no_listed_process_accounts_for_is_held_outside_past_the_contexts_slack() {
+        let gib = 1u64 << 30;
+        // The host sees every process: nothing is outside.
+        assert_eq!(held_outside(false, Some(10 * gib), Some(&[])), None);
+        // In a namespace, an idle-looking GPU with 2 GiB in use.
+        assert_eq!(held_outside(true, Some(2 * gib), Some(&[])), Some(2 * gib));
+        // The real H200's own process: 2566 MiB listed, 3190 MiB used: the context, not outside.
+        assert_eq!(held_outside(true, Some(3190 << 20), Some(&[2566 << 20])), None);
+        // Unknown memory or lists: unknown.
+        assert_eq!(held_outside(true, None, Some(&[])), None);
+        assert_eq!(held_outside(true, Some(gib), None), None);
     }
 }

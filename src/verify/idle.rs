@@ -148,6 +148,7 @@ mod tests {
             limit_mw: None,
             throttle_ns: Vec::new(),
             utilization_samples: None,
+            memory_used: None,
         }
     }
 

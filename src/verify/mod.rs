@@ -8,6 +8,7 @@ pub(crate) mod idle;
 pub(crate) mod job;
 pub(crate) mod leftover;
 pub(crate) mod monitor;
+pub(crate) mod outside;
 pub(crate) mod prom;
 pub(crate) mod receipt;
 pub(crate) mod report;

@@ -14,6 +14,7 @@ use crate::probe::watch::{ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
 use crate::verify::idle::{IdleRules, IdleWatch};
+use crate::verify::outside::OutsideWatch;
 use crate::verify::receipt::Receipt;
 use crate::verify::report::Verification;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
@@ -53,6 +54,8 @@ pub(crate) struct Monitor {
     receipt: Receipt,
     /// The chosen GPUs held at 0% utilization, from the receipt's samples.
     idle: IdleWatch,
+    /// Memory held outside gpurun's PID namespace (in a container).
+    outside: OutsideWatch,
     started: Instant,
 }
 
@@ -197,6 +200,7 @@ impl Monitor {
             mps: MpsWatch::default(),
             receipt: Receipt::new(&whole),
             idle: IdleWatch::new(IdleRules::default(), now),
+            outside: OutsideWatch::new(!procfs::in_host_pid_namespace()),
             started: now,
         }
     }
@@ -250,12 +254,24 @@ impl Monitor {
     /// What the receipt reads now: the chosen whole GPUs, with the counters at the start and
     /// the end (`bounds`).
     pub(crate) fn meter(&self, bounds: bool) -> Ask {
-        Ask { gpus: self.receipt.gpus(), bounds }
+        Ask { gpus: self.receipt.gpus(), bounds, memory: self.outside.active }
     }
 
     /// Takes the receipt's readings; GPUs idle past `--idle-warn` are said now.
     pub(crate) fn absorb_readings(&mut self, readings: &[Reading], bounds: bool) {
         self.receipt.absorb(readings, bounds);
+        for (gpu, bytes) in self.outside.readings(readings) {
+            let at = self.started.elapsed();
+            if self.receipt.intruder_outside(gpu, bytes, at) {
+                tracing::warn!(
+                    "{} held by processes outside this PID namespace appeared on {} at {}: NVML lists \
+                     none of them here (another container's, or the host's), and they share the GPU with the command",
+                    human(bytes),
+                    crate::probe::gpu::label(gpu),
+                    crate::verify::diagnosis::utc_clock(std::time::SystemTime::now()),
+                );
+            }
+        }
         let crossed = self.idle.absorb(readings);
         if let Some(warning) = self.idle.warning(&crossed) {
             tracing::warn!("{warning}");
@@ -512,6 +528,9 @@ impl Monitor {
             let selected = self.given.selected.contains(&gpu);
             match listed {
                 Ok(listed) => {
+                    if selected {
+                        self.outside.listed(gpu, &listed);
+                    }
                     let mut tree_bytes = 0u64;
                     for process in listed {
                         // The few PIDs NVML lists are walked up to gpurun: nothing scans /proc.

@@ -257,7 +257,9 @@ fn joules_text(joules: f64) -> String {
 /// A process that was not the command's and appeared on one of its GPUs during the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Intruder {
-    pub(crate) pid: u32,
+    /// `None`: memory held by processes outside gpurun's PID namespace, which NVML lists
+    /// nowhere here.
+    pub(crate) pid: Option<u32>,
     pub(crate) user: Option<String>,
     pub(crate) gpu: u32,
     /// The most it was seen using.
@@ -310,7 +312,9 @@ impl Receipt {
         at: Duration,
         user: impl FnOnce() -> Option<String>,
     ) -> bool {
-        if let Some(known) = self.intruders.iter_mut().find(|known| known.pid == pid && known.gpu == gpu) {
+        if let Some(known) =
+            self.intruders.iter_mut().find(|known| known.pid == Some(pid) && known.gpu == gpu)
+        {
             known.memory_bytes = known.memory_bytes.max(memory_bytes);
             return false;
         }
@@ -318,7 +322,24 @@ impl Receipt {
             self.intruders_not_kept += 1;
             return self.intruders_not_kept == 1;
         }
-        self.intruders.push(Intruder { pid, user: user(), gpu, memory_bytes, first_seen: at });
+        self.intruders.push(Intruder { pid: Some(pid), user: user(), gpu, memory_bytes, first_seen: at });
+        true
+    }
+
+    /// Memory that appeared on `gpu` held outside gpurun's PID namespace: one intruder without
+    /// a PID, kept like the others. Whether it is new (to be said).
+    pub(crate) fn intruder_outside(&mut self, gpu: u32, bytes: u64, at: Duration) -> bool {
+        if self.intruders.len() >= INTRUDERS_KEPT {
+            self.intruders_not_kept += 1;
+            return false;
+        }
+        self.intruders.push(Intruder {
+            pid: None,
+            user: None,
+            gpu,
+            memory_bytes: Some(bytes),
+            first_seen: at,
+        });
         true
     }
 
@@ -352,6 +373,7 @@ mod tests {
             limit_mw: None,
             throttle_ns: Vec::new(),
             utilization_samples: None,
+            memory_used: None,
         }
     }
 

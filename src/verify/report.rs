@@ -138,7 +138,10 @@ fn is_zero(count: &u64) -> bool {
 /// A process not the command's seen on one of its GPUs.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct IntruderReport {
-    pub(crate) pid: u32,
+    /// null: held by processes outside gpurun's PID namespace (`outside_namespace`).
+    pub(crate) pid: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) outside_namespace: bool,
     pub(crate) user: Option<String>,
     pub(crate) gpu_uuid: Option<String>,
     #[serde(skip)]
@@ -228,6 +231,7 @@ impl Report {
             .iter()
             .map(|intruder| IntruderReport {
                 pid: intruder.pid,
+                outside_namespace: intruder.pid.is_none(),
                 user: intruder.user.clone(),
                 gpu_uuid: uuid_of(intruder.gpu),
                 gpu: intruder.gpu,
@@ -305,11 +309,13 @@ impl Report {
         }
         for intruder in &self.receipt.intruders {
             let memory = intruder.memory_bytes.map(|bytes| format!(", {}", human(bytes))).unwrap_or_default();
+            let who = match intruder.pid {
+                Some(pid) => format!("PID {pid} of user {}", intruder.user.as_deref().unwrap_or("unknown")),
+                None => "processes outside this PID namespace".to_owned(),
+            };
             let _ = write!(
                 text,
-                "\n  intruder:     PID {} of user {} on {}{memory}, {:.1} s into the run",
-                intruder.pid,
-                intruder.user.as_deref().unwrap_or("unknown"),
+                "\n  intruder:     {who} on {}{memory}, {:.1} s into the run",
                 label(intruder.gpu),
                 intruder.first_seen_seconds
             );

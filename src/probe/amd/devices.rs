@@ -248,6 +248,7 @@ impl Session {
                         .map(|watts| watts.saturating_mul(1000)),
                     throttle_ns: Vec::new(),
                     utilization_samples: None,
+                    memory_used: None,
                 }
             })
             .collect()

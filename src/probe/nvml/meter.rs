@@ -48,6 +48,11 @@ impl Session {
                 power_mw: power_mw.and_then(|mw| u32::try_from(mw).ok()),
                 gpu_percent: gpu_percent.and_then(|percent| u32::try_from(percent).ok()),
                 utilization_samples,
+                memory_used: ask
+                    .memory
+                    .then(|| calls.run("nvmlDeviceGetMemoryInfo_v2", Some(gpu), || device.memory_info()).ok())
+                    .flatten()
+                    .map(|memory| memory.used),
                 clock_events,
                 energy_mj: None,
                 limit_mw: None,
