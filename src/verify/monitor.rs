@@ -14,7 +14,6 @@ use crate::probe::watch::{ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
 use crate::verify::container;
 use crate::verify::idle::{IdleRules, IdleWatch};
-use crate::verify::outside::OutsideWatch;
 use crate::verify::receipt::Receipt;
 use crate::verify::report::Verification;
 use crate::verify::verdict::{Poll, Sighting, Tracker, Verdict};
@@ -54,8 +53,6 @@ pub(crate) struct Monitor {
     receipt: Receipt,
     /// The chosen GPUs held at 0% utilization, from the receipt's samples.
     idle: IdleWatch,
-    /// Memory held outside gpurun's PID namespace (in a container).
-    outside: OutsideWatch,
     started: Instant,
 }
 
@@ -198,9 +195,8 @@ impl Monitor {
             peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
             health: HealthWatch::default(),
             mps: MpsWatch::default(),
-            receipt: Receipt::new(&whole),
+            receipt: Receipt::new(&whole).watching_outside(!procfs::in_host_pid_namespace()),
             idle: IdleWatch::new(IdleRules::default(), now),
-            outside: OutsideWatch::new(!procfs::in_host_pid_namespace()),
             started: now,
         }
     }
@@ -254,23 +250,20 @@ impl Monitor {
     /// What the receipt reads now: the chosen whole GPUs, with the counters at the start and
     /// the end (`bounds`).
     pub(crate) fn meter(&self, bounds: bool) -> Ask {
-        Ask { gpus: self.receipt.gpus(), bounds, memory: self.outside.active }
+        Ask { gpus: self.receipt.gpus(), bounds, memory: self.receipt.watches_outside() }
     }
 
     /// Takes the receipt's readings; GPUs idle past `--idle-warn` are said now.
     pub(crate) fn absorb_readings(&mut self, readings: &[Reading], bounds: bool) {
         self.receipt.absorb(readings, bounds);
-        for (gpu, bytes) in self.outside.readings(readings) {
-            let at = self.started.elapsed();
-            if self.receipt.intruder_outside(gpu, bytes, at) {
-                tracing::warn!(
-                    "{} held by processes outside this PID namespace appeared on {} at {}: NVML lists \
-                     none of them here (another container's, or the host's), and they share the GPU with the command",
-                    human(bytes),
-                    crate::probe::gpu::label(gpu),
-                    crate::verify::diagnosis::utc_clock(std::time::SystemTime::now()),
-                );
-            }
+        for (gpu, bytes) in self.receipt.absorb_outside(readings, self.started.elapsed()) {
+            tracing::warn!(
+                "{} held by processes outside this PID namespace appeared on {} at {}: NVML lists \
+                 none of them here (another container's, or the host's), and they share the GPU with the command",
+                human(bytes),
+                crate::probe::gpu::label(gpu),
+                crate::verify::diagnosis::utc_clock(std::time::SystemTime::now()),
+            );
         }
         let crossed = self.idle.absorb(readings);
         if let Some(warning) = self.idle.warning(&crossed) {
@@ -529,7 +522,7 @@ impl Monitor {
             match listed {
                 Ok(listed) => {
                     if selected {
-                        self.outside.listed(gpu, &listed);
+                        self.receipt.listed(gpu, &listed);
                     }
                     let mut tree_bytes = 0u64;
                     for process in listed {

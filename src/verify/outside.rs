@@ -14,7 +14,7 @@ use crate::probe::watch::Listed;
 /// Growth below this is a context's own slack, not an intruder.
 const GROWTH_SAID: u64 = 256 << 20;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct OutsideWatch {
     /// gpurun runs in a PID namespace of its own: otherwise nothing here is ever read.
     pub(crate) active: bool,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::probe::meter::{Reading, THROTTLE_REASONS};
+use crate::verify::outside::OutsideWatch;
 
 /// The counters read at one end of the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,6 +278,8 @@ pub(crate) struct Receipt {
     pub(crate) intruders: Vec<Intruder>,
     /// Intruders seen past `INTRUDERS_KEPT`.
     pub(crate) intruders_not_kept: u64,
+    /// Memory held outside gpurun's PID namespace (in a container): intruders no list shows.
+    outside: OutsideWatch,
 }
 
 impl Receipt {
@@ -286,7 +289,31 @@ impl Receipt {
             tallies: gpus.iter().map(|gpu| Tally::new(*gpu)).collect(),
             intruders: Vec::new(),
             intruders_not_kept: 0,
+            outside: OutsideWatch::default(),
         }
+    }
+
+    /// Watches for memory held outside gpurun's PID namespace (`active`: gpurun runs in one
+    /// of its own), from the readings' used memory.
+    pub(crate) fn watching_outside(self, active: bool) -> Receipt {
+        Receipt { outside: OutsideWatch::new(active), ..self }
+    }
+
+    /// Whether the readings must carry the used memory.
+    pub(crate) fn watches_outside(&self) -> bool {
+        self.outside.active
+    }
+
+    /// A poll's list of a chosen GPU (what its processes account for).
+    pub(crate) fn listed(&mut self, gpu: u32, listed: &[crate::probe::watch::Listed]) {
+        self.outside.listed(gpu, listed);
+    }
+
+    /// The readings' used memory: memory that appeared outside the namespace, kept as an
+    /// intruder without a PID; each new one returned (to be said) with how much.
+    pub(crate) fn absorb_outside(&mut self, readings: &[Reading], at: Duration) -> Vec<(u32, u64)> {
+        let appeared = self.outside.readings(readings);
+        appeared.into_iter().filter(|&(gpu, bytes)| self.intruder_outside(gpu, bytes, at)).collect()
     }
 
     /// The GPUs read.
@@ -328,7 +355,7 @@ impl Receipt {
 
     /// Memory that appeared on `gpu` held outside gpurun's PID namespace: one intruder without
     /// a PID, kept like the others. Whether it is new (to be said).
-    pub(crate) fn intruder_outside(&mut self, gpu: u32, bytes: u64, at: Duration) -> bool {
+    fn intruder_outside(&mut self, gpu: u32, bytes: u64, at: Duration) -> bool {
         if self.intruders.len() >= INTRUDERS_KEPT {
             self.intruders_not_kept += 1;
             return false;
