@@ -118,13 +118,8 @@ fn persistence_mode_off_is_a_problem_with_its_cost() {
 /// 565.57.01 with their memory, before that host PIDs.
 #[test]
 fn in_a_pid_namespace_doctor_says_what_the_drivers_pids_are() {
-    let probe =
-        std::process::Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
-    if !probe.is_ok_and(|output| output.status.success()) {
-        return common::skip(
-            "in_a_pid_namespace_doctor_says_what_the_drivers_pids_are",
-            "`unshare --pid` is not permitted here",
-        );
+    if !common::pid_namespaces_allowed("in_a_pid_namespace_doctor_says_what_the_drivers_pids_are") {
+        return;
     }
     let gpurun = common::gpurun_binary();
     for (driver, said) in [

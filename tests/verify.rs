@@ -442,13 +442,8 @@ fn a_hung_xid_call_does_not_switch_off_verification() {
 /// an intruder "outside this PID namespace" in the report.
 #[test]
 fn in_a_pid_namespace_memory_held_outside_is_listed_and_an_intruder() {
-    let probe =
-        std::process::Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
-    if !probe.is_ok_and(|output| output.status.success()) {
-        return common::skip(
-            "in_a_pid_namespace_memory_held_outside_is_listed_and_an_intruder",
-            "`unshare --pid` is not permitted here",
-        );
+    if !common::pid_namespaces_allowed("in_a_pid_namespace_memory_held_outside_is_listed_and_an_intruder") {
+        return;
     }
     let scenario = "driver_version = \"580.159.04\"\n\n[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\n\
         uuid = \"GPU-62620000-0000-4000-8000-000000000000\"\npci_bus_id = \"00000000:18:00.0\"\n\
@@ -479,10 +474,11 @@ fn in_a_pid_namespace_memory_held_outside_is_listed_and_an_intruder() {
     let on_host = sim.gpurun().args(["--list", "--json"]).run().json();
     assert_eq!(on_host["gpus"][0]["processes"][0]["pid"], host.0.id());
     assert_eq!(on_host["gpus"][0]["held_outside_namespace_bytes"], serde_json::Value::Null);
-    host.end();
-    // During a run in the namespace: 4 GiB appear outside it.
+    common::send_signal(host.0.id(), libc::SIGTERM);
+    let _ = host.0.wait();
+    // During a run in the namespace, once the job is verified: 4 GiB appear outside it.
     let report = sim.dir.path().join("ns.json");
-    let run = sim.gpurun_command(
+    let mut run = sim.gpurun_command(
         "unshare",
         &[
             "--pid",
@@ -500,13 +496,16 @@ fn in_a_pid_namespace_memory_held_outside_is_listed_and_an_intruder() {
             "--quiet",
         ],
     );
-    let mut job = common::background(run);
-    let state = sim.scenario.with_extension("toml.state");
-    let registered = || {
-        std::fs::read_dir(&state)
-            .is_ok_and(|dir| dir.flatten().any(|e| e.file_name().to_string_lossy().contains(".ns")))
-    };
-    assert!(common::wait_until(common::HANG, registered), "the job never registered");
+    let log = sim.dir.path().join("ns.log");
+    let mut job = common::Running(
+        run.command
+            .stdin(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let verified = || std::fs::read_to_string(&log).is_ok_and(|text| text.contains("gpurun: verified: "));
+    assert!(common::wait_until(common::HANG, verified), "the job was never verified");
     let mut intruder = common::background(
         sim.gpurun_command(&cuda, &["--mem", "4GiB", "--sleep", "600", "--quiet"])
             .env("CUDA_VISIBLE_DEVICES", "0"),

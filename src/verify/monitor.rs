@@ -256,15 +256,6 @@ impl Monitor {
     /// Takes the receipt's readings; GPUs idle past `--idle-warn` are said now.
     pub(crate) fn absorb_readings(&mut self, readings: &[Reading], bounds: bool) {
         self.receipt.absorb(readings, bounds);
-        for (gpu, bytes) in self.receipt.absorb_outside(readings, self.started.elapsed()) {
-            tracing::warn!(
-                "{} held by processes outside this PID namespace appeared on {} at {}: NVML lists \
-                 none of them here (another container's, or the host's), and they share the GPU with the command",
-                human(bytes),
-                crate::probe::gpu::label(gpu),
-                crate::verify::diagnosis::utc_clock(std::time::SystemTime::now()),
-            );
-        }
         let crossed = self.idle.absorb(readings);
         if let Some(warning) = self.idle.warning(&crossed) {
             tracing::warn!("{warning}");
@@ -521,8 +512,16 @@ impl Monitor {
             let selected = self.given.selected.contains(&gpu);
             match listed {
                 Ok(listed) => {
-                    if selected {
-                        self.receipt.listed(gpu, &listed);
+                    let outside = selected.then(|| self.receipt.listed(gpu, &listed, self.started.elapsed()));
+                    if let Some(bytes) = outside.flatten() {
+                        tracing::warn!(
+                            "{} held by processes outside this PID namespace appeared on {} at {}: NVML \
+                             lists none of them here (another container's, or the host's), and they share \
+                             the GPU with the command",
+                            human(bytes),
+                            crate::probe::gpu::label(gpu),
+                            crate::verify::diagnosis::utc_clock(std::time::SystemTime::now()),
+                        );
                     }
                     let mut tree_bytes = 0u64;
                     for process in listed {

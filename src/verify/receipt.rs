@@ -304,16 +304,17 @@ impl Receipt {
         self.outside.active
     }
 
-    /// A poll's list of a chosen GPU (what its processes account for).
-    pub(crate) fn listed(&mut self, gpu: u32, listed: &[crate::probe::watch::Listed]) {
-        self.outside.listed(gpu, listed);
-    }
-
-    /// The readings' used memory: memory that appeared outside the namespace, kept as an
-    /// intruder without a PID; each new one returned (to be said) with how much.
-    pub(crate) fn absorb_outside(&mut self, readings: &[Reading], at: Duration) -> Vec<(u32, u64)> {
-        let appeared = self.outside.readings(readings);
-        appeared.into_iter().filter(|&(gpu, bytes)| self.intruder_outside(gpu, bytes, at)).collect()
+    /// A poll's list of a chosen GPU, judged with the same poll's used memory: memory that
+    /// appeared outside the namespace is kept as an intruder without a PID, and returned (to be
+    /// said) with how much.
+    pub(crate) fn listed(
+        &mut self,
+        gpu: u32,
+        listed: &[crate::probe::watch::Listed],
+        at: Duration,
+    ) -> Option<u64> {
+        let bytes = self.outside.listed(gpu, listed)?;
+        self.intruder_outside(gpu, bytes, at).then_some(bytes)
     }
 
     /// The GPUs read.
@@ -323,6 +324,7 @@ impl Receipt {
 
     /// Takes readings; `bounds`: they are the start's or the end's (counters and limit read).
     pub(crate) fn absorb(&mut self, readings: &[Reading], bounds: bool) {
+        self.outside.readings(readings);
         for reading in readings {
             if let Some(tally) = self.tallies.iter_mut().find(|tally| tally.gpu == reading.gpu) {
                 tally.absorb(reading, bounds);

@@ -626,3 +626,14 @@ pub fn has_words(text: &str, words: &str) -> bool {
     let (text, words) = (split(text), split(words));
     !words.is_empty() && text.windows(words.len()).any(|window| window == words.as_slice())
 }
+
+/// Whether this machine lets a test make a PID namespace (`unshare --pid --fork --mount-proc`);
+/// where it does not, `what` is skipped, saying why.
+pub fn pid_namespaces_allowed(what: &str) -> bool {
+    let probe = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output();
+    let allowed = probe.is_ok_and(|output| output.status.success());
+    if !allowed {
+        skip(what, "`unshare --pid` is not permitted here");
+    }
+    allowed
+}
