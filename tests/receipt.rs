@@ -24,6 +24,11 @@ fn one_gpu(extra: &str) -> String {
 }
 
 fn report_of(sim: &Sim, sleep: &str) -> (common::Outcome, Value) {
+    report_of_job(sim, &["--sleep", sleep])
+}
+
+/// `gpurun --report --report-json` of `sim-cuda --quiet JOB...`: its outcome and its report.
+fn report_of_job(sim: &Sim, job: &[&str]) -> (common::Outcome, Value) {
     let file = sim.dir.path().join("report.json");
     let outcome = sim
         .gpurun()
@@ -31,7 +36,8 @@ fn report_of(sim: &Sim, sleep: &str) -> (common::Outcome, Value) {
         .arg(&file)
         .arg("--")
         .arg(sim_cuda())
-        .args(["--quiet", "--sleep", sleep])
+        .arg("--quiet")
+        .args(job)
         .run();
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}: {}", outcome.stderr));
     (outcome, serde_json::from_str(&text).unwrap())
@@ -290,17 +296,8 @@ fn our_own_mps_server_is_no_intruder() {
 #[test]
 fn utilization_percentiles_come_from_the_drivers_samples() {
     let sim = Sim::new(&one_gpu("").replace("utilization_gpu = 55", "utilization_gpu = 0"));
-    let report = sim.dir.path().join("busy.json");
-    let outcome = sim
-        .gpurun()
-        .args(["--report", "--report-json"])
-        .arg(&report)
-        .arg("--")
-        .arg(sim_cuda())
-        .args(["--quiet", "--busy", "95:10", "--sleep", "14"])
-        .run();
+    let (outcome, json) = report_of_job(&sim, &["--busy", "95:10", "--sleep", "14"]);
     outcome.status(0);
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let utilization = &json["utilization_percent"][UUID];
     assert_eq!(utilization["source"], "samples", "{json}");
     assert_eq!(utilization["p50"], 95, "{json}");
