@@ -521,3 +521,56 @@ fn mps_joins_a_fresh_control_daemon_whose_server_starts_with_the_first_client() 
     quit();
     assert!(common::wait_until(Duration::from_secs(20), || !common::alive(pid)), "the daemon did not quit");
 }
+
+/// The control socket of a real daemon is taken only as it is: the socket, its pid file and
+/// the process that file names all the caller's (or root's), the process a live
+/// `nvidia-cuda-mps-control`. A bare socket, a pid file naming another program, another user's
+/// pid file or socket, and a FIFO where the pid file should be are no daemon: `--mps` refuses,
+/// and nothing waits on the FIFO.
+#[test]
+fn a_control_socket_is_a_daemon_only_with_its_pid_file_and_process() {
+    if !common::is_root() {
+        return common::skip("another user's MPS socket", "a second user's files need root (chown)");
+    }
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let pipe = sim.dir.path().join("sockets");
+    std::fs::create_dir(&pipe).unwrap();
+    let mps = || sim.gpurun().args(["--mps", "--export"]).env("CUDA_MPS_PIPE_DIRECTORY", &pipe).run();
+    let pid_file = pipe.join("nvidia-cuda-mps-control.pid");
+    // A socket anyone could bind, with no pid file: no daemon.
+    let _socket = std::os::unix::net::UnixListener::bind(pipe.join("control")).unwrap();
+    mps().status(75).stderr_has("no MPS control daemon serves");
+    // A pid file naming a live process that is not the daemon (this test).
+    std::fs::write(&pid_file, format!("{}\n", std::process::id())).unwrap();
+    mps().status(75).stderr_has("no MPS control daemon serves");
+    // A FIFO where the pid file should be: read without waiting, and no daemon.
+    std::fs::remove_file(&pid_file).unwrap();
+    assert!(Command::new("mkfifo").arg(&pid_file).status().unwrap().success());
+    mps().status(75).stderr_has("no MPS control daemon serves");
+    std::fs::remove_file(&pid_file).unwrap();
+    // A real daemon in another directory: its PID, in a pid file of another user's, is not ours.
+    let real = sim.dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let control_utility = common::built("sim-mps-control");
+    sim.gpurun_command(control_utility.to_str().unwrap(), &["-d"])
+        .env("CUDA_MPS_PIPE_DIRECTORY", &real)
+        .run()
+        .status(0);
+    let daemon = std::fs::read_to_string(real.join("nvidia-cuda-mps-control.pid")).unwrap();
+    std::fs::write(&pid_file, &daemon).unwrap();
+    std::os::unix::fs::chown(&pid_file, Some(65534), Some(65534)).unwrap();
+    mps().status(75).stderr_has("no MPS control daemon serves");
+    // Ours, it is taken (the daemon is a live nvidia-cuda-mps-control of root's).
+    std::os::unix::fs::chown(&pid_file, Some(0), Some(0)).unwrap();
+    mps().status(0);
+    // Another user's socket: refused, the owner named.
+    std::os::unix::fs::chown(pipe.join("control"), Some(65534), Some(65534)).unwrap();
+    mps().status(125).stderr_has("belongs to user");
+    let mut quit = sim
+        .gpurun_command(control_utility.to_str().unwrap(), &[])
+        .env("CUDA_MPS_PIPE_DIRECTORY", &real)
+        .command;
+    let mut child = quit.stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"quit\n").unwrap();
+    child.wait().unwrap();
+}
