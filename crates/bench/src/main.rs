@@ -1,6 +1,6 @@
 //! `make bench`: what users pay for gpurun, measured side by side on the NVML simulator.
 //!
-//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|ranks]
+//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|real-driver|ranks]
 //!
 //! `--gpurun PATH` measures another build (an older one, for a before/after in the same run).
 //!
@@ -208,6 +208,61 @@ impl Bench {
             .collect();
         json!({"runs": runs, "rows": rows, "env_true_ms": ms(env_true),
                "gpurun_over_env_true": medians[5].as_secs_f64() / env_true.as_secs_f64()})
+    }
+
+    /// The launch on a real driver's latencies (issue 63): eight simulated H200s answering each
+    /// NVML call as slowly as the real one did (`[latency] profile = "h200-580"`), each figure
+    /// beside the floor every tool pays in the same run (nvmlInit and each GPU's first handle).
+    fn real_driver(&self) -> Value {
+        let mut text = String::from("[latency]\nprofile = \"h200-580\"\n\n");
+        for index in 0..8 {
+            text.push_str(&format!(
+                "[[gpu]]\nname = \"NVIDIA H200\"\nuuid = \"GPU-bench200-0000-4000-8000-{index:012}\"\n\
+                 pci_bus_id = \"00000000:{bus:02X}:00.0\"\nmemory_total = 150754820096\nmemory_reserved = 644939776\n\
+                 utilization_gpu = 0\nutilization_memory = 0\ntemperature_c = 39\npower_mw = 83842\n\
+                 power_limit_mw = 700000\ncompute_mode = \"default\"\nmig_mode = \"disabled\"\necc_mode = \"enabled\"\n\
+                 clocks_event_reasons = [\"idle\"]\ncpu_affinity = \"{cpus}\"\nnuma_node = {node}\n\
+                 fabric = {{ state = \"not-supported\" }}\n",
+                bus = index + 1,
+                cpus = if index < 4 { "0-47" } else { "48-95" },
+                node = index / 4,
+            ));
+        }
+        // Another user's job on GPU 7: an eight-GPU --exclusive request is refused now (75).
+        text.push_str("[[process]]\ngpu = 7\npid = 4242424\nused = \"10GiB\"\n");
+        let scenario = self.write_scenario("real-driver.toml", &text);
+        let runs = self.runs(15);
+        let library = self.sim_library.display().to_string();
+        let variants: [(&str, Vec<&str>, i32); 5] = [
+            ("the floor: nvmlInit + each first handle", vec!["--nvml-init-handles", &library], 0),
+            ("gpurun --gpus 1 -- true", vec!["-q", "--gpus", "1", "--", "true"], 0),
+            ("gpurun --export", vec!["--export"], 0),
+            ("gpurun --list", vec!["--list"], 0),
+            ("a refusal (--gpus 8 --exclusive)", vec!["-q", "--gpus", "8", "--exclusive", "--", "true"], 75),
+        ];
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); variants.len()];
+        for _ in 0..runs {
+            for (slot, (_, args, expected)) in variants.iter().enumerate() {
+                let program = if slot == 0 { &self.own_exe } else { &self.gpurun };
+                let mut command = self.command(program, &scenario);
+                command.args(args);
+                let started = Instant::now();
+                let status = command.status().expect("run");
+                samples[slot].push(started.elapsed());
+                assert_eq!(status.code(), Some(*expected), "{command:?}: {status}");
+            }
+        }
+        let medians: Vec<Duration> = samples.into_iter().map(median).collect();
+        let floor = medians[0];
+        let rows: Vec<Value> = variants
+            .iter()
+            .zip(&medians)
+            .map(|((name, _, _), time)| {
+                json!({"variant": name, "ms": ms(*time), "times_floor": time.as_secs_f64() / floor.as_secs_f64()})
+            })
+            .collect();
+        json!({"runs": runs, "gpus": 8, "profile": "h200-580", "rows": rows,
+               "launch_over_floor": medians[1].as_secs_f64() / floor.as_secs_f64()})
     }
 
     fn against_nvisel(&self) -> Value {
@@ -841,6 +896,20 @@ fn print_table(results: &Value) {
             row["times_env_true"].as_f64().unwrap_or(0.0)
         );
     }
+    let real = &results["real_driver"];
+    println!(
+        "\nOn a real driver's latencies (8 simulated H200s, profile h200-580, medians of {} runs): the launch is {:.2}x the floor (goal: 1.5x)",
+        real["runs"],
+        real["launch_over_floor"].as_f64().unwrap_or(0.0)
+    );
+    for row in real["rows"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<42} {:>7.1} ms  ({:.2}x the floor)",
+            row["variant"].as_str().unwrap_or("?"),
+            row["ms"].as_f64().unwrap_or(0.0),
+            row["times_floor"].as_f64().unwrap_or(0.0)
+        );
+    }
     let nvisel = &results["against_nvisel"];
     if nvisel["measured"] == true {
         println!(
@@ -957,6 +1026,18 @@ fn print_table(results: &Value) {
     );
 }
 
+/// The floor of a real driver: nvmlInit, and a handle of each GPU (what `nvidia-smi -L` pays).
+fn nvml_init_handles(library: &str) -> i32 {
+    let Ok(nvml) = nvml_wrapper::Nvml::builder().lib_path(std::ffi::OsStr::new(library)).init() else {
+        return 1;
+    };
+    let Ok(count) = nvml.device_count() else { return 1 };
+    match (0..count).all(|index| nvml.device_by_index(index).is_ok()) {
+        true => 0,
+        false => 1,
+    }
+}
+
 fn nvml_init_only(library: &str) -> i32 {
     match nvml_wrapper::Nvml::builder().lib_path(std::ffi::OsStr::new(library)).init() {
         Ok(nvml) => match nvml.device_count() {
@@ -972,10 +1053,11 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("--noop") => return,
         Some("--nvml-init-only") => std::process::exit(nvml_init_only(&args[1])),
+        Some("--nvml-init-handles") => std::process::exit(nvml_init_handles(&args[1])),
         _ => {}
     }
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|ranks|supervision]");
+        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|real-driver|ranks|supervision]");
         return;
     }
     let option = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -1006,11 +1088,12 @@ fn main() {
             }
             "burst" => json!({"queue": [bench.queue(400, LockFs::Disk), bench.queue(400, LockFs::Tmpfs)]}),
             "launch" => json!({"launch_cost": bench.launch_cost()}),
+            "real-driver" => json!({"real_driver": bench.real_driver()}),
             "ranks" => json!({"ranks": bench.ranks(8)}),
             "supervision" => json!({"supervision": bench.supervision()}),
             other => {
                 eprintln!(
-                    "gpurun-bench: --only {other}: expected queue, burst, launch, ranks or supervision"
+                    "gpurun-bench: --only {other}: expected queue, burst, launch, real-driver, ranks or supervision"
                 );
                 std::process::exit(2);
             }
@@ -1022,6 +1105,8 @@ fn main() {
     let launch_overhead = bench.launch_overhead();
     eprintln!("measuring the launch's parts...");
     let launch_cost = bench.launch_cost();
+    eprintln!("measuring a launch on a real driver's latencies...");
+    let real_driver = bench.real_driver();
     eprintln!("measuring against nvisel...");
     let against_nvisel = bench.against_nvisel();
     eprintln!("measuring supervision (this takes a minute)...");
@@ -1049,6 +1134,7 @@ fn main() {
         "quick": bench.quick,
         "launch_overhead": launch_overhead,
         "launch_cost": launch_cost,
+        "real_driver": real_driver,
         "against_nvisel": against_nvisel,
         "supervision": supervision,
         "verification_latency": verification_latency,

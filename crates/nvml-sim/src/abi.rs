@@ -106,8 +106,16 @@ fn handle_for(index: usize) -> Device {
 /// calls go on, as with a real driver stuck on one GPU); a crashing one faults for real.
 pub(crate) fn misbehave(call: &str, gpu: Option<u32>) {
     log_call(call, gpu);
-    let (hang, crash) =
-        with_state(|state| Ok((state.hang(call, gpu), state.crashes(call, gpu)))).unwrap_or((None, false));
+    let (hang, crash, latency) = with_state(|state| {
+        // A GPU's first handle in this process is the dear one (`latency.rs`).
+        let first_handle =
+            call == "nvmlDeviceGetHandleByIndex" && gpu.is_some_and(|gpu| state.handled.insert(gpu));
+        Ok((state.hang(call, gpu), state.crashes(call, gpu), state.scenario.latency.of(call, first_handle)))
+    })
+    .unwrap_or((None, false, 0.0));
+    if latency > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(latency / 1000.0));
+    }
     if crash {
         fault();
     }

@@ -15,6 +15,7 @@ pub mod cuda;
 mod events;
 mod fabric;
 mod health;
+pub mod latency;
 mod power;
 mod samples;
 /// The registry of live processes, shared with the AMD SMI simulator.

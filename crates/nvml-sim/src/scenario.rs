@@ -21,6 +21,9 @@ pub struct Scenario {
     pub cuda_driver_version: i32,
     #[serde(default)]
     pub init: InitSpec,
+    /// How long each call takes, as on a real driver (`latency.rs`); omitted: at once.
+    #[serde(default)]
+    pub latency: crate::latency::LatencySpec,
     /// nvmlInit starts a helper thread, as the real library may: a thread the caller did not
     /// create, which inherits the caller's signal mask at that moment and nothing else.
     #[serde(default)]
@@ -572,6 +575,7 @@ impl Scenario {
     }
 
     fn validate(&self) -> Result<(), String> {
+        self.latency.validate().map_err(|e| format!("latency: {e}"))?;
         let count = self.gpus.len() as u32;
         for (index, gpu) in self.gpus.iter().enumerate() {
             if !gpu.uuid.starts_with("GPU-") {

@@ -24,6 +24,8 @@ pub struct State {
     pub event_sets: Vec<Option<EventSet>>,
     /// The process registry as read so far (re-read only where it changed).
     registered: std::cell::RefCell<registry::Cache>,
+    /// The GPUs this process has had a handle of (the first one costs a real driver most).
+    pub handled: std::collections::HashSet<u32>,
 }
 
 /// One event set: what it was registered for, and the Xids it has delivered.
@@ -92,6 +94,7 @@ impl State {
             looked: None,
             event_sets: Vec::new(),
             registered: std::cell::RefCell::new(registry::Cache::default()),
+            handled: std::collections::HashSet::new(),
         })
     }
 
