@@ -765,3 +765,40 @@ fn the_house_rule_max_time_limit_bounds_every_run() {
     sim.gpurun().args(["--exec", "--", "true"]).run().status(125).stderr_has("needs gpurun to stay");
     sim.gpurun().args(["--list"]).run().status(0).stdout_has("max-time-limit = 1s");
 }
+
+/// Issue 63 (1): a launch asks NVML only what its request needs (on a real driver memory
+/// affinity costs 11.7 ms a GPU, power and temperature 1.7 ms): the NUMA placement only for
+/// `--cpu-bind numa` and what shows it, the sensors only for what shows them. Counted in the
+/// simulator's call log.
+#[test]
+fn a_launch_asks_nvml_only_what_its_request_needs() {
+    let sim = Sim::new(&default_scenario());
+    let calls_of = |args: &[&str]| -> Vec<String> {
+        let log = sim.dir.path().join(format!("calls-{}.log", args.join("_").replace('/', "")));
+        sim.gpurun().env("NVML_SIM_CALL_LOG", &log).args(args).run();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines().filter_map(|line| line.split(' ').nth(1).map(str::to_owned)).collect()
+    };
+    let asked = |calls: &[String], call: &str| calls.iter().any(|c| c == call);
+    let placement = ["nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetNumaNodeId"];
+    let sensors = ["nvmlDeviceGetTemperature", "nvmlDeviceGetPowerUsage"];
+    let export = calls_of(&["--export"]);
+    assert!(asked(&export, "nvmlDeviceGetUtilizationRates"), "{export:?}");
+    for call in placement.iter().chain(&sensors) {
+        assert!(!asked(&export, call), "--export asked {call}");
+    }
+    let launch = calls_of(&["-q", "--gpus", "1", "--", "true"]);
+    for call in placement {
+        assert!(!asked(&launch, call), "a plain launch asked {call}");
+    }
+    assert!(!asked(&launch, "nvmlDeviceGetTemperature"), "a plain launch asked the temperature");
+    let bound = calls_of(&["-q", "--gpus", "1", "--cpu-bind", "numa", "--", "true"]);
+    assert!(
+        asked(&bound, "nvmlDeviceGetMemoryAffinity") && asked(&bound, "nvmlDeviceGetCpuAffinity"),
+        "{bound:?}"
+    );
+    let listing = calls_of(&["--list"]);
+    for call in placement.iter().chain(&sensors) {
+        assert!(asked(&listing, call), "--list did not ask {call}");
+    }
+}

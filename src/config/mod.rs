@@ -170,7 +170,16 @@ impl Config {
                 _ => self.request.wants_several() && !self.request.count.is_none(),
             },
             group: self.per_rank.as_ref().map(PerRank::group_share),
+            needs: self.probe_needs(),
         }
+    }
+
+    /// What this run shows or uses beyond what any request needs (DESIGN 13: on a real driver
+    /// memory affinity alone costs 11.7 ms a GPU): a listing or a dry run shows everything;
+    /// `--cpu-bind numa` (`--per-rank`'s default) binds by the GPUs' local CPUs.
+    fn probe_needs(&self) -> crate::probe::Needs {
+        let shown = matches!(self.mode, Mode::Select(Goal::List { .. } | Goal::DryRun { .. }));
+        crate::probe::Needs { placement: shown || self.cpu_bind == CpuBind::Numa, sensors: shown }
     }
 
     /// The settings that shape what the command gets, for this goal.

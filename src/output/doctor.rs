@@ -60,7 +60,10 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
     let probed = nvml
         .open(config.libraries_to_open(), receiver, timeout)
         .map_err(|failure| (failure, false))
-        .and_then(|()| nvml.probe(receiver, timeout, None, &mut |_| {}).map_err(|failure| (failure, true)));
+        .and_then(|()| {
+            nvml.probe(receiver, timeout, None, &mut |_| {}, crate::probe::Needs::ALL)
+                .map_err(|failure| (failure, true))
+        });
     match probed {
         Err((Failure::Interrupted(signal), _)) => return Err(signal),
         Err((failure, false)) => out.problem(format!("NVML from {library}: {failure}")),

@@ -17,3 +17,20 @@ pub(crate) mod session;
 pub(crate) mod vendor;
 pub(crate) mod watch;
 pub(crate) mod worker;
+
+/// What a probe asks of each GPU beyond what every request needs (identity, memory,
+/// utilization, modes, processes, health): on a real driver each call costs milliseconds
+/// (memory affinity 11.7 ms on an H200), so a launch asks only what it uses (DESIGN 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Needs {
+    /// The host NUMA node and local CPUs (memory and CPU affinity): `--cpu-bind numa`, and
+    /// what shows them.
+    pub(crate) placement: bool,
+    /// Temperature and power: what shows them (`--list`, a dry run, `--doctor`).
+    pub(crate) sensors: bool,
+}
+
+impl Needs {
+    /// Everything: `--list`, a dry run, `--doctor`.
+    pub(crate) const ALL: Needs = Needs { placement: true, sensors: true };
+}

@@ -84,9 +84,9 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
 }
 
 impl Session {
-    pub(crate) fn probe(&mut self) -> Result<Machine, OpenError> {
+    pub(crate) fn probe(&mut self, needs: crate::probe::Needs) -> Result<Machine, OpenError> {
         let machine = match &mut self.library {
-            Library::Nvml(session) => session.probe(),
+            Library::Nvml(session) => session.probe(needs),
             Library::Amd(session) => session.probe(),
         };
         machine.map(|machine| Machine { also_amd_gpus: self.also_amd, ..machine })

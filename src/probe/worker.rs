@@ -26,7 +26,7 @@ const STACK_SIZE: usize = 512 * 1024;
 
 pub(crate) enum Job {
     Open(Libraries),
-    Probe,
+    Probe(crate::probe::Needs),
     /// The links between every pair of these GPUs.
     Links(Vec<u32>),
     /// The compute processes of `watched`, the Xid errors raised on `chosen` since the last
@@ -91,8 +91,8 @@ fn run(
                 }))
             }
             Job::Links(gpus) => Answer::Links(session.as_mut().map(|s| s.links(&gpus)).unwrap_or_default()),
-            Job::Probe => match session.as_mut() {
-                Some(session) => Answer::Probed(session.probe()),
+            Job::Probe(needs) => match session.as_mut() {
+                Some(session) => Answer::Probed(session.probe(needs)),
                 None => Answer::Probed(Err(OpenError::NotOpen)),
             },
             Job::Meter(ask) => Answer::Metered(session.as_mut().map(|s| s.meter(&ask)).unwrap_or_default()),
@@ -277,8 +277,9 @@ impl NvmlThread {
         timeout: Duration,
         waiting_until: Option<Option<Instant>>,
         waiting: &mut dyn FnMut(&str),
+        needs: crate::probe::Needs,
     ) -> Result<Machine, Failure> {
-        self.send(Job::Probe);
+        self.send(Job::Probe(needs));
         let mut deadline = Instant::now() + timeout;
         loop {
             match self.await_answer(receiver, deadline) {

@@ -61,6 +61,8 @@ pub(crate) struct Options<'a> {
     /// `--per-rank`: the whole group's set is chosen, in PCI order (rank order); this rank
     /// reserves only its own part of it and, when it is the group's chooser, records the set.
     pub(crate) group: Option<GroupShare>,
+    /// What the probe asks of each GPU beyond what every request needs.
+    pub(crate) needs: crate::probe::Needs,
 }
 
 /// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
@@ -488,7 +490,8 @@ impl Search {
                     // Probed outside the lock, then looked at again under it.
                     drop(guard);
                     drop(membership);
-                    self.probed = Some(nvml.probe(receiver, options.nvml_timeout, None, &mut |_| {})?);
+                    self.probed =
+                        Some(nvml.probe(receiver, options.nvml_timeout, None, &mut |_| {}, options.needs)?);
                     return Ok(Step::Again);
                 };
                 let visibility = visibility::resolve(&probed, inherited);
@@ -572,9 +575,13 @@ impl Search {
         options: &Options,
     ) -> Result<(Machine, Visibility), AcquireError> {
         let progress = &mut self.progress;
-        let mut machine = nvml.probe(receiver, options.nvml_timeout, self.waiting_until, &mut |why| {
-            progress.show_text(&format!("waiting (--wait): {why}"))
-        })?;
+        let mut machine = nvml.probe(
+            receiver,
+            options.nvml_timeout,
+            self.waiting_until,
+            &mut |why| progress.show_text(&format!("waiting (--wait): {why}")),
+            options.needs,
+        )?;
         let visibility = visibility::resolve(&machine, inherited);
         if options.topology {
             let pool = match options.listing {

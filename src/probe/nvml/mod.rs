@@ -199,12 +199,12 @@ pub(super) fn describe(error: &NvmlError) -> String {
 impl Session {
     /// Everything gpurun needs to know about the machine, in one pass (the links between GPUs
     /// are asked for apart: `links`).
-    pub(crate) fn probe(&mut self) -> Result<Machine, OpenError> {
+    pub(crate) fn probe(&mut self, needs: crate::probe::Needs) -> Result<Machine, OpenError> {
         let count = self
             .calls
             .run("nvmlDeviceGetCount_v2", None, || self.nvml.device_count())
             .map_err(OpenError::DeviceCount)?;
-        let gpus: Vec<Gpu> = (0..count).map(|index| self.probe_gpu(index)).collect();
+        let gpus: Vec<Gpu> = (0..count).map(|index| self.probe_gpu(index, needs)).collect();
         let migs: Vec<Gpu> = gpus
             .iter()
             .filter(|gpu| gpu.in_mig_mode() && gpu.error.is_none())
