@@ -82,6 +82,10 @@ fn gpu_fields(gpu: &Gpu, live: &[Lease]) -> serde_json::Map<String, serde_json::
     let serde_json::Value::Object(mut fields) = serde_json::to_value(gpu).expect("plain data") else {
         unreachable!("a struct serialises to an object")
     };
+    // In a PID namespace of its own: memory no listed process accounts for (absent on the host).
+    if let Some(bytes) = crate::probe::pid_regime::held_outside_of(gpu) {
+        fields.insert("held_outside_namespace_bytes".into(), bytes.into());
+    }
     let recorded = &recorded_leftovers(gpu);
     if let Some(serde_json::Value::Array(processes)) = fields.get_mut("processes") {
         for process in processes.iter_mut() {
@@ -553,7 +557,7 @@ fn device_rows(
             clip(&lease::shown_command(lease, crate::reserve::lockdir::current_uid()), 40)
         );
     }
-    if let Some(bytes) = gpu.held_outside_namespace_bytes {
+    if let Some(bytes) = crate::probe::pid_regime::held_outside_of(gpu) {
         let _ = writeln!(out, "{:>5}{} held by processes outside this PID namespace", "", human(bytes));
     }
     let eligibility = Eligibility::of(assessment_of(assessments, gpu.index));

@@ -101,11 +101,6 @@ pub(crate) struct Gpu {
     pub(crate) processes: Option<Vec<GpuProcess>>,
     /// Its MPS server and clients, where it runs MPS.
     pub(crate) mps: Option<crate::probe::mps::Mps>,
-    /// In a PID namespace of its own (a container): memory in use that no listed process
-    /// accounts for, held by processes outside the namespace (`pid_regime::held_outside`).
-    /// Absent on the host.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) held_outside_namespace_bytes: Option<u64>,
     /// Its place in the NVLink fabric, where it has one (a MIG device: its GPU's).
     pub(crate) fabric: Option<crate::probe::fabric::Fabric>,
     /// Why the driver takes no work on any GPU now (confidential computing not ready).
@@ -146,7 +141,6 @@ impl Gpu {
             cpus: None,
             processes: None,
             mps: None,
-            held_outside_namespace_bytes: None,
             fabric: None,
             blocked: None,
             error: None,
@@ -409,7 +403,6 @@ pub(crate) fn test_gpu(index: u32) -> Gpu {
         cpus: None,
         processes: Some(Vec::new()),
         mps: None,
-        held_outside_namespace_bytes: None,
         fabric: None,
         blocked: None,
         error: None,

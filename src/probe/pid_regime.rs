@@ -77,6 +77,18 @@ pub(crate) fn held_outside(in_own_namespace: bool, used: Option<u64>, listed: Op
     (outside > IDLE_SLACK).then_some(outside)
 }
 
+/// What processes outside this PID namespace hold on `gpu`, where gpurun runs in one of its
+/// own (`held_outside`): from what the probe read, for what shows it (`--list`).
+pub(crate) fn held_outside_of(gpu: &crate::probe::gpu::Gpu) -> Option<u64> {
+    let listed: Option<Vec<u64>> =
+        gpu.processes.as_ref().and_then(|listed| listed.iter().map(|process| process.used_bytes).collect());
+    held_outside(
+        !crate::process::procfs::in_host_pid_namespace(),
+        gpu.memory.map(|memory| memory.used_bytes),
+        listed.as_deref(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

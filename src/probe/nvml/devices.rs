@@ -170,13 +170,6 @@ impl Session {
         let (processes, mps) = self.processes_and_mps(&device, &mut queries);
         let findings = health_findings(self.nvml, &device, &mut queries, mig_enabled);
         let (health, fabric) = (classify(&findings), findings.fabric);
-        let listed_bytes: Option<Vec<u64>> =
-            processes.as_ref().and_then(|listed| listed.iter().map(|p| p.used_bytes).collect());
-        let held_outside_namespace_bytes = crate::probe::pid_regime::held_outside(
-            !crate::process::procfs::in_host_pid_namespace(),
-            memory.map(|m| m.used_bytes),
-            listed_bytes.as_deref(),
-        );
         Gpu {
             index,
             uuid,
@@ -201,7 +194,6 @@ impl Session {
             health,
             processes,
             mps,
-            held_outside_namespace_bytes,
             fabric,
             blocked: None,
             error: queries.first_error,
