@@ -64,7 +64,7 @@ struct GpuEntry {
 /// one of its descendants. `None`: started by hand or by another tool ("not via gpurun").
 pub(crate) fn reservation_of(gpu: &Gpu, pid: u32, live: &[Lease]) -> Option<u32> {
     live.iter()
-        .filter(|lease| gpu.lease_id().as_deref() == Some(lease.uuid.as_str()))
+        .filter(|lease| gpu.is_leased_as(&lease.uuid))
         .find(|lease| lease.pid == pid || procfs::descends_from(pid, lease.pid))
         .map(|lease| lease.pid)
 }
@@ -220,7 +220,7 @@ fn reservation_entries(machine: &Machine, live: &[Lease]) -> Vec<ReservationEntr
     let viewer = crate::reserve::lockdir::current_uid();
     live.iter()
         .map(|lease| {
-            let gpu = machine.devices().find(|gpu| gpu.lease_id().as_deref() == Some(lease.uuid.as_str()));
+            let gpu = machine.devices().find(|gpu| gpu.is_leased_as(&lease.uuid));
             let processes = gpu
                 .map(|gpu| {
                     gpu.processes
@@ -544,7 +544,7 @@ fn device_rows(
             let _ = writeln!(out, "{:>width$}{more}", "", width = WIDE_COLUMNS);
         }
     }
-    for lease in live.iter().filter(|lease| gpu.lease_id().as_deref() == Some(lease.uuid.as_str())) {
+    for lease in live.iter().filter(|lease| gpu.is_leased_as(&lease.uuid)) {
         let _ = writeln!(
             out,
             "{:>5}reserved by {} PID {} for {} s ({}{}): {}",

@@ -163,6 +163,15 @@ impl Gpu {
             Some(format!("PCI-{bus}"))
         })
     }
+
+    /// Whether a lease (ticket, group record) names this GPU: `lease_id`, compared without
+    /// making one where the GPU has its UUID (every lookup of every lease, at every launch).
+    pub(crate) fn is_leased_as(&self, id: &str) -> bool {
+        match &self.uuid {
+            Some(uuid) => uuid == id,
+            None => self.lease_id().as_deref() == Some(id),
+        }
+    }
 }
 
 /// NVML's own numbers (the v2 view): `free = total - reserved - used`, and `used` does not
@@ -434,5 +443,22 @@ pub(crate) fn test_mig(parent: u32, slot: u32, profile: &str, total_gib: u64) ->
             free_bytes: total_gib << 30,
         }),
         ..test_gpu(parent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_is_leased_by_its_uuid_else_by_its_pci_bus_id() {
+        let gpu = test_gpu(3);
+        let uuid = gpu.uuid.clone().unwrap();
+        assert_eq!(gpu.lease_id().as_deref(), Some(uuid.as_str()));
+        assert!(gpu.is_leased_as(&uuid) && !gpu.is_leased_as("PCI-00000000030"));
+        let nameless = Gpu { uuid: None, pci_bus_id: Some("00000000:03:00.0".to_owned()), ..test_gpu(3) };
+        assert_eq!(nameless.lease_id().as_deref(), Some("PCI-0000000003000"));
+        assert!(nameless.is_leased_as("PCI-0000000003000") && !nameless.is_leased_as(&uuid));
+        assert_eq!(Gpu { uuid: None, ..Gpu::unknown(3) }.lease_id(), None);
     }
 }

@@ -17,7 +17,7 @@ pub(super) fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservati
         .iter()
         .filter(|lease| lease.pid != own_pid)
         .filter_map(|lease| {
-            let gpu = machine.devices().find(|gpu| gpu.lease_id().as_deref() == Some(lease.uuid.as_str()))?;
+            let gpu = machine.devices().find(|gpu| gpu.is_leased_as(&lease.uuid))?;
             // What the lease holder's processes already use shows in NVML's numbers; the rest of
             // what it reserved does not yet.
             let shown: u64 = gpu
@@ -59,7 +59,7 @@ pub(super) fn queue_ahead<'a>(
         let possible: Vec<u32> = waiter
             .gpus
             .iter()
-            .filter_map(|uuid| machine.devices().find(|gpu| gpu.lease_id().as_deref() == Some(uuid)))
+            .filter_map(|uuid| machine.devices().find(|gpu| gpu.is_leased_as(uuid)))
             .map(|gpu| gpu.index)
             .collect();
         let request = Request {

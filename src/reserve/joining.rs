@@ -106,7 +106,7 @@ pub(super) fn check_set(
         ));
     }
     set.iter()
-        .map(|gpu| match machine.devices().find(|d| d.lease_id().as_deref() == Some(gpu.uuid.as_str())) {
+        .map(|gpu| match machine.devices().find(|d| d.is_leased_as(&gpu.uuid)) {
             Some(device) if visibility.allows(device.index) => Ok(device.index),
             _ => Err(group_error(
                 format!(
