@@ -161,7 +161,7 @@ impl Session {
             device.is_in_persistent_mode()
         });
         let (numa_node, gpu_numa_id, cpus) = match needs.placement {
-            true => self.placement(&device, &mut queries, pci_bus_id.as_deref()),
+            true => placement(&device, &mut queries, pci_bus_id.as_deref()),
             false => (None, None, None),
         };
         let mig_mode = queries.ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode());
@@ -202,31 +202,27 @@ impl Session {
     }
 }
 
-impl Session {
-    /// Where the GPU sits: its host NUMA node (memory affinity at node scope, else sysfs), the
-    /// NUMA node that is its own memory where it is one, and its local CPUs (16 words: 1024
-    /// CPUs; where NVML does not say, the node's). Memory affinity alone costs a real driver
-    /// 11.7 ms: asked only where placement is used (`Needs`).
-    fn placement(
-        &self,
-        device: &Device,
-        queries: &mut Queries,
-        pci_bus_id: Option<&str>,
-    ) -> (Option<u32>, Option<u32>, Option<Vec<u32>>) {
-        let numa_node = queries
-            .ask("NUMA node", "nvmlDeviceGetMemoryAffinity", false, || {
-                device.memory_affinity(numa::NODE_WORDS, numa::AFFINITY_SCOPE_NODE)
-            })
-            .and_then(|mask| numa::first_node(&mask))
-            .or_else(|| pci_bus_id.and_then(numa::sysfs_node));
-        let gpu_numa_id =
-            queries.ask("GPU NUMA ID", "nvmlDeviceGetNumaNodeId", false, || device.numa_node_id());
-        let cpus = queries
-            .ask("CPU affinity", "nvmlDeviceGetCpuAffinity", false, || device.cpu_affinity(16))
-            .map(|words| cpus::from_mask(&words))
-            .or_else(|| numa_node.and_then(numa::node_cpus));
-        (numa_node, gpu_numa_id, cpus)
-    }
+/// Where the GPU sits: its host NUMA node (memory affinity at node scope, else sysfs), the NUMA
+/// node that is its own memory where it is one, and its local CPUs (16 words: 1024 CPUs; where
+/// NVML does not say, the node's). Memory affinity alone costs a real driver 11.7 ms: asked only
+/// where placement is used (`Needs`).
+fn placement(
+    device: &Device,
+    queries: &mut Queries,
+    pci_bus_id: Option<&str>,
+) -> (Option<u32>, Option<u32>, Option<Vec<u32>>) {
+    let numa_node = queries
+        .ask("NUMA node", "nvmlDeviceGetMemoryAffinity", false, || {
+            device.memory_affinity(numa::NODE_WORDS, numa::AFFINITY_SCOPE_NODE)
+        })
+        .and_then(|mask| numa::first_node(&mask))
+        .or_else(|| pci_bus_id.and_then(numa::sysfs_node));
+    let gpu_numa_id = queries.ask("GPU NUMA ID", "nvmlDeviceGetNumaNodeId", false, || device.numa_node_id());
+    let cpus = queries
+        .ask("CPU affinity", "nvmlDeviceGetCpuAffinity", false, || device.cpu_affinity(16))
+        .map(|words| cpus::from_mask(&words))
+        .or_else(|| numa_node.and_then(numa::node_cpus));
+    (numa_node, gpu_numa_id, cpus)
 }
 
 impl Queries<'_> {
@@ -236,6 +232,7 @@ impl Queries<'_> {
     /// Spark). There CUDA allocates from system memory, so free and total are the kernel's
     /// MemAvailable and MemTotal: what NVIDIA's own unified-memory code reads (its DGX Spark
     /// change to llama.cpp's CUDA backend, ggml-org/llama.cpp#17368).
+    ///
     /// Only an integrated GPU shares the system's memory: a discrete GPU whose memory query is
     /// not supported (a locked-down vGPU, a driver bug) has memory gpurun does not know, which
     /// fails every memory filter, never the host's RAM. NVML has no "integrated" flag (CUDA's
@@ -262,7 +259,7 @@ impl Queries<'_> {
 /// `nvmlDeviceGetMemoryInfo_v2`, else the unversioned call where the driver lacks v2 (before
 /// R510: the R470 branch that still runs Kepler machines). v1 has no `reserved`: its `used`
 /// counts the driver's reservation, as nvidia-smi on those drivers shows it.
-fn memory_info(
+pub(super) fn memory_info(
     nvml: &Nvml,
     device: &Device,
 ) -> Result<nvml_wrapper::struct_wrappers::device::MemoryInfo, NvmlError> {

@@ -7,6 +7,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::Device;
 
+use super::devices::memory_info;
 use super::health::{clock_event_reasons, sample_integer};
 use super::{Metered, Session};
 use crate::probe::calls::Calls;
@@ -50,7 +51,9 @@ impl Session {
                 utilization_samples,
                 memory_used: ask
                     .memory
-                    .then(|| calls.run("nvmlDeviceGetMemoryInfo_v2", Some(gpu), || device.memory_info()).ok())
+                    .then(|| {
+                        calls.run("nvmlDeviceGetMemoryInfo_v2", Some(gpu), || memory_info(nvml, device)).ok()
+                    })
                     .flatten()
                     .map(|memory| memory.used),
                 clock_events,
