@@ -164,9 +164,9 @@ pub(crate) fn mps_control_daemon(control: &std::path::Path) -> Option<ControlDae
         .filter(|&pid| pid > 1)
         .and_then(|pid| {
             let uid = crate::process::procfs::uid_of(pid).filter(|&uid| trusted(uid))?;
-            let command = crate::process::procfs::command_line(pid)?;
-            let program = command.split(' ').next()?.rsplit('/').next()?;
-            (program == "nvidia-cuda-mps-control").then_some(ControlDaemon { pid: Some(pid), uid: Some(uid) })
+            let command = crate::process::procfs::command_line(pid);
+            crate::probe::mps::runs(command.as_deref(), "nvidia-cuda-mps-control")
+                .then_some(ControlDaemon { pid: Some(pid), uid: Some(uid) })
         });
     let kind = std::fs::symlink_metadata(control).ok()?.file_type();
     if kind.is_socket() {

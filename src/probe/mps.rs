@@ -30,10 +30,16 @@ pub(crate) struct MpsClient {
 
 /// Whether a command line is the MPS server's: its program's file name, whatever the path.
 pub(crate) fn is_server(command: Option<&str>) -> bool {
+    runs(command, SERVER_PROGRAM)
+}
+
+/// Whether a command line runs `program` (its file name, whatever the path): the MPS server,
+/// or the control daemon (`nvidia-cuda-mps-control`).
+pub(crate) fn runs(command: Option<&str>, program: &str) -> bool {
     command
         .and_then(|command| command.split_whitespace().next())
-        .and_then(|program| program.rsplit('/').next())
-        .is_some_and(|program| program == SERVER_PROGRAM)
+        .and_then(|first| first.rsplit('/').next())
+        .is_some_and(|first| first == program)
 }
 
 /// Whether a process of a GPU's compute list may be its MPS server, so that the MPS list is
