@@ -90,6 +90,14 @@ pub fn visible_devices(
         .collect()
 }
 
+/// Where a CUDA program looks for the MPS control daemon, and the daemon makes its files:
+/// CUDA_MPS_PIPE_DIRECTORY, else NVIDIA's default (nvidia-cuda-mps-control(1)).
+pub fn mps_pipe_directory() -> std::path::PathBuf {
+    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| std::path::PathBuf::from("/tmp/nvidia-mps"), std::path::PathBuf::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

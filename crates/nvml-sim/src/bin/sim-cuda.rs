@@ -259,10 +259,7 @@ fn run() -> Result<u8, String> {
 fn start_mps_server() {
     use std::io::{BufRead, Write};
     use std::os::unix::fs::FileTypeExt;
-    let dir = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
-        .filter(|dir| !dir.is_empty())
-        .map_or_else(|| std::path::PathBuf::from("/tmp/nvidia-mps"), std::path::PathBuf::from);
-    let control = dir.join("control");
+    let control = cuda::mps_pipe_directory().join("control");
     if !std::fs::symlink_metadata(&control).is_ok_and(|m| m.file_type().is_socket()) {
         return;
     }

@@ -15,18 +15,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use nvml_sim::cuda::mps_pipe_directory;
 use nvml_sim::registry::{self, MpsRole};
 use nvml_sim::scenario::{self, Source};
 
 const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
 /// The real daemon's program name: tools know it by its command line.
 const DAEMON_NAME: &str = "nvidia-cuda-mps-control";
-
-fn pipe_directory() -> PathBuf {
-    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
-        .filter(|dir| !dir.is_empty())
-        .map_or_else(|| PathBuf::from("/tmp/nvidia-mps"), PathBuf::from)
-}
 
 fn log_line(text: &str) {
     let dir = std::env::var_os("CUDA_MPS_LOG_DIRECTORY").filter(|dir| !dir.is_empty());
@@ -39,7 +34,7 @@ fn log_line(text: &str) {
 
 /// `-d`: the daemon, started in a session of its own; this returns once its files exist.
 fn start_daemon() -> Result<(), String> {
-    let dir = pipe_directory();
+    let dir = mps_pipe_directory();
     if dir.join(PID_FILE).exists() && UnixStream::connect(dir.join("control")).is_ok() {
         return Err(format!("an MPS control daemon already runs at {}", dir.display()));
     }
@@ -71,7 +66,7 @@ fn start_daemon() -> Result<(), String> {
 
 /// The daemon itself: its files, then one connection at a time.
 fn serve() -> Result<(), String> {
-    let dir = pipe_directory();
+    let dir = mps_pipe_directory();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for name in ["control", "control_privileged", "log", "control_lock", PID_FILE] {
         let _ = std::fs::remove_file(dir.join(name));
@@ -176,7 +171,7 @@ fn main() -> ExitCode {
     let outcome = match args.first().map(String::as_str) {
         Some("-d") => start_daemon(),
         Some("--foreground") => serve(),
-        None => control(&pipe_directory()),
+        None => control(&mps_pipe_directory()),
         Some(other) => Err(format!("usage: sim-mps-control [-d]; {other:?} is not an option")),
     };
     match outcome {
