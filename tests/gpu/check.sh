@@ -200,7 +200,8 @@ fi
 # listed in the report.
 "$gpurun" --gpus 1 --devices 0 --report-json "$work/intr.json" -- "$hold" --mib 256 --hold 9 > /dev/null 2> "$work/intr.err" &
 supervisor=$!
-sleep 3
+# Once the job is verified: what appears after it is an intruder.
+for _ in $(seq 300); do grep -q "verified:" "$work/intr.err" 2>/dev/null && break; sleep 0.1; done
 CUDA_VISIBLE_DEVICES=$uuid CUDA_DEVICE_ORDER=PCI_BUS_ID "$hold" --mib 512 --hold 4 > "$work/intruder.out" 2>&1 &
 intruder=$!
 wait "$intruder"
