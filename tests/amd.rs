@@ -528,6 +528,8 @@ fn the_doctor_reads_amd_smi_and_looks_at_rocms_device_nodes() {
         assert!(text.contains("no /dev/kfd or /dev/dri/renderD* device nodes"), "{text}");
     }
     assert!(!text.contains("NVML loaded"), "{text}");
+    // NVIDIA's fabric registration is none of AMD's business.
+    assert!(!text.contains("NVLink fabric"), "{text}");
 }
 
 #[test]

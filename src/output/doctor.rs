@@ -344,9 +344,11 @@ fn environment(out: &mut Out, machine: Option<&Machine>) {
         out.ok("host PID namespace: NVML's PIDs are this process's PIDs (verification works)");
     } else {
         // What the driver's PIDs are here depends on its branch (probe::pid_regime).
-        let nvidia = machine.filter(|machine| machine.vendor == Vendor::Nvidia);
-        let driver = nvidia.and_then(|machine| machine.driver_version.as_deref());
-        match driver.and_then(|driver| Some((driver, crate::probe::pid_regime::of(driver)?))) {
+        let regime = machine.and_then(|machine| {
+            let driver = machine.driver_version.as_deref()?;
+            Some((driver, crate::probe::pid_regime::of(machine.vendor, driver)?))
+        });
+        match regime {
             Some((driver, regime)) => {
                 out.info(format!("a PID namespace of its own (container?): {}", regime.words(driver)))
             }
@@ -403,7 +405,7 @@ fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
     }
     let Some(machine) = machine else { return };
     // A standalone or PCIe GPU has no fabric to register with: that is said, never a problem.
-    if machine.vendor == Vendor::Nvidia
+    if machine.vendor.has_nvlink_fabric()
         && !machine.gpus.is_empty()
         && machine.gpus.iter().all(|g| g.fabric.is_none())
     {

@@ -8,7 +8,6 @@ use serde::Serialize;
 
 use crate::launch::env::ControlDaemon;
 use crate::probe::gpu::Machine;
-use crate::probe::vendor::Vendor;
 
 /// `--list --json`'s `mps_control_daemon`.
 #[derive(Serialize)]
@@ -21,7 +20,7 @@ pub(crate) struct Entry {
 
 /// The daemon `--mps` would join, unless the pipe is not the caller's to trust.
 fn found(machine: &Machine) -> Option<(ControlDaemon, PathBuf)> {
-    if machine.vendor != Vendor::Nvidia {
+    if !machine.vendor.has_mps() {
         return None;
     }
     let control = crate::launch::env::mps_control_pipe();

@@ -26,8 +26,12 @@ fn parse(version: &str) -> Option<[u32; 3]> {
     Some([major, minor, patch])
 }
 
-/// The regime of a driver; `None` where its version cannot be read.
-pub(crate) fn of(driver_version: &str) -> Option<Regime> {
+/// The regime of an NVIDIA driver; `None` where its version cannot be read, or the driver is
+/// another vendor's (whose branches say nothing of this).
+pub(crate) fn of(vendor: crate::probe::vendor::Vendor, driver_version: &str) -> Option<Regime> {
+    if vendor != crate::probe::vendor::Vendor::Nvidia {
+        return None;
+    }
     let version = parse(driver_version)?;
     Some(match version >= OWN_PIDS_SINCE {
         false => Regime::HostPids,
@@ -95,16 +99,18 @@ mod tests {
 
     #[test]
     fn each_driver_branch_has_its_regime() {
-        assert_eq!(of("470.256.02"), Some(Regime::HostPids));
-        assert_eq!(of("535.104.05"), Some(Regime::HostPids));
-        assert_eq!(of("535.113.01"), Some(Regime::OwnPids { memory: false }));
-        assert_eq!(of("550.54.15"), Some(Regime::OwnPids { memory: false }));
-        assert_eq!(of("565.57.01"), Some(Regime::OwnPids { memory: true }));
-        assert_eq!(of("580.159.04"), Some(Regime::OwnPids { memory: true }));
+        use crate::probe::vendor::Vendor::{Amd, Nvidia};
+        assert_eq!(of(Nvidia, "470.256.02"), Some(Regime::HostPids));
+        assert_eq!(of(Nvidia, "535.104.05"), Some(Regime::HostPids));
+        assert_eq!(of(Nvidia, "535.113.01"), Some(Regime::OwnPids { memory: false }));
+        assert_eq!(of(Nvidia, "550.54.15"), Some(Regime::OwnPids { memory: false }));
+        assert_eq!(of(Nvidia, "565.57.01"), Some(Regime::OwnPids { memory: true }));
+        assert_eq!(of(Nvidia, "580.159.04"), Some(Regime::OwnPids { memory: true }));
         // A version without its patch part compares as .0.
-        assert_eq!(of("565.57"), Some(Regime::OwnPids { memory: false }));
-        assert_eq!(of("unknown"), None);
-        assert_eq!(of(""), None);
+        assert_eq!(of(Nvidia, "565.57"), Some(Regime::OwnPids { memory: false }));
+        assert_eq!(of(Nvidia, "unknown"), None);
+        assert_eq!(of(Nvidia, ""), None);
+        assert_eq!(of(Amd, "6.8.5"), None);
     }
 
     #[test]

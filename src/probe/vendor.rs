@@ -25,6 +25,17 @@ impl Vendor {
             Vendor::Amd => "AMD SMI",
         }
     }
+
+    /// Whether its GPUs run CUDA MPS, whose control daemon `--mps` joins: NVIDIA's alone.
+    pub(crate) fn has_mps(self) -> bool {
+        self == Vendor::Nvidia
+    }
+
+    /// Whether its GPUs may belong to an NVLink fabric that a fabric manager registers them
+    /// with: NVIDIA's alone (AMD's XGMI has no such registration).
+    pub(crate) fn has_nvlink_fabric(self) -> bool {
+        self == Vendor::Nvidia
+    }
 }
 
 /// `--vendor`.
