@@ -64,11 +64,16 @@ fn start_daemon() -> Result<(), String> {
     Err("the daemon did not start".to_owned())
 }
 
-/// The daemon itself: its files, then one connection at a time.
+/// The files the daemon makes in its pipe directory, and removes when it quits.
+const FILES: [&str; 5] = ["control", "control_privileged", "log", "control_lock", PID_FILE];
+
+/// The daemon itself: its files, then one connection at a time. It quits on `quit`, and also
+/// once its `control` is gone (a test's folder removed): a daemon in a session of its own must
+/// not outlive what it served.
 fn serve() -> Result<(), String> {
     let dir = mps_pipe_directory();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for name in ["control", "control_privileged", "log", "control_lock", PID_FILE] {
+    for name in FILES {
         let _ = std::fs::remove_file(dir.join(name));
     }
     let control = UnixListener::bind(dir.join("control")).map_err(|e| format!("control: {e}"))?;
@@ -82,45 +87,59 @@ fn serve() -> Result<(), String> {
     // SAFETY: a valid C string; mkfifo touches nothing else.
     unsafe { libc::mkfifo(log.as_ptr(), 0o600) };
     std::fs::write(dir.join(PID_FILE), format!("{}\n", std::process::id())).map_err(|e| e.to_string())?;
+    control.set_nonblocking(true).map_err(|e| e.to_string())?;
     log_line("daemon started");
     let mut server: Option<Child> = None;
-    for stream in control.incoming() {
-        let Ok(mut stream) = stream else { continue };
+    loop {
+        let mut stream = match control.accept() {
+            Ok((stream, _)) => stream,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                if !dir.join("control").exists() {
+                    stop(&mut server);
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        // A client that says nothing cannot hold the daemon.
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let mut line = String::new();
         if BufReader::new(&stream).read_line(&mut line).is_err() {
             continue;
         }
-        match line.trim() {
-            "start_server" => {
-                let answer = match ensure_server(&mut server) {
-                    Ok(pid) => format!("ok {pid}\n"),
-                    Err(why) => format!("error {why}\n"),
-                };
-                let _ = stream.write_all(answer.as_bytes());
-            }
+        let answer = match line.trim() {
+            "start_server" => match ensure_server(&mut server) {
+                Ok(pid) => format!("ok {pid}\n"),
+                Err(why) => format!("error {why}\n"),
+            },
             "get_server_list" => {
-                let pid = server.as_ref().map(|s| s.id().to_string()).unwrap_or_default();
-                let _ = stream.write_all(format!("{pid}\n").as_bytes());
+                format!("{}\n", server.as_ref().map(|s| s.id().to_string()).unwrap_or_default())
             }
             "quit" => {
-                if let Some(mut child) = server.take() {
-                    // SAFETY: signalling our own child by its PID.
-                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-                    let _ = child.wait();
-                }
-                for name in ["control", "control_privileged", "log", "control_lock", PID_FILE] {
+                stop(&mut server);
+                for name in FILES {
                     let _ = std::fs::remove_file(dir.join(name));
                 }
                 log_line("daemon quit");
                 let _ = stream.write_all(b"ok\n");
                 return Ok(());
             }
-            other => {
-                let _ = stream.write_all(format!("error unknown command {other:?}\n").as_bytes());
-            }
-        }
+            other => format!("error unknown command {other:?}\n"),
+        };
+        let _ = stream.write_all(answer.as_bytes());
     }
-    Ok(())
+}
+
+/// Ends the server by SIGTERM (its registration is released, as a real server's context ends).
+fn stop(server: &mut Option<Child>) {
+    if let Some(mut child) = server.take() {
+        // SAFETY: signalling our own child by its PID.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = child.wait();
+    }
 }
 
 /// The user's server, started at the first client: sim-cuda as nvidia-cuda-mps-server on the
