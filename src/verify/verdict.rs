@@ -331,29 +331,22 @@ mod tests {
 
     #[test]
     fn a_gpu_whose_list_is_refused_is_unverifiable_never_unused() {
-        let mut tracker = Tracker::new(&[1, 2]);
-        tracker.observe(
-            Poll {
-                sightings: vec![seen(5, 1)],
-                unlistable: vec![(2, "Not Supported".to_owned())],
-                ..Poll::default()
-            },
-            no_cause,
-        );
-        let (verdict, detail) = tracker.verdict();
+        // PID 5 seen on GPU 1, GPU 2's list refused, among `selected`.
+        let tracker = |selected: &[u32]| {
+            let mut tracker = Tracker::new(selected);
+            let refused = vec![(2, "Not Supported".to_owned())];
+            tracker.observe(
+                Poll { sightings: vec![seen(5, 1)], unlistable: refused, ..Poll::default() },
+                no_cause,
+            );
+            tracker
+        };
+        let two = tracker(&[1, 2]);
+        let (verdict, detail) = two.verdict();
         assert_eq!(verdict, Verdict::Unverifiable, "{detail}");
         assert!(detail.contains("NVML cannot list the processes on GPU 2: Not Supported"), "{detail}");
-        assert_eq!(tracker.unlistable(), [2]);
+        assert_eq!(two.unlistable(), [2]);
         // A third GPU that was listed and unused still makes it partial.
-        let mut three = Tracker::new(&[1, 2, 3]);
-        three.observe(
-            Poll {
-                sightings: vec![seen(5, 1)],
-                unlistable: vec![(2, "Not Supported".to_owned())],
-                ..Poll::default()
-            },
-            no_cause,
-        );
-        assert_eq!(three.verdict().0, Verdict::Partial);
+        assert_eq!(tracker(&[1, 2, 3]).verdict().0, Verdict::Partial);
     }
 }
