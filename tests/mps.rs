@@ -574,3 +574,51 @@ fn a_control_socket_is_a_daemon_only_with_its_pid_file_and_process() {
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"quit\n").unwrap();
     child.wait().unwrap();
 }
+
+/// Under a /proc mounted hidepid=2 a user cannot see root's processes, a system-wide control
+/// daemon's included: its pid file of root's naming a live process (kill(0): EPERM, not ESRCH)
+/// is root's daemon, and `--mps` joins it rather than saying no daemon serves.
+#[test]
+fn under_hidepid_a_root_control_daemon_is_still_seen_by_a_user() {
+    use std::os::unix::fs::PermissionsExt;
+    if !common::is_root() || !common::on_path("setpriv") || !common::pid_namespaces_allowed("hidepid") {
+        return common::skip("hidepid and a second user", "needs root, setpriv and a PID namespace");
+    }
+    let sim = Sim::new(&scenario_file("two_idle.toml"));
+    let pipe = sim.dir.path().join("system-mps");
+    std::fs::create_dir(&pipe).unwrap();
+    std::fs::create_dir_all(sim.lock_dir()).unwrap();
+    for (path, mode) in [(sim.dir.path().to_owned(), 0o755), (pipe.clone(), 0o755), (sim.lock_dir(), 0o1777)]
+    {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    // In a PID and mount namespace of its own: /proc with hidepid=2, root's daemon, a user's --mps.
+    let script = "mount -t proc -o hidepid=2 proc /proc && \"$0\" -d && \
+                  setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=\"$1\" XDG_CONFIG_HOME=\"$1\" \
+                  XDG_STATE_HOME=\"$1\" \"$2\" --mps --export; status=$?; echo quit | \"$0\" > /dev/null; exit $status";
+    let control_utility = common::built("sim-mps-control");
+    let home = sim.dir.path().display().to_string();
+    let gpurun = common::gpurun_binary();
+    let outcome = sim
+        .gpurun_command(
+            "unshare",
+            &[
+                "--mount",
+                "--pid",
+                "--fork",
+                "sh",
+                "-c",
+                script,
+                control_utility.to_str().unwrap(),
+                &home,
+                &gpurun,
+            ],
+        )
+        .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
+        .env("CUDA_MPS_LOG_DIRECTORY", &pipe)
+        .run();
+    if outcome.stderr.contains("mount:") || outcome.stderr.contains("setpriv:") {
+        return common::skip("hidepid and a second user", &outcome.stderr);
+    }
+    outcome.status(0).stdout_has(&format!("export CUDA_MPS_PIPE_DIRECTORY='{}'", pipe.display()));
+}

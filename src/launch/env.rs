@@ -148,8 +148,10 @@ const MPS_PID_FILE: &str = "nvidia-cuda-mps-control.pid";
 /// Whether an MPS control daemon serves `control`, and which. The real daemon (driver 580)
 /// makes `control` a Unix socket and starts no server until the first client connects: it
 /// serves when its pid file (the caller's or root's) names a live `nvidia-cuda-mps-control` of
-/// the caller's or root's. Older daemons read a FIFO: that one serves while a reader holds it.
-/// Nothing is connected to or written. Who owns the pipe itself is `untrusted_mps_pipe`'s.
+/// the caller's or root's (under hidepid=2, where a user cannot see root's processes: a live
+/// process named in a pid file of root's). Older daemons read a FIFO: that one serves while a
+/// reader holds it. Nothing is connected to or written. Who owns the pipe itself is
+/// `untrusted_mps_pipe`'s.
 pub(crate) fn mps_control_daemon(control: &std::path::Path) -> Option<ControlDaemon> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let caller = nix::unistd::getuid().as_raw();
@@ -162,11 +164,21 @@ pub(crate) fn mps_control_daemon(control: &std::path::Path) -> Option<ControlDae
         .and_then(|_| crate::process::stdio::read_small_file(&pid_file, 32))
         .and_then(|text| text.trim().parse::<u32>().ok())
         .filter(|&pid| pid > 1)
-        .and_then(|pid| {
-            let uid = crate::process::procfs::uid_of(pid).filter(|&uid| trusted(uid))?;
-            let command = crate::process::procfs::command_line(pid);
-            crate::probe::mps::runs(command.as_deref(), "nvidia-cuda-mps-control")
-                .then_some(ControlDaemon { pid: Some(pid), uid: Some(uid) })
+        .and_then(|pid| match crate::process::procfs::uid_of(pid) {
+            Some(uid) => {
+                let command = crate::process::procfs::command_line(pid);
+                let daemon = crate::probe::mps::runs(command.as_deref(), "nvidia-cuda-mps-control");
+                (trusted(uid) && daemon).then_some(ControlDaemon { pid: Some(pid), uid: Some(uid) })
+            }
+            // /proc hides it (hidepid=2: a system daemon of root's, seen by a user): a live
+            // process of another user's (kill(0) says EPERM, never ESRCH) whose pid file root
+            // wrote is root's daemon.
+            None => {
+                let root_wrote = std::fs::symlink_metadata(&pid_file).is_ok_and(|meta| meta.uid() == 0);
+                let hidden = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
+                    == Err(nix::errno::Errno::EPERM);
+                (root_wrote && hidden).then_some(ControlDaemon { pid: Some(pid), uid: Some(0) })
+            }
         });
     let kind = std::fs::symlink_metadata(control).ok()?.file_type();
     if kind.is_socket() {
