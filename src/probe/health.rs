@@ -53,7 +53,7 @@ impl Health {
 }
 
 /// `nvmlClocksEventReasonGpuIdle`: nothing runs, which is no throttling.
-pub(crate) const GPU_IDLE: u64 = 0x1;
+const GPU_IDLE: u64 = 0x1;
 /// `nvmlClocksEventReason*` bits that mean the hardware is holding the clocks down.
 pub(crate) const HW_SLOWDOWN: u64 = 0x8;
 pub(crate) const HW_THERMAL_SLOWDOWN: u64 = 0x40;
