@@ -76,7 +76,7 @@ impl LatencySpec {
     /// How long `call` takes (without its version suffix); `first_handle`: it is a GPU's
     /// first `nvmlDeviceGetHandleByIndex` in this process.
     pub fn of(&self, call: &str, first_handle: bool) -> f64 {
-        let base = crate::state::unversioned(call);
+        let base = unversioned(call);
         let profile = self.profile.as_deref() == Some("h200-580");
         if first_handle {
             let first = self.first_handle_ms.or(profile.then_some(H200_580_FIRST_HANDLE));
@@ -92,6 +92,14 @@ impl LatencySpec {
             })
             .unwrap_or(0.0)
     }
+}
+
+/// A call's name without its version suffix (`nvmlDeviceGetMemoryInfo_v2` ->
+/// `nvmlDeviceGetMemoryInfo`; `nvmlDeviceGetGpuFabricInfoV` is a name of its own).
+pub(crate) fn unversioned(call: &str) -> &str {
+    call.rsplit_once("_v")
+        .filter(|(_, version)| !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(call, |(base, _)| base)
 }
 
 #[cfg(test)]

@@ -281,13 +281,5 @@ pub fn with_state<T>(body: impl FnOnce(&mut State) -> Result<T, u32>) -> Result<
 /// version suffix this call carries (`nvmlDeviceGetMemoryInfo` covers `..._v2`; `..._v2` alone
 /// only the versioned entry point, as a driver older than it would fail there).
 fn same_call(spec: &str, call: &str) -> bool {
-    spec == call || spec == unversioned(call)
-}
-
-/// A call's name without its version suffix (`nvmlDeviceGetMemoryInfo_v2` ->
-/// `nvmlDeviceGetMemoryInfo`; `nvmlDeviceGetGpuFabricInfoV` is a name of its own).
-pub(crate) fn unversioned(call: &str) -> &str {
-    call.rsplit_once("_v")
-        .filter(|(_, version)| !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()))
-        .map_or(call, |(base, _)| base)
+    spec == call || spec == crate::latency::unversioned(call)
 }
