@@ -107,10 +107,9 @@ fn handle_for(index: usize) -> Device {
 pub(crate) fn misbehave(call: &str, gpu: Option<u32>) {
     log_call(call, gpu);
     let (hang, crash, latency) = with_state(|state| {
-        // A GPU's first handle in this process is the dear one (`latency.rs`).
-        let first_handle =
-            call == "nvmlDeviceGetHandleByIndex" && gpu.is_some_and(|gpu| state.handled.insert(gpu));
-        Ok((state.hang(call, gpu), state.crashes(call, gpu), state.scenario.latency.of(call, first_handle)))
+        // A call's first time on a GPU in this process is the dear one (`latency.rs`).
+        let first = state.asked.insert((call.to_owned(), gpu));
+        Ok((state.hang(call, gpu), state.crashes(call, gpu), state.scenario.latency.of(call, first)))
     })
     .unwrap_or((None, false, 0.0));
     if latency > 0.0 {

@@ -20,41 +20,49 @@ pub struct LatencySpec {
     pub first_handle_ms: Option<f64>,
 }
 
-/// `gpurun -vv --list --json` on one H200 in a VM, driver 580.159.04
-/// (tests/real-gpu/h200-2026-12-04/gpurun-list-vv-trace.txt; nvmlDeviceGetSamples from the
-/// -c capture's launch trace): each call's time in ms.
-const H200_580: &[(&str, f64)] = &[
-    ("nvmlInit", 12.072),
-    ("nvmlSystemGetDriverVersion", 0.001),
-    ("nvmlDeviceGetCount", 0.006),
-    ("nvmlDeviceGetHandleByIndex", 0.005),
-    ("nvmlDeviceGetUUID", 0.012),
-    ("nvmlDeviceGetName", 0.006),
-    ("nvmlDeviceGetPciInfo", 0.019),
-    ("nvmlDeviceGetMemoryInfo", 0.014),
-    ("nvmlDeviceGetUtilizationRates", 3.752),
-    ("nvmlDeviceGetTemperature", 0.243),
-    ("nvmlDeviceGetPowerUsage", 1.444),
-    ("nvmlDeviceGetComputeMode", 0.008),
-    ("nvmlDeviceGetPersistenceMode", 0.011),
-    ("nvmlDeviceGetMemoryAffinity", 11.705),
-    ("nvmlDeviceGetNumaNodeId", 0.045),
-    ("nvmlDeviceGetCpuAffinity", 0.004),
-    ("nvmlDeviceGetMigMode", 0.416),
-    ("nvmlDeviceGetComputeRunningProcesses", 0.040),
-    ("nvmlDeviceGetEccMode", 2.050),
-    ("nvmlDeviceGetTotalEccErrors", 1.815),
-    ("nvmlDeviceGetFieldValues", 0.005),
-    ("nvmlDeviceGetCurrentClocksEventReasons", 0.490),
-    ("nvmlDeviceGetGpuFabricInfoV", 0.015),
-    ("nvmlDeviceGetCurrPcieLinkWidth", 0.099),
-    ("nvmlDeviceGetMaxPcieLinkWidth", 0.035),
-    ("nvmlSystemGetCudaDriverVersion", 0.029),
-    ("nvmlGetExcludedDeviceCount", 0.001),
-    ("nvmlSystemGetConfComputeState", 0.048),
-    ("nvmlDeviceGetSamples", 2.64),
+/// One H200 in a VM, driver 580.159.04: each call's time in ms the first time this process
+/// makes it on a GPU (or at all, for a system call), and later, where later ones cost otherwise.
+/// First times from `gpurun -vv --list --json` (tests/real-gpu/h200-2026-12-04/
+/// gpurun-list-vv-trace.txt); later ones, the receipt's energy counter and event registration
+/// from a launch's trace (tests/real-gpu/h200-2026-12-04-c/gpurun-launch-vv-trace.txt: power,
+/// utilization and clock events answer in microseconds once asked, the energy counter takes
+/// 15.5 ms and then 8.3 ms, `nvmlDeviceGetSamples` about 2.6 ms every time: two C calls).
+const H200_580: &[(&str, f64, Option<f64>)] = &[
+    ("nvmlInit", 12.072, None),
+    ("nvmlSystemGetDriverVersion", 0.001, None),
+    ("nvmlDeviceGetCount", 0.006, None),
+    ("nvmlDeviceGetHandleByIndex", 6.612, Some(0.005)),
+    ("nvmlDeviceGetUUID", 0.012, None),
+    ("nvmlDeviceGetName", 0.006, None),
+    ("nvmlDeviceGetPciInfo", 0.019, None),
+    ("nvmlDeviceGetMemoryInfo", 0.014, None),
+    ("nvmlDeviceGetUtilizationRates", 3.752, Some(0.003)),
+    ("nvmlDeviceGetTemperature", 0.243, None),
+    ("nvmlDeviceGetPowerUsage", 1.444, Some(0.006)),
+    ("nvmlDeviceGetComputeMode", 0.008, None),
+    ("nvmlDeviceGetPersistenceMode", 0.011, None),
+    ("nvmlDeviceGetMemoryAffinity", 11.705, None),
+    ("nvmlDeviceGetNumaNodeId", 0.045, None),
+    ("nvmlDeviceGetCpuAffinity", 0.004, None),
+    ("nvmlDeviceGetMigMode", 0.416, None),
+    ("nvmlDeviceGetComputeRunningProcesses", 0.040, Some(0.1)),
+    ("nvmlDeviceGetEccMode", 2.050, None),
+    ("nvmlDeviceGetTotalEccErrors", 1.815, None),
+    // The row-remapping fields first (5 us), the throttle counters later (0.69 and 0.23 ms).
+    ("nvmlDeviceGetFieldValues", 0.005, Some(0.459)),
+    ("nvmlDeviceGetCurrentClocksEventReasons", 0.490, Some(0.003)),
+    ("nvmlDeviceGetGpuFabricInfoV", 0.015, None),
+    ("nvmlDeviceGetCurrPcieLinkWidth", 0.099, None),
+    ("nvmlDeviceGetMaxPcieLinkWidth", 0.035, None),
+    ("nvmlSystemGetCudaDriverVersion", 0.029, None),
+    ("nvmlGetExcludedDeviceCount", 0.001, None),
+    ("nvmlSystemGetConfComputeState", 0.048, None),
+    // Per C call: nvml-wrapper asks the count, then the samples, 2.64 ms the pair on the H200.
+    ("nvmlDeviceGetSamples", 1.32, None),
+    ("nvmlDeviceGetTotalEnergyConsumption", 15.498, Some(8.305)),
+    ("nvmlDeviceGetEnforcedPowerLimit", 0.004, None),
+    ("nvmlDeviceRegisterEvents", 0.935, None),
 ];
-const H200_580_FIRST_HANDLE: f64 = 6.612;
 
 /// The profiles a scenario can name.
 pub const PROFILES: &[&str] = &["h200-580"];
@@ -73,24 +81,27 @@ impl LatencySpec {
         Ok(())
     }
 
-    /// How long `call` takes (without its version suffix); `first_handle`: it is a GPU's
-    /// first `nvmlDeviceGetHandleByIndex` in this process.
-    pub fn of(&self, call: &str, first_handle: bool) -> f64 {
+    /// How long `call` takes (without its version suffix); `first`: this process makes it for
+    /// the first time (on that GPU).
+    pub fn of(&self, call: &str, first: bool) -> f64 {
         let base = unversioned(call);
-        let profile = self.profile.as_deref() == Some("h200-580");
-        if first_handle {
-            let first = self.first_handle_ms.or(profile.then_some(H200_580_FIRST_HANDLE));
-            if let Some(ms) = first {
+        if first && base == "nvmlDeviceGetHandleByIndex" {
+            if let Some(ms) = self.first_handle_ms {
                 return ms;
             }
         }
-        self.ms
-            .get(base)
-            .copied()
-            .or_else(|| {
-                profile.then(|| H200_580.iter().find(|(name, _)| *name == base).map(|(_, ms)| *ms)).flatten()
-            })
-            .unwrap_or(0.0)
+        if let Some(ms) = self.ms.get(base) {
+            return *ms;
+        }
+        let profiled = match self.profile.as_deref() {
+            Some("h200-580") => H200_580.iter().find(|(name, _, _)| *name == base),
+            _ => None,
+        };
+        match profiled {
+            Some((_, first_ms, later)) if !first => later.unwrap_or(*first_ms),
+            Some((_, first_ms, _)) => *first_ms,
+            None => 0.0,
+        }
     }
 }
 
@@ -107,7 +118,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_calls_own_latency_beats_the_profiles_and_the_first_handle_is_dear() {
+    fn a_calls_own_latency_beats_the_profiles_and_a_first_call_is_dear() {
         let spec = LatencySpec {
             profile: Some("h200-580".to_owned()),
             ms: [("nvmlDeviceGetUtilizationRates".to_owned(), 1.0)].into_iter().collect(),
@@ -119,6 +130,10 @@ mod tests {
         assert_eq!(spec.of("nvmlDeviceGetHandleByIndex", true), 6.612);
         assert_eq!(spec.of("nvmlDeviceGetHandleByIndex", false), 0.005);
         assert_eq!(spec.of("nvmlSomethingElse", false), 0.0);
+        // Once asked, power answers in microseconds; the energy counter stays dear.
+        assert_eq!(spec.of("nvmlDeviceGetPowerUsage", true), 1.444);
+        assert_eq!(spec.of("nvmlDeviceGetPowerUsage", false), 0.006);
+        assert_eq!(spec.of("nvmlDeviceGetTotalEnergyConsumption", false), 8.305);
         assert_eq!(LatencySpec::default().of("nvmlInit", false), 0.0);
         assert!(LatencySpec { profile: Some("a100".to_owned()), ..LatencySpec::default() }
             .validate()

@@ -24,8 +24,9 @@ pub struct State {
     pub event_sets: Vec<Option<EventSet>>,
     /// The process registry as read so far (re-read only where it changed).
     registered: std::cell::RefCell<registry::Cache>,
-    /// The GPUs this process has had a handle of (the first one costs a real driver most).
-    pub handled: std::collections::HashSet<u32>,
+    /// The calls this process has made, each with its GPU (a call's first time on a GPU costs a
+    /// real driver most: `latency.rs`).
+    pub asked: std::collections::HashSet<(String, Option<u32>)>,
 }
 
 /// One event set: what it was registered for, and the Xids it has delivered.
@@ -94,7 +95,7 @@ impl State {
             looked: None,
             event_sets: Vec::new(),
             registered: std::cell::RefCell::new(registry::Cache::default()),
-            handled: std::collections::HashSet::new(),
+            asked: std::collections::HashSet::new(),
         })
     }
 
