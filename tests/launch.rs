@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use common::{alive, default_scenario, recorder, send_signal, wait_until, Sim, GPURUN};
+use common::{alive, default_scenario, recorder, send_signal, wait_until, Outcome, Sim, GPURUN};
 
 const LONG: Duration = Duration::from_secs(10);
 
@@ -800,5 +800,62 @@ fn a_launch_asks_nvml_only_what_its_request_needs() {
     let listing = calls_of(&["--list"]);
     for call in placement.iter().chain(&sensors) {
         assert!(asked(&listing, call), "--list did not ask {call}");
+    }
+}
+
+/// Issue 63 (1): utilization and health (3.8 and about 4.5 ms a GPU on a real driver) are read
+/// only of the GPUs a launch takes; a refusal, `--policy random`, `-v` and a listing read every
+/// GPU's, and what is chosen does not change. Counted per GPU in the simulator's call log.
+#[test]
+fn a_launch_reads_utilization_and_health_only_of_the_gpus_it_takes() {
+    let sim = Sim::new(&default_scenario());
+    let run = |args: &[&str]| -> (Vec<u32>, Outcome) {
+        let log = sim.dir.path().join(format!("deferred-{}.log", args.join("_").replace('/', "")));
+        let outcome = sim.gpurun().env("NVML_SIM_CALL_LOG", &log).args(args).run();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let mut read: Vec<u32> = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split(' ').skip(1);
+                let call = fields.next()?;
+                (call == "nvmlDeviceGetEccMode").then(|| fields.next()?.parse().ok()).flatten()
+            })
+            .collect();
+        read.sort_unstable();
+        read.dedup();
+        (read, outcome)
+    };
+    let export_of = |outcome: &Outcome| -> String {
+        outcome
+            .stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("export CUDA_VISIBLE_DEVICES="))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let every: Vec<u32> = (0..8).collect();
+    // --export --gpus 2 takes two GPUs and reads those two.
+    let (read, two) = run(&["--gpus", "2", "--export"]);
+    two.status(0);
+    assert_eq!(read.len(), 2, "read {read:?}: {}", two.stderr);
+    // -v reads every GPU (it says why each was passed over) and chooses the same.
+    let (read, explained) = run(&["-v", "--gpus", "2", "--export"]);
+    assert_eq!(read, every, "{}", explained.stderr);
+    assert_eq!(export_of(&explained), export_of(&two));
+    assert!(explained.stderr.contains("passed over"), "{}", explained.stderr);
+    // A plain launch of one GPU reads the one it runs on.
+    let (read, one) = run(&["--gpus", "1", "--", "true"]);
+    one.status(0);
+    assert_eq!(read.len(), 1, "read {read:?}: {}", one.stderr);
+    // A refusal names every GPU's reason: it reads them all.
+    let (read, refused) = run(&["--gpus", "8", "--exclusive", "--", "true"]);
+    refused.status(75);
+    assert_eq!(read, every, "{}", refused.stderr);
+    // --policy random shuffles the GPUs that qualify: all are read before the shuffle.
+    let (read, _) = run(&["--policy", "random", "--gpus", "1", "--export"]);
+    assert_eq!(read, every);
+    for shown in [&["--list"][..], &["--dry-run", "--gpus", "1"], &["--doctor"]] {
+        let (read, _) = run(shown);
+        assert_eq!(read, every, "{shown:?}");
     }
 }

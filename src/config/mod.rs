@@ -176,10 +176,16 @@ impl Config {
 
     /// What this run shows or uses beyond what any request needs (DESIGN 13: on a real driver
     /// memory affinity alone costs 11.7 ms a GPU): a listing or a dry run shows everything;
-    /// `--cpu-bind numa` (`--per-rank`'s default) binds by the GPUs' local CPUs.
+    /// `--cpu-bind numa` (`--per-rank`'s default) binds by the GPUs' local CPUs; `-v` says why
+    /// each GPU was passed over, for which it reads every GPU's utilization and health.
     fn probe_needs(&self) -> crate::probe::Needs {
         let shown = matches!(self.mode, Mode::Select(Goal::List { .. } | Goal::DryRun { .. }));
-        crate::probe::Needs { placement: shown || self.cpu_bind == CpuBind::Numa, sensors: shown }
+        let explained = tracing::enabled!(tracing::Level::DEBUG);
+        crate::probe::Needs {
+            placement: shown || self.cpu_bind == CpuBind::Numa,
+            sensors: shown,
+            every_reading: shown || explained,
+        }
     }
 
     /// The settings that shape what the command gets, for this goal.

@@ -94,7 +94,7 @@ impl<'a> Watch<'a> {
                 self.monitor.absorb_readings(&readings, true);
                 None
             }
-            Answer::Opened(_) | Answer::Probed(_) | Answer::Links(_) => None,
+            Answer::Opened(_) | Answer::Probed(_) | Answer::Deferred(_) | Answer::Links(_) => None,
         }
     }
 

@@ -112,6 +112,11 @@ pub(crate) struct Gpu {
     /// device cgroup (Slurm, containers), so CUDA does not enumerate it either.
     #[serde(skip)]
     pub(crate) handle_refused: bool,
+    /// Its utilization and health (fabric aside) were not asked yet: a launch asks them only
+    /// of the GPUs its choice takes (`probe::deferred`). Until then `utilization` is `None` and
+    /// `health` says only what the fabric said.
+    #[serde(skip)]
+    pub(crate) readings_deferred: bool,
 }
 
 impl Gpu {
@@ -145,6 +150,7 @@ impl Gpu {
             blocked: None,
             error: None,
             handle_refused: false,
+            readings_deferred: false,
         }
     }
 
@@ -416,6 +422,7 @@ pub(crate) fn test_gpu(index: u32) -> Gpu {
         blocked: None,
         error: None,
         handle_refused: false,
+        readings_deferred: false,
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub(crate) mod amd;
 pub(crate) mod calls;
+pub(crate) mod deferred;
 pub(crate) mod fabric;
 pub(crate) mod gpu;
 pub(crate) mod health;
@@ -28,9 +29,12 @@ pub(crate) struct Needs {
     pub(crate) placement: bool,
     /// Temperature and power: what shows them (`--list`, a dry run, `--doctor`).
     pub(crate) sensors: bool,
+    /// Every GPU's utilization and health, up front: what shows or explains them. Otherwise
+    /// they are deferred (`deferred`), and asked only of the GPUs a choice takes.
+    pub(crate) every_reading: bool,
 }
 
 impl Needs {
     /// Everything: `--list`, a dry run, `--doctor`.
-    pub(crate) const ALL: Needs = Needs { placement: true, sensors: true };
+    pub(crate) const ALL: Needs = Needs { placement: true, sensors: true, every_reading: true };
 }

@@ -57,7 +57,8 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
         VendorChoice::Amd => amd().map(|s| Library::Amd(s).into()).map_err(OpenError::Amd),
         VendorChoice::Auto => match nvidia() {
             Ok(session) => {
-                let Ok(loaded) = amd::load(libraries.amd_smi.as_deref()) else {
+                let loaded = amd_possible(libraries).then(|| amd::load(libraries.amd_smi.as_deref()));
+                let Some(Ok(loaded)) = loaded else {
                     return Ok(Library::Nvml(session).into());
                 };
                 let nvidia_gpus = session.has_gpus();
@@ -83,6 +84,14 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
     }
 }
 
+/// Whether AMD SMI could count a GPU beside NVML's: its library is named (`--amd-smi-lib`), or
+/// the AMD compute driver's node is there (`/dev/kfd`: ROCm runs nothing without it, in a
+/// container too). Where neither, `auto` does not look for the library: finding it missing
+/// costs the dynamic loader's whole search, some 70 paths, on every launch.
+fn amd_possible(libraries: &Libraries) -> bool {
+    libraries.amd_smi.is_some() || std::path::Path::new("/dev/kfd").exists()
+}
+
 impl Session {
     pub(crate) fn probe(&mut self, needs: crate::probe::Needs) -> Result<Machine, OpenError> {
         let machine = match &mut self.library {
@@ -90,6 +99,14 @@ impl Session {
             Library::Amd(session) => session.probe(),
         };
         machine.map(|machine| Machine { also_amd_gpus: self.also_amd, ..machine })
+    }
+
+    /// What the probe deferred of `gpus` (only NVML defers: AMD SMI's probe reads it all).
+    pub(crate) fn deferred_readings(&mut self, gpus: &[u32]) -> Vec<crate::probe::deferred::Deferred> {
+        match &mut self.library {
+            Library::Nvml(session) => session.deferred_readings(gpus),
+            Library::Amd(_) => Vec::new(),
+        }
     }
 
     pub(crate) fn links(&mut self, gpus: &[u32]) -> Topology {

@@ -13,6 +13,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::probe::calls::{Call, Calls};
+use crate::probe::deferred::Deferred;
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::meter::{Ask, Reading};
 use crate::probe::nvml::OpenError;
@@ -27,6 +28,8 @@ const STACK_SIZE: usize = 512 * 1024;
 pub(crate) enum Job {
     Open(Libraries),
     Probe(crate::probe::Needs),
+    /// What the probe deferred of these GPUs.
+    Deferred(Vec<u32>),
     /// The links between every pair of these GPUs.
     Links(Vec<u32>),
     /// The compute processes of `watched`, the Xid errors raised on `chosen` since the last
@@ -45,6 +48,7 @@ pub(crate) enum Job {
 pub(crate) enum Answer {
     Opened(Result<(), OpenError>),
     Probed(Result<Machine, OpenError>),
+    Deferred(Vec<Deferred>),
     Links(Topology),
     Polled { lists: Vec<(u32, Result<Vec<Listed>, ListError>)>, xids: XidBatch, readings: Vec<Reading> },
     Metered(Vec<Reading>),
@@ -89,6 +93,9 @@ fn run(
                     let _ = opened.set(new.opened());
                     session = Some(new);
                 }))
+            }
+            Job::Deferred(gpus) => {
+                Answer::Deferred(session.as_mut().map(|s| s.deferred_readings(&gpus)).unwrap_or_default())
             }
             Job::Links(gpus) => Answer::Links(session.as_mut().map(|s| s.links(&gpus)).unwrap_or_default()),
             Job::Probe(needs) => match session.as_mut() {
@@ -264,6 +271,21 @@ impl NvmlThread {
         match self.await_answer(receiver, Instant::now() + timeout) {
             Ok(Answer::Links(topology)) => Ok(topology),
             Ok(_) => Ok(Topology::default()),
+            Err(no_answer) => Err(Failure::from_no_answer(no_answer, timeout)),
+        }
+    }
+
+    /// What the probe deferred of `gpus`, within `timeout`.
+    pub(crate) fn deferred(
+        &mut self,
+        receiver: &Receiver,
+        timeout: Duration,
+        gpus: Vec<u32>,
+    ) -> Result<Vec<Deferred>, Failure> {
+        self.send(Job::Deferred(gpus));
+        match self.await_answer(receiver, Instant::now() + timeout) {
+            Ok(Answer::Deferred(read)) => Ok(read),
+            Ok(_) => Ok(Vec::new()),
             Err(no_answer) => Err(Failure::from_no_answer(no_answer, timeout)),
         }
     }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::options::count::Count;
+use crate::options::Policy;
 use crate::options::Wait;
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::worker::NvmlThread;
@@ -23,6 +24,7 @@ use crate::reserve::lockdir::{DirLock, LockDir, LockDirError};
 use crate::reserve::stalled::{StalledHeads, LOCK_CONTENDED};
 use crate::reserve::ticket::{self, KnownGpus, Needs, Ticket};
 use crate::reserve::waiting::{wait_turn, Pacing, Progress};
+use crate::select::deferred;
 use crate::select::policy::{self, Decision, Outcome, Request};
 use crate::select::selection::Selection;
 use crate::select::visibility::{self, Inherited, Visibility};
@@ -305,7 +307,7 @@ impl Search {
         inherited: &Inherited,
         options: &Options,
     ) -> Result<Step, AcquireError> {
-        let (machine, visibility) = self.look(nvml, receiver, inherited, options)?;
+        let (mut machine, visibility) = self.look(nvml, receiver, inherited, options)?;
         let known = KnownGpus::of(&machine);
         if !std::mem::replace(&mut self.warned, true) {
             warn_unusable(&machine, &visibility);
@@ -332,6 +334,9 @@ impl Search {
             .as_ref()
             .map(|dir| ticket::waiters_ahead(dir, &known, self.ticket.as_ref(), options.hold))
             .unwrap_or_default();
+        // Each waiter's claim is worked out from every GPU as it is.
+        let unread = if waiters.is_empty() { Vec::new() } else { machine.deferred() };
+        read_deferred(nvml, receiver, options, &mut machine, unread)?;
         let mut reserved = reservations(&live, &machine);
         let (mut held, mut queue) =
             queue_ahead(ticket::ahead(&waiters, self.ticket.as_ref()), &machine, &mut reserved);
@@ -351,14 +356,16 @@ impl Search {
             Some(Some(until)) => Instant::now() >= until,
         };
         let (request, over_rule) = capped_request(options, &live)?;
-        let topology = machine.topology.as_ref();
-        let decision = policy::decide_with_links(
-            &machine.all_devices(),
-            &visibility,
-            &request,
-            &reserved,
-            &held,
-            topology,
+        let topology = machine.topology.clone();
+        let partial = waiters.is_empty() && request.policy != Policy::Random && !options.listing;
+        let decision = deferred::decide_reading(
+            &mut machine,
+            partial,
+            |gpus| {
+                policy::decide_with_links(gpus, &visibility, &request, &reserved, &held, topology.as_ref())
+                    .map_err(AcquireError::from)
+            },
+            |gpus| nvml.deferred(receiver, options.nvml_timeout, gpus.to_vec()).map_err(AcquireError::from),
         )?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
@@ -494,8 +501,12 @@ impl Search {
                         Some(nvml.probe(receiver, options.nvml_timeout, None, &mut |_| {}, options.needs)?);
                     return Ok(Step::Again);
                 };
+                let mut probed = probed;
                 let visibility = visibility::resolve(&probed, inherited);
                 let indices = joining::check_set(&rank, &record, gpus, &probed, &visibility)?;
+                // The set's GPUs are read whole, as a chooser reads what it takes.
+                let unread = probed.deferred().into_iter().filter(|gpu| indices.contains(gpu)).collect();
+                read_deferred(nvml, receiver, options, &mut probed, unread)?;
                 let count = options.request.count;
                 if gpus.is_empty() {
                     // The chooser runs with no GPU (--fallback cpu): so does every rank.
@@ -537,6 +548,21 @@ impl Search {
 
 /// The request under max-gpus-per-user: at most what the rule leaves this user now, or (the
 /// second value) why it must wait for the user's own reservations to end first.
+/// Reads what the probe deferred of `gpus` (`probe::deferred`) into `machine`.
+fn read_deferred(
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    options: &Options,
+    machine: &mut Machine,
+    gpus: Vec<u32>,
+) -> Result<(), AcquireError> {
+    if !gpus.is_empty() {
+        let read = nvml.deferred(receiver, options.nvml_timeout, gpus.clone())?;
+        machine.settle(&gpus, read);
+    }
+    Ok(())
+}
+
 fn capped_request<'a>(
     options: &Options<'a>,
     live: &[Lease],
@@ -589,7 +615,12 @@ impl Search {
                 false => {
                     let count = options.request.count;
                     let most = LINK_POOL.max(4 * count.max.unwrap_or(count.min) as usize);
-                    policy::link_candidates(&machine.all_devices(), &visibility, options.request, most)
+                    policy::link_candidates(
+                        &deferred::best_case(&machine),
+                        &visibility,
+                        options.request,
+                        most,
+                    )
                 }
             };
             if self.links.as_ref().is_none_or(|(known, _)| *known != pool) {
@@ -624,7 +655,7 @@ impl Search {
         else {
             return Ok(false);
         };
-        let quick = policy::decide(&machine.all_devices(), visibility, options.request, &[], &[])?;
+        let quick = policy::decide(&deferred::best_case(machine), visibility, options.request, &[], &[])?;
         let mask = ticket::mask_of(quick.possible());
         if quick.never.is_some() || mask == 0 {
             return Ok(false);

@@ -2,6 +2,7 @@
 //! qualify for the request, and which are chosen. Pure: no I/O.
 
 pub(crate) mod busy;
+pub(crate) mod deferred;
 pub(crate) mod explain;
 pub(crate) mod filters;
 mod inherited;

@@ -206,3 +206,58 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Issue 63: a choice made on deferred readings (the deferred GPUs taken as idle and
+    /// healthy, the taken ones read, the choice made again) is the choice every reading up
+    /// front gives, whatever is deferred; and with nothing chosen, the whole decision is.
+    #[test]
+    fn deferring_readings_never_changes_the_choice(
+        gpus in arbitrary_machine(),
+        request in arbitrary_request(),
+        same_model in any::<bool>(),
+        deferred in prop::collection::vec(any::<bool>(), 10),
+    ) {
+        use crate::probe::deferred::Deferred;
+        use crate::probe::gpu::Machine;
+        prop_assume!(request.policy != Policy::Random);
+        let request = Request { same_model, ..request };
+        let truth = Machine::of(Default::default(), gpus);
+        let mut unread = truth.clone();
+        for (gpu, defer) in unread.gpus.iter_mut().zip(&deferred) {
+            if *defer {
+                *gpu = Gpu { readings_deferred: true, utilization: None, health: Health::default(), ..gpu.clone() };
+            }
+        }
+        let visibility = unrestricted();
+        let full = decide(&truth.gpus, &visibility, &request, &[], &[]).unwrap();
+        let mut asked: Vec<u32> = Vec::new();
+        let lazy = crate::select::deferred::decide_reading(
+            &mut unread,
+            true,
+            |gpus| decide(gpus, &visibility, &request, &[], &[]),
+            |gpus| {
+                asked.extend(gpus);
+                Ok(gpus
+                    .iter()
+                    .map(|&index| {
+                        let gpu = &truth.gpus[index as usize];
+                        Deferred { gpu: index, utilization: gpu.utilization, health: gpu.health.clone(), fabric: None }
+                    })
+                    .collect())
+            },
+        )
+        .unwrap();
+        match &full.outcome {
+            Outcome::Selected(chosen) => {
+                prop_assert_eq!(&lazy.outcome, &full.outcome);
+                // A GPU read is one some choice along the way took.
+                prop_assert!(asked.len() <= truth.gpus.len());
+                for index in chosen {
+                    prop_assert!(!unread.gpus[*index as usize].readings_deferred);
+                }
+            }
+            _ => prop_assert_eq!(lazy, full),
+        }
+    }
+}

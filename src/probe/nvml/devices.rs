@@ -6,9 +6,10 @@ use nvml_wrapper::enum_wrappers::device::{
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use super::health::health_findings;
+use super::health::{fabric_findings, health_findings};
 use super::{describe, Queries, Session};
 use crate::options::cpus;
+use crate::probe::deferred::Deferred;
 use crate::probe::gpu::{mig_key, ComputeMode, Gpu, Link, Memory, MigInfo, Topology, Utilization};
 use crate::probe::health::{classify, Findings};
 use crate::probe::numa;
@@ -137,9 +138,15 @@ impl Session {
         let pci_bus_id =
             queries.ask("pci info", "nvmlDeviceGetPciInfo_v3", false, || device.pci_info()).map(|p| p.bus_id);
         let (memory, unified_memory) = queries.memory(name.as_deref(), || memory_info(self.nvml, &device));
-        let utilization = queries
-            .ask("utilization", "nvmlDeviceGetUtilizationRates", false, || device.utilization_rates())
-            .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: Some(u.memory) });
+        let mig_mode = queries.ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode());
+        let mig_enabled = mig_mode.as_ref().map(|m| m.current == 1);
+        let mig_pending = mig_mode.as_ref().map(|m| m.pending == 1);
+        // A GPU in MIG mode is read whole: its MIG devices take their health from it.
+        let deferred = !needs.every_reading && mig_enabled != Some(true);
+        let utilization = match deferred {
+            true => None,
+            false => utilization(&device, &mut queries),
+        };
         // Shown, never chosen by: asked only where shown (`Needs`).
         let temperature_c = needs
             .sensors
@@ -164,11 +171,11 @@ impl Session {
             true => placement(&device, &mut queries, pci_bus_id.as_deref()),
             false => (None, None, None),
         };
-        let mig_mode = queries.ask("MIG mode", "nvmlDeviceGetMigMode", true, || device.mig_mode());
-        let mig_enabled = mig_mode.as_ref().map(|m| m.current == 1);
-        let mig_pending = mig_mode.as_ref().map(|m| m.pending == 1);
         let (processes, mps) = self.processes_and_mps(&device, &mut queries);
-        let findings = health_findings(self.nvml, &device, &mut queries, mig_enabled);
+        let findings = match deferred {
+            true => fabric_findings(self.nvml, &device, &mut queries),
+            false => health_findings(self.nvml, &device, &mut queries, mig_enabled),
+        };
         let (health, fabric) = (classify(&findings), findings.fabric);
         Gpu {
             index,
@@ -198,8 +205,40 @@ impl Session {
             blocked: None,
             error: queries.first_error,
             handle_refused,
+            readings_deferred: deferred,
         }
     }
+
+    /// The readings a probe deferred (`probe::deferred`), of `gpus`: each one's utilization
+    /// and its whole health. A GPU whose handle is refused now is left out.
+    pub(crate) fn deferred_readings(&mut self, gpus: &[u32]) -> Vec<Deferred> {
+        let calls = self.calls.clone();
+        let mut read = Vec::with_capacity(gpus.len());
+        for &index in gpus {
+            let mut queries =
+                Queries { calls: &calls, gpu: index, first_error: None, lost: false, failed: Vec::new() };
+            let Ok(device) =
+                calls.run("nvmlDeviceGetHandleByIndex_v2", Some(index), || self.nvml.device_by_index(index))
+            else {
+                continue;
+            };
+            let utilization = utilization(&device, &mut queries);
+            let findings = health_findings(self.nvml, &device, &mut queries, None);
+            read.push(Deferred {
+                gpu: index,
+                utilization,
+                health: classify(&findings),
+                fabric: findings.fabric,
+            });
+        }
+        read
+    }
+}
+
+fn utilization(device: &Device, queries: &mut Queries) -> Option<Utilization> {
+    queries
+        .ask("utilization", "nvmlDeviceGetUtilizationRates", false, || device.utilization_rates())
+        .map(|u| Utilization { gpu_percent: u.gpu, memory_percent: Some(u.memory) })
 }
 
 /// Where the GPU sits: its host NUMA node (memory affinity at node scope, else sysfs), the NUMA

@@ -63,10 +63,7 @@ pub(super) fn health_findings(
     let clock_events = queries.ask("clock events", "nvmlDeviceGetCurrentClocksEventReasons", false, || {
         clock_event_reasons(nvml, device)
     });
-    let fabric = queries
-        .ask("NVLink fabric", "nvmlDeviceGetGpuFabricInfoV", false, || fabric_info(nvml, device))
-        .flatten()
-        .and_then(|info| info.judge());
+    let fabric = fabric_of(nvml, device, queries);
     let current = queries
         .ask("PCIe width", "nvmlDeviceGetCurrPcieLinkWidth", false, || device.current_pcie_link_width());
     let most =
@@ -83,6 +80,30 @@ pub(super) fn health_findings(
         fabric,
         unreadable: queries.failed[failed_before..].to_vec(),
     }
+}
+
+/// What a GPU's readings deferred (`probe::deferred`) leave of its health: its place in the
+/// NVLink fabric alone, which costs microseconds and which a multi-GPU choice reads of every
+/// candidate (a set keeps to one clique).
+pub(super) fn fabric_findings(nvml: &Nvml, device: &Device, queries: &mut Queries) -> Findings {
+    if queries.lost {
+        return Findings { lost: true, ..Findings::default() };
+    }
+    let failed_before = queries.failed.len();
+    let fabric = fabric_of(nvml, device, queries);
+    Findings {
+        fabric,
+        lost: queries.lost,
+        unreadable: queries.failed[failed_before..].to_vec(),
+        ..Findings::default()
+    }
+}
+
+fn fabric_of(nvml: &Nvml, device: &Device, queries: &mut Queries) -> Option<crate::probe::fabric::Fabric> {
+    queries
+        .ask("NVLink fabric", "nvmlDeviceGetGpuFabricInfoV", false, || fabric_info(nvml, device))
+        .flatten()
+        .and_then(|info| info.judge())
 }
 
 /// An integer field value, whatever width NVML reports it in.
