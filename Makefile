@@ -156,10 +156,20 @@ mutants:
 		--output target/mutants $(MUTANTS_ARGS) -- $(MUTANTS_TESTS)
 
 # Speed and memory, measured (release builds, the simulator, nvisel side by side); about 2 min.
-# BENCH_ARGS=--quick for a shorter run. Results: target/bench/bench.json.
+# BENCH_ARGS=--quick for a shorter run. Results: target/bench/bench.json. BENCH_BEFORE names an
+# older commit whose launch is measured beside this one's (built once into target/before; empty:
+# none, as outside a git checkout).
+BENCH_BEFORE ?= c31c9fa
+BEFORE_BIN := target/before/$(BENCH_BEFORE)/target/release/gpurun
 bench: $(BENCH_VENV)/.installed
 	$(CARGO) build --release --workspace --bins --lib
-	target/release/gpurun-bench --nvisel $(BENCH_VENV)/bin/nvisel --out target/bench/bench.json $(BENCH_ARGS)
+	@if [ -n "$(BENCH_BEFORE)" ] && [ ! -x $(BEFORE_BIN) ] && git rev-parse -q --verify "$(BENCH_BEFORE)^{commit}" >/dev/null 2>&1; then \
+		echo "make bench: building $(BENCH_BEFORE) into target/before (once)"; \
+		mkdir -p target/before/$(BENCH_BEFORE) && git archive $(BENCH_BEFORE) | tar -x -C target/before/$(BENCH_BEFORE) && \
+		(cd target/before/$(BENCH_BEFORE) && $(CARGO) build --quiet --release -p gpurun --bin gpurun); \
+	fi
+	before=""; if [ -n "$(BENCH_BEFORE)" ] && [ -x $(BEFORE_BIN) ]; then before="--before $(BEFORE_BIN)"; fi; \
+	target/release/gpurun-bench --nvisel $(BENCH_VENV)/bin/nvisel --out target/bench/bench.json $$before $(BENCH_ARGS)
 
 # Random invocations (options, values, environment, configuration files) against the simulated
 # GPUs, looking for panics (tests/fuzz/fuzz.py). Not part of `make test`: minutes of CPU.

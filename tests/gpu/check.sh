@@ -522,6 +522,35 @@ cost+=", --export $(median "$gpurun" --export) ms, --list $(median "$gpurun" --l
 command -v nvidia-smi > /dev/null && cost+=", nvidia-smi -L $(median smi -L) ms"
 info launch-cost "$cost (medians of 20)"
 
+# What the receipt's energy counter costs, by its own call and as field 83 beside the throttle
+# counters (issue 63: 15.5 ms, then 8.3 ms, by the call; the field was never timed). Read-only.
+energy_timing() {
+    python3 - << 'EOF'
+import ctypes, time
+nvml = ctypes.CDLL("libnvidia-ml.so.1")
+assert nvml.nvmlInit_v2() == 0
+handle = ctypes.c_void_p()
+assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
+class Field(ctypes.Structure):
+    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
+                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint),
+                ("value", ctypes.c_ulonglong)]
+def timed(call):
+    t0 = time.perf_counter(); code = call(); return code, (time.perf_counter() - t0) * 1000
+energy = ctypes.c_ulonglong()
+calls = [timed(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(energy))) for _ in range(5)]
+fields = (Field * 1)()
+def field():
+    fields[0].fieldId = 83
+    return nvml.nvmlDeviceGetFieldValues(handle, 1, fields)
+by_field = [timed(field) for _ in range(5)]
+print("energy call: %s ms (%d mJ); field 83: %s ms (return %d, nvmlReturn %d, %d mJ)" % (
+    " ".join("%.3f" % ms for _, ms in calls), energy.value,
+    " ".join("%.3f" % ms for _, ms in by_field), by_field[-1][0], fields[0].nvmlReturn, fields[0].value))
+EOF
+}
+if timing=$(energy_timing 2>&1); then info energy-counter "$timing"; else info energy-counter "not timed: ${timing##*$'\n'}"; fi
+
 # The capture of this machine (doc/development.md: how a capture becomes a scenario).
 mkdir -p "$capture"
 cp "$work/list.json" "$capture/gpurun-list.json"
@@ -529,6 +558,10 @@ cp "$work/list.json" "$capture/gpurun-list.json"
 "$gpurun" -vv --list --json > /dev/null 2> "$capture/gpurun-list-vv-trace.txt"
 cp "$work/doctor.txt" "$capture/gpurun-doctor.txt"
 echo "$cost" > "$capture/launch-cost.txt"
+echo "${timing:-}" > "$capture/energy-counter.txt"
+# A plain launch's calls: which GPUs it reads, and what each call costs (not -vv, which reads
+# every GPU to say why each was passed over).
+GPURUN_LOG=gpurun::probe::calls=trace,gpurun=info "$gpurun" --gpus 1 -- true > /dev/null 2> "$capture/gpurun-launch-true-trace.txt"
 if command -v nvidia-smi > /dev/null; then
     smi -q > "$capture/nvidia-smi-q.txt" 2>&1
     smi topo -m > "$capture/nvidia-smi-topo-m.txt" 2>&1

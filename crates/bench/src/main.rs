@@ -1,8 +1,9 @@
 //! `make bench`: what users pay for gpurun, measured side by side on the NVML simulator.
 //!
-//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|real-driver|ranks]
+//! usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--before PATH] [--only queue|burst|launch|real-driver|ranks]
 //!
-//! `--gpurun PATH` measures another build (an older one, for a before/after in the same run).
+//! `--gpurun PATH` measures another build (an older one, for a before/after in the same run);
+//! `--before PATH` puts an older build's launch beside this one's in the launch's parts.
 //!
 //! Every figure is a median over repeated runs; every comparison is measured in the same run.
 //! Targets (DESIGN 13): launch overhead within 3 ms of NVML's own init time, flat from 1 to 64
@@ -26,6 +27,9 @@ struct Bench {
     sim_cuda: PathBuf,
     own_exe: PathBuf,
     nvisel: Option<PathBuf>,
+    /// `--before PATH`: an older build whose launch is measured beside this one's, in the same
+    /// interleaved runs (`make bench BENCH_BEFORE=c31c9fa` builds it).
+    before: Option<PathBuf>,
     work: tempfile::TempDir,
     quick: bool,
 }
@@ -173,8 +177,17 @@ impl Bench {
             ("+ verification", Some(&["-q", "--gpus", "1", "--no-history"])),
             ("+ the history (the default)", Some(&["-q", "--gpus", "1"])),
         ];
-        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); variants.len()];
+        let slots = variants.len() + usize::from(self.before.is_some());
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); slots];
         for _ in 0..runs {
+            if let Some(before) = &self.before {
+                let mut command = self.command(before, &scenario);
+                command.args(["-q", "--gpus", "1", "--", "true"]);
+                let started = Instant::now();
+                let status = command.status().expect("run the older build");
+                samples[variants.len()].push(started.elapsed());
+                assert!(status.success(), "{command:?} failed: {status}");
+            }
             for (slot, (_, args)) in variants.iter().enumerate() {
                 let mut command = match args {
                     None => {
@@ -196,7 +209,7 @@ impl Bench {
         }
         let medians: Vec<Duration> = samples.into_iter().map(median).collect();
         let env_true = medians[0];
-        let rows: Vec<Value> = variants
+        let mut rows: Vec<Value> = variants
             .iter()
             .zip(&medians)
             .enumerate()
@@ -206,6 +219,18 @@ impl Bench {
                        "times_env_true": time.as_secs_f64() / env_true.as_secs_f64()})
             })
             .collect();
+        if let (Some(before), Some(time)) = (&self.before, medians.get(variants.len())) {
+            // `make bench` builds commit C into target/before/C: named by C.
+            let parts: Vec<String> = before.iter().map(|part| part.to_string_lossy().into_owned()).collect();
+            let commit = parts.iter().position(|part| part == "before").and_then(|at| parts.get(at + 1));
+            let name = format!(
+                "the older build ({})",
+                commit.cloned().unwrap_or_else(|| before.display().to_string())
+            );
+            let added = time.as_secs_f64() - medians[5].as_secs_f64();
+            rows.push(json!({"variant": name, "ms": ms(*time), "added_ms": added * 1000.0,
+                             "times_env_true": time.as_secs_f64() / env_true.as_secs_f64()}));
+        }
         json!({"runs": runs, "rows": rows, "env_true_ms": ms(env_true),
                "gpurun_over_env_true": medians[5].as_secs_f64() / env_true.as_secs_f64()})
     }
@@ -233,9 +258,12 @@ impl Bench {
         let scenario = self.write_scenario("real-driver.toml", &text);
         let runs = self.runs(15);
         let library = self.sim_library.display().to_string();
-        let variants: [(&str, Vec<&str>, i32); 5] = [
+        let variants: [(&str, Vec<&str>, i32); 6] = [
             ("the floor: nvmlInit + each first handle", vec!["--nvml-init-handles", &library], 0),
             ("gpurun --gpus 1 -- true", vec!["-q", "--gpus", "1", "--", "true"], 0),
+            // Until the command writes its first byte: what a job waits before it runs (the
+            // receipt's first reading and the last look after it ends are not in it).
+            ("  of which until the command starts", vec!["-q", "--gpus", "1", "--", "echo", "started"], 0),
             ("gpurun --export", vec!["--export"], 0),
             ("gpurun --list", vec!["--list"], 0),
             ("a refusal (--gpus 8 --exclusive)", vec!["-q", "--gpus", "8", "--exclusive", "--", "true"], 75),
@@ -247,8 +275,21 @@ impl Bench {
                 let mut command = self.command(program, &scenario);
                 command.args(args);
                 let started = Instant::now();
-                let status = command.status().expect("run");
-                samples[slot].push(started.elapsed());
+                let status = match args.last() == Some(&"started") {
+                    true => {
+                        let mut child = command.stdout(Stdio::piped()).spawn().expect("run");
+                        let mut first = [0u8; 1];
+                        let stdout = child.stdout.as_mut().expect("piped");
+                        std::io::Read::read_exact(stdout, &mut first).expect("the command's output");
+                        samples[slot].push(started.elapsed());
+                        child.wait().expect("wait")
+                    }
+                    false => {
+                        let status = command.status().expect("run");
+                        samples[slot].push(started.elapsed());
+                        status
+                    }
+                };
                 assert_eq!(status.code(), Some(*expected), "{command:?}: {status}");
             }
         }
@@ -889,7 +930,7 @@ fn print_table(results: &Value) {
     );
     for row in cost["rows"].as_array().into_iter().flatten() {
         println!(
-            "  {:<30} {:>6.2} ms  (+{:.2} ms, {:.2}x env true)",
+            "  {:<30} {:>6.2} ms  ({:+.2} ms, {:.2}x env true)",
             row["variant"].as_str().unwrap_or("?"),
             row["ms"].as_f64().unwrap_or(0.0),
             row["added_ms"].as_f64().unwrap_or(0.0),
@@ -1057,7 +1098,7 @@ fn main() {
         _ => {}
     }
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--only queue|burst|launch|real-driver|ranks|supervision]");
+        println!("usage: gpurun-bench [--quick] [--out FILE] [--nvisel PATH] [--gpurun PATH] [--before PATH] [--only queue|burst|launch|real-driver|ranks|supervision]");
         return;
     }
     let option = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -1074,6 +1115,7 @@ fn main() {
         sim_cuda: build.join("sim-cuda"),
         own_exe,
         nvisel: option("--nvisel").map(PathBuf::from).filter(|p| p.exists()),
+        before: option("--before").map(PathBuf::from),
         work,
         quick: args.iter().any(|a| a == "--quick"),
     };
