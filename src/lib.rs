@@ -17,6 +17,7 @@ pub(crate) mod probe;
 pub(crate) mod process;
 pub(crate) mod rank;
 pub(crate) mod reserve;
+pub(crate) mod runtime;
 pub(crate) mod select;
 pub(crate) mod verify;
 

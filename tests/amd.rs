@@ -612,3 +612,40 @@ fn more_processes_than_the_first_list_holds_are_all_read() {
     assert_eq!(json["gpus"][4]["processes"].as_array().unwrap().len(), 20);
     assert_eq!(json["gpus"][4]["memory"]["used_bytes"], (20u64 << 30) + (288 << 20));
 }
+
+/// Issue 64: a job that moved itself to another GPU with ROCR_VISIBLE_DEVICES is told so in
+/// ROCm's words, not CUDA's (which said CUDA_VISIBLE_DEVICES was removed).
+#[test]
+fn a_job_that_moved_itself_with_rocr_visible_devices_is_told_so_in_rocms_words() {
+    let machine = AmdSim::new(&amd_scenario(None));
+    let outcome = machine
+        .gpurun()
+        .args(["--gpus", "1", "--policy", "index", "--", "env", "ROCR_VISIBLE_DEVICES=3"])
+        .args(hip(&["--sleep", "1"]))
+        .run();
+    outcome
+        .stderr_has("wrong-gpu: PID")
+        .stderr_has("ROCR_VISIBLE_DEVICES was overridden to \"3\" in that process (gpurun set \"GPU-");
+    assert!(!outcome.stderr.contains("CUDA_VISIBLE_DEVICES"), "{}", outcome.stderr);
+}
+
+/// Issue 64: an AMD SMI receipt call that hangs (the energy counter, read as the command starts)
+/// gives up the receipt, not verification, as on NVIDIA: `--verify strict` still ends a job on
+/// the wrong GPU (it ran its whole 40 s and gpurun exited 0 when the rule knew only NVML's
+/// names).
+#[test]
+fn a_hung_amd_receipt_call_gives_up_the_receipt_and_strict_still_ends_a_wrong_gpu_job() {
+    let hung = format!("{}\n[[hang]]\ncall = \"amdsmi_get_energy_count\"\n", amd_scenario(None));
+    let machine = AmdSim::new(&hung);
+    let outcome = machine
+        .gpurun()
+        .args(["--gpus", "1", "--policy", "index", "--verify", "strict", "--"])
+        .args(["env", "ROCR_VISIBLE_DEVICES=3"])
+        .args(hip(&["--sleep", "40"]))
+        .run_unless_hung();
+    outcome
+        .status(125)
+        .stderr_has("the receipt (energy, power, utilization, throttling)")
+        .stderr_has("not read for the rest of the run: amdsmi_get_energy_count")
+        .stderr_has("ROCR_VISIBLE_DEVICES was overridden");
+}

@@ -272,12 +272,16 @@ fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor
         .collect();
     let before_launch =
         machine.devices().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
+    let runtime = crate::runtime::Runtime::of(machine.vendor);
     Monitor::new(
         supervision.verify,
         &plan.gpus.selection.indices(),
         watched,
         before_launch,
-        plan.gpus.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default().to_owned(),
+        crate::runtime::Visible {
+            runtime,
+            given: plan.gpus.variable(runtime.visibility_variable()).unwrap_or_default().to_owned(),
+        },
         supervision.verify_timeout,
     )
     .for_rank(plan.rank.as_ref().map(|member| member.owners.clone()))

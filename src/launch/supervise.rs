@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::exit_code::End;
 use crate::launch::hooks::Hook;
 use crate::launch::signals::{self, Action};
+use crate::probe::calls::Purpose;
 use crate::probe::worker::{Answer, Job, NvmlThread};
 use crate::process::signals::{send_to, stop_self, Receiver};
 use crate::process::{procfs, reap, ChildEvent, Reaped};
@@ -42,18 +43,6 @@ pub(crate) struct Watch<'a> {
 /// An Xid or receipt call that has not returned for this long is hung: what it reads is given
 /// up for the run, so that process polling, and `--verify strict`, go on.
 const EXTRA_CALL_HUNG: Duration = Duration::from_secs(2);
-
-/// The calls of the Xid watch and of the receipt (`Session::meter`), which verification can
-/// do without.
-const XID_CALLS: [&str; 3] = ["nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait_v2"];
-const RECEIPT_CALLS: [&str; 6] = [
-    "nvmlDeviceGetPowerUsage",
-    "nvmlDeviceGetUtilizationRates",
-    "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetTotalEnergyConsumption",
-    "nvmlDeviceGetEnforcedPowerLimit",
-    "nvmlDeviceGetFieldValues",
-];
 
 /// How long the end of a run waits for NVML's last word on Xid errors and the receipt (a healthy driver answers
 /// in well under a millisecond; a hung one must not hold the exit).
@@ -203,8 +192,8 @@ impl<'a> Watch<'a> {
     /// that hangs in turn is left to its call (its thread ends if the call ever returns).
     fn give_up_hung_calls(&mut self) {
         let Some(Some(call)) = self.thread_ref().stuck(EXTRA_CALL_HUNG) else { return };
-        let receipt = RECEIPT_CALLS.contains(&call.name);
-        let news = receipt && !self.receipt_given_up || XID_CALLS.contains(&call.name) && !self.xids_given_up;
+        let receipt = call.purpose == Purpose::Receipt;
+        let news = receipt && !self.receipt_given_up || call.purpose == Purpose::Xid && !self.xids_given_up;
         if !news {
             return;
         }

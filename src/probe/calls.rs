@@ -5,13 +5,30 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// The NVML call in progress, if any.
+/// What a driver call is for. Verification can do without the Xid watch and the receipt, never
+/// without the process lists: a hung call is given up by its purpose, whichever vendor's
+/// library made it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Opening the library, the probe, the links, deferred readings.
+    #[default]
+    Probe,
+    /// A verification poll's process lists.
+    Processes,
+    /// The Xid event watch.
+    Xid,
+    /// The receipt's readings (power, energy, utilization, throttling).
+    Receipt,
+}
+
+/// The driver call in progress, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Call {
     /// The C function, as in the vendor's header and `dmesg`/driver bug reports.
     pub(crate) name: &'static str,
     pub(crate) gpu: Option<u32>,
     pub(crate) since: Instant,
+    pub(crate) purpose: Purpose,
 }
 
 impl std::fmt::Display for Call {
@@ -27,7 +44,14 @@ impl std::fmt::Display for Call {
 /// Shared between the NVML thread, which records each call it makes, and the main thread,
 /// which reads it when a call does not come back.
 #[derive(Clone, Default)]
-pub(crate) struct Calls(Arc<Mutex<Option<Call>>>);
+pub(crate) struct Calls(Arc<Mutex<Inflight>>);
+
+#[derive(Default)]
+struct Inflight {
+    call: Option<Call>,
+    /// What the thread's calls are for now (`Calls::for_purpose`).
+    purpose: Purpose,
+}
 
 /// What an NVML call answered, in words for `-vv`'s trace of each call.
 pub(crate) trait Answer {
@@ -70,9 +94,12 @@ impl Calls {
     /// `-vv`, traced with its answer and how long it took.
     pub(crate) fn run<T: Answer>(&self, name: &'static str, gpu: Option<u32>, call: impl FnOnce() -> T) -> T {
         let since = Instant::now();
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Call { name, gpu, since });
+        {
+            let mut inflight = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            inflight.call = Some(Call { name, gpu, since, purpose: inflight.purpose });
+        }
         let result = call();
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).call = None;
         tracing::trace!(
             "NVML {name}{}: {} in {:.3} ms",
             gpu.map(|gpu| format!(" on GPU {gpu}")).unwrap_or_default(),
@@ -84,7 +111,12 @@ impl Calls {
 
     /// The call in progress now.
     pub(crate) fn current(&self) -> Option<Call> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).call.clone()
+    }
+
+    /// The calls from now on are for `purpose` (set by the thread for each part of a job).
+    pub(crate) fn for_purpose(&self, purpose: Purpose) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).purpose = purpose;
     }
 }
 
@@ -107,7 +139,10 @@ mod tests {
         let calls = Calls::default();
         let seen = calls.run("nvmlDeviceGetUUID", Some(2), || calls.current());
         let seen = seen.expect("recorded while it ran");
-        assert_eq!((seen.name, seen.gpu), ("nvmlDeviceGetUUID", Some(2)));
+        assert_eq!((seen.name, seen.gpu, seen.purpose), ("nvmlDeviceGetUUID", Some(2), Purpose::Probe));
+        calls.for_purpose(Purpose::Receipt);
+        let seen = calls.run("amdsmi_get_energy_count", Some(0), || calls.current()).expect("recorded");
+        assert_eq!(seen.purpose, Purpose::Receipt);
         assert!(seen.to_string().starts_with("nvmlDeviceGetUUID on GPU 2 (waiting for "));
         assert_eq!(calls.current(), None);
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::probe::calls::{Call, Calls};
+use crate::probe::calls::{Call, Calls, Purpose};
 use crate::probe::deferred::Deferred;
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::meter::{Ask, Reading};
@@ -87,6 +87,12 @@ fn run(
     let mut session: Option<Session> =
         opened.get().map(|library| library.session_without_xids(session_calls.clone()));
     for job in jobs {
+        let purpose = |purpose| session_calls.for_purpose(purpose);
+        purpose(match &job {
+            Job::Meter(_) => Purpose::Receipt,
+            Job::Poll { .. } => Purpose::Processes,
+            _ => Purpose::Probe,
+        });
         let answer = match job {
             Job::Open(libraries) => {
                 Answer::Opened(session::open(&libraries, session_calls.clone()).map(|new| {
@@ -116,10 +122,16 @@ fn run(
                     .collect(),
                 // No GPUs named: no Xid look (the first look registers the GPUs it names).
                 xids: match session.as_mut() {
-                    Some(session) if !chosen.is_empty() => session.xids(&chosen, drain),
+                    Some(session) if !chosen.is_empty() => {
+                        purpose(Purpose::Xid);
+                        session.xids(&chosen, drain)
+                    }
                     _ => XidBatch::default(),
                 },
-                readings: session.as_mut().map(|session| session.meter(&meter)).unwrap_or_default(),
+                readings: {
+                    purpose(Purpose::Receipt);
+                    session.as_mut().map(|session| session.meter(&meter)).unwrap_or_default()
+                },
             },
         };
         if answers.send(answer).is_err() {

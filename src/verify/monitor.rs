@@ -12,6 +12,7 @@ use crate::probe::calls::Call;
 use crate::probe::meter::{Ask, Reading};
 use crate::probe::watch::{ListError, Listed, Xid, XidBatch, XIDS_KEPT};
 use crate::process::procfs;
+use crate::runtime::{Visible, WrongGpuCause};
 use crate::verify::container;
 use crate::verify::idle::{IdleRules, IdleWatch};
 use crate::verify::receipt::Receipt;
@@ -70,8 +71,9 @@ struct Given {
 
 /// What tells the command's processes from others', and why one is on a GPU it was not given.
 struct Causes {
-    /// The CUDA_VISIBLE_DEVICES gpurun gave the command, to explain a wrong GPU.
-    visible_given: String,
+    /// What gpurun made the command see (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES), to
+    /// explain a wrong GPU in its runtime's words.
+    visible: Visible,
     /// `--per-rank`: whose each GPU of the group is, to name the rank a wrong GPU belongs to.
     owners: Option<crate::rank::Owners>,
     /// `--per-rank`: the launcher that started this rank; the other ranks, its descendants,
@@ -168,7 +170,7 @@ impl Monitor {
         selected: &[u32],
         watched: Vec<u32>,
         before_launch: HashSet<u32>,
-        visible_given: String,
+        visible: Visible,
         timeout: Duration,
     ) -> Monitor {
         let now = Instant::now();
@@ -177,13 +179,7 @@ impl Monitor {
         Monitor {
             mode,
             given: Given { own_pid: std::process::id(), selected: selected.to_vec(), watched, before_launch },
-            causes: Causes {
-                visible_given,
-                owners: None,
-                launcher: None,
-                launcher_note: None,
-                container: None,
-            },
+            causes: Causes { visible, owners: None, launcher: None, launcher_note: None, container: None },
             tracker: Tracker::new(selected),
             pace: Pace {
                 interval: FIRST_INTERVAL,
@@ -378,7 +374,7 @@ impl Monitor {
     /// command.
     pub(crate) fn absorb(&mut self, lists: Lists) -> Option<String> {
         let poll = self.poll(lists);
-        let visible_given = self.causes.visible_given.clone();
+        let visible = self.causes.visible.clone();
         let owners = self.causes.owners.clone();
         let in_container = self.causes.container.is_some();
         let launcher_note = self.causes.launcher_note.clone();
@@ -386,7 +382,7 @@ impl Monitor {
             let another_ranks =
                 owners.as_ref().and_then(|owners| Some((owners.own_rank, owners.rank_of(sighting.gpu)?)));
             match another_ranks {
-                Some((own, theirs)) => rank_cause(sighting, own, theirs, &visible_given),
+                Some((own, theirs)) => rank_cause(sighting, own, theirs, &visible),
                 // Inside, the container sees only the devices its runtime gave it.
                 None if in_container => {
                     "the container was given that GPU besides gpurun's: a device node or \
@@ -394,8 +390,8 @@ impl Monitor {
                         .to_owned()
                 }
                 None => match &launcher_note {
-                    Some(note) => format!("{}; {note}", likely_cause(sighting, &visible_given)),
-                    None => likely_cause(sighting, &visible_given),
+                    Some(note) => format!("{}; {note}", likely_cause(sighting, &visible).text),
+                    None => likely_cause(sighting, &visible).text,
                 },
             }
         });
@@ -628,12 +624,12 @@ impl Monitor {
 }
 
 /// A rank's process on another rank's GPU: the rank, whose GPU it is, and the usual cause (every
-/// rank on cuda:0, or a bare `.cuda()`), unless the environment was changed.
-fn rank_cause(sighting: &Sighting, own: u32, theirs: u32, visible_given: &str) -> String {
+/// rank on device 0, or a bare `.cuda()`), unless the environment was changed.
+fn rank_cause(sighting: &Sighting, own: u32, theirs: u32, visible: &Visible) -> String {
     let gpu = crate::probe::gpu::label(sighting.gpu);
-    let changed = likely_cause(sighting, visible_given);
-    if changed.starts_with("CUDA_") {
-        return format!("rank {own} used {gpu}, rank {theirs}'s: {changed}");
+    let cause = likely_cause(sighting, visible);
+    if cause.environment_changed {
+        return format!("rank {own} used {gpu}, rank {theirs}'s: {}", cause.text);
     }
     format!(
         "rank {own} used {gpu}, rank {theirs}'s: the program did not pick its rank's device; call \
@@ -642,30 +638,11 @@ fn rank_cause(sighting: &Sighting, own: u32, theirs: u32, visible_given: &str) -
     )
 }
 
-/// Why a process of the command may be on a GPU it was not given, from its environment at exec.
-fn likely_cause(sighting: &Sighting, visible_given: &str) -> String {
+/// Why a process of the command may be on a GPU it was not given, from its environment at
+/// exec, in its runtime's words.
+fn likely_cause(sighting: &Sighting, visible: &Visible) -> WrongGpuCause {
     let pid = sighting.pid;
-    match procfs::environment_variable(pid, "CUDA_VISIBLE_DEVICES") {
-        Some(Some(value)) if value != visible_given => {
-            return format!(
-            "CUDA_VISIBLE_DEVICES was overridden to {value:?} in that process (gpurun set {visible_given:?})"
-        )
-        }
-        Some(None) => return "CUDA_VISIBLE_DEVICES was removed from that process's environment".to_owned(),
-        _ => {}
-    }
-    match procfs::environment_variable(pid, "CUDA_DEVICE_ORDER") {
-        Some(Some(order)) if order == "PCI_BUS_ID" => {}
-        Some(_) => {
-            return "CUDA_DEVICE_ORDER is not PCI_BUS_ID in that process, so CUDA numbered the GPUs fastest \
-                    first, not as nvidia-smi does"
-                .to_owned()
-        }
-        None => {}
-    }
-    "a hard-coded device index (cuda:N, torch.cuda.set_device), a library that picks GPUs itself, or \
-     CUDA_VISIBLE_DEVICES changed inside the program"
-        .to_owned()
+    visible.runtime.wrong_gpu_cause(|name| procfs::environment_variable(pid, name), &visible.given)
 }
 
 #[cfg(test)]
@@ -682,7 +659,7 @@ mod tests {
             &[1],
             vec![0, 1, 2],
             HashSet::new(),
-            "1".to_owned(),
+            Visible { runtime: crate::runtime::Runtime::Cuda, given: "1".to_owned() },
             SAMPLE_INTERVAL * 4,
         );
         let now = Instant::now();
