@@ -4,7 +4,8 @@
 //! process on a GPU it was not given most likely did. A third runtime is one more arm in each
 //! method, each one flagged by the compiler.
 
-use crate::probe::vendor::Vendor;
+use crate::options::VisibleAs;
+use crate::probe::vendor::{Vendor, VendorChoice};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Runtime {
@@ -18,6 +19,17 @@ pub(crate) enum Runtime {
 pub(crate) struct Visible {
     pub(crate) runtime: Runtime,
     pub(crate) given: String,
+}
+
+/// Where a runtime's device nodes are: the files of `folder` whose names start with `prefix`,
+/// and `also`, a node of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceNodes {
+    pub(crate) folder: &'static str,
+    pub(crate) prefix: &'static str,
+    pub(crate) also: Option<&'static str>,
+    /// What `--doctor` says where there are none.
+    pub(crate) none: &'static str,
 }
 
 /// Why a process of the command is on a GPU it was not given.
@@ -35,6 +47,73 @@ impl Runtime {
         match vendor {
             Vendor::Nvidia => Runtime::Cuda,
             Vendor::Amd => Runtime::Rocm,
+        }
+    }
+
+    /// The runtime `--vendor` names; `None` for `auto`, which the machine decides.
+    pub(crate) fn chosen(choice: VendorChoice) -> Option<Runtime> {
+        match choice {
+            VendorChoice::Nvidia => Some(Runtime::Cuda),
+            VendorChoice::Amd => Some(Runtime::Rocm),
+            VendorChoice::Auto => None,
+        }
+    }
+
+    /// How the visibility variable names a GPU unless `--visible-as` says: ROCr takes a GPU by
+    /// its UUID, immune to renumbering; CUDA by its PCI-order index (what `nvidia-smi` shows).
+    pub(crate) fn default_visible_as(self) -> VisibleAs {
+        match self {
+            Runtime::Cuda => VisibleAs::Index,
+            Runtime::Rocm => VisibleAs::Uuid,
+        }
+    }
+
+    /// Whether it has a multi-process server a client can join (`--mps`): CUDA's MPS. ROCm
+    /// has none.
+    pub(crate) fn has_mps(self) -> bool {
+        match self {
+            Runtime::Cuda => true,
+            Runtime::Rocm => false,
+        }
+    }
+
+    /// Whether gpurun can give its GPUs to a container (`--container`): CDI or `--gpus` for
+    /// NVIDIA's; AMD's device nodes are not mapped yet.
+    pub(crate) fn runs_in_containers(self) -> bool {
+        match self {
+            Runtime::Cuda => true,
+            Runtime::Rocm => false,
+        }
+    }
+
+    /// The device nodes a program of this runtime opens, for `--doctor`.
+    pub(crate) fn device_nodes(self) -> DeviceNodes {
+        match self {
+            Runtime::Cuda => DeviceNodes {
+                folder: "/dev",
+                prefix: "nvidia",
+                also: None,
+                none: "no /dev/nvidia* device nodes",
+            },
+            // ROCm's compute interface and the render nodes: a ROCm program opens both.
+            Runtime::Rocm => DeviceNodes {
+                folder: "/dev/dri",
+                prefix: "renderD",
+                also: Some("/dev/kfd"),
+                none: "no /dev/kfd or /dev/dri/renderD* device nodes",
+            },
+        }
+    }
+
+    /// What the link names of `--list --topology` mean, in the words of the vendor's own tool
+    /// (`nvidia-smi topo -m`, `amd-smi topology`).
+    pub(crate) fn link_legend(self) -> &'static str {
+        match self {
+            Runtime::Cuda => {
+                "NV: NVLink; BRD: one board; PIX: one PCIe switch; PXB: several switches; PHB: the host bridge; \
+                 NODE: one NUMA node; SYS: across sockets"
+            }
+            Runtime::Rocm => "XGMI: AMD Infinity Fabric; NODE: PCIe, one NUMA node; SYS: PCIe, across sockets",
         }
     }
 

@@ -171,6 +171,30 @@ fn unsafe_code_lives_only_at_the_seams() {
     );
 }
 
+/// Issue 64: the runtime's rules live in src/runtime.rs; outside it and src/probe/ no code asks
+/// "is this AMD?" or "is this NVIDIA?" (a third vendor would fall through such a test as the
+/// other one). Every vendor or runtime decision elsewhere is an exhaustive `match`, which the
+/// compiler flags for a new arm, or a question put to `Runtime`.
+#[test]
+fn no_code_outside_the_seams_tests_for_a_vendor() {
+    let tests =
+        ["== Vendor::", "!= Vendor::", "== VendorChoice::", "!= VendorChoice::", "is_rocm(", "is_cuda("];
+    let mut found = Vec::new();
+    for (path, code) in crate_sources() {
+        if path.starts_with("probe/") || path == "runtime.rs" {
+            continue;
+        }
+        for (number, line) in code.lines().enumerate() {
+            let code_part = line.split("//").next().unwrap_or_default();
+            let flat = code_part.replace("crate::probe::vendor::", "");
+            if tests.iter().any(|test| flat.contains(test)) {
+                found.push(format!("src/{path}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "vendor tests outside src/probe/ and src/runtime.rs:\n{}", found.join("\n"));
+}
+
 /// DESIGN 1: nothing is `pub` that main.rs and the tests do not need (the rest is
 /// `pub(crate)`, so rustc reports what nobody uses); `run()` stays a short dispatch, and no
 /// function grows past a hundred lines.

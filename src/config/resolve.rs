@@ -236,7 +236,7 @@ fn mps_join(cli: &Cli, container: bool) -> Result<Option<MpsJoin>, ConfigError> 
                 .to_owned(),
         ));
     }
-    if cli.vendor == crate::probe::vendor::VendorChoice::Amd {
+    if crate::runtime::Runtime::chosen(cli.vendor).is_some_and(|runtime| !runtime.has_mps()) {
         return Err(ConfigError::Mps(
             "--mps joins NVIDIA's CUDA MPS; AMD GPUs (--vendor amd) have none: drop --mps".to_owned(),
         ));

@@ -1,6 +1,7 @@
 //! The selection -> the variables the child gets (DESIGN 6). Everything not listed here passes
 //! through untouched, byte for byte.
 
+use crate::runtime::Runtime;
 use std::ffi::OsString;
 
 use crate::options::shell;
@@ -22,9 +23,7 @@ pub(crate) struct Plan {
 impl Plan {
     /// The plan for `selection` in this process's environment.
     pub(crate) fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
-        // ROCr takes a GPU by its UUID, immune to renumbering; CUDA by PCI-order index.
-        let visible_as =
-            visible_as.unwrap_or(if selection.is_rocm() { VisibleAs::Uuid } else { VisibleAs::Index });
+        let visible_as = visible_as.unwrap_or(selection.runtime.default_visible_as());
         let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
         let mixed_models = selection.mixed_models();
         Plan { selection, variables, cpus: None, mixed_models }
@@ -45,8 +44,11 @@ impl Plan {
     ) -> Plan {
         let requested = crate::options::count::Count::exactly(own.len() as u32);
         let mixed_models = set.mixed_models();
-        let own =
-            Selection { devices: set.devices.get(own).map(<[_]>::to_vec).unwrap_or_default(), requested };
+        let own = Selection::of(
+            set.devices.get(own).map(<[_]>::to_vec).unwrap_or_default(),
+            requested,
+            set.runtime,
+        );
         if own_only {
             return Plan { mixed_models, ..Plan::new(own, visible_as, framework_env) };
         }
@@ -236,8 +238,9 @@ pub(crate) fn child_variables(
     framework_env: bool,
     inherited: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, String)> {
-    if selection.is_rocm() {
-        return rocm_variables(selection, visible_as, framework_env, inherited);
+    match selection.runtime {
+        Runtime::Rocm => return rocm_variables(selection, visible_as, framework_env, inherited),
+        Runtime::Cuda => {}
     }
     let join = |items: Vec<String>| items.join(",");
     // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is then not

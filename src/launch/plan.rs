@@ -159,7 +159,7 @@ impl Plan {
             gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, &own, input.cpu_bind_asked);
         }
         let target = match (input.container, input.command) {
-            (Some(_), Some(_)) if gpus.selection.is_rocm() => {
+            (Some(_), Some(_)) if !gpus.selection.runtime.runs_in_containers() => {
                 return Err(PlanError::AmdContainer);
             }
             (Some((run, mode)), Some((command, cid))) if !gpus.selection.is_empty() => {

@@ -2,6 +2,7 @@
 //! plainly on stdout: NVML and the driver, device nodes, inherited variables, containers and
 //! Slurm, the lock directory, and the CUDA version the Python frameworks were built for.
 
+use crate::runtime::Runtime;
 use std::fmt::Write as _;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -205,31 +206,27 @@ fn health_findings(out: &mut Out, gpu: &crate::probe::gpu::Gpu) {
     }
 }
 
-/// The vendor's device nodes: NVIDIA's `/dev/nvidia*`; AMD's `/dev/kfd` (ROCm's compute
+/// The runtime's device nodes: NVIDIA's `/dev/nvidia*`; AMD's `/dev/kfd` (ROCm's compute
 /// interface) and `/dev/dri/renderD*`, which a ROCm program opens both of.
 fn device_nodes(out: &mut Out, vendor: Vendor) {
-    let (folder, wanted, none): (&str, fn(&str) -> bool, &str) = match vendor {
-        Vendor::Nvidia => ("/dev", |name| name.starts_with("nvidia"), "no /dev/nvidia* device nodes"),
-        Vendor::Amd => {
-            ("/dev/dri", |name| name.starts_with("renderD"), "no /dev/kfd or /dev/dri/renderD* device nodes")
-        }
-    };
-    let mut nodes: Vec<_> = match std::fs::read_dir(folder) {
-        Ok(entries) => {
-            entries.flatten().filter(|e| wanted(&e.file_name().to_string_lossy())).map(|e| e.path()).collect()
-        }
-        Err(_) if vendor == Vendor::Amd => Vec::new(),
+    let wanted = Runtime::of(vendor).device_nodes();
+    let mut nodes: Vec<_> = match std::fs::read_dir(wanted.folder) {
+        Ok(entries) => entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(wanted.prefix))
+            .map(|e| e.path())
+            .collect(),
+        // A folder of its own (/dev/dri) is missing where there is no such GPU; /dev never is.
+        Err(_) if wanted.folder != "/dev" => Vec::new(),
         Err(_) => {
             out.problem("cannot read /dev");
             return;
         }
     };
-    if vendor == Vendor::Amd && Path::new("/dev/kfd").exists() {
-        nodes.push(std::path::PathBuf::from("/dev/kfd"));
-    }
+    nodes.extend(wanted.also.filter(|node| Path::new(node).exists()).map(std::path::PathBuf::from));
     nodes.sort();
     if nodes.is_empty() {
-        out.info(format!("{none} (no driver here, or a container without GPUs passed in)"));
+        out.info(format!("{} (no driver here, or a container without GPUs passed in)", wanted.none));
         return;
     }
     for node in nodes {

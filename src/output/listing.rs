@@ -4,6 +4,7 @@
 
 use crate::options::count::Count;
 use crate::options::shell;
+use crate::runtime::Runtime;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -309,13 +310,18 @@ pub(crate) fn json(
     shared: &Shared,
     dry_run: Option<&DryRun>,
 ) -> String {
+    let shown = library.display().to_string();
+    let (nvml_library, amd_smi_library) = match Runtime::of(machine.vendor) {
+        Runtime::Cuda => (Some(shown), None),
+        Runtime::Rocm => (None, Some(shown)),
+    };
     let listing = Listing {
         vendor: machine.vendor,
         also_amd_gpus: machine.also_amd_gpus,
         driver_version: &machine.driver_version,
         cuda_driver_version: &machine.cuda_driver_version,
-        nvml_library: (machine.vendor == Vendor::Nvidia).then(|| library.display().to_string()),
-        amd_smi_library: (machine.vendor == Vendor::Amd).then(|| library.display().to_string()),
+        nvml_library,
+        amd_smi_library,
         gpus: machine
             .gpus
             .iter()
@@ -406,14 +412,7 @@ pub(crate) fn link_matrix(machine: &Machine) -> String {
         let numa = gpu.and_then(|g| g.numa_node).map(|n| n.to_string());
         let _ = writeln!(out, "  {:<10} {}", or_dash(cpus), or_dash(numa));
     }
-    let _ = match machine.vendor {
-        Vendor::Nvidia => writeln!(
-            out,
-            "\nNV: NVLink; BRD: one board; PIX: one PCIe switch; PXB: several switches; PHB: the host bridge; \
-             NODE: one NUMA node; SYS: across sockets"
-        ),
-        Vendor::Amd => writeln!(out, "\nXGMI: AMD Infinity Fabric; NODE: PCIe, one NUMA node; SYS: PCIe, across sockets"),
-    };
+    let _ = writeln!(out, "\n{}", Runtime::of(machine.vendor).link_legend());
     out
 }
 

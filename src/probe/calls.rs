@@ -140,10 +140,11 @@ mod tests {
         let seen = calls.run("nvmlDeviceGetUUID", Some(2), || calls.current());
         let seen = seen.expect("recorded while it ran");
         assert_eq!((seen.name, seen.gpu, seen.purpose), ("nvmlDeviceGetUUID", Some(2), Purpose::Probe));
+        assert!(seen.to_string().starts_with("nvmlDeviceGetUUID on GPU 2 (waiting for "));
+        assert_eq!(calls.current(), None);
+        // The thread says what its calls are for; every call after it carries that.
         calls.for_purpose(Purpose::Receipt);
         let seen = calls.run("amdsmi_get_energy_count", Some(0), || calls.current()).expect("recorded");
         assert_eq!(seen.purpose, Purpose::Receipt);
-        assert!(seen.to_string().starts_with("nvmlDeviceGetUUID on GPU 2 (waiting for "));
-        assert_eq!(calls.current(), None);
     }
 }

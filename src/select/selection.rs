@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::options::count::Count;
 use crate::probe::gpu::{label, Machine};
-use crate::probe::vendor::Vendor;
+use crate::runtime::Runtime;
 use crate::select::rocm_visibility::rocr_index;
 use crate::select::visibility::cuda_pci_ordinal;
 
@@ -66,16 +66,26 @@ impl Device {
 pub(crate) struct Selection {
     pub(crate) devices: Vec<Device>,
     pub(crate) requested: Count,
+    /// The runtime its GPUs run (`none`: CUDA's, whose variables hide every GPU from HIP too).
+    pub(crate) runtime: Runtime,
 }
 
 impl Selection {
+    /// `devices` of `runtime`. No device is CUDA's: an empty CUDA_VISIBLE_DEVICES hides every
+    /// GPU from HIP too, where an empty ROCR_VISIBLE_DEVICES is not so sure a thing.
+    pub(crate) fn of(devices: Vec<Device>, requested: Count, runtime: Runtime) -> Selection {
+        let runtime = if devices.is_empty() { Runtime::Cuda } else { runtime };
+        Selection { devices, requested, runtime }
+    }
+
     /// No GPU, for a request of `requested` (`--gpus 0`, or `--fallback cpu`).
     pub(crate) fn none(requested: Count) -> Selection {
-        Selection { devices: Vec::new(), requested }
+        Selection { devices: Vec::new(), requested, runtime: Runtime::Cuda }
     }
 
     /// `chosen`: device keys, best first, each one of the machine's.
     pub(crate) fn new(machine: &Machine, chosen: &[u32], requested: Count) -> Selection {
+        let runtime = Runtime::of(machine.vendor);
         let devices = chosen
             .iter()
             .filter_map(|&index| machine.device(index))
@@ -90,7 +100,7 @@ impl Selection {
                 unified_memory: gpu.unified_memory,
                 cuda_ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
                 total_bytes: gpu.memory.map(|m| m.total_bytes),
-                rocr: (machine.vendor == Vendor::Amd).then(|| RocrId {
+                rocr: (runtime == Runtime::Rocm).then(|| RocrId {
                     index: rocr_index(&machine.gpus, gpu.index).unwrap_or(gpu.index),
                     uuid: gpu.rocr_uuid.clone().filter(|uuid| {
                         machine.gpus.iter().filter(|other| other.rocr_uuid.as_ref() == Some(uuid)).count()
@@ -99,16 +109,11 @@ impl Selection {
                 }),
             })
             .collect();
-        Selection { devices, requested }
+        Selection::of(devices, requested, runtime)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.devices.is_empty()
-    }
-
-    /// AMD GPUs, which the ROCm runtime's variables name (`launch::env`).
-    pub(crate) fn is_rocm(&self) -> bool {
-        self.devices.iter().any(|device| device.rocr.is_some())
     }
 
     pub(crate) fn indices(&self) -> Vec<u32> {

@@ -12,6 +12,7 @@
 //! inherited `0,1` means the first two GPUs this process can reach, as it does for CUDA.
 
 use crate::probe::gpu::{Gpu, Machine};
+use crate::runtime::Runtime;
 
 pub(crate) use crate::select::inherited::{Inherited, Visibility};
 
@@ -32,8 +33,9 @@ pub(crate) fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
 }
 
 pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
-    if machine.vendor == crate::probe::vendor::Vendor::Amd {
-        return crate::select::rocm_visibility::resolve(machine, inherited);
+    match Runtime::of(machine.vendor) {
+        Runtime::Rocm => return crate::select::rocm_visibility::resolve(machine, inherited),
+        Runtime::Cuda => {}
     }
     if inherited.slurm_mps() {
         return behind_mps_server(machine, inherited);
