@@ -169,3 +169,47 @@ fn the_prom_file_parses_with_prometheus_client_and_says_what_the_report_says() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Issue 65: what another user plants in a shared job-map directory neither hangs a launch nor
+/// is read whole: a FIFO at a GPU's file or at `.gpurun.lock` (open() on it blocked the main
+/// thread, deaf to TERM, before the command started), a 2 GiB sparse file (41 s and 6.3 GB, and
+/// written back as real data). Each is left alone with a warning and the job runs; a job id
+/// that a file of one id per line cannot hold is not written.
+#[test]
+fn what_is_planted_in_the_job_map_is_left_alone_and_the_job_runs() {
+    let sim = Sim::new(&default_scenario());
+    let dir = sim.dir.path().join("job-map");
+    std::fs::create_dir(&dir).unwrap();
+    let fifo = |name: &str| {
+        nix::unistd::mkfifo(&dir.join(name), nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap()
+    };
+    let map =
+        |gpu: &str| sim.gpurun().args(["--devices", gpu, "--job-map-dir"]).arg(&dir).args(["--", "true"]);
+    fifo("3");
+    map("3")
+        .run_unless_hung()
+        .status(0)
+        .stderr_has("it is not a regular file (a FIFO or a device?): left alone");
+    let big = std::fs::File::create(dir.join("4")).unwrap();
+    big.set_len(2 << 30).unwrap();
+    map("4")
+        .run_unless_hung()
+        .status(0)
+        .stderr_has("it is over 64 KiB, more than any job map holds: left alone");
+    let kept = std::fs::metadata(dir.join("4")).unwrap();
+    assert_eq!(kept.len(), 2 << 30);
+    assert!(std::os::unix::fs::MetadataExt::blocks(&kept) < 1024, "the sparse file was written back");
+    // A job id with a line break would inject a line that no run ever takes out.
+    map("5")
+        .env("SLURM_JOB_ID", "42\n43")
+        .run_unless_hung()
+        .status(0)
+        .stderr_has("has blanks around it or a control character");
+    assert!(!dir.join("5").exists());
+    std::fs::remove_file(dir.join(".gpurun.lock")).unwrap();
+    fifo(".gpurun.lock");
+    map("5")
+        .run_unless_hung()
+        .status(0)
+        .stderr_has("cannot lock .gpurun.lock there: it is not a regular file (a FIFO or a device?)");
+}

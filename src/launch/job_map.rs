@@ -12,6 +12,12 @@
 //! file (an enclosing gpurun of the same job) is left there at the end. Any failure is a
 //! warning: dashboards are never the job's problem. A gpurun killed with SIGKILL leaves its
 //! lines, as a Slurm prolog without its epilog would.
+//!
+//! The directory may be shared with users who plant things (issue 65): nothing there is
+//! opened that could block (every open is O_NONBLOCK, and what is not a regular file, a FIFO
+//! or a device, is left alone), a file over `MOST_READ` is left alone rather than read or
+//! written back, and a job id that could not be taken out again (a line break, a control
+//! character, blanks around it) is never written.
 
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -20,6 +26,10 @@ use std::time::{Duration, Instant};
 
 /// How long a change waits for the lock (held for microseconds by a healthy run).
 const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// The most of a GPU's file that is read: thousands of job ids. A bigger one (a planted 2 GiB
+/// sparse file) is left alone, never read whole nor written back.
+const MOST_READ: u64 = 64 * 1024;
 
 /// The job's lines, written; taken out by `leave`.
 pub(crate) struct JobMap {
@@ -33,6 +43,14 @@ impl JobMap {
     /// Adds `id` to the file of each of `gpus` in `dir`.
     pub(crate) fn enter(dir: &Path, id: &str, gpus: &[u32]) -> JobMap {
         let mut map = JobMap { dir: dir.to_owned(), id: id.to_owned(), added: Vec::new() };
+        if id.trim() != id || id.is_empty() || id.chars().any(char::is_control) {
+            tracing::warn!(
+                "--job-map-dir {}: the job id {id:?} has blanks around it or a control character, which a \
+                 file of one id per line cannot hold: the job is not mapped",
+                dir.display()
+            );
+            return map;
+        }
         let mut gpus = gpus.to_vec();
         gpus.sort_unstable();
         gpus.dedup();
@@ -92,11 +110,12 @@ impl JobMap {
         use nix::fcntl::{Flock, FlockArg};
         let path = self.dir.join(".gpurun.lock");
         let open = |options: &mut std::fs::OpenOptions| {
-            options.read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path)
+            options.read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK).open(&path)
         };
         // Another user's lock file in a sticky directory: readable, which is enough for flock.
         let mut file = open(std::fs::OpenOptions::new().write(true).create(true).mode(0o644))
-            .or_else(|_| open(&mut std::fs::OpenOptions::new()))?;
+            .or_else(|_| open(&mut std::fs::OpenOptions::new()))
+            .and_then(regular)?;
         let give_up = Instant::now() + LOCK_WAIT;
         let held = loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -131,12 +150,31 @@ impl JobMap {
     }
 }
 
-/// A file's job ids (none if it does not exist); a symlink is refused, not followed.
+/// `file` if it is a regular file; a FIFO, a device or a socket planted where a file belongs
+/// is refused (opened without blocking, and never read).
+fn regular(file: std::fs::File) -> std::io::Result<std::fs::File> {
+    let kind = file.metadata()?.file_type();
+    match kind.is_file() {
+        true => Ok(file),
+        false => Err(std::io::Error::other("it is not a regular file (a FIFO or a device?): left alone")),
+    }
+}
+
+/// A file's job ids (none if it does not exist); a symlink is refused, not followed, and so is
+/// anything but a regular file of at most `MOST_READ` bytes.
 fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {
     let mut text = String::new();
-    match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path) {
-        Ok(mut file) => {
-            file.read_to_string(&mut text)?;
+    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).and_then(regular) {
+        Ok(file) => {
+            // One byte more than the most: a bigger file is left alone, not cut and written back.
+            let read = file.take(MOST_READ + 1).read_to_string(&mut text)?;
+            if read as u64 > MOST_READ {
+                return Err(std::io::Error::other(format!(
+                    "it is over {} KiB, more than any job map holds: left alone",
+                    MOST_READ / 1024
+                )));
+            }
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) if error.raw_os_error() == Some(libc::ELOOP) => {
@@ -148,8 +186,20 @@ fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {
 }
 
 fn warn(dir: &Path, gpu: u32, what: &str, error: &std::io::Error) {
+    use std::os::unix::fs::PermissionsExt;
+    // Under the sticky bit (mode 1777) only a file's owner may rename over it: the second user
+    // on a shared GPU can never add a line.
+    let sticky = error.kind() == std::io::ErrorKind::PermissionDenied
+        && std::fs::metadata(dir).is_ok_and(|meta| meta.permissions().mode() & 0o1000 != 0);
+    let hint = match sticky {
+        true => {
+            "; the directory is sticky, so only the file's owner may replace it: make it group-writable \
+                 without the sticky bit (chmod 2775) for the group that shares the GPUs"
+        }
+        false => "",
+    };
     tracing::warn!(
-        "--job-map-dir: cannot {what} {}: {error} (dcgm-exporter's labels for GPU {gpu} are off)",
+        "--job-map-dir: cannot {what} {}: {error}{hint} (dcgm-exporter's labels for GPU {gpu} are off)",
         dir.join(gpu.to_string()).display()
     );
 }
