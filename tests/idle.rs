@@ -81,6 +81,12 @@ fn the_house_rule_idle_action_end_ends_an_idle_run_with_124() {
     let idle = idle_diagnoses(&json);
     assert!(idle[0]["detail"].as_str().unwrap().contains("the command was sent SIGTERM"), "{json}");
     assert_eq!(json["gpurun_exit_status"], 124);
+    // A user's --signal is not the rule's: SIGTERM all the same (issue 65).
+    sim.gpurun()
+        .args(["--time-limit", "1h", "--signal", "WINCH", "--", "sleep", "60"])
+        .run()
+        .status(124)
+        .stderr_has("): the command was sent SIGTERM; SIGKILL follows in 10 s");
     // A busy GPU runs on; nothing can watch a run under --verify off or --exec, so they are refused.
     sim.gpurun().args(["-q", "--devices", "2", "--", "sleep", "5"]).run().status(0);
     for escape in ["--verify=off", "--exec"] {

@@ -761,9 +761,78 @@ fn the_house_rule_max_time_limit_bounds_every_run() {
         .args(["--", "sleep", "30"])
         .run()
         .status(124)
-        .stderr_has("the command reached --time-limit 1s and was sent SIGTERM");
+        .stderr_has("the command reached the house rule max-time-limit = 1s (")
+        .stderr_has("and was sent SIGTERM; SIGKILL follows in 10 s");
     sim.gpurun().args(["--exec", "--", "true"]).run().status(125).stderr_has("needs gpurun to stay");
     sim.gpurun().args(["--list"]).run().status(0).stdout_has("max-time-limit = 1s");
+    // A dry run and an export answer as the launch would.
+    for mode in ["--dry-run", "--export"] {
+        sim.gpurun()
+            .args([mode, "--time-limit", "5s"])
+            .run()
+            .status(125)
+            .stderr_has("ends every run by then");
+    }
+}
+
+/// Issue 65: the command line cannot loosen a house rule that ends runs. Under max-time-limit
+/// the run gets SIGTERM at the rule's time and SIGKILL after the rule's kill-after, whatever
+/// `--signal` and `--kill-after` say and whether the command traps TERM; "0" is no limit, as
+/// `--time-limit 0` is; and a run that ended while gpurun was stopped past the rule is
+/// recorded as limited (it ran on while nothing could end it).
+#[test]
+fn a_house_rule_that_ends_runs_cannot_be_loosened_from_the_command_line() {
+    let sim = Sim::new(&default_scenario());
+    std::fs::write(sim.system_file(), "[limits]\nmax-time-limit = \"2s\"\nkill-after = \"1s\"\n").unwrap();
+    // A user's own --signal WINCH at 1 s, which sleep ignores: the rule's TERM at 2 s ends it.
+    sim.gpurun()
+        .args(["--time-limit", "1s", "--signal", "WINCH", "--", "sleep", "30"])
+        .run_unless_hung()
+        .status(124)
+        .stderr_has("the command reached --time-limit 1s and was sent SIGWINCH")
+        .stderr_has("the command reached the house rule max-time-limit = 2s (");
+    // A command that ignores TERM, and no --kill-after: the rule's SIGKILL 1 s later (128+9).
+    sim.gpurun()
+        .args(["--", "sh", "-c", "trap '' TERM; sleep 30"])
+        .run_unless_hung()
+        .status(137)
+        .stderr_has("SIGKILL follows in 1 s")
+        .stderr_has("at the end of the house rule's grace: sending SIGKILL");
+    // kill-after shows among the rules.
+    sim.gpurun().args(["--list"]).run().status(0).stdout_has("kill-after = 1s");
+    // "0" is no limit.
+    std::fs::write(sim.system_file(), "[limits]\nmax-time-limit = \"0\"\n").unwrap();
+    sim.gpurun().args(["-q", "--", "sh", "-c", "sleep 1; exit 3"]).run().status(3);
+}
+
+/// Issue 65: a gpurun stopped (SIGSTOP) past the house rule's deadline cannot let the run end
+/// as though in time: the rule is recorded and gpurun exits 124.
+#[test]
+fn a_gpurun_stopped_past_the_rule_still_records_it() {
+    let sim = Sim::new(&default_scenario());
+    std::fs::write(sim.system_file(), "[limits]\nmax-time-limit = \"2s\"\n").unwrap();
+    let mut child = sim
+        .gpurun()
+        .args(["--", "sleep", "3"])
+        .command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Stopped once the command runs, before the deadline; continued after it ended on its own.
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    let started =
+        wait_until(common::HANG, || std::fs::read_to_string(&children).is_ok_and(|c| !c.trim().is_empty()));
+    assert!(started, "the command never started");
+    send_signal(pid, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(4));
+    send_signal(pid, libc::SIGCONT);
+    let status = common::wait_unless_hung(&mut child);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("ran past the house rule max-time-limit = 2s"), "{stderr}");
 }
 
 /// Issue 63 (1): a launch asks NVML only what its request needs (on a real driver memory

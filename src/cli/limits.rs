@@ -9,7 +9,13 @@
 //! default-min-free = "8G"    # every launch asks at least this much free memory
 //! idle-limit = "2h"          # a GPU held at 0% utilization this long is warned of ...
 //! idle-action = "end"        # ... or its run ended (exit 124); "warn" by default
+//! kill-after = "10s"         # a rule's SIGTERM is followed by SIGKILL this much later
 //! ```
+//!
+//! A rule that ends a run (max-time-limit, idle-action = "end") sends SIGTERM and then
+//! SIGKILL after `kill-after` (10 s unless set), whatever `--signal` and `--kill-after` say: a
+//! command that traps TERM, or a user's `--signal WINCH`, does not outlive it. `"0"` for
+//! max-time-limit means no limit, as `--time-limit 0` does.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,6 +23,9 @@ use std::time::Duration;
 use crate::options::size::{self, Threshold};
 use crate::options::{duration, Wait};
 use crate::verify::idle::IdleRules;
+
+/// Between a house rule's SIGTERM and its SIGKILL, unless `kill-after` says.
+pub(crate) const RULE_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Limits {
@@ -26,6 +35,8 @@ pub(crate) struct Limits {
     pub(crate) default_min_free: Option<Threshold>,
     /// A GPU held at 0% utilization this long is warned of (false) or its run ended (true).
     pub(crate) idle_limit: Option<(Duration, bool)>,
+    /// `kill-after`: between a rule's SIGTERM and its SIGKILL (`RULE_GRACE` unless set).
+    pub(crate) kill_after: Option<Duration>,
     /// The file they came from, for messages.
     pub(crate) file: Option<PathBuf>,
     /// The system file's own `lock-dir`: reservations there are the ones the rules count.
@@ -60,7 +71,15 @@ impl Limits {
         if let Some(rule) = self.idle_rule() {
             rules.push(rule);
         }
+        if let Some(grace) = self.kill_after {
+            rules.push(self.rule("kill-after", &duration::compact(grace)));
+        }
         rules
+    }
+
+    /// How long a command a rule ended may take to go before SIGKILL.
+    pub(crate) fn grace(&self) -> Duration {
+        self.kill_after.unwrap_or(RULE_GRACE)
     }
 
     /// `idle-limit = 2h, idle-action = end (/etc/gpurun/config.toml [limits])`.
@@ -163,8 +182,11 @@ pub(crate) fn parse(path: &Path, entries: &[(String, usize, toml::Value)]) -> Re
             }
             "max-wait" => limits.max_wait = Some(duration::parse(&text).map_err(|e| format!("{at}: {e}"))?),
             "max-time-limit" => {
-                limits.max_time_limit = Some(duration::parse(&text).map_err(|e| format!("{at}: {e}"))?)
+                let max = duration::parse(&text).map_err(|e| format!("{at}: {e}"))?;
+                // "0" is no limit, as --time-limit 0 is (and timeout(1)'s 0).
+                limits.max_time_limit = Some(max).filter(|max| !max.is_zero());
             }
+            "kill-after" => limits.kill_after = Some(duration::parse(&text).map_err(|e| format!("{at}: {e}"))?),
             "default-min-free" => {
                 limits.default_min_free = Some(size::parse_threshold(&text).map_err(|e| format!("{at}: {e}"))?)
             }
@@ -184,7 +206,7 @@ pub(crate) fn parse(path: &Path, entries: &[(String, usize, toml::Value)]) -> Re
             other => {
                 return Err(format!(
                     "{}:{line}: unknown key {other:?} in [limits]; the house rules are max-gpus-per-user, max-wait, \
-                     max-time-limit, default-min-free, idle-limit and idle-action",
+                     max-time-limit, default-min-free, idle-limit, idle-action and kill-after",
                     path.display()
                 ))
             }

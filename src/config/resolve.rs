@@ -54,7 +54,7 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
         return Err(ConfigError::EmptyModel { origin });
     }
     let lock_dir = cli.lock_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LOCK_DIR));
-    let reserves = matches!(mode, Mode::Select(Goal::Run { .. })) && !cli.gpus.is_none();
+    let reserves = requests_gpus(&mode, &cli);
     let root = nix::unistd::geteuid().is_root();
     if let Some(why) = limits.lock_escape(cli.no_lock, &lock_dir, root).filter(|_| reserves) {
         return Err(ConfigError::HouseRule(why));
@@ -278,14 +278,31 @@ fn launcher(cli: &mut Cli, mode_flag: Option<Option<ModeFlag>>) -> Result<Option
     Ok(launcher)
 }
 
+/// A launch that takes GPUs, and what answers for one (a dry run, an export): the house rules
+/// hold for all three, so that a dry run says 125 where the launch would.
+fn requests_gpus(mode: &Mode, cli: &Cli) -> bool {
+    matches!(mode, Mode::Select(Goal::Run { .. } | Goal::DryRun { .. } | Goal::Export)) && !cli.gpus.is_none()
+}
+
 /// How the command is run and watched, as the command line says, within the house rules (a
 /// run that takes GPUs gets the house rule max-time-limit, and `--exec`, which leaves no
 /// gpurun to end it, is refused under it).
 fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervision, ConfigError> {
-    let after = match reserves {
-        true => limits.time_limit(cli.time_limit).map_err(ConfigError::HouseRule)?,
-        false => cli.time_limit.filter(|limit| !limit.is_zero()),
-    };
+    use crate::launch::deadlines::TimeLimit;
+    if reserves {
+        limits.time_limit(cli.time_limit).map_err(ConfigError::HouseRule)?;
+    }
+    let asked = cli.time_limit.filter(|limit| !limit.is_zero());
+    // The user's limit with their signal; the rule's as well (SIGTERM, then SIGKILL after the
+    // rule's grace), which a user's --signal or a trapped signal cannot outlast.
+    let mut time_limits: Vec<TimeLimit> = asked
+        .map(|after| TimeLimit { after, signal: cli.signal.unwrap_or(libc::SIGTERM), rule: None })
+        .into_iter()
+        .collect();
+    if let (Some(max), true) = (limits.max_time_limit, reserves) {
+        let rule = limits.rule("max-time-limit", &duration::compact(max));
+        time_limits.push(TimeLimit { after: max, signal: libc::SIGTERM, rule: Some((rule, limits.grace())) });
+    }
     if let (Some(max), true, true) = (limits.max_time_limit, cli.exec, reserves) {
         return Err(ConfigError::HouseRule(format!(
             "--exec: the house rule {} needs gpurun to stay and end the command",
@@ -307,10 +324,8 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
     Ok(Supervision {
         no_forward: cli.no_forward.take().map(|list| list.0).unwrap_or_default(),
         kill_after: cli.kill_after,
-        time_limit: after.map(|after| crate::launch::supervise::TimeLimit {
-            after,
-            signal: cli.signal.unwrap_or(libc::SIGTERM),
-        }),
+        time_limits,
+        rule_grace: limits.grace(),
         idle,
         parent_death_signal: cli.parent_death_signal.0,
         keep_orphans: cli.keep_orphans,
@@ -424,6 +439,7 @@ mod tests {
             max_time_limit: None,
             default_min_free: floor,
             idle_limit: None,
+            kill_after: None,
             file: None,
             lock_dir: None,
             notice: None,

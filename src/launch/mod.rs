@@ -6,6 +6,7 @@ pub(crate) mod accelerate_config;
 pub(crate) mod affinity;
 pub(crate) mod container;
 pub(crate) mod container_options;
+pub(crate) mod deadlines;
 pub(crate) mod env;
 pub(crate) mod hooks;
 pub(crate) mod job_map;
@@ -44,8 +45,10 @@ use crate::verify::{ending, prom};
 pub(crate) struct Supervision {
     pub(crate) no_forward: Vec<i32>,
     pub(crate) kill_after: Option<Duration>,
-    /// `--time-limit` (or the house rule's), and the signal it sends.
-    pub(crate) time_limit: Option<supervise::TimeLimit>,
+    /// `--time-limit` and the house rule max-time-limit, each with the signal it sends.
+    pub(crate) time_limits: Vec<deadlines::TimeLimit>,
+    /// The house rules' grace between SIGTERM and SIGKILL.
+    pub(crate) rule_grace: Duration,
     /// `--idle-warn` and the house rule on idle GPUs.
     pub(crate) idle: crate::verify::idle::IdleRules,
     pub(crate) parent_death_signal: Option<i32>,
@@ -315,7 +318,8 @@ fn supervise_to_the_end(
     let options = supervise::Options {
         no_forward: &supervision.no_forward,
         kill_after: supervision.kill_after,
-        time_limit: supervision.time_limit,
+        time_limits: &supervision.time_limits,
+        rule_grace: supervision.rule_grace,
         container: plan.container(),
     };
     let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::exit_code::End;
+use crate::launch::deadlines::{Deadlines, TimeLimit};
 use crate::launch::hooks::Hook;
 use crate::launch::signals::{self, Action};
 use crate::probe::calls::Purpose;
@@ -23,7 +24,10 @@ const STRICT_GRACE: Duration = Duration::from_secs(5);
 pub(crate) struct Options<'a> {
     pub(crate) no_forward: &'a [i32],
     pub(crate) kill_after: Option<Duration>,
-    pub(crate) time_limit: Option<TimeLimit>,
+    /// `--time-limit` and the house rule max-time-limit (each fires once).
+    pub(crate) time_limits: &'a [TimeLimit],
+    /// The house rule's grace between its SIGTERM and SIGKILL (idle-action = "end").
+    pub(crate) rule_grace: Duration,
     /// A container run: killing its client would leave the container running.
     pub(crate) container: Option<&'a crate::launch::container::Prepared>,
 }
@@ -213,13 +217,6 @@ impl<'a> Watch<'a> {
     }
 }
 
-/// `--time-limit`: how long the command may run, and the signal that ends it then.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TimeLimit {
-    pub(crate) after: Duration,
-    pub(crate) signal: i32,
-}
-
 /// How supervision ended.
 pub(crate) struct Supervised {
     pub(crate) end: End,
@@ -229,27 +226,15 @@ pub(crate) struct Supervised {
     pub(crate) limited: Option<Limited>,
 }
 
-/// The command ran for its `--time-limit`: it gets the limit's signal (a container run's
-/// client too, which passes it on). Said once; returns what was done, for the report.
-fn reach_time_limit(child: u32, limit: TimeLimit, options: &Options) -> String {
-    let what = format!(
-        "the command reached --time-limit {} and was sent {}",
-        crate::options::duration::compact(limit.after),
-        crate::options::signal::name(limit.signal)
-    );
-    match options.kill_after {
-        Some(after) => {
-            tracing::warn!("{what}; SIGKILL follows in {}", crate::options::duration::shown(after))
-        }
-        None => tracing::warn!("{what}"),
-    }
-    send_to(child, limit.signal);
-    what
-}
-
 fn in_our_process_group(pid: u32) -> bool {
     let pid = nix::unistd::Pid::from_raw(pid as i32);
     nix::unistd::getpgid(Some(pid)).is_ok_and(|group| group == nix::unistd::getpgrp())
+}
+
+/// The command ended: how, and what limit ended it (one a stopped gpurun could not fire too).
+fn finished(end: End, strict_failure: Option<String>, mut deadlines: Deadlines) -> Supervised {
+    deadlines.ended(Instant::now());
+    Supervised { end, strict_failure, limited: deadlines.limited }
 }
 
 fn ends_the_job(signal: i32) -> bool {
@@ -267,10 +252,14 @@ pub(crate) fn run(
 ) -> Supervised {
     let own_pid = std::process::id();
     let mut strict_failure = None;
-    let mut kill_deadline: Option<Instant> = None;
+    let mut deadlines = Deadlines::new(options.time_limits, Instant::now());
     let mut stops = JobControl::default();
-    let mut limited = None;
-    let mut limit_at = options.time_limit.map(|limit| Instant::now() + limit.after);
+    let kill = || {
+        send_to(child, libc::SIGKILL);
+        if let Some(container) = options.container {
+            container.kill();
+        }
+    };
     loop {
         loop {
             match reap(None, true) {
@@ -278,10 +267,10 @@ pub(crate) fn run(
                     ChildEvent::Stopped(_) => stops.follow(child),
                     ChildEvent::Continued => stops.continue_at = None,
                     ChildEvent::Exited(code) => {
-                        return Supervised { end: End::Exited(code), strict_failure, limited }
+                        return finished(End::Exited(code), strict_failure, deadlines)
                     }
                     ChildEvent::Signaled(signal) => {
-                        return Supervised { end: End::Signaled(signal), strict_failure, limited }
+                        return finished(End::Signaled(signal), strict_failure, deadlines)
                     }
                 },
                 Reaped::Child(pid, event) if hook.as_deref_mut().is_some_and(|h| h.reaped(pid, event)) => {}
@@ -294,26 +283,10 @@ pub(crate) fn run(
         if let Some(hook) = hook.as_deref_mut() {
             hook.enforce(now);
         }
-        if let Some(limit) = options.time_limit.filter(|_| limit_at.is_some_and(|at| now >= at)) {
-            limit_at = None;
-            limited = Some(Limited::Time(reach_time_limit(child, limit, options)));
-            kill_deadline = options.kill_after.map(|after| now + after);
-        }
-        if kill_deadline.is_some_and(|deadline| now >= deadline) {
-            tracing::warn!(
-                "the command is still running {:?} after it was asked to stop: sending SIGKILL",
-                options.kill_after.unwrap_or(STRICT_GRACE)
-            );
-            send_to(child, libc::SIGKILL);
-            if let Some(container) = options.container {
-                container.kill();
-            }
-            kill_deadline = None;
-        }
+        deadlines.enforce(child, now, options.kill_after, kill);
         let monitor_wake = watch.as_deref_mut().and_then(|watch| watch.tend(now));
         let hook_wake = hook.as_deref().and_then(Hook::wake);
-        let wake =
-            [kill_deadline, limit_at, monitor_wake, hook_wake, stops.continue_at].into_iter().flatten().min();
+        let wake = [deadlines.wake(), monitor_wake, hook_wake, stops.continue_at].into_iter().flatten().min();
         let timeout = wake.map(|at| at.saturating_duration_since(Instant::now()));
         let (received, answered) =
             receiver.wait(watch.as_deref().map(|w| w.thread_ref().ready_fd()), timeout);
@@ -335,24 +308,26 @@ pub(crate) fn run(
                 }
                 Action::Drop => signals::reached_anyway(sender, in_group),
             };
-            if reached_child && ends_the_job(signal.signal) && kill_deadline.is_none() {
-                kill_deadline = options.kill_after.map(|after| Instant::now() + after);
+            if reached_child && ends_the_job(signal.signal) && deadlines.kill_at.is_none() {
+                deadlines.kill_at = options.kill_after.map(|after| Instant::now() + after);
             }
         }
         if let Some(detail) = watch.as_deref_mut().filter(|_| answered).and_then(Watch::take_answer) {
             send_to(child, libc::SIGTERM);
-            kill_deadline = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
+            deadlines.kill_at = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
             strict_failure = Some(detail);
         }
-        let signal = options.time_limit.map_or(libc::SIGTERM, |limit| limit.signal);
-        if let Some((gpu, what)) = watch.as_deref_mut().and_then(|watch| watch.monitor.take_idle_end(signal))
+        // The house rule idle-action = "end": SIGTERM, and SIGKILL after the rule's grace.
+        if let Some((gpu, what)) =
+            watch.as_deref_mut().and_then(|watch| watch.monitor.take_idle_end(libc::SIGTERM))
         {
-            tracing::warn!("{what}");
-            send_to(child, signal);
-            if kill_deadline.is_none() {
-                kill_deadline = options.kill_after.map(|after| Instant::now() + after);
-            }
-            limited = limited.or(Some(Limited::Idle { gpu, what }));
+            tracing::warn!(
+                "{what}; SIGKILL follows in {}",
+                crate::options::duration::shown(options.rule_grace)
+            );
+            send_to(child, libc::SIGTERM);
+            deadlines.rule_ended(Instant::now(), options.rule_grace);
+            deadlines.limited = deadlines.limited.take().or(Some(Limited::Idle { gpu, what }));
         }
     }
 }

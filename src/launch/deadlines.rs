@@ -1,0 +1,163 @@
+//! What ends a run on time: `--time-limit` with its `--signal` and `--kill-after`, and the
+//! house rules (max-time-limit, idle-action = "end"), which send SIGTERM and then SIGKILL
+//! after the rule's grace whatever the user's options say (issue 65: `--signal WINCH`, a
+//! command that traps TERM, or no `--kill-after` let a rule's run go on). Each limit fires
+//! once; the SIGKILL a rule leads to is not put off by anything the user does.
+
+use std::time::{Duration, Instant};
+
+use crate::process::signals::send_to;
+use crate::verify::ending::Limited;
+
+/// A run that ends this long after a rule's deadline without the rule having fired ran past it
+/// while gpurun could not act (stopped with SIGSTOP, or starved): the limit is recorded.
+const PAST_THE_RULE: Duration = Duration::from_secs(1);
+
+/// `--time-limit`, or the house rule max-time-limit: how long the command may run, and the
+/// signal that ends it then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TimeLimit {
+    pub(crate) after: Duration,
+    pub(crate) signal: i32,
+    /// The house rule's (its words, and its grace before SIGKILL); `None`: the user's.
+    pub(crate) rule: Option<(String, Duration)>,
+}
+
+/// The limits of one run, as it goes.
+pub(crate) struct Deadlines {
+    /// The time limits not reached yet, each with when it falls due.
+    due: Vec<(TimeLimit, Instant)>,
+    /// SIGKILL after the user's `--kill-after` (or `--verify strict`'s grace).
+    pub(crate) kill_at: Option<Instant>,
+    /// SIGKILL after a rule's grace: nothing the user does puts it off.
+    rule_kill_at: Option<Instant>,
+    pub(crate) limited: Option<Limited>,
+}
+
+impl Deadlines {
+    pub(crate) fn new(limits: &[TimeLimit], started: Instant) -> Deadlines {
+        let due = limits.iter().map(|limit| (limit.clone(), started + limit.after)).collect();
+        Deadlines { due, kill_at: None, rule_kill_at: None, limited: None }
+    }
+
+    /// The next moment something is due.
+    pub(crate) fn wake(&self) -> Option<Instant> {
+        self.due.iter().map(|(_, at)| *at).chain(self.kill_at).chain(self.rule_kill_at).min()
+    }
+
+    /// Sends what is due at `now`: a limit's signal, then SIGKILL (`kill`) once a grace is over.
+    pub(crate) fn enforce(
+        &mut self,
+        child: u32,
+        now: Instant,
+        kill_after: Option<Duration>,
+        kill: impl Fn(),
+    ) {
+        let (reached, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.due).into_iter().partition(|(_, at)| now >= *at);
+        self.due = later;
+        for (limit, _) in reached {
+            self.limited = Some(Limited::Time(reach(child, &limit, kill_after)));
+            match &limit.rule {
+                Some((_, grace)) => self.rule_ended(now, *grace),
+                None => self.kill_at = kill_after.map(|after| now + after),
+            }
+        }
+        if self.kill_at.is_some_and(|at| now >= at) {
+            tracing::warn!("the command is still running after it was asked to stop: sending SIGKILL");
+            kill();
+            self.kill_at = None;
+        }
+        if self.rule_kill_at.is_some_and(|at| now >= at) {
+            tracing::warn!(
+                "the command is still running at the end of the house rule's grace: sending SIGKILL"
+            );
+            kill();
+            self.rule_kill_at = None;
+        }
+    }
+
+    /// A rule ended the run at `now`: SIGKILL follows after `grace`, or sooner if already due.
+    pub(crate) fn rule_ended(&mut self, now: Instant, grace: Duration) {
+        let at = now + grace;
+        self.rule_kill_at = Some(self.rule_kill_at.map_or(at, |earlier| earlier.min(at)));
+    }
+
+    /// The command ended at `now` (as far as gpurun can tell: it reaps it now). If a rule's
+    /// deadline had passed by then without firing, gpurun was kept from acting (stopped): the
+    /// command ran past the rule, and the run is recorded as limited.
+    pub(crate) fn ended(&mut self, now: Instant) {
+        let passed = self.due.iter().find(|(limit, at)| limit.rule.is_some() && now >= *at + PAST_THE_RULE);
+        if let Some((limit, _)) = passed {
+            let (rule, _) = limit.rule.as_ref().expect("a rule's limit");
+            let what = format!(
+                "the command ran past the house rule {rule} while gpurun could not end it (stopped, or \
+                 starved of CPU)"
+            );
+            tracing::warn!("{what}");
+            self.limited = Some(Limited::Time(what));
+        }
+    }
+}
+
+/// The command ran for a time limit: it gets the limit's signal (a container run's client too,
+/// which passes it on). Said once; returns what was done, for the report.
+fn reach(child: u32, limit: &TimeLimit, kill_after: Option<Duration>) -> String {
+    let signal = crate::options::signal::name(limit.signal);
+    let (what, kill) = match &limit.rule {
+        Some((rule, grace)) => {
+            (format!("the command reached the house rule {rule} and was sent {signal}"), Some(*grace))
+        }
+        None => (
+            format!(
+                "the command reached --time-limit {} and was sent {signal}",
+                crate::options::duration::compact(limit.after)
+            ),
+            kill_after,
+        ),
+    };
+    match kill {
+        Some(after) => {
+            tracing::warn!("{what}; SIGKILL follows in {}", crate::options::duration::shown(after))
+        }
+        None => tracing::warn!("{what}"),
+    }
+    send_to(child, limit.signal);
+    what
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(after: u64) -> TimeLimit {
+        TimeLimit {
+            after: Duration::from_secs(after),
+            signal: libc::SIGTERM,
+            rule: Some(("max-time-limit = 1m".to_owned(), Duration::from_secs(10))),
+        }
+    }
+
+    #[test]
+    fn a_rule_passed_while_gpurun_could_not_act_is_recorded_and_one_not_passed_is_not() {
+        let start = Instant::now();
+        let mut on_time = Deadlines::new(&[rule(60)], start);
+        on_time.ended(start + Duration::from_secs(30));
+        assert!(on_time.limited.is_none());
+        let mut stopped = Deadlines::new(&[rule(60)], start);
+        stopped.ended(start + Duration::from_secs(90));
+        assert!(
+            matches!(&stopped.limited, Some(Limited::Time(what)) if what.contains("ran past the house rule"))
+        );
+        assert_eq!(stopped.wake(), Some(start + Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn a_rules_kill_is_never_put_off() {
+        let start = Instant::now();
+        let mut deadlines = Deadlines::new(&[], start);
+        deadlines.rule_ended(start, Duration::from_secs(10));
+        deadlines.rule_ended(start + Duration::from_secs(5), Duration::from_secs(10));
+        assert_eq!(deadlines.wake(), Some(start + Duration::from_secs(10)));
+    }
+}
