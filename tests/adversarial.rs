@@ -314,6 +314,28 @@ fn as_user_with_system_file(sim: &Sim, system_file: &str, args: &[&str]) -> Opti
     Some(outcome)
 }
 
+/// Issue 65: a user's gpurun (a pip or `PREFIX=~/.local` install, no package to make it) never
+/// makes the machine's shared lock directory: one they made would be theirs, and every other
+/// user's gpurun, root's too, would refuse it until a reboot. It says what root must run; root
+/// makes it, mode 1777.
+#[test]
+fn a_user_never_makes_the_machines_lock_directory() {
+    let sim = Sim::new(&default_scenario());
+    let system = sim.dir.path().join("system-locks");
+    let rules = format!("lock-dir = \"{}\"\n", system.display());
+    let Some(refused) = as_user_with_system_file(&sim, &rules, &["--", "true"]) else { return };
+    refused
+        .status(125)
+        .stderr_has("does not exist: it is the machine's shared reservation directory, which only root makes")
+        .stderr_has(&format!("`sudo install -d -m 1777 {}`", system.display()));
+    assert!(!system.exists());
+    as_user_with_system_file(&sim, &rules, &["-q", "--no-lock", "--", "true"]).unwrap().status(0);
+    std::fs::write(sim.system_file(), &rules).unwrap();
+    sim.gpurun().env_remove("GPURUN_LOCK_DIR").args(["-q", "--", "true"]).run().status(0);
+    let made = std::fs::metadata(&system).unwrap();
+    assert_eq!(made.permissions().mode() & 0o7777, 0o1777);
+}
+
 // 2. A user cannot swap the rules out, nor reserve where they are not counted.
 #[test]
 fn house_rules_hold_against_a_user() {

@@ -290,6 +290,18 @@ fn the_packages_create_the_lock_directory_at_install() {
         "a lock directory a user made before the install is put right"
     );
     assert_eq!(lock_dir_after_postinst(&postinst, &entry, false, ""), "1777 0", "without the entry");
+    // A link planted at the path is left alone, and said (issue 65).
+    let planted = format!(
+        "mount --make-rprivate / && mount -t tmpfs none /run/lock && ln -s /etc /run/lock/gpurun && sh '{}' configure",
+        postinst.display()
+    );
+    let out = Command::new("unshare").args(["-m", "sh", "-c", &planted]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/run/lock/gpurun is not a directory"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     if common::on_path("rpm") {
         let scripts = output("rpm", &["-qp", "--scripts", &format!("gpurun-{VERSION}-1.x86_64.rpm")], &dist);
         let shipped = std::fs::read_to_string(&postinst).unwrap();

@@ -126,6 +126,11 @@ impl Limits {
             .then(|| format!("the lock directory {}: {why}", lock_dir.display()))
     }
 
+    /// Whether `path` is the machine's shared lock directory.
+    pub(crate) fn is_system_lock_dir(&self, path: &Path) -> bool {
+        same_directory(path, &self.system_lock_dir())
+    }
+
     /// The lock directory the rules count in: the system file's `lock-dir`, else the default.
     pub(crate) fn system_lock_dir(&self) -> PathBuf {
         self.lock_dir.clone().unwrap_or_else(|| PathBuf::from(crate::options::DEFAULT_LOCK_DIR))

@@ -171,6 +171,7 @@ impl Config {
             },
             group: self.per_rank.as_ref().map(PerRank::group_share),
             needs: self.probe_needs(),
+            system_lock_dir: self.lock_dir.as_deref().is_some_and(|dir| self.limits.is_system_lock_dir(dir)),
         }
     }
 

@@ -65,6 +65,8 @@ pub(crate) struct Options<'a> {
     pub(crate) group: Option<GroupShare>,
     /// What the probe asks of each GPU beyond what every request needs.
     pub(crate) needs: crate::probe::Needs,
+    /// `lock_dir` is the machine's shared one (the system file's, else `/run/lock/gpurun`).
+    pub(crate) system_lock_dir: bool,
 }
 
 /// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
@@ -138,7 +140,15 @@ impl Acquisition {
 fn open_lock_dir(options: &Options) -> Result<Option<LockDir>, AcquireError> {
     match options.lock_dir.as_deref() {
         None => Ok(None),
-        Some(path) if options.hold => Ok(Some(LockDir::open(path, true)?)),
+        Some(path) if options.hold => {
+            // The machine's shared directory is made by root only: one a user made would be
+            // theirs, and every other user's gpurun would refuse it until a reboot.
+            let may_make = !options.system_lock_dir || nix::unistd::geteuid().is_root();
+            if !may_make && std::fs::symlink_metadata(path).is_err() {
+                return Err(LockDirError::NotMade { path: path.display().to_string() }.into());
+            }
+            Ok(Some(LockDir::open(path, may_make)?))
+        }
         Some(path) if !path.exists() => Ok(None),
         Some(path) => match LockDir::open(path, false) {
             Ok(dir) => Ok(Some(dir)),

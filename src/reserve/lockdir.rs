@@ -34,6 +34,15 @@ pub(crate) enum LockDirError {
     Untrusted { path: String, problem: String },
     #[error("lock directory {path}: {source}")]
     Io { path: String, source: io::Error },
+    /// The machine's shared directory is missing, and this user may not make it: one they made
+    /// would be theirs, and every other user's gpurun would refuse it (issue 65).
+    #[error(
+        "lock directory {path} does not exist: it is the machine's shared reservation directory, which \
+         only root makes (the package's tmpfiles.d entry makes it at boot; `sudo install -d -m 1777 \
+         {path}` makes it now). Until then: --lock-dir DIR of your own (reservations there are not \
+         shared with other users), or --no-lock"
+    )]
+    NotMade { path: String },
     /// A signal that ends gpurun arrived while it waited for the lock.
     #[error("interrupted by signal {0}")]
     Interrupted(i32),
