@@ -45,6 +45,7 @@ mod shared;
 mod sim_vs_pynvml;
 mod slurm;
 mod terminal;
+mod timeout;
 mod topology;
 mod unified;
 mod verify;

@@ -286,13 +286,14 @@ pub(crate) struct Cli {
     pub(crate) no_forward: Option<SignalList>,
 
     /// After a TERM, INT or HUP reaches the command, SIGKILL it if it is still running after
-    /// DURATION (30, 1.5s, 500ms, 2m).
+    /// DURATION (30, 1.5s, 500ms, 2m; 0: never, as timeout(1)'s -k 0).
     #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, allow_negative_numbers = true, help_heading = "Supervision")]
     pub(crate) kill_after: Option<Duration>,
 
-    /// End the command after DURATION (30s, 90m, 2h; 0: no limit), as timeout(1) does: it gets
-    /// --signal (TERM), then SIGKILL if it is still running --kill-after later; gpurun exits
-    /// 124 (137 where that SIGKILL ended it), and the report and the history say time-limit.
+    /// End the command after DURATION (30s, 90m, 2h; 0: no limit), as timeout(1) does: it and
+    /// every process under it get --signal (TERM), then SIGKILL if it is still running
+    /// --kill-after later; gpurun exits 124 (137 where that SIGKILL ended it), and the report
+    /// and the history say time-limit.
     #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse, conflicts_with = "exec", help_heading = "Supervision")]
     pub(crate) time_limit: Option<Duration>,
 

@@ -323,7 +323,8 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
     }
     Ok(Supervision {
         no_forward: cli.no_forward.take().map(|list| list.0).unwrap_or_default(),
-        kill_after: cli.kill_after,
+        // 0 is never, as timeout(1)'s -k 0.
+        kill_after: cli.kill_after.filter(|after| !after.is_zero()),
         time_limits,
         rule_grace: limits.grace(),
         idle,

@@ -2,7 +2,9 @@
 //! house rules (max-time-limit, idle-action = "end"), which send SIGTERM and then SIGKILL
 //! after the rule's grace whatever the user's options say (issue 65: `--signal WINCH`, a
 //! command that traps TERM, or no `--kill-after` let a rule's run go on). Each limit fires
-//! once; the SIGKILL a rule leads to is not put off by anything the user does.
+//! once; the SIGKILL a rule leads to is not put off by anything the user does. A limit's
+//! signal and its SIGKILL go to the command and every process under it, as timeout(1)'s go to
+//! its process group.
 
 use std::time::{Duration, Instant};
 
@@ -122,8 +124,19 @@ fn reach(child: u32, limit: &TimeLimit, kill_after: Option<Duration>) -> String 
         }
         None => tracing::warn!("{what}"),
     }
-    send_to(child, limit.signal);
+    signal_tree(child, limit.signal);
     what
+}
+
+/// `signal` to `child` and every process under it, as timeout(1) signals its process group: a
+/// `bash -c 'python ...'` does not leave Python running. The tree is read before the child is
+/// signalled (a child that dies at once hands its own children to gpurun, the subreaper).
+pub(crate) fn signal_tree(child: u32, signal: i32) {
+    let under = crate::process::procfs::descendants(child);
+    send_to(child, signal);
+    for pid in under {
+        send_to(pid, signal);
+    }
 }
 
 #[cfg(test)]

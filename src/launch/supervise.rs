@@ -255,7 +255,7 @@ pub(crate) fn run(
     let mut deadlines = Deadlines::new(options.time_limits, Instant::now());
     let mut stops = JobControl::default();
     let kill = || {
-        send_to(child, libc::SIGKILL);
+        crate::launch::deadlines::signal_tree(child, libc::SIGKILL);
         if let Some(container) = options.container {
             container.kill();
         }
@@ -325,7 +325,7 @@ pub(crate) fn run(
                 "{what}; SIGKILL follows in {}",
                 crate::options::duration::shown(options.rule_grace)
             );
-            send_to(child, libc::SIGTERM);
+            crate::launch::deadlines::signal_tree(child, libc::SIGTERM);
             deadlines.rule_ended(Instant::now(), options.rule_grace);
             deadlines.limited = deadlines.limited.take().or(Some(Limited::Idle { gpu, what }));
         }

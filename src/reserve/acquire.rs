@@ -135,14 +135,12 @@ impl Acquisition {
 }
 
 /// Opens the lock directory as the mode needs it. Only looking: a missing directory holds no
-/// reservation (and is not created by a mere --list), and an unusable one is worth a warning,
-/// not a failed listing.
+/// reservation (and is not created by a mere --list); an unusable one is worth a warning.
 fn open_lock_dir(options: &Options) -> Result<Option<LockDir>, AcquireError> {
     match options.lock_dir.as_deref() {
         None => Ok(None),
         Some(path) if options.hold => {
-            // The machine's shared directory is made by root only: one a user made would be
-            // theirs, and every other user's gpurun would refuse it until a reboot.
+            // Only root makes the machine's: a user's would be theirs, refused by all others.
             let may_make = !options.system_lock_dir || nix::unistd::geteuid().is_root();
             if !may_make && std::fs::symlink_metadata(path).is_err() {
                 return Err(LockDirError::NotMade { path: path.display().to_string() }.into());
