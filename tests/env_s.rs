@@ -111,6 +111,23 @@ const CASES: &[&str] = &[
     "A=${9B}",
 ];
 
+/// The 105th case of env-S.pl's kind: `gpurun 'pa -n' ./s` typed by hand, with argv[0] exactly
+/// the path on ./s's `#!` line. GNU env runs a command named "pa -n" (127), and so does gpurun:
+/// the kernel executed gpurun, not the script (AT_EXECFN), so nothing is split.
+#[test]
+fn a_packed_argument_typed_by_hand_is_a_command_name() {
+    let dir = tempfile::Builder::new().prefix("s").tempdir_in("/tmp").unwrap();
+    let gpurun = dir.path().join("gpurun");
+    std::os::unix::fs::symlink(common::gpurun_binary(), &gpurun).unwrap();
+    let script = dir.path().join("s");
+    std::fs::write(&script, format!("#!{} pa -n\n", gpurun.display())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // On the simulated GPUs: gpurun probes and chooses before it finds the command missing.
+    let sim = common::Sim::new(&common::default_scenario());
+    let typed = sim.gpurun_command(gpurun.to_str().unwrap(), &["pa -n", script.to_str().unwrap()]).run();
+    typed.status(127).stderr_has("pa -n");
+}
+
 fn is_gnu_env() -> bool {
     Command::new("env")
         .arg("--version")

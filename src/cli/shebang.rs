@@ -9,7 +9,10 @@
 //! decode `\_` (a space) and the escapes; `${NAME}` is expanded (not inside single quotes); a
 //! `#` that starts a word and `\c` end the string; and what env refuses (`$B`, `${9B}`, an
 //! unknown escape, a lone quote) is refused with env's reason. Anywhere else an argument with
-//! blanks is an ordinary argument (`gpurun '--model=Tesla T4' --dry-run`). (The
+//! blanks is an ordinary argument (`gpurun '--model=Tesla T4' --dry-run`), and so is one typed
+//! by hand with argv[0] exactly the `#!` line's path (`gpurun 'pa -n' ./s`, which GNU env
+//! runs as a command named "pa -n"): the kernel says which file it executed (`AT_EXECFN`), the
+//! script when it ran gpurun as the script's interpreter. (The
 //! `#!/usr/bin/env -S gpurun ...` form needs none of this: env splits.)
 
 use std::ffi::{OsStr, OsString};
@@ -43,6 +46,14 @@ fn is_interpreter_line(argv0: &OsStr, packed: &[u8], script: &OsStr) -> bool {
     OsStr::from_bytes(interpreter) == argv0 && trim(arguments) == trim(packed)
 }
 
+/// Whether the kernel ran gpurun for `script` (binfmt_script: what execve(2) was given is the
+/// script's path, which the kernel passes on as this argument) rather than a person or a
+/// program running gpurun (then it is gpurun's own path). Where the kernel does not say, the
+/// `#!` line alone decides.
+fn run_for(script: &OsStr, executed: Option<OsString>) -> bool {
+    executed.is_none_or(|executed| executed == script)
+}
+
 fn trim(bytes: &[u8]) -> &[u8] {
     let blank = |b: &u8| *b == b' ' || *b == b'\t' || *b == b'\r';
     let start = bytes.iter().position(|b| !blank(b)).unwrap_or(bytes.len());
@@ -52,12 +63,17 @@ fn trim(bytes: &[u8]) -> &[u8] {
 
 /// Splits argv[1] when it is a shebang's packed options; otherwise returns argv unchanged.
 pub(crate) fn expand(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    expand_as_executed(args, crate::process::exec_file::exec_filename())
+}
+
+/// `expand`, `executed` being the path execve(2) was given (`None`: the kernel did not say).
+fn expand_as_executed(args: Vec<OsString>, executed: Option<OsString>) -> Result<Vec<OsString>, String> {
     let (Some(first), Some(script)) = (args.get(1), args.get(2)) else { return Ok(args) };
     let bytes = first.as_bytes();
     // Only a word with blanks is worth a look at the next argument's first line: a one-word
     // shebang splits into itself.
     let packed = bytes.iter().any(|b| b.is_ascii_whitespace());
-    if !packed || !is_interpreter_line(&args[0], bytes, script) {
+    if !packed || !is_interpreter_line(&args[0], bytes, script) || !run_for(script, executed) {
         return Ok(args);
     }
     let words = split(bytes)?;
@@ -93,8 +109,11 @@ mod tests {
     #[test]
     fn packed_first_argument_is_split_in_the_interpreter_situation() {
         let (_dir, path) = script("#!/usr/local/bin/gpurun --gpus 1 -- python3  ");
-        let expanded =
-            expand(argv(&["/usr/local/bin/gpurun", "--gpus 1 -- python3", &path, "--lr 3"])).unwrap();
+        let expanded = expand_as_executed(
+            argv(&["/usr/local/bin/gpurun", "--gpus 1 -- python3", &path, "--lr 3"]),
+            None,
+        )
+        .unwrap();
         assert_eq!(
             expanded,
             argv(&["/usr/local/bin/gpurun", "--gpus", "1", "--", "python3", &path, "--lr 3"])
@@ -106,29 +125,45 @@ mod tests {
     #[test]
     fn a_tab_or_a_command_without_options_is_split_too() {
         let (_dir, path) = script("#!/usr/local/bin/gpurun\t--gpus 1\t-- python3\t");
-        let expanded = expand(argv(&["/usr/local/bin/gpurun", "--gpus 1\t-- python3", &path])).unwrap();
+        let expanded =
+            expand_as_executed(argv(&["/usr/local/bin/gpurun", "--gpus 1\t-- python3", &path]), None)
+                .unwrap();
         assert_eq!(expanded, argv(&["/usr/local/bin/gpurun", "--gpus", "1", "--", "python3", &path]));
         let (_dir, path) = script("#!/usr/local/bin/gpurun python3 -u");
-        let expanded = expand(argv(&["/usr/local/bin/gpurun", "python3 -u", &path])).unwrap();
+        let expanded =
+            expand_as_executed(argv(&["/usr/local/bin/gpurun", "python3 -u", &path]), None).unwrap();
         assert_eq!(expanded, argv(&["/usr/local/bin/gpurun", "python3", "-u", &path]));
         // Not that line: left alone.
         let unchanged = argv(&["/usr/local/bin/gpurun", "python3 -X", &path]);
-        assert_eq!(expand(unchanged.clone()).unwrap(), unchanged);
+        assert_eq!(expand_as_executed(unchanged.clone(), None).unwrap(), unchanged);
     }
 
     #[test]
     fn quotes_and_escapes_follow_env_s() {
         let packed = r#"--model 'A100 SXM4' --x "a\"b" c\_d -- sh"#;
         let (_dir, path) = script(&format!("#!/usr/bin/gpurun {packed}"));
-        let expanded = expand(argv(&["/usr/bin/gpurun", packed, &path])).unwrap();
+        let expanded = expand_as_executed(argv(&["/usr/bin/gpurun", packed, &path]), None).unwrap();
         assert_eq!(
             expanded,
             argv(&["/usr/bin/gpurun", "--model", "A100 SXM4", "--x", "a\"b", "c", "d", "--", "sh", &path])
         );
         let (_dir, path) = script("#!/usr/bin/gpurun --model 'A100");
-        assert!(expand(argv(&["/usr/bin/gpurun", "--model 'A100", &path]))
+        assert!(expand_as_executed(argv(&["/usr/bin/gpurun", "--model 'A100", &path]), None)
             .unwrap_err()
             .contains("no terminating quote in -S string"));
+    }
+
+    /// `gpurun 'pa -n' ./s` typed by hand, argv[0] exactly the `#!` line's path: the kernel
+    /// executed gpurun itself, not the script, so it is an ordinary argument (GNU env runs a
+    /// command named "pa -n"); executed for the script, it is split.
+    #[test]
+    fn a_packed_argument_typed_by_hand_is_not_split() {
+        let (_dir, path) = script("#!/usr/local/bin/gpurun pa -n");
+        let typed = argv(&["/usr/local/bin/gpurun", "pa -n", &path]);
+        let by_hand = expand_as_executed(typed.clone(), Some("/usr/local/bin/gpurun".into())).unwrap();
+        assert_eq!(by_hand, typed);
+        let by_kernel = expand_as_executed(typed, Some(path.clone().into())).unwrap();
+        assert_eq!(by_kernel, argv(&["/usr/local/bin/gpurun", "pa", "-n", &path]));
     }
 
     #[test]
@@ -144,7 +179,7 @@ mod tests {
             &["gpurun", "--model Tesla T4", &other],
             &["/usr/bin/gpurun", "--gpus 1", &different],
         ] {
-            assert_eq!(expand(argv(words)).unwrap(), argv(words));
+            assert_eq!(expand_as_executed(argv(words), None).unwrap(), argv(words));
         }
     }
 }
