@@ -178,7 +178,11 @@ fn watch_list(
                 };
                 listing_text(&seen, json, links)
             }
-            Err(error) => format!("gpurun: {}\n", Error::acquire(error, config)),
+            // A frame that could not be read is still a frame: one JSON object, with `error`.
+            Err(error) => match json {
+                true => serde_json::json!({ "error": Error::acquire(error, config).to_string() }).to_string(),
+                false => format!("gpurun: {}\n", Error::acquire(error, config)),
+            },
         }
     })
 }

@@ -694,3 +694,27 @@ fn a_forged_head_that_reads_its_fifo_does_not_hold_free_gpus() {
         drop(forger);
     }
 }
+
+/// Issue 65: a GPU name with control characters (a driver's, or a scenario's) is written out,
+/// as `--list` already did, in `--dry-run`, `--doctor`, the launch's log and `--report`: it adds
+/// no line and sends no escape sequence to the terminal that shows it.
+#[test]
+fn control_characters_in_a_gpu_name_are_written_out_everywhere() {
+    let text = scenario_file("two_idle.toml");
+    let evil = text.replacen("name = \"", "name = \"Evil\\u001b[2J\\nGPU 9 FREE ", 1);
+    assert_ne!(evil, text, "the scenario names its GPUs");
+    let sim = Sim::new(&evil);
+    let outcomes = [
+        sim.gpurun().args(["--dry-run", "--devices", "0", "--", "true"]).run(),
+        sim.gpurun().args(["--doctor"]).run(),
+        sim.gpurun().args(["--devices", "0", "--report", "--", "true"]).run(),
+    ];
+    for outcome in &outcomes {
+        for output in [&outcome.stdout, &outcome.stderr] {
+            assert!(!output.contains('\x1b'), "{output}");
+            assert!(!output.lines().any(|line| line.starts_with("GPU 9 FREE")), "{output}");
+        }
+        let said = format!("{}{}", outcome.stdout, outcome.stderr);
+        assert!(said.contains(r"Evil\x1b[2J\nGPU 9 FREE"), "{said}");
+    }
+}

@@ -400,3 +400,32 @@ fn list_watch_json_is_one_line_per_refresh() {
     }
     sim.gpurun().args(["--watch", "--", "true"]).run().status(125).stderr_has("--list");
 }
+
+/// Issue 65: a refresh whose probe fails is still one JSON object, with `error` (it was a
+/// plain-text line on stdout, which a JSON reader of the frames choked on).
+#[test]
+fn a_watch_frame_that_could_not_be_read_is_json_with_an_error() {
+    let mut scenario = common::default_scenario();
+    // The first frame's count answers; every later one hangs past --nvml-timeout.
+    scenario.push_str("\n[[hang]]\ncall = \"nvmlDeviceGetCount\"\nafter = 1\nms = 600000\n");
+    let sim = Sim::new(&scenario);
+    let mut child = sim
+        .gpurun()
+        .args(["--list", "--json", "--watch=0.2", "--nvml-timeout", "300ms"])
+        .command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut frames = Vec::new();
+    while frames.len() < 2 {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "{frames:?}");
+        frames.push(serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line:?}")));
+    }
+    common::send_signal(child.id(), libc::SIGINT);
+    child.wait().unwrap();
+    assert_eq!(frames[0]["gpus"].as_array().unwrap().len(), 8);
+    assert!(frames[1]["error"].as_str().unwrap().contains("NVML did not answer"), "{}", frames[1]);
+    assert!(frames[1]["sampled_at"].as_str().unwrap().ends_with('Z'));
+}

@@ -89,7 +89,7 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
                 }
             }
             for gpu in &probed.gpus {
-                let name = gpu.name.as_deref().unwrap_or("unknown model");
+                let name = crate::process::stdio::escaped(gpu.name.as_deref().unwrap_or("unknown model"));
                 match &gpu.error {
                     None => {
                         out.ok(format!("GPU {}: {name} ({})", gpu.index, gpu.uuid.as_deref().unwrap_or("-")))

@@ -757,8 +757,8 @@ fn dry_run_details(machine: &Machine, plan: &Plan, asked: &DryRun) -> String {
             format!(
                 "{} ({}, {})",
                 crate::probe::gpu::label(device.index),
-                device.name.as_deref().unwrap_or("-"),
-                device.uuid.as_deref().unwrap_or("-")
+                escaped(device.name.as_deref().unwrap_or("-")),
+                escaped(device.uuid.as_deref().unwrap_or("-"))
             )
         })
         .collect();

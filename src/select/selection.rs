@@ -57,7 +57,9 @@ impl Device {
     /// `GPU 3 (NVIDIA A100-SXM4-80GB)`; `GPU 0 (NVIDIA GB10, unified memory)`.
     pub(crate) fn described(&self) -> String {
         let shared = if self.unified_memory { ", unified memory" } else { "" };
-        format!("{} ({}{shared})", label(self.index), self.name.as_deref().unwrap_or("unknown model"))
+        // The model as the driver gave it, its control characters written out (issue 65).
+        let name = crate::process::stdio::escaped(self.name.as_deref().unwrap_or("unknown model"));
+        format!("{} ({name}{shared})", label(self.index))
     }
 }
 
@@ -140,13 +142,15 @@ impl Selection {
         }
         let named: Vec<String> = models
             .iter()
-            .map(|(name, _, count)| if *count > 1 { format!("{count} x {name}") } else { (*name).to_owned() })
+            .map(|(name, _, count)| (crate::process::stdio::escaped(name), *count))
+            .map(|(name, count)| if count > 1 { format!("{count} x {name}") } else { name.into_owned() })
             .collect();
         let smallest =
             models.iter().filter(|(_, total, _)| total.is_some()).min_by_key(|(_, total, _)| *total);
         let bound = smallest.map(|(name, total, _)| {
             format!(
-                ", and {name} ({}) bounds what each rank can hold",
+                ", and {} ({}) bounds what each rank can hold",
+                crate::process::stdio::escaped(name),
                 crate::options::size::human(total.unwrap_or(0))
             )
         });
