@@ -20,6 +20,10 @@ PROMETHEUS_CLIENT_VERSION ?= 0.21.1
 # AMD's own Python bindings of AMD SMI (ROCm 7.0.2's amdsmi.h), which the AMD SMI simulator is
 # checked against.
 AMDSMI_VERSION ?= 7.0.2
+# The real Jupyter client and kernel, which start, interrupt and restart a kernel spec that
+# gpurun --jupyter-kernel writes.
+JUPYTER_CLIENT_VERSION ?= 8.6.3
+IPYKERNEL_VERSION ?= 6.29.5
 
 VENV := .venv
 BENCH_VENV := .venv-bench
@@ -70,12 +74,13 @@ demo-container: sim
 
 # Rebuilt when the pins above change.
 $(VENV)/.installed: Makefile
-	@echo "make test: creating $(VENV) with nvidia-ml-py, nvidia-nvml-dev, gpustat, nvitop, prometheus-client and amdsmi (pip; minutes on a slow machine, once)"
+	@echo "make test: creating $(VENV) with nvidia-ml-py, nvidia-nvml-dev, gpustat, nvitop, prometheus-client, amdsmi, jupyter_client and ipykernel (pip; minutes on a slow machine, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
 		nvidia-ml-py==$(NVIDIA_ML_PY_VERSION) nvidia-nvml-dev==$(NVIDIA_NVML_DEV_VERSION) \
 		gpustat==$(GPUSTAT_VERSION) nvitop==$(NVITOP_VERSION) \
-		prometheus-client==$(PROMETHEUS_CLIENT_VERSION) amdsmi==$(AMDSMI_VERSION)
+		prometheus-client==$(PROMETHEUS_CLIENT_VERSION) amdsmi==$(AMDSMI_VERSION) \
+		jupyter_client==$(JUPYTER_CLIENT_VERSION) ipykernel==$(IPYKERNEL_VERSION)
 	touch $@
 
 venv: $(VENV)/.installed

@@ -6,8 +6,9 @@ usage: packaging/wheel.py STAGE VERSION ARCH OUT_DIR
 The wheel holds the release's own binary (the tarball's, glibc 2.17 at most) as a script
 (gpurun-VERSION.data/scripts/gpurun, which pip puts on the environment's bin/ and makes
 executable), and the man page and completions as data under the environment's prefix
-(share/man/man1, share/bash-completion, share/zsh/site-functions, share/fish). No Python
-package: the wheel is the binary. It is written here, with the standard library, rather than
+(share/man/man1, share/bash-completion, share/zsh/site-functions, share/fish), and a small
+Python package, `gpurun` (packaging/python/gpurun), whose `python -m gpurun` runs that binary
+where the environment's bin/ is not on PATH (a Jupyter kernel, cron, an IDE). It is written here, with the standard library, rather than
 by maturin, which would compile gpurun a second time; the format is the wheel spec's (PEP
 427, the binary distribution format), tagged py3-none-manylinux_2_17_ARCH and its older
 spelling manylinux2014_ARCH, as ruff's wheels are. Every entry has the commit's time
@@ -48,6 +49,10 @@ def main():
             0o644,
         ),
     }
+    package = "packaging/python/gpurun"
+    for module in sorted(os.listdir(package)):
+        if module.endswith(".py"):
+            files[f"gpurun/{module}"] = (os.path.join(package, module), 0o644)
     contents = {name: (open(path, "rb").read(), mode) for name, (path, mode) in files.items()}
     metadata = "\n".join(
         [

@@ -50,6 +50,9 @@ use crate::select::visibility::Inherited;
 pub(crate) fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Error> {
     let Some(parsed) = cli::parse_command_line(args)? else { return Ok(Exit::Code(0)) };
     logging::init(&parsed.verbosity(), parsed.cli.log_format);
+    if let Some(name) = parsed.cli.jupyter_kernel.clone() {
+        return output::jupyter::install(&parsed, &name);
+    }
     let config = config::resolve(parsed)?;
     match &config.mode {
         Mode::Doctor => doctor(&config, receiver),

@@ -382,6 +382,16 @@ fn the_wheel_installs_with_pip_runs_and_uninstalls_leaving_no_file() {
     }
     let sim = Sim::new(&default_scenario());
     sim.gpurun_command(&gpurun, &["--list"]).run().status(0).stdout_has("8 GPUs");
+    // `python -m gpurun`, where the venv's bin/ is not on PATH (a Jupyter kernel's environment):
+    // the binary itself runs, with its status and its stdout (issue 66).
+    let python = format!("{root}/bin/python");
+    let by_module =
+        sim.gpurun_command(&python, &["-m", "gpurun", "--list"]).env("PATH", "/usr/bin:/bin").run();
+    by_module.status(0).stdout_has("8 GPUs");
+    sim.gpurun_command(&python, &["-m", "gpurun", "--gpus", "1", "--", "sh", "-c", "exit 7"])
+        .env("PATH", "/usr/bin:/bin")
+        .run()
+        .status(7);
     output(&pip, &["uninstall", "--yes", "--quiet", "gpurun"], &dist);
     assert_eq!(files(), before, "pip uninstall left files behind");
 }

@@ -22,6 +22,7 @@ mod health;
 mod history;
 mod hostile;
 mod idle;
+mod jupyter;
 mod launch;
 mod launchers;
 mod layout;

@@ -459,6 +459,37 @@ pub(crate) struct Cli {
     #[arg(long, value_enum, value_name = "SHELL", help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor", "history", "json"])]
     pub(crate) completions: Option<CompletionShell>,
 
+    /// Write a Jupyter kernel spec NAME whose kernel runs under gpurun, then exit.
+    ///
+    /// Its argv is gpurun with the other options given here, then PYTHON -m ipykernel_launcher
+    /// (PYTHON: the command after --, else python3 on PATH): the kernel holds its GPUs as long
+    /// as it runs, an interrupt reaches it, a restart takes them again. In the user's Jupyter
+    /// data directory (--user, the default) or under --prefix DIR; prints the kernel.json path.
+    #[arg(long, hide_short_help = true, value_name = "NAME", help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor", "history", "json", "completions", "exec"])]
+    pub(crate) jupyter_kernel: Option<String>,
+
+    /// With --jupyter-kernel: in the user's Jupyter data directory ($JUPYTER_DATA_DIR, else
+    /// ~/.local/share/jupyter/kernels), as jupyter kernelspec install --user (the default).
+    #[arg(
+        long,
+        hide_short_help = true,
+        requires = "jupyter_kernel",
+        conflicts_with = "prefix",
+        help_heading = "Modes"
+    )]
+    pub(crate) user: bool,
+
+    /// With --jupyter-kernel: under DIR/share/jupyter/kernels (a venv's or conda environment's
+    /// prefix), as jupyter kernelspec install --prefix.
+    #[arg(
+        long,
+        hide_short_help = true,
+        value_name = "DIR",
+        requires = "jupyter_kernel",
+        help_heading = "Modes"
+    )]
+    pub(crate) prefix: Option<PathBuf>,
+
     /// Read no configuration file (the GPURUN_* variables still apply).
     #[arg(long, hide_short_help = true, help_heading = "Configuration")]
     pub(crate) no_config: bool,

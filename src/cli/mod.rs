@@ -38,6 +38,8 @@ pub(crate) struct Parsed {
     pub(crate) origins: BTreeMap<String, String>,
     /// The user's own option words, shell-quoted.
     pub(crate) request_text: String,
+    /// The same words as typed (`--jupyter-kernel` writes them into its kernel spec).
+    pub(crate) own_words: Vec<OsString>,
     /// The house rules of the system file.
     pub(crate) limits: limits::Limits,
 }
@@ -141,5 +143,5 @@ pub(crate) fn parse_command_line(args: Vec<OsString>) -> Result<Option<Parsed>, 
     let own = &words[..words.len().saturating_sub(cli.command.len())];
     let own = own.strip_suffix(&[OsString::from("--")]).unwrap_or(own);
     let request_text = crate::options::shell::quote(own);
-    Ok(Some(Parsed { cli, origins, request_text, limits: layered.limits }))
+    Ok(Some(Parsed { cli, origins, request_text, own_words: own.to_vec(), limits: layered.limits }))
 }

@@ -38,6 +38,10 @@ const NOT_SETTINGS: &[&str] = &[
     "history",
     "json",
     "completions",
+    // A kernel spec is written once, where this command line says.
+    "jupyter-kernel",
+    "user",
+    "prefix",
     "help",
     "version",
     "no-config",

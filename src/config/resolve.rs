@@ -26,7 +26,7 @@ use crate::select::policy::Request;
 /// Resolves the parsed command line into the run's `Config` (logging is set up: what the
 /// resolution decides is said as it is decided).
 pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
-    let Parsed { mut cli, origins, request_text, limits } = parsed;
+    let Parsed { mut cli, origins, request_text, limits, .. } = parsed;
     log_origins(&origins, &limits);
     let mode_flag = ModeFlag::of(&cli);
     let takes_words = |flag: &ModeFlag| matches!(flag, ModeFlag::DryRun | ModeFlag::History);
