@@ -213,3 +213,50 @@ fn what_is_planted_in_the_job_map_is_left_alone_and_the_job_runs() {
         .status(0)
         .stderr_has("cannot lock .gpurun.lock there: it is not a regular file (a FIFO or a device?)");
 }
+
+/// Issue 65: the trust model the guide gives works for two users. In a job-map directory
+/// group-writable for the GPUs' group, without the sticky bit, a second user's job on a shared
+/// GPU is mapped beside the first user's; under mode 1777 the sticky bit stops it, and the
+/// warning says why and what to do.
+#[test]
+fn two_users_share_a_group_writable_job_map() {
+    use std::os::unix::fs::PermissionsExt;
+    if !common::is_root() || !common::on_path("setpriv") {
+        return common::skip("two users on one job map", "needs root and setpriv");
+    }
+    let sim = Sim::new(&default_scenario());
+    for path in [sim.dir.path().to_owned(), sim.lock_dir()] {
+        std::fs::create_dir_all(&path).unwrap();
+    }
+    std::fs::set_permissions(sim.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(sim.lock_dir(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let dir = sim.dir.path().join("job-map");
+    let second_user = |mode: u32| {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        nix::unistd::chown(&dir, None, Some(nix::unistd::Gid::from_raw(4242))).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        // The first user's job (root's) holds GPU 3 while the second's runs on it too.
+        let inner = format!(
+            "SLURM_JOB_ID=second exec setpriv --reuid=4242 --regid=4242 --groups=4242 {} --devices 3 --job-map-dir {} -- cat {}/3",
+            common::gpurun_binary(),
+            dir.display(),
+            dir.display()
+        );
+        sim.gpurun()
+            .env("SLURM_JOB_ID", "first")
+            .args(["-q", "--devices", "3", "--job-map-dir"])
+            .arg(&dir)
+            .args(["--", "sh", "-c", &inner])
+            .run()
+    };
+    let shared = second_user(0o2775);
+    shared.status(0).stdout_has("first\nsecond\n");
+    assert!(!dir.join("3").exists(), "both lines were taken out at the ends");
+    let sticky = second_user(0o1777);
+    sticky
+        .status(0)
+        .stdout_has("first\n")
+        .stderr_has("the directory is sticky, so only the file's owner may replace it");
+    assert!(!sticky.stdout.contains("second"), "{}", sticky.stdout);
+}
