@@ -57,7 +57,17 @@ pub(crate) fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Erro
     match &config.mode {
         Mode::Doctor => doctor(&config, receiver),
         Mode::History { json, pattern } => show_history(*json, pattern.as_deref()),
-        Mode::Select(goal) => select(&config, goal, receiver),
+        Mode::Release => release(&config),
+        // The holder is a process of its own, forked before any thread exists.
+        Mode::Select(goal @ Goal::Hold { .. }) => match crate::process::holder::fork()
+            .map_err(Error::Thread)?
+        {
+            crate::process::holder::Forked::Caller(status) => {
+                Ok(Exit::Code(u8::try_from(status).unwrap_or(exit_code::GPURUN_ERROR)))
+            }
+            crate::process::holder::Forked::Holder(report) => select(&config, goal, receiver, Some(report)),
+        },
+        Mode::Select(goal) => select(&config, goal, receiver, None),
     }
 }
 
@@ -73,7 +83,12 @@ struct Seen<'a> {
 }
 
 /// probe -> select -> reserve -> one plan -> the goal: list, dry run, export or launch.
-fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Error> {
+fn select(
+    config: &Config,
+    goal: &Goal,
+    receiver: &Receiver,
+    holder: Option<crate::process::holder::Report>,
+) -> Result<Exit, Error> {
     let (mut nvml, acquired) = acquire(config, receiver)?;
     let Acquisition { machine, decision, chosen, leases, live, queue, group } = acquired;
     let sizing = match &decision.min_free_note {
@@ -108,7 +123,72 @@ fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Err
             let held = launch::Held { leases, group };
             launch(&seen, &plan, command, held, min_free, nvml.as_mut(), receiver)
         }
+        Goal::Hold { duration } => {
+            let plan = plan.map_err(Error::NotEnoughGpus)?;
+            let holder = holder.expect("--hold runs in the holder");
+            hold(&plan, launch::Held { leases, group }, *duration, holder, receiver)
+        }
     }
+}
+
+/// `--hold`: says the choice on stdout (JSON), lets the caller go, and holds the GPUs until the
+/// deadline or a TERM, INT or HUP (`--release` sends TERM).
+fn hold(
+    plan: &Plan,
+    held: launch::Held,
+    duration: std::time::Duration,
+    holder: crate::process::holder::Report,
+    receiver: &Receiver,
+) -> Result<Exit, Error> {
+    let until = std::time::SystemTime::now() + duration;
+    let deadline = std::time::Instant::now() + duration;
+    let devices = &plan.gpus.selection.devices;
+    let gpus: Vec<serde_json::Value> = devices
+        .iter()
+        .map(|device| serde_json::json!({ "index": device.index, "uuid": device.uuid, "name": device.name }))
+        .collect();
+    let env: serde_json::Map<String, serde_json::Value> =
+        plan.gpus.variables.iter().map(|(name, value)| (name.clone(), serde_json::json!(value))).collect();
+    let until_text = crate::options::clock::rfc3339(until);
+    let answer = serde_json::json!({
+        "holder_pid": std::process::id(),
+        "until": until_text,
+        "gpus": gpus,
+        "env": env,
+    });
+    print(&format!("{answer}\n")).map_err(Error::Output)?;
+    let indices: Vec<u32> = devices.iter().map(|device| device.index).collect();
+    tracing::info!(
+        "holding {} until {until_text} as PID {}; gpurun --release ends it sooner",
+        crate::probe::gpu::labels(&indices),
+        std::process::id()
+    );
+    holder.detach().map_err(Error::Output)?;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let (received, _) = receiver.wait(None, Some(left));
+        if received.iter().any(|signal| matches!(signal.signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP))
+        {
+            break;
+        }
+    }
+    drop(held);
+    Ok(Exit::Code(0))
+}
+
+/// `--release`: ends the caller's own holds.
+fn release(config: &Config) -> Result<Exit, Error> {
+    let dir =
+        config.lock_dir.clone().unwrap_or_else(|| std::path::PathBuf::from(crate::options::DEFAULT_LOCK_DIR));
+    let released = crate::reserve::holder::release(&dir).map_err(Error::Usage)?;
+    match released.is_empty() {
+        true => tracing::info!("no hold of yours to release"),
+        false => released.iter().for_each(|what| tracing::info!("released {what}")),
+    }
+    Ok(Exit::Code(0))
 }
 
 fn show(text: String) -> Result<Exit, Error> {

@@ -20,6 +20,7 @@ mod env_s;
 mod gpu_check;
 mod health;
 mod history;
+mod holds;
 mod hostile;
 mod idle;
 mod jupyter;

@@ -490,6 +490,18 @@ pub(crate) struct Cli {
     )]
     pub(crate) prefix: Option<PathBuf>,
 
+    /// Reserve GPUs for DURATION without a command, then exit; --release ends it sooner.
+    ///
+    /// A holder process (detached, no daemon) keeps the reservation until DURATION has passed
+    /// (30m, 2h; within the house rule max-time-limit), shown in --list as gpurun --hold with its
+    /// end; stdout gets the choice as JSON: holder_pid, until, gpus [{index, uuid, name}], env.
+    #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse_positive, help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor", "history", "json", "completions", "jupyter_kernel", "exec", "release"])]
+    pub(crate) hold: Option<Duration>,
+
+    /// End your own --hold reservations now, then exit.
+    #[arg(long, hide_short_help = true, help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor", "history", "json", "completions", "jupyter_kernel", "exec"])]
+    pub(crate) release: bool,
+
     /// Read no configuration file (the GPURUN_* variables still apply).
     #[arg(long, hide_short_help = true, help_heading = "Configuration")]
     pub(crate) no_config: bool,

@@ -42,6 +42,9 @@ const NOT_SETTINGS: &[&str] = &[
     "jupyter-kernel",
     "user",
     "prefix",
+    // One reservation, now.
+    "hold",
+    "release",
     "help",
     "version",
     "no-config",

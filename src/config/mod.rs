@@ -34,6 +34,8 @@ pub(crate) enum Mode {
     Doctor,
     /// `--history [PATTERN]`: list recent runs.
     History { json: bool, pattern: Option<String> },
+    /// `--release`: end the caller's own holds.
+    Release,
     /// Everything else probes, selects and then does one of these.
     Select(Goal),
 }
@@ -49,6 +51,8 @@ pub(crate) enum Goal {
     Export,
     /// Run COMMAND.
     Run { command: Vec<OsString> },
+    /// `--hold DURATION`: reserve for that long without a command (a detached holder).
+    Hold { duration: std::time::Duration },
 }
 
 #[derive(Debug, Clone)]
@@ -147,6 +151,7 @@ impl Config {
         // Leases are world-readable: the program's name, never the arguments.
         let command = match &self.mode {
             Mode::Select(Goal::Run { command }) => crate::reserve::lease::program_name(command),
+            Mode::Select(Goal::Hold { duration }) => crate::reserve::holder::lease_command(*duration),
             _ => String::new(),
         };
         let listing = matches!(self.mode, Mode::Select(Goal::List { .. }));
@@ -154,7 +159,7 @@ impl Config {
             request: &self.request,
             lock_dir: self.lock_dir.clone(),
             wait: if listing { Wait::No } else { self.wait },
-            hold: matches!(self.mode, Mode::Select(Goal::Run { .. })),
+            hold: matches!(self.mode, Mode::Select(Goal::Run { .. } | Goal::Hold { .. })),
             command,
             request_text: self.request_text.clone(),
             nvml_timeout: self.nvml_timeout,
@@ -202,7 +207,7 @@ impl Config {
                 Goal::Run { command } if self.supervision.exec => Some((command.as_slice(), CidUse::Left)),
                 Goal::Run { command } => Some((command.as_slice(), CidUse::Made)),
                 Goal::DryRun { command, .. } => Some((command.as_slice(), CidUse::Shown)),
-                Goal::List { .. } | Goal::Export => None,
+                Goal::List { .. } | Goal::Export | Goal::Hold { .. } => None,
             },
             mps: self.mps.as_ref(),
             launcher: self.launcher.as_ref().filter(|_| self.launcher_use == LauncherUse::Auto),

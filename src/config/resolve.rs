@@ -281,7 +281,8 @@ fn launcher(cli: &mut Cli, mode_flag: Option<Option<ModeFlag>>) -> Result<Option
 /// A launch that takes GPUs, and what answers for one (a dry run, an export): the house rules
 /// hold for all three, so that a dry run says 125 where the launch would.
 fn requests_gpus(mode: &Mode, cli: &Cli) -> bool {
-    matches!(mode, Mode::Select(Goal::Run { .. } | Goal::DryRun { .. } | Goal::Export)) && !cli.gpus.is_none()
+    matches!(mode, Mode::Select(Goal::Run { .. } | Goal::DryRun { .. } | Goal::Export | Goal::Hold { .. }))
+        && !cli.gpus.is_none()
 }
 
 /// How the command is run and watched, as the command line says, within the house rules (a
@@ -291,6 +292,16 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
     use crate::launch::deadlines::TimeLimit;
     if reserves {
         limits.time_limit(cli.time_limit).map_err(ConfigError::HouseRule)?;
+    }
+    // A hold is a run without a command: held to the same rule.
+    if let (Some(hold), Some(max), true) = (cli.hold, limits.max_time_limit, reserves) {
+        if hold > max {
+            return Err(ConfigError::HouseRule(format!(
+                "--hold {}: the house rule {} ends every run by then",
+                duration::compact(hold),
+                limits.rule("max-time-limit", &duration::compact(max))
+            )));
+        }
     }
     let asked = cli.time_limit.filter(|limit| !limit.is_zero());
     // The user's limit with their signal; the rule's as well (SIGTERM, then SIGKILL after the
@@ -351,6 +362,8 @@ enum ModeFlag {
     Export,
     Doctor,
     History,
+    Hold,
+    Release,
 }
 
 impl ModeFlag {
@@ -362,6 +375,8 @@ impl ModeFlag {
             (cli.export, ModeFlag::Export),
             (cli.doctor, ModeFlag::Doctor),
             (cli.history, ModeFlag::History),
+            (cli.hold.is_some(), ModeFlag::Hold),
+            (cli.release, ModeFlag::Release),
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag))
@@ -374,6 +389,8 @@ impl ModeFlag {
             ModeFlag::Export => "--export",
             ModeFlag::Doctor => "--doctor",
             ModeFlag::History => "--history",
+            ModeFlag::Hold => "--hold",
+            ModeFlag::Release => "--release",
         }
     }
 }
@@ -402,6 +419,8 @@ fn mode(
             words => return Err(ConfigError::HistoryPatterns(shell::quote(words))),
         },
         Some(ModeFlag::Export) => Mode::Select(Goal::Export),
+        Some(ModeFlag::Hold) => Mode::Select(Goal::Hold { duration: cli.hold.unwrap_or_default() }),
+        Some(ModeFlag::Release) => Mode::Release,
         None if command.is_empty() => return Err(ConfigError::NoCommand),
         None if cli.wait == Some(WaitLimit(None)) && !origins.contains_key("wait") => {
             if let Some(word) = duration_taken_for_a_command(&command[0]) {

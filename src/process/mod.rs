@@ -6,6 +6,7 @@
 pub(crate) mod death;
 pub(crate) mod environment;
 pub(crate) mod exec_file;
+pub(crate) mod holder;
 pub(crate) mod logging;
 pub(crate) mod procfs;
 pub(crate) mod replace;

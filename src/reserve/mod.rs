@@ -4,6 +4,7 @@
 pub(crate) mod acquire;
 mod error;
 pub(crate) mod group;
+pub(crate) mod holder;
 pub(crate) mod holds;
 mod joining;
 pub(crate) mod lease;

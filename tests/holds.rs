@@ -1,0 +1,61 @@
+//! Holds that expire (issue 66): `gpurun --hold DURATION` reserves GPUs without a command, in a
+//! detached holder that exits at the deadline (a lease is still a live process; no daemon),
+//! shown in `--list` with its owner and end; `--release` ends one's own sooner.
+
+use crate::common;
+
+use serde_json::Value;
+
+use common::{default_scenario, wait_until, Sim, HANG};
+
+fn reserved(sim: &Sim) -> Vec<Value> {
+    let listing = sim.gpurun().args(["--list", "--json"]).run().status(0).json();
+    listing["reservations"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_hold_reserves_until_its_end_and_release_ends_it_sooner() {
+    let sim = Sim::new(&default_scenario());
+    // The caller's gpurun answers at once, with the choice; the holder holds on.
+    let held = sim.gpurun().args(["--hold", "2m", "--gpus", "1", "--min-free", "8G"]).run_unless_hung();
+    let answer: Value = serde_json::from_str(held.status(0).stdout.trim()).unwrap();
+    let holder = answer["holder_pid"].as_u64().unwrap();
+    let gpu = answer["gpus"][0]["index"].as_u64().unwrap();
+    assert_eq!(answer["env"]["CUDA_VISIBLE_DEVICES"], gpu.to_string(), "{answer}");
+    assert!(answer["until"].as_str().unwrap().ends_with('Z'));
+    held.stderr_has("gpurun --release ends it sooner");
+    let leases = reserved(&sim);
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0]["pid"], holder);
+    assert!(leases[0]["command"].as_str().unwrap().starts_with("gpurun --hold 2m (until "), "{leases:?}");
+    // Another launch asking for that GPU alone with --exclusive is refused while it is held.
+    sim.gpurun().args(["--devices", &gpu.to_string(), "--exclusive", "--", "true"]).run().status(75);
+    sim.gpurun().args(["--release"]).run().status(0).stderr_has(&format!("holder PID {holder}"));
+    assert!(reserved(&sim).is_empty());
+    assert!(wait_until(HANG, || !common::alive(holder as u32)), "the holder is gone");
+    // A short hold ends by itself.
+    sim.gpurun().args(["-q", "--hold", "1s"]).run_unless_hung().status(0);
+    assert!(wait_until(HANG, || reserved(&sim).is_empty()), "a hold outlived its end");
+}
+
+/// A hold is refused as a launch would be: 75 when too few GPUs qualify now, 125 for a command
+/// after it or beyond the house rule max-time-limit.
+#[test]
+fn a_hold_is_refused_as_a_launch_would_be() {
+    let sim = Sim::new(&default_scenario());
+    sim.gpurun().args(["--hold", "1m", "--gpus", "8", "--exclusive"]).run_unless_hung().status(75);
+    sim.gpurun().args(["--hold", "1m", "--", "true"]).run().status(125).stderr_has("--hold takes no COMMAND");
+    std::fs::write(sim.system_file(), "[limits]\nmax-time-limit = \"10m\"\n").unwrap();
+    sim.gpurun()
+        .args(["--hold", "1h"])
+        .run()
+        .status(125)
+        .stderr_has("--hold 1h: the house rule max-time-limit = 10m (");
+    assert!(reserved(&sim).is_empty());
+    sim.gpurun().args(["--release"]).run().status(0).stderr_has("no hold of yours to release");
+    // A hold counts against max-gpus-per-user as a run's reservation does.
+    std::fs::write(sim.system_file(), "[limits]\nmax-gpus-per-user = 1\n").unwrap();
+    sim.gpurun().args(["-q", "--hold", "2m"]).run_unless_hung().status(0);
+    sim.gpurun().args(["--gpus", "1", "--", "true"]).run().status(75).stderr_has("you hold 1 reserved GPU");
+    sim.gpurun().args(["--release"]).run().status(0);
+}
