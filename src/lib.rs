@@ -123,20 +123,20 @@ fn select(
             let held = launch::Held { leases, group };
             launch(&seen, &plan, command, held, min_free, nvml.as_mut(), receiver)
         }
-        Goal::Hold { duration } => {
+        Goal::Hold { duration, for_pid } => {
             let plan = plan.map_err(Error::NotEnoughGpus)?;
             let holder = holder.expect("--hold runs in the holder");
-            hold(&plan, launch::Held { leases, group }, *duration, holder, receiver)
+            hold(&plan, launch::Held { leases, group }, (*duration, *for_pid), holder, receiver)
         }
     }
 }
 
 /// `--hold`: says the choice on stdout (JSON), lets the caller go, and holds the GPUs until the
-/// deadline or a TERM, INT or HUP (`--release` sends TERM).
+/// deadline, a TERM, INT or HUP (`--release` sends TERM), or the end of `--hold-for`'s process.
 fn hold(
     plan: &Plan,
     held: launch::Held,
-    duration: std::time::Duration,
+    (duration, for_pid): (std::time::Duration, Option<u32>),
     holder: crate::process::holder::Report,
     receiver: &Receiver,
 ) -> Result<Exit, Error> {
@@ -169,9 +169,21 @@ fn hold(
         if left.is_zero() {
             break;
         }
-        let (received, _) = receiver.wait(None, Some(left));
+        // The process the hold is for is looked at twice a second (it is no child of ours).
+        let step = match for_pid {
+            Some(_) => left.min(std::time::Duration::from_millis(500)),
+            None => left,
+        };
+        let (received, _) = receiver.wait(None, Some(step));
         if received.iter().any(|signal| matches!(signal.signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP))
         {
+            break;
+        }
+        let gone = |pid: u32| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
+                == Err(nix::errno::Errno::ESRCH)
+        };
+        if for_pid.is_some_and(gone) {
             break;
         }
     }

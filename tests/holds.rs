@@ -59,3 +59,83 @@ fn a_hold_is_refused_as_a_launch_would_be() {
     sim.gpurun().args(["--gpus", "1", "--", "true"]).run().status(75).stderr_has("you hold 1 reserved GPU");
     sim.gpurun().args(["--release"]).run().status(0);
 }
+
+/// `--hold-for PID`: the hold ends when that process does (gpurun.reserve() passes its own).
+#[test]
+fn a_hold_for_a_process_ends_with_it() {
+    let sim = Sim::new(&default_scenario());
+    let mut sleeper = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    sim.gpurun().args(["-q", "--hold", "2m", "--hold-for", &pid]).run_unless_hung().status(0);
+    assert_eq!(reserved(&sim).len(), 1);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert!(wait_until(HANG, || reserved(&sim).is_empty()), "the hold outlived its process");
+}
+
+/// `gpurun.reserve()` (the wheel's Python package, laid out as `pip install --target` lays it
+/// out: the package, and the binary in `bin/` beside it): in a `with` block the process's
+/// CUDA_VISIBLE_DEVICES names the held GPU and `--list` shows the hold; after it, none; a plain
+/// call holds until the process exits; once CUDA is initialised it refuses, saying why.
+#[test]
+fn gpurun_reserve_holds_for_the_python_process() {
+    let sim = Sim::new(&default_scenario());
+    let target = sim.dir.path().join("target");
+    std::fs::create_dir_all(target.join("bin")).unwrap();
+    std::os::unix::fs::symlink(common::gpurun_binary(), target.join("bin/gpurun")).unwrap();
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/python/gpurun");
+    std::os::unix::fs::symlink(&package, target.join("gpurun")).unwrap();
+    let script = r#"
+import json, os, subprocess, sys, types
+import gpurun
+def holders():
+    listing = subprocess.run([gpurun.find_binary(), "--list", "--json"], capture_output=True, text=True, check=True)
+    return [entry["pid"] for entry in json.loads(listing.stdout)["reservations"]]
+seen = {}
+with gpurun.reserve(gpus=1, min_free="8G") as held:
+    seen["visible"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    seen["order"] = os.environ["CUDA_DEVICE_ORDER"]
+    seen["gpu"] = held.gpus[0]["index"]
+    seen["holders"] = holders()
+    seen["holder"] = held.holder_pid
+seen["after"] = holders()
+try:
+    gpurun.reserve(gpus=8, options=["--exclusive"])
+except gpurun.NotEnoughGPUs as busy:
+    seen["busy"] = str(busy)
+try:
+    gpurun.reserve(min_free="lots")
+except gpurun.NotEnoughGPUs:
+    seen["bad"] = "busy?"
+except RuntimeError as bad:
+    seen["bad"] = str(bad)
+sys.modules["torch"] = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
+try:
+    gpurun.reserve()
+except RuntimeError as started:
+    seen["started"] = str(started)
+del sys.modules["torch"]
+seen["kept"] = gpurun.reserve().holder_pid
+print(json.dumps(seen))
+"#;
+    let outcome = sim.gpurun_command("python3", &["-c", script]).env("PYTHONPATH", &target).run_unless_hung();
+    let seen: Value = serde_json::from_str(outcome.status(0).stdout.trim())
+        .unwrap_or_else(|error| panic!("{error}: {}", outcome.stderr));
+    assert_eq!(seen["visible"], seen["gpu"].to_string(), "{seen}");
+    assert_eq!(seen["order"], "PCI_BUS_ID");
+    assert_eq!(seen["holders"], serde_json::json!([seen["holder"]]), "{seen}");
+    assert_eq!(seen["after"], serde_json::json!([]), "{seen}");
+    assert!(seen["busy"].as_str().unwrap().contains("not enough GPUs"), "{seen}");
+    assert!(
+        seen["bad"].as_str().unwrap().starts_with("gpurun: ")
+            && seen["bad"].as_str().unwrap().contains("lots"),
+        "{seen}"
+    );
+    assert!(
+        seen["started"].as_str().unwrap().contains("CUDA is already initialised in this process (torch)"),
+        "{seen}"
+    );
+    // The plain call's hold ended with the Python process.
+    assert!(seen["kept"].as_u64().is_some());
+    assert!(wait_until(HANG, || reserved(&sim).is_empty()), "a plain reserve() outlived its process");
+}

@@ -498,6 +498,11 @@ pub(crate) struct Cli {
     #[arg(long, hide_short_help = true, value_name = "DURATION", value_parser = duration::parse_positive, help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor", "history", "json", "completions", "jupyter_kernel", "exec", "release"])]
     pub(crate) hold: Option<Duration>,
 
+    /// With --hold: end the hold as soon as process PID has ended, or at once if it is not
+    /// running (gpurun.reserve() passes its own Python process).
+    #[arg(long, hide_short_help = true, value_name = "PID", requires = "hold", help_heading = "Modes")]
+    pub(crate) hold_for: Option<u32>,
+
     /// End your own --hold reservations now, then exit.
     #[arg(long, hide_short_help = true, help_heading = "Modes", conflicts_with_all = ["list", "dry_run", "export", "doctor", "history", "json", "completions", "jupyter_kernel", "exec"])]
     pub(crate) release: bool,

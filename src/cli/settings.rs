@@ -44,6 +44,7 @@ const NOT_SETTINGS: &[&str] = &[
     "prefix",
     // One reservation, now.
     "hold",
+    "hold-for",
     "release",
     "help",
     "version",

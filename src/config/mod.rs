@@ -52,7 +52,7 @@ pub(crate) enum Goal {
     /// Run COMMAND.
     Run { command: Vec<OsString> },
     /// `--hold DURATION`: reserve for that long without a command (a detached holder).
-    Hold { duration: std::time::Duration },
+    Hold { duration: std::time::Duration, for_pid: Option<u32> },
 }
 
 #[derive(Debug, Clone)]
@@ -151,7 +151,7 @@ impl Config {
         // Leases are world-readable: the program's name, never the arguments.
         let command = match &self.mode {
             Mode::Select(Goal::Run { command }) => crate::reserve::lease::program_name(command),
-            Mode::Select(Goal::Hold { duration }) => crate::reserve::holder::lease_command(*duration),
+            Mode::Select(Goal::Hold { duration, .. }) => crate::reserve::holder::lease_command(*duration),
             _ => String::new(),
         };
         let listing = matches!(self.mode, Mode::Select(Goal::List { .. }));

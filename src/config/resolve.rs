@@ -419,7 +419,9 @@ fn mode(
             words => return Err(ConfigError::HistoryPatterns(shell::quote(words))),
         },
         Some(ModeFlag::Export) => Mode::Select(Goal::Export),
-        Some(ModeFlag::Hold) => Mode::Select(Goal::Hold { duration: cli.hold.unwrap_or_default() }),
+        Some(ModeFlag::Hold) => {
+            Mode::Select(Goal::Hold { duration: cli.hold.unwrap_or_default(), for_pid: cli.hold_for })
+        }
         Some(ModeFlag::Release) => Mode::Release,
         None if command.is_empty() => return Err(ConfigError::NoCommand),
         None if cli.wait == Some(WaitLimit(None)) && !origins.contains_key("wait") => {
