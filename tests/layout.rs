@@ -492,3 +492,86 @@ fn the_commit_message_hook_refuses_long_or_cut_subjects() {
         assert!(!passed && said.contains(why), "{cut:?}: {said}");
     }
 }
+
+/// Issue 64: doc/development.md's code map names every source file: each `src/FOLDER/NAME.rs`
+/// is a word of its folder's entry (a folder's `mod.rs` is the folder itself), each top-level
+/// file has an entry of its own.
+#[test]
+fn the_code_map_names_every_source_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("doc/development.md")).unwrap();
+    let start = doc.find("\nsrc/main.rs ").expect("the code map's table");
+    let table = &doc[start..doc[start..].find("\n```").map_or(doc.len(), |end| start + end)];
+    // Each entry: its key (`src/probe/`, `src/lib.rs`) and its text, continuation lines included.
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in table.lines().filter(|line| !line.is_empty()) {
+        match line.starts_with(' ') {
+            true => entries.last_mut().expect("an entry before").1.push_str(line),
+            false => {
+                let (key, text) = line.split_once(' ').unwrap_or((line, ""));
+                entries.push((key.to_owned(), text.to_owned()));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let mut missing = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(root).unwrap().display().to_string();
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let named = match entries.iter().find(|(key, _)| relative == *key) {
+            Some(_) => true,
+            None => {
+                let folder = entries
+                    .iter()
+                    .filter(|(key, _)| key.ends_with('/') && relative.starts_with(key.as_str()))
+                    .max_by_key(|(key, _)| key.len());
+                folder.is_some_and(|(_, text)| {
+                    stem == "mod"
+                        || text.split(|c: char| !c.is_alphanumeric() && c != '_').any(|word| word == stem)
+                })
+            }
+        };
+        if !named {
+            missing.push(relative);
+        }
+    }
+    missing.sort();
+    assert!(missing.is_empty(), "doc/development.md's code map does not name:\n{}", missing.join("\n"));
+}
+
+/// Issue 64: doc/development.md's table of which stage imports which is the imports' own
+/// (outside unit tests; `options`, `process` and `exit_code` left out, as the table says).
+#[test]
+fn the_import_table_is_the_imports() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("doc/development.md")).unwrap();
+    let start = doc.find("\nlib      -> ").expect("the import table");
+    let table = &doc[start + 1..doc[start..].find("\n```").map_or(doc.len(), |end| start + end)];
+    let actual = folders(&graph(root));
+    let shared = ["options", "process", "exit_code"];
+    let mut differ = Vec::new();
+    for line in table.lines() {
+        let (from, to) = line.split_once("->").expect("NAME -> NAMES");
+        let listed: BTreeSet<String> = to
+            .split('(')
+            .next()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let imports: BTreeSet<String> = actual
+            .get(from.trim())
+            .into_iter()
+            .flatten()
+            .filter(|m| !shared.contains(&m.as_str()))
+            .cloned()
+            .collect();
+        if listed != imports {
+            differ.push(format!("{}: the table says {listed:?}, the code {imports:?}", from.trim()));
+        }
+    }
+    assert!(differ.is_empty(), "doc/development.md's import table:\n{}", differ.join("\n"));
+}
