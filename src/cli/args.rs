@@ -526,7 +526,7 @@ pub(crate) struct Cli {
         default_value = "auto",
         help_heading = "NVML"
     )]
-    pub(crate) vendor: crate::probe::vendor::VendorChoice,
+    pub(crate) vendor: crate::options::VendorChoice,
 
     /// Load AMD SMI from PATH instead of libamd_smi.so (the simulator, unusual installs).
     /// Default: $GPURUN_AMD_SMI_LIB, else libamd_smi.so through the dynamic loader's path, then

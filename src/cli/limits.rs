@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use crate::options::size::{self, Threshold};
 use crate::options::{duration, Wait};
-use crate::verify::idle::IdleRules;
 
 /// Between a house rule's SIGTERM and its SIGKILL, unless `kill-after` says.
 pub(crate) const RULE_GRACE: Duration = Duration::from_secs(10);
@@ -87,20 +86,6 @@ impl Limits {
         let (after, end) = self.idle_limit?;
         let action = if end { "end" } else { "warn" };
         Some(self.rule("idle-limit", &format!("{}, idle-action = {action}", duration::compact(after))))
-    }
-
-    /// What idle GPUs are held to: `--idle-warn` (`asked`), sooner where the house rule warns
-    /// sooner (a user cannot turn it off), and the house rule's end.
-    pub(crate) fn idle(&self, asked: Option<Duration>) -> IdleRules {
-        let rule = self.idle_rule().unwrap_or_default();
-        let asked = IdleRules::warn(asked);
-        match self.idle_limit {
-            Some((after, true)) => IdleRules { end_after: Some((after, rule)), ..asked },
-            Some((after, false)) if asked.warn_after.as_ref().is_none_or(|(mine, _)| *mine > after) => {
-                IdleRules { warn_after: Some((after, rule)), end_after: None }
-            }
-            _ => asked,
-        }
     }
 
     /// Why a user other than root may not run outside the system lock directory while
@@ -269,16 +254,9 @@ mod tests {
         let ends =
             parse(Path::new("/f"), &[entry("idle-action", "end", 1), entry("idle-limit", "1h", 2)]).unwrap();
         assert_eq!(ends.idle_limit, Some((hour, true)));
-        assert_eq!(
-            ends.idle(None),
-            IdleRules { warn_after: None, end_after: Some((hour, ends.idle_rule().unwrap())) }
-        );
-        let first = |rules: IdleRules| rules.warn_after.map(|(after, _)| after);
         assert_eq!(ends.idle_rule().unwrap(), "idle-limit = 1h, idle-action = end (/f [limits])");
         let warns = parse(Path::new("/f"), &[entry("idle-limit", "1h", 1)]).unwrap();
-        assert_eq!(first(warns.idle(None)), Some(hour), "off is not for a user to choose");
-        assert_eq!(first(warns.idle(Some(hour * 2))), Some(hour));
-        assert_eq!(first(warns.idle(Some(Duration::from_secs(60)))), Some(Duration::from_secs(60)));
+        assert_eq!(warns.idle_limit, Some((hour, false)));
         let alone = parse(Path::new("/f"), &[entry("idle-action", "end", 4)]).unwrap_err();
         assert!(alone.contains("idle-action needs idle-limit"), "{alone}");
         let odd = parse(Path::new("/f"), &[entry("idle-action", "kill", 4)]).unwrap_err();

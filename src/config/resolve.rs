@@ -321,7 +321,10 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
         )));
     }
     let idle = match reserves {
-        true => limits.idle(cli.idle_warn.0),
+        true => crate::verify::idle::IdleRules::within(
+            cli.idle_warn.0,
+            limits.idle_limit.map(|(after, end)| (after, end, limits.idle_rule().unwrap_or_default())),
+        ),
         false => crate::verify::idle::IdleRules::warn(cli.idle_warn.0),
     };
     if let (Some((_, rule)), true) =

@@ -41,6 +41,16 @@ impl Wait {
 /// Where the leases live unless `--lock-dir` or the system file says otherwise.
 pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/lock/gpurun";
 
+/// `--vendor`: whose GPUs (the probe's `Vendor` is what answered).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum VendorChoice {
+    /// NVML where it loads and lists GPUs, else AMD SMI where it does.
+    #[default]
+    Auto,
+    Nvidia,
+    Amd,
+}
+
 /// `--policy`: how the GPUs that qualify are ranked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

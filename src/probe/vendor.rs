@@ -38,15 +38,7 @@ impl Vendor {
     }
 }
 
-/// `--vendor`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum VendorChoice {
-    /// NVML where it loads and lists GPUs, else AMD SMI where it does.
-    #[default]
-    Auto,
-    Nvidia,
-    Amd,
-}
+pub(crate) use crate::options::VendorChoice;
 
 impl Libraries {
     /// As the command line names them (`look_beside` is the mode's: `Config::libraries_to_open`).

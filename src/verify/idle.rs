@@ -30,6 +30,20 @@ impl IdleRules {
         let warn_after = after.map(|after| (after, format!("--idle-warn {}", compact(after))));
         IdleRules { warn_after, end_after: None }
     }
+
+    /// What idle GPUs are held to: `--idle-warn` (`asked`), sooner where the house rule
+    /// (`house`: idle-limit, whether its action is end, and its words) warns sooner (a user
+    /// cannot turn it off), and the house rule's end.
+    pub(crate) fn within(asked: Option<Duration>, house: Option<(Duration, bool, String)>) -> IdleRules {
+        let asked = IdleRules::warn(asked);
+        match house {
+            Some((after, true, rule)) => IdleRules { end_after: Some((after, rule)), ..asked },
+            Some((after, false, rule)) if asked.warn_after.as_ref().is_none_or(|(mine, _)| *mine > after) => {
+                IdleRules { warn_after: Some((after, rule)), end_after: None }
+            }
+            _ => asked,
+        }
+    }
 }
 
 /// One GPU's stretches at 0%.
@@ -135,6 +149,21 @@ impl IdleWatch {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_house_rule_warns_sooner_or_ends() {
+        use super::IdleRules;
+        use std::time::Duration;
+        let hour = Duration::from_secs(3600);
+        let rule = || "idle-limit = 1h".to_owned();
+        let ends = IdleRules::within(None, Some((hour, true, rule())));
+        assert_eq!(ends, IdleRules { warn_after: None, end_after: Some((hour, rule())) });
+        let first = |rules: IdleRules| rules.warn_after.map(|(after, _)| after);
+        let warns = |asked| IdleRules::within(asked, Some((hour, false, rule())));
+        assert_eq!(first(warns(None)), Some(hour), "off is not for a user to choose");
+        assert_eq!(first(warns(Some(hour * 2))), Some(hour));
+        assert_eq!(first(warns(Some(Duration::from_secs(60)))), Some(Duration::from_secs(60)));
+    }
+
     use super::*;
 
     fn reading(gpu: u32, at: Instant, percent: Option<u32>) -> Reading {
