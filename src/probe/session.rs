@@ -96,7 +96,7 @@ impl Session {
     pub(crate) fn probe(&mut self, needs: crate::probe::Needs) -> Result<Machine, OpenError> {
         let machine = match &mut self.library {
             Library::Nvml(session) => session.probe(needs),
-            Library::Amd(session) => session.probe(),
+            Library::Amd(session) => session.probe().map_err(OpenError::Amd),
         };
         machine.map(|machine| Machine { also_amd_gpus: self.also_amd, ..machine })
     }

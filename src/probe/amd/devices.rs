@@ -9,7 +9,6 @@ use crate::probe::gpu::{Gpu, Link, Machine, Memory, Partition, Topology, Utiliza
 use crate::probe::health::{classify, Findings};
 use crate::probe::meter::{Ask, Reading};
 use crate::probe::numa;
-use crate::probe::nvml::OpenError;
 use crate::probe::watch::{ListError, Listed};
 use crate::process::procfs;
 
@@ -128,9 +127,8 @@ impl Queries<'_> {
 
 impl Session {
     /// Every GPU processor, in AMD SMI's order (`amd-smi list`'s GPU numbers).
-    pub(crate) fn probe(&mut self) -> Result<Machine, OpenError> {
-        let processors =
-            self.processors().map_err(|status| OpenError::Amd(super::OpenError::Other(status)))?;
+    pub(crate) fn probe(&mut self) -> Result<Machine, super::OpenError> {
+        let processors = self.processors().map_err(super::OpenError::Other)?;
         let gpus: Vec<Gpu> = processors
             .iter()
             .enumerate()
