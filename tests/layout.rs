@@ -379,6 +379,45 @@ fn the_end_of_a_run_is_built_in_verify() {
     assert!(outside.is_empty(), "a run's end assembled outside src/verify/:\n{}", outside.join("\n"));
 }
 
+/// Issue 64, by shape: no file outside src/verify/ builds the run's end by hand, as a struct
+/// literal of verification's `ending::Run`, `monitor::Seen` or `report::Report` (launch hands
+/// over `ending::Launched` and `ending::Ended`; verification assembles the rest).
+#[test]
+fn no_file_outside_verify_builds_the_runs_end() {
+    let mut outside = Vec::new();
+    for (path, code) in crate_sources() {
+        if path.starts_with("verify/") {
+            continue;
+        }
+        // The names this file takes from verify/ (`use crate::verify::...;`, each to its `;`).
+        let mut imported: Vec<&str> = Vec::new();
+        for (at, _) in code.match_indices("use crate::verify") {
+            let statement = &code[at..at + code[at..].find(';').unwrap_or(0)];
+            imported
+                .extend(["Run", "Seen", "Report"].into_iter().filter(|name| words(statement).contains(name)));
+        }
+        for (number, line) in code.lines().enumerate() {
+            let code_part = line.split("//").next().unwrap_or_default();
+            let found = words(code_part);
+            let declares = found.iter().any(|word| ["struct", "impl", "enum", "use"].contains(word));
+            // `NAME {` as a whole word (`RankReport {` is not `Report {`).
+            let literal = |name: &str| {
+                code_part.match_indices(&format!("{name} {{")).any(|(at, _)| {
+                    code_part[..at].chars().next_back().is_none_or(|c| !c.is_alphanumeric() && c != '_')
+                })
+            };
+            let built = |name: &str| {
+                code_part.contains(&format!("ending::{name} {{"))
+                    || (imported.contains(&name) && !declares && literal(name))
+            };
+            if ["Run", "Seen", "Report"].into_iter().any(built) {
+                outside.push(format!("src/{path}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(outside.is_empty(), "the run's end built outside src/verify/:\n{}", outside.join("\n"));
+}
+
 /// The fields of each struct declared in `code` with braces: (name, line, field count). A field
 /// is a line one indent deeper than the `struct` line that names a field (`name: Type`).
 fn struct_fields(code: &str) -> Vec<(String, usize, usize)> {

@@ -21,7 +21,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::exit_code::{End, Exit};
+use crate::exit_code::Exit;
 use crate::history;
 use crate::launch::hooks::Hook;
 use crate::launch::job_map::JobMap;
@@ -293,17 +293,6 @@ fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor
     .for_idle(supervision.idle.clone())
 }
 
-/// How the command ended, and what verification saw.
-struct Ended {
-    end: End,
-    exit: Exit,
-    seen: Seen,
-    wall: Duration,
-    started_at: SystemTime,
-    /// `--time-limit` or the house rule on idle GPUs ended the command: what it did.
-    limited: Option<ending::Limited>,
-}
-
 /// Supervises the command to its end, ends its leftovers (and a hook still running), then
 /// releases the GPUs: they are free once the command and its leftovers are gone.
 fn supervise_to_the_end(
@@ -312,7 +301,7 @@ fn supervise_to_the_end(
     supervision: &Supervision,
     receiver: &Receiver,
     held: Held,
-) -> Ended {
+) -> (ending::Ended, Seen) {
     let Running { child, watcher, mut on_start, mut watch, mut leftovers, job_map, started, started_at } =
         running;
     let options = supervise::Options {
@@ -349,13 +338,13 @@ fn supervise_to_the_end(
     let seen = match watch.as_mut() {
         Some(watch) => {
             let stuck = watch.stuck();
-            Seen { memory_held, ..watch.monitor.conclude(stuck) }
+            watch.monitor.conclude(stuck, memory_held)
         }
         None if supervision.verify == VerifyMode::Off => Seen::unwatched("--verify off"),
         None => Seen::unwatched("no GPU was selected"),
     };
     let limited = supervised.limited;
-    Ended { end: supervised.end, exit, seen, wall: started.elapsed(), started_at, limited }
+    (ending::Ended { end: supervised.end, exit, wall: started.elapsed(), started_at, limited }, seen)
 }
 
 /// What the end of a run reports about.
@@ -371,22 +360,23 @@ struct Finish<'a> {
 }
 
 /// The report (built by verification; logged, as JSON), the history and the --on-exit hook.
-fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>, identity: &JobIdentity) -> Exit {
+fn wrap_up(
+    about: &Finish,
+    (ended, seen): (ending::Ended, Seen),
+    report_file: Option<std::fs::File>,
+    identity: &JobIdentity,
+) -> Exit {
     let Finish { command, plan, supervision, machine, .. } = *about;
-    let run = ending::Run {
+    let launched = ending::Launched {
         command,
         selection: &plan.gpus.selection,
         machine,
-        end: ended.end,
-        exit: ended.exit,
-        wall: ended.wall,
-        started_at: ended.started_at,
         min_free: about.min_free,
         verify_timeout: supervision.verify_timeout,
-        limited: ended.limited,
         job: identity,
     };
-    let summary = ending::report(&run, ended.seen, placement(plan, about.sizing));
+    let (exit, started_at) = (ended.exit, ended.started_at);
+    let summary = ending::report_of(&launched, ended, seen, placement(plan, about.sizing));
     if supervision.report {
         summary.log();
     }
@@ -397,16 +387,16 @@ fn wrap_up(about: &Finish, ended: Ended, report_file: Option<std::fs::File>, ide
         prom::write(path, &summary);
     }
     if let Some(path) = &supervision.history {
-        keep_history(path, &summary, ended.started_at, about.request_text);
+        keep_history(path, &summary, started_at, about.request_text);
     }
     if let Some(line) = &supervision.on_exit {
         let verdict = summary.verification.verdict.map(|v| v.to_string()).unwrap_or_default();
-        let variables = hook_variables(plan, &identity.id, Some((ended.exit.status(), verdict)));
+        let variables = hook_variables(plan, &identity.id, Some((exit.status(), verdict)));
         Hook::start("--on-exit", line, &summary.json(), &variables, about.receiver.caller().mask)
             .into_iter()
             .for_each(Hook::wait_out);
     }
-    ended.exit
+    exit
 }
 
 /// Where the plan ran the command, for the report.

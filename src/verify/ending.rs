@@ -15,8 +15,50 @@ use crate::verify::job::{JobIdentity, JobRecord};
 use crate::verify::monitor::{HealthWatch, Seen};
 use crate::verify::report::{Outcome, Placement, Report};
 
+/// What the launch knew of the run before the command started: one half of the run's end.
+pub(crate) struct Launched<'a> {
+    /// As it was run (a container run's with gpurun's options in it).
+    pub(crate) command: &'a [OsString],
+    pub(crate) selection: &'a Selection,
+    /// The machine at launch.
+    pub(crate) machine: &'a Machine,
+    /// The `--min-free` applied.
+    pub(crate) min_free: Option<Threshold>,
+    pub(crate) verify_timeout: Duration,
+    pub(crate) job: &'a JobIdentity,
+}
+
+/// How the command ended (supervision's answer): the other half.
+pub(crate) struct Ended {
+    pub(crate) end: End,
+    pub(crate) exit: Exit,
+    pub(crate) wall: Duration,
+    pub(crate) started_at: SystemTime,
+    /// `--time-limit` or a house rule ended the command: what was done.
+    pub(crate) limited: Option<Limited>,
+}
+
+/// The run's end from its two halves and what verification saw: the diagnosis and the report.
+/// Only verification assembles it (tests/layout.rs).
+pub(crate) fn report_of(launched: &Launched, ended: Ended, seen: Seen, placement: Placement) -> Report {
+    let run = Run {
+        command: launched.command,
+        selection: launched.selection,
+        machine: launched.machine,
+        end: ended.end,
+        exit: ended.exit,
+        wall: ended.wall,
+        started_at: ended.started_at,
+        min_free: launched.min_free,
+        verify_timeout: launched.verify_timeout,
+        limited: ended.limited,
+        job: launched.job,
+    };
+    report(&run, seen, placement)
+}
+
 /// How the command ended, and what launch knows of its GPUs.
-pub(crate) struct Run<'a> {
+struct Run<'a> {
     /// As it was run (a container run's with gpurun's options in it).
     pub(crate) command: &'a [OsString],
     pub(crate) selection: &'a Selection,
@@ -47,7 +89,7 @@ pub(crate) enum Limited {
 
 /// The run's report: the verdict, the diagnosis (each finding logged as it is made), the
 /// receipt and where the command ran.
-pub(crate) fn report(run: &Run, seen: Seen, placement: Placement) -> Report {
+fn report(run: &Run, seen: Seen, placement: Placement) -> Report {
     let mut diagnosis = diagnose(run, &seen);
     // Whatever was watched: the run's end is the limit's.
     if let Some(Limited::Time(what)) = &run.limited {

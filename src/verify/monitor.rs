@@ -199,7 +199,11 @@ impl Monitor {
 
     /// The run's end, as verification saw it: the final verdict (`stuck`: the NVML call that
     /// has not returned, if one hangs) and everything watched.
-    pub(crate) fn conclude(&mut self, stuck: Option<Option<Call>>) -> Seen {
+    pub(crate) fn conclude(
+        &mut self,
+        stuck: Option<Option<Call>>,
+        memory_held: Vec<crate::verify::diagnosis::Diagnosis>,
+    ) -> Seen {
         let (verdict, detail) = self.final_verdict(stuck);
         Seen {
             verification: Verification { verdict: Some(verdict), detail },
@@ -211,7 +215,7 @@ impl Monitor {
             mps_shared: self.mps_shared(),
             receipt: Some(self.receipt.clone()),
             idle: self.idle.held_idle(),
-            memory_held: Vec::new(),
+            memory_held,
         }
     }
 
