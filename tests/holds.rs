@@ -115,6 +115,33 @@ try:
 except RuntimeError as started:
     seen["started"] = str(started)
 del sys.modules["torch"]
+# verify(): this process itself, as NVML lists it (a context registered as the simulator's CUDA
+# registers one: a file in the scenario's state directory naming the PID and the GPU).
+def context_on(uuid):
+    state = os.environ["NVML_SIM_SCENARIO"] + ".state"
+    namespace = os.readlink("/proc/self/ns/pid")[len("pid:["):-1]
+    start = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]
+    os.makedirs(state, exist_ok=True)
+    path = os.path.join(state, f"{os.getpid()}.ns{namespace}.proc")
+    with open(path, "w") as entry:
+        entry.write(f"start {start}\n{uuid} 1073741824\n")
+    return path
+import warnings
+held = gpurun.reserve(gpus=1)
+seen["unseen"] = held.verify()["verdict"]
+path = context_on(held.gpus[0]["uuid"])
+seen["on_held"] = held.verify()["verdict"]
+os.remove(path)
+listing = json.loads(subprocess.run([gpurun.find_binary(), "--list", "--json"], capture_output=True, text=True).stdout)
+other = next(gpu["uuid"] for gpu in listing["gpus"] if gpu["index"] != held.gpus[0]["index"])
+path = context_on(other)
+seen["elsewhere"] = held.verify()["verdict"]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with held:
+        pass
+seen["warned"] = [str(warning.message) for warning in caught]
+os.remove(path)
 seen["kept"] = gpurun.reserve().holder_pid
 print(json.dumps(seen))
 "#;
@@ -135,6 +162,12 @@ print(json.dumps(seen))
         seen["started"].as_str().unwrap().contains("CUDA is already initialised in this process (torch)"),
         "{seen}"
     );
+    assert_eq!(
+        (&seen["unseen"], &seen["on_held"], &seen["elsewhere"]),
+        (&Value::from("not-observed"), &Value::from("verified"), &Value::from("wrong-gpu")),
+        "{seen}"
+    );
+    assert!(seen["warned"][0].as_str().unwrap().contains("this process is on GPU"), "{seen}");
     // The plain call's hold ended with the Python process.
     assert!(seen["kept"].as_u64().is_some());
     assert!(wait_until(HANG, || reserved(&sim).is_empty()), "a plain reserve() outlived its process");

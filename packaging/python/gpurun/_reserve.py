@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 
 from gpurun._binary import find_binary
 
@@ -60,10 +61,45 @@ class Reservation:
             else:
                 os.environ[name] = value
 
+    def verify(self):
+        """Where this process itself is on the GPUs now, from NVML's process lists (`gpurun
+        --list --json`): {"verdict": "verified" | "wrong-gpu" | "not-observed", "on": [its GPUs],
+        "held": [the held GPUs]}. "not-observed" until CUDA has made a context (the first
+        allocation); "wrong-gpu" when any GPU it is on is not one of the held ones."""
+        listing = subprocess.run([find_binary(), "--list", "--json"], stdin=subprocess.DEVNULL,
+                                 capture_output=True, text=True, check=True)
+        me = os.getpid()
+        on = sorted(
+            gpu["index"]
+            for gpu in json.loads(listing.stdout)["gpus"]
+            if any(process["pid"] == me for process in gpu.get("processes") or [])
+        )
+        held = sorted(gpu["index"] for gpu in self.gpus)
+        if not on:
+            verdict = "not-observed"
+        elif set(on) <= set(held):
+            verdict = "verified"
+        else:
+            verdict = "wrong-gpu"
+        return {"verdict": verdict, "on": on, "held": held}
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        # A process that used another GPU than the one held is said so, as a launch says it.
+        try:
+            seen = self.verify()
+        except (OSError, subprocess.CalledProcessError, ValueError):
+            seen = None
+        if seen is not None and seen["verdict"] == "wrong-gpu":
+            warnings.warn(
+                f"gpurun: this process is on GPU {', '.join(map(str, seen['on']))}, not only the held "
+                f"{', '.join(map(str, seen['held']))}: something set "
+                "the device itself (cuda:N, torch.cuda.set_device) or changed CUDA_VISIBLE_DEVICES",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self.release()
         return False
 
