@@ -131,3 +131,41 @@ fn python_m_gpurun_without_its_binary_says_where_it_looked() {
         "{said}"
     );
 }
+
+/// `gpurun.reserve()` from a notebook cell: a plain ipykernel kernel, started by the real
+/// jupyter_client, reserves a GPU for its own process (the package on PYTHONPATH laid out as
+/// `pip install --target` lays it out); the hold is in `--list` while the kernel runs and gone
+/// once it is shut down.
+#[test]
+fn gpurun_reserve_in_a_notebook_cell_holds_for_the_kernel() {
+    let python = venv_python();
+    let ready = Command::new(&python).args(["-c", "import jupyter_client, ipykernel"]).output();
+    if !ready.is_ok_and(|out| out.status.success()) {
+        return common::skip(
+            "gpurun.reserve() in a kernel",
+            "no jupyter_client and ipykernel in .venv (make venv)",
+        );
+    }
+    let sim = Sim::new(&default_scenario());
+    let target = sim.dir.path().join("target");
+    std::fs::create_dir_all(target.join("bin")).unwrap();
+    std::os::unix::fs::symlink(gpurun_binary(), target.join("bin/gpurun")).unwrap();
+    std::os::unix::fs::symlink(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/python/gpurun"),
+        target.join("gpurun"),
+    )
+    .unwrap();
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/jupyter_reserve.py");
+    let outcome = sim
+        .gpurun_command(python.to_str().unwrap(), &[driver.to_str().unwrap()])
+        .arg(gpurun_binary())
+        .env("PYTHONPATH", &target)
+        .run_unless_hung();
+    let seen: serde_json::Value = serde_json::from_str(outcome.status(0).stdout.trim())
+        .unwrap_or_else(|error| panic!("{error}: {}", outcome.stderr));
+    let cell = &seen["cell"];
+    assert_eq!(cell["pid"], seen["kernel_pid"], "the cell ran in the kernel's own process: {seen}");
+    assert_eq!(cell["visible"], cell["gpu"].to_string(), "{seen}");
+    assert_eq!(seen["holders"], serde_json::json!([cell["holder"]]), "{seen}");
+    assert_eq!(seen["holders_after_shutdown"], serde_json::json!([]), "{seen}");
+}
