@@ -80,11 +80,7 @@ fn a_hold_for_a_process_ends_with_it() {
 #[test]
 fn gpurun_reserve_holds_for_the_python_process() {
     let sim = Sim::new(&default_scenario());
-    let target = sim.dir.path().join("target");
-    std::fs::create_dir_all(target.join("bin")).unwrap();
-    std::os::unix::fs::symlink(common::gpurun_binary(), target.join("bin/gpurun")).unwrap();
-    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/python/gpurun");
-    std::os::unix::fs::symlink(&package, target.join("gpurun")).unwrap();
+    let target = common::python_package(&sim);
     let script = r#"
 import json, os, subprocess, sys, types
 import gpurun

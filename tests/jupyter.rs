@@ -147,14 +147,7 @@ fn gpurun_reserve_in_a_notebook_cell_holds_for_the_kernel() {
         );
     }
     let sim = Sim::new(&default_scenario());
-    let target = sim.dir.path().join("target");
-    std::fs::create_dir_all(target.join("bin")).unwrap();
-    std::os::unix::fs::symlink(gpurun_binary(), target.join("bin/gpurun")).unwrap();
-    std::os::unix::fs::symlink(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/python/gpurun"),
-        target.join("gpurun"),
-    )
-    .unwrap();
+    let target = common::python_package(&sim);
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/jupyter_reserve.py");
     let outcome = sim
         .gpurun_command(python.to_str().unwrap(), &[driver.to_str().unwrap()])

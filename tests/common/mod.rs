@@ -141,6 +141,17 @@ impl AmdSim {
     }
 }
 
+/// The wheel's Python package (packaging/python/gpurun) laid out as `pip install --target DIR`
+/// lays it out, with the gpurun binary in `DIR/bin`, in `sim`'s folder: DIR, for PYTHONPATH.
+pub fn python_package(sim: &Sim) -> PathBuf {
+    let target = sim.dir.path().join("target");
+    std::fs::create_dir_all(target.join("bin")).expect("target/bin");
+    std::os::unix::fs::symlink(gpurun_binary(), target.join("bin/gpurun")).expect("the binary");
+    let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/python/gpurun");
+    std::os::unix::fs::symlink(package, target.join("gpurun")).expect("the package");
+    target
+}
+
 /// The scenario files shipped with the tests.
 pub fn scenario_file(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios").join(name);
