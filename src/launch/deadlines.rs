@@ -2,7 +2,8 @@
 //! house rules (max-time-limit, idle-action = "end"), which send SIGTERM and then SIGKILL
 //! after the rule's grace whatever the user's options say (issue 65: `--signal WINCH`, a
 //! command that traps TERM, or no `--kill-after` let a rule's run go on). Each limit fires
-//! once; the SIGKILL a rule leads to is not put off by anything the user does. A limit's
+//! once; the SIGKILL a rule leads to is not put off by anything the user does, and a stopped
+//! gpurun is continued at a rule's moment by a kernel timer (`process::wake`). A limit's
 //! signal and its SIGKILL go to the command and every process under it, as timeout(1)'s go to
 //! its process group.
 
@@ -34,12 +35,20 @@ pub(crate) struct Deadlines {
     /// SIGKILL after a rule's grace: nothing the user does puts it off.
     rule_kill_at: Option<Instant>,
     pub(crate) limited: Option<Limited>,
+    /// SIGCONT to gpurun at each rule's moment (`process::wake`): a stopped gpurun is
+    /// continued then, and ends the command.
+    wakers: Vec<nix::sys::timer::Timer>,
 }
 
 impl Deadlines {
     pub(crate) fn new(limits: &[TimeLimit], started: Instant) -> Deadlines {
         let due = limits.iter().map(|limit| (limit.clone(), started + limit.after)).collect();
-        Deadlines { due, kill_at: None, rule_kill_at: None, limited: None }
+        let wakers = limits
+            .iter()
+            .filter(|limit| limit.rule.is_some())
+            .filter_map(|limit| crate::process::wake::continue_after(limit.after))
+            .collect();
+        Deadlines { due, kill_at: None, rule_kill_at: None, limited: None, wakers }
     }
 
     /// The next moment something is due.
@@ -83,6 +92,7 @@ impl Deadlines {
     pub(crate) fn rule_ended(&mut self, now: Instant, grace: Duration) {
         let at = now + grace;
         self.rule_kill_at = Some(self.rule_kill_at.map_or(at, |earlier| earlier.min(at)));
+        self.wakers.extend(crate::process::wake::continue_after(grace));
     }
 
     /// The command ended at `now` (as far as gpurun can tell: it reaps it now). If a rule's

@@ -14,6 +14,7 @@ pub(crate) mod signals;
 pub(crate) mod spawn;
 pub(crate) mod stdio;
 pub(crate) mod vm_child;
+pub(crate) mod wake;
 
 /// One malloc arena for all of gpurun's threads: the NVML thread (and any thread the library
 /// starts) would otherwise get an arena of its own, a few hundred KiB of resident memory that
