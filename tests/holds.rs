@@ -45,6 +45,9 @@ fn a_hold_is_refused_as_a_launch_would_be() {
     let sim = Sim::new(&default_scenario());
     sim.gpurun().args(["--hold", "1m", "--gpus", "8", "--exclusive"]).run_unless_hung().status(75);
     sim.gpurun().args(["--hold", "1m", "--", "true"]).run().status(125).stderr_has("--hold takes no COMMAND");
+    for none in [&["--gpus", "0"][..], &["--fallback", "cpu"]] {
+        sim.gpurun().args(["--hold", "1m"]).args(none).run().status(125).stderr_has("--hold holds GPUs");
+    }
     std::fs::write(sim.system_file(), "[limits]\nmax-time-limit = \"10m\"\n").unwrap();
     sim.gpurun()
         .args(["--hold", "1h"])

@@ -113,6 +113,8 @@ pub(crate) enum ConfigError {
     JsonWithoutMode,
     #[error("--history takes one PATTERN (a part of the command), but got {0}")]
     HistoryPatterns(String),
+    #[error("--hold holds GPUs, and --gpus 0 (or --fallback cpu) asks for none: give --gpus N")]
+    HoldNothing,
     #[error("{origin}--model is empty; give part of a model name, like A100")]
     EmptyModel { origin: String },
     /// A house rule forbids what was asked.

@@ -293,6 +293,9 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
     if reserves {
         limits.time_limit(cli.time_limit).map_err(ConfigError::HouseRule)?;
     }
+    if cli.hold.is_some() && (cli.gpus.is_none() || cli.fallback == Some(crate::options::Fallback::Cpu)) {
+        return Err(ConfigError::HoldNothing);
+    }
     // A hold is a run without a command: held to the same rule.
     if let (Some(hold), Some(max), true) = (cli.hold, limits.max_time_limit, reserves) {
         if hold > max {
