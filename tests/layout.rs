@@ -623,3 +623,14 @@ fn the_import_table_is_the_imports() {
     }
     assert!(differ.is_empty(), "doc/development.md's import table:\n{}", differ.join("\n"));
 }
+
+/// Issue 64: `Plan::build` reads nothing of gpurun's environment or process itself (what it
+/// needs is read once in resolution, `launch::plan::Surroundings`).
+#[test]
+fn the_plan_reads_no_environment_itself() {
+    let (_, plan) =
+        crate_sources().into_iter().find(|(path, _)| path == "launch/plan.rs").expect("launch/plan.rs");
+    for read in ["std::env::", "from_env(", "own_cpus(", "sched_getaffinity"] {
+        assert!(!plan.contains(read), "launch/plan.rs reads {read}: read it in config::resolve instead");
+    }
+}

@@ -96,6 +96,8 @@ pub(crate) struct Config {
     /// hostfile are asked for, before anything is probed).
     pub(crate) launcher_use: LauncherUse,
     pub(crate) launcher: Option<LauncherRun>,
+    /// What the plan needs of gpurun's own environment and process, read here once.
+    pub(crate) surroundings: crate::launch::plan::Surroundings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -218,6 +220,7 @@ impl Config {
                 .as_ref()
                 .filter(|_| self.launcher_use == LauncherUse::Off)
                 .and_then(|run| run.override_note()),
+            surroundings: &self.surroundings,
         }
     }
 }

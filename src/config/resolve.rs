@@ -95,15 +95,15 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
             false => None,
         },
     };
+    // --per-rank binds each rank to its GPUs' CPUs unless told otherwise.
+    let cpu_bind = cli.cpu_bind.unwrap_or(if per_rank.is_some() { CpuBind::Numa } else { CpuBind::None });
     Ok(Config {
         mode,
         request,
         visible_as: cli.visible_as,
         cpu_bind_asked: cli.cpu_bind.is_some(),
-        cpu_bind: cli.cpu_bind.unwrap_or(match per_rank {
-            Some(_) => CpuBind::Numa,
-            None => CpuBind::None,
-        }),
+        cpu_bind,
+        surroundings: surroundings(cpu_bind, mps.is_some()),
         framework_env: !cli.no_framework_env,
         libraries: Libraries::new(cli.vendor, cli.nvml_lib, cli.amd_smi_lib),
         nvml_timeout: cli.nvml_timeout,
@@ -123,6 +123,26 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
         launcher,
         mps,
     })
+}
+
+/// What the plan needs of gpurun's own environment and process, read once here: an inherited
+/// Slurm MPS allocation, gpurun's CPUs (for `--cpu-bind numa`), the MPS directories (`--mps`).
+fn surroundings(cpu_bind: CpuBind, mps: bool) -> crate::launch::plan::Surroundings {
+    let mps_directories = match mps {
+        true => ["CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"]
+            .into_iter()
+            .filter_map(|name| Some((name.to_owned(), std::env::var_os(name)?)))
+            .collect(),
+        false => Vec::new(),
+    };
+    crate::launch::plan::Surroundings {
+        slurm_mps: crate::select::visibility::Inherited::from_env().slurm_mps(),
+        own_cpus: match cpu_bind {
+            CpuBind::Numa => crate::launch::affinity::own_cpus(),
+            _ => Vec::new(),
+        },
+        mps_directories,
+    }
 }
 
 /// `--min-free` as asked: a size (with what a decimal one was read as), or `auto` sized from

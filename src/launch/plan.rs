@@ -32,6 +32,20 @@ pub(crate) struct PlanInput<'a> {
     pub(crate) launcher: Option<&'a LauncherRun>,
     /// `--launcher off`: how the launcher left alone overrides CUDA_VISIBLE_DEVICES, if it does.
     pub(crate) launcher_note: Option<String>,
+    /// What the plan needs of gpurun's own environment and process, read in resolution.
+    pub(crate) surroundings: &'a Surroundings,
+}
+
+/// What a plan needs of gpurun's own environment and process, read once in resolution
+/// (`config::resolve`), so that `Plan::build` reads neither (issue 64).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Surroundings {
+    /// An inherited Slurm MPS allocation: its server numbers the devices its own way.
+    pub(crate) slurm_mps: bool,
+    /// gpurun's own CPUs, within which `--cpu-bind numa` binds (read only for it).
+    pub(crate) own_cpus: Vec<u32>,
+    /// The inherited CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY, for `--mps`.
+    pub(crate) mps_directories: Vec<(String, OsString)>,
 }
 
 /// Why no plan could be made.
@@ -136,8 +150,7 @@ impl Plan {
         });
         // An MPS server numbers the devices its own way: a client is given them by UUID (so is
         // the client Slurm's MPS allocation makes, whose server was started on its GPU).
-        let slurm_mps = crate::select::visibility::Inherited::from_env().slurm_mps();
-        let visible_as = match (input.mps, slurm_mps) {
+        let visible_as = match (input.mps, input.surroundings.slurm_mps) {
             (Some(_), _) | (None, true) => Some(VisibleAs::Uuid),
             (None, false) => input.visible_as,
         };
@@ -152,11 +165,14 @@ impl Plan {
             None => env::Plan::new(selection, visible_as, input.framework_env),
         };
         if let (Some(mps), false) = (input.mps, gpus.selection.is_empty()) {
-            gpus.join_mps(mps, |name| std::env::var_os(name));
+            let inherited = &input.surroundings.mps_directories;
+            gpus.join_mps(mps, |name| {
+                inherited.iter().find(|(n, _)| n == name).map(|(_, value)| value.clone())
+            });
         }
         if input.cpu_bind == CpuBind::Numa {
-            let own = affinity::own_cpus();
-            gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, &own, input.cpu_bind_asked);
+            let own = &input.surroundings.own_cpus;
+            gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, own, input.cpu_bind_asked);
         }
         let target = match (input.container, input.command) {
             (Some(_), Some(_)) if !gpus.selection.runtime.runs_in_containers() => {
