@@ -152,6 +152,23 @@ fn with_wait_a_probe_that_hangs_is_waited_for_until_the_wait_is_over() {
     slow.gpurun().args(["-q", "--nvml-timeout", "500ms", "--wait=10s", "--", "true"]).run().status(0);
 }
 
+/// A launch reads a GPU's health only once it has chosen it (issue 63): a health call that
+/// hangs there is waited for under `--wait` as a hanging probe is, and named where it is not.
+#[test]
+fn a_deferred_health_call_that_hangs_is_waited_for_as_the_probe_is() {
+    let slow = with_hang("nvmlDeviceGetEccMode", "ms = 1500\ntimes = 1");
+    slow.gpurun()
+        .args(["-q", "--nvml-timeout", "500ms", "--wait=10s", "--", "true"])
+        .run_unless_hung()
+        .status(0);
+    let hung = with_hang("nvmlDeviceGetEccMode", "");
+    hung.gpurun()
+        .args(["--nvml-timeout", "500ms", "--", "true"])
+        .run_unless_hung()
+        .status(125)
+        .stderr_has("nvmlDeviceGetEccMode on GPU");
+}
+
 #[test]
 fn a_library_thread_cannot_take_a_signal_meant_for_the_command() {
     // The default machine's library starts a thread in nvmlInit (helper_thread).

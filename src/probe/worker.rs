@@ -287,18 +287,19 @@ impl NvmlThread {
         }
     }
 
-    /// What the probe deferred of `gpus`, within `timeout`.
+    /// What the probe deferred of `gpus`, within `timeout`, waited for further as a probe is
+    /// (`probe`): the reading is the rest of the look.
     pub(crate) fn deferred(
         &mut self,
         receiver: &Receiver,
-        timeout: Duration,
+        (timeout, waiting_until): (Duration, Option<Option<Instant>>),
+        waiting: &mut dyn FnMut(&str),
         gpus: Vec<u32>,
     ) -> Result<Vec<Deferred>, Failure> {
         self.send(Job::Deferred(gpus));
-        match self.await_answer(receiver, Instant::now() + timeout) {
-            Ok(Answer::Deferred(read)) => Ok(read),
-            Ok(_) => Ok(Vec::new()),
-            Err(no_answer) => Err(Failure::from_no_answer(no_answer, timeout)),
+        match self.answer_waiting(receiver, timeout, waiting_until, waiting)? {
+            Answer::Deferred(read) => Ok(read),
+            _ => Ok(Vec::new()),
         }
     }
 
@@ -314,11 +315,27 @@ impl NvmlThread {
         needs: crate::probe::Needs,
     ) -> Result<Machine, Failure> {
         self.send(Job::Probe(needs));
+        loop {
+            if let Answer::Probed(machine) = self.answer_waiting(receiver, timeout, waiting_until, waiting)? {
+                return machine.map_err(Failure::Nvml);
+            }
+        }
+    }
+
+    /// The answer to the job in hand within `timeout`. While `waiting_until` allows (`--wait`;
+    /// `Some(None)`: forever), one that has not come is waited for further, and `waiting` is
+    /// told why every few seconds: it counts as a failed attempt, not as the end.
+    fn answer_waiting(
+        &mut self,
+        receiver: &Receiver,
+        timeout: Duration,
+        waiting_until: Option<Option<Instant>>,
+        waiting: &mut dyn FnMut(&str),
+    ) -> Result<Answer, Failure> {
         let mut deadline = Instant::now() + timeout;
         loop {
             match self.await_answer(receiver, deadline) {
-                Ok(Answer::Probed(machine)) => return machine.map_err(Failure::Nvml),
-                Ok(_) => continue,
+                Ok(answer) => return Ok(answer),
                 Err(NoAnswer::Stalled(call)) => {
                     let still_waiting = match waiting_until {
                         None => false,

@@ -23,7 +23,7 @@ use crate::reserve::lease::{self, Claim, HeldLease, Lease};
 use crate::reserve::lockdir::{DirLock, LockDir, LockDirError};
 use crate::reserve::stalled::{StalledHeads, LOCK_CONTENDED};
 use crate::reserve::ticket::{self, KnownGpus, Needs, Ticket};
-use crate::reserve::waiting::{wait_turn, Pacing, Progress};
+use crate::reserve::waiting::{read_deferred, wait_turn, Pacing, Progress};
 use crate::select::deferred;
 use crate::select::policy::{self, Decision, Outcome, Request};
 use crate::select::selection::Selection;
@@ -344,7 +344,7 @@ impl Search {
             .unwrap_or_default();
         // Each waiter's claim is worked out from every GPU as it is.
         let unread = if waiters.is_empty() { Vec::new() } else { machine.deferred() };
-        read_deferred(nvml, receiver, options, &mut machine, unread)?;
+        machine.settle(&unread, read_deferred(nvml, receiver, options.nvml_timeout, self.wait(), &unread)?);
         let mut reserved = reservations(&live, &machine);
         let (mut held, mut queue) =
             queue_ahead(ticket::ahead(&waiters, self.ticket.as_ref()), &machine, &mut reserved);
@@ -358,11 +358,7 @@ impl Search {
             let kept = ticket::ahead(&waiters, self.ticket.as_ref()).filter(|w| !passed.contains(&w.key()));
             (held, queue) = queue_ahead(kept, &machine, &mut reserved);
         }
-        let timed_out = match self.waiting_until {
-            None => true,
-            Some(None) => false,
-            Some(Some(until)) => Instant::now() >= until,
-        };
+        let timed_out = self.wait_is_over();
         let (request, over_rule) = capped_request(options, &live)?;
         let topology = machine.topology.clone();
         let partial = waiters.is_empty() && request.policy != Policy::Random && !options.listing;
@@ -373,7 +369,7 @@ impl Search {
                 policy::decide_with_links(gpus, &visibility, &request, &reserved, &held, topology.as_ref())
                     .map_err(AcquireError::from)
             },
-            |gpus| nvml.deferred(receiver, options.nvml_timeout, gpus.to_vec()).map_err(AcquireError::from),
+            |gpus| read_deferred(nvml, receiver, options.nvml_timeout, self.wait(), gpus),
         )?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
@@ -513,8 +509,11 @@ impl Search {
                 let visibility = visibility::resolve(&probed, inherited);
                 let indices = joining::check_set(&rank, &record, gpus, &probed, &visibility)?;
                 // The set's GPUs are read whole, as a chooser reads what it takes.
-                let unread = probed.deferred().into_iter().filter(|gpu| indices.contains(gpu)).collect();
-                read_deferred(nvml, receiver, options, &mut probed, unread)?;
+                let unread: Vec<u32> =
+                    probed.deferred().into_iter().filter(|gpu| indices.contains(gpu)).collect();
+                let wait = (self.waiting_until, &mut self.progress); // fields apart: `dir` borrows self
+                let read = read_deferred(nvml, receiver, options.nvml_timeout, wait, &unread)?;
+                probed.settle(&unread, read);
                 let count = options.request.count;
                 if gpus.is_empty() {
                     // The chooser runs with no GPU (--fallback cpu): so does every rank.
@@ -556,21 +555,6 @@ impl Search {
 
 /// The request under max-gpus-per-user: at most what the rule leaves this user now, or (the
 /// second value) why it must wait for the user's own reservations to end first.
-/// Reads what the probe deferred of `gpus` (`probe::deferred`) into `machine`.
-fn read_deferred(
-    nvml: &mut NvmlThread,
-    receiver: &Receiver,
-    options: &Options,
-    machine: &mut Machine,
-    gpus: Vec<u32>,
-) -> Result<(), AcquireError> {
-    if !gpus.is_empty() {
-        let read = nvml.deferred(receiver, options.nvml_timeout, gpus.clone())?;
-        machine.settle(&gpus, read);
-    }
-    Ok(())
-}
-
 fn capped_request<'a>(
     options: &Options<'a>,
     live: &[Lease],
@@ -657,8 +641,7 @@ impl Search {
         options: &Options,
         receiver: &Receiver,
     ) -> Result<bool, AcquireError> {
-        let still_waiting =
-            self.waiting_until.is_some_and(|until| until.is_none_or(|until| Instant::now() < until));
+        let still_waiting = !self.wait_is_over();
         let (Some(dir), None, true, true) = (&self.lock_dir, &self.ticket, options.hold, still_waiting)
         else {
             return Ok(false);
@@ -707,6 +690,20 @@ impl Search {
             )?);
         }
         Ok(())
+    }
+
+    /// How long this acquisition may wait, and the line that says why it does.
+    fn wait(&mut self) -> (Option<Option<Instant>>, &mut Progress) {
+        (self.waiting_until, &mut self.progress)
+    }
+
+    /// Whether waiting can help no more: no `--wait`, or its end has come.
+    fn wait_is_over(&self) -> bool {
+        match self.waiting_until {
+            None => true,
+            Some(None) => false,
+            Some(Some(until)) => Instant::now() >= until,
+        }
     }
 
     /// Says why it waits, then sleeps until its turn or a lease's end (a waiter with a ticket),

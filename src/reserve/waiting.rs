@@ -1,13 +1,17 @@
 //! A waiter's sleep and what it shows meanwhile: it sleeps on its ticket's FIFO until a reason
 //! to look again (a lease's end, its turn, the safety poll, the wait's end), at a pace a flood
-//! of wake-up bytes cannot speed up, with one waiting line on stderr.
+//! of wake-up bytes cannot speed up, with one waiting line on stderr; and a reading of the
+//! GPUs a choice takes, waited for under `--wait` as the probe is (`read_deferred`).
 
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use crate::options::duration;
+use crate::probe::deferred::Deferred;
+use crate::probe::worker::NvmlThread;
 use crate::process::signals::Receiver;
+use crate::reserve::error::AcquireError;
 use crate::reserve::lockdir::LockDir;
 use crate::reserve::ticket::{self, Ticket};
 
@@ -247,4 +251,20 @@ impl Drop for Progress {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// What the probe deferred of `gpus` (`probe::deferred`), read now.
+pub(super) fn read_deferred(
+    nvml: &mut NvmlThread,
+    receiver: &Receiver,
+    timeout: Duration,
+    (waiting_until, progress): (Option<Option<Instant>>, &mut Progress),
+    gpus: &[u32],
+) -> Result<Vec<Deferred>, AcquireError> {
+    if gpus.is_empty() {
+        return Ok(Vec::new());
+    }
+    // A call that hangs here is waited for under --wait, as one in the probe is.
+    let waiting = &mut |why: &str| progress.show_text(&format!("waiting (--wait): {why}"));
+    Ok(nvml.deferred(receiver, (timeout, waiting_until), waiting, gpus.to_vec())?)
 }
