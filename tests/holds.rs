@@ -141,7 +141,15 @@ with warnings.catch_warnings(record=True) as caught:
         pass
 seen["warned"] = [str(warning.message) for warning in caught]
 os.remove(path)
-seen["kept"] = gpurun.reserve().holder_pid
+# release() signals only its own holder: a holder PID now another process of ours (the hold
+# ended, the PID was reused) is not one.
+from gpurun._reserve import _holds_for
+victim = subprocess.Popen(["sleep", "30"])
+seen["victim_is_holder"] = _holds_for(victim.pid, os.getpid())
+victim.kill()
+kept = gpurun.reserve()
+seen["kept"] = kept.holder_pid
+seen["kept_is_holder"] = _holds_for(kept.holder_pid, os.getpid())
 print(json.dumps(seen))
 "#;
     let outcome = sim.gpurun_command("python3", &["-c", script]).env("PYTHONPATH", &target).run_unless_hung();
@@ -167,6 +175,11 @@ print(json.dumps(seen))
         "{seen}"
     );
     assert!(seen["warned"][0].as_str().unwrap().contains("this process is on GPU"), "{seen}");
+    assert_eq!(
+        (&seen["victim_is_holder"], &seen["kept_is_holder"]),
+        (&Value::from(false), &Value::from(true)),
+        "{seen}"
+    );
     // The plain call's hold ended with the Python process.
     assert!(seen["kept"].as_u64().is_some());
     assert!(wait_until(HANG, || reserved(&sim).is_empty()), "a plain reserve() outlived its process");

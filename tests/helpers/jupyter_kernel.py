@@ -9,7 +9,6 @@ usage: jupyter_kernel.py KERNELS_DIR NAME GPURUN
 import json
 import subprocess
 import sys
-import time
 
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
@@ -44,8 +43,12 @@ def main():
     seen["visible"], _, _ = run(client, "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'), end='')")
     seen["reserved"] = reservations(gpurun)
     # An interrupt: Jupyter's SIGINT to gpurun reaches the kernel as KeyboardInterrupt.
-    msg_id = client.execute("import time; time.sleep(30)")
-    time.sleep(1)
+    # Interrupted once the cell runs: its first output says so (no guess at how long it takes).
+    msg_id = client.execute("print('running', flush=True); import time; time.sleep(30)")
+    while True:
+        message = client.get_iopub_msg(timeout=20)
+        if message["parent_header"].get("msg_id") == msg_id and message["msg_type"] == "stream":
+            break
     manager.interrupt_kernel()
     reply = client.get_shell_msg(timeout=20)
     while reply["parent_header"].get("msg_id") != msg_id:

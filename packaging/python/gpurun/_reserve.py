@@ -49,10 +49,13 @@ class Reservation:
         if self._released:
             return
         self._released = True
-        try:
-            os.kill(self.holder_pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        # Only our holder: one that ended at its deadline may have left its PID to another
+        # process of this user's by now.
+        if _holds_for(self.holder_pid, os.getpid()):
+            try:
+                os.kill(self.holder_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         for name, value in self._before.items():
             if os.environ.get(name) != self.env[name]:
                 continue  # changed since: not ours to undo
@@ -106,6 +109,16 @@ class Reservation:
     def __repr__(self):
         indices = ", ".join(str(gpu["index"]) for gpu in self.gpus)
         return f"<gpurun reservation of GPU {indices} until {self.until} (holder PID {self.holder_pid})>"
+
+
+def _holds_for(holder, pid):
+    """Whether process `holder` is a gpurun holding for `pid` (`--hold-for PID` in its argv)."""
+    try:
+        with open(f"/proc/{holder}/cmdline", "rb") as cmdline:
+            words = cmdline.read().split(b"\0")
+    except OSError:
+        return False
+    return any(word == b"--hold-for" and after == str(pid).encode() for word, after in zip(words, words[1:]))
 
 
 def _cuda_started():
