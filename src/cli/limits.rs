@@ -24,7 +24,7 @@ use crate::options::size::{self, Threshold};
 use crate::options::{duration, Wait};
 
 /// Between a house rule's SIGTERM and its SIGKILL, unless `kill-after` says.
-pub(crate) const RULE_GRACE: Duration = Duration::from_secs(10);
+const RULE_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Limits {
