@@ -4,7 +4,7 @@ use crate::cli::settings::SettingsError;
 use crate::cli::CliError;
 use crate::config::{Config, ConfigError};
 use crate::exit_code;
-use crate::probe::nvml::OpenError;
+use crate::probe::session::OpenError;
 use crate::process::spawn::LaunchError;
 use crate::reserve::acquire::AcquireError;
 use crate::reserve::group::GroupFailure;
@@ -20,7 +20,7 @@ pub(crate) enum Error {
     #[error(transparent)]
     Settings(#[from] SettingsError),
     #[error(transparent)]
-    Nvml(#[from] OpenError),
+    Open(#[from] OpenError),
     /// NVML did not answer in time.
     #[error("{0}")]
     Stalled(String),
@@ -71,7 +71,7 @@ impl Error {
     /// An acquisition failure, with where a `--devices`/`--exclude` list came from.
     pub(crate) fn acquire(error: AcquireError, config: &Config) -> Error {
         match error {
-            AcquireError::Nvml(error) => Error::Nvml(error),
+            AcquireError::Open(error) => Error::Open(error),
             AcquireError::Stalled(why) => Error::Stalled(why),
             AcquireError::LockDir(error) => Error::from(error),
             AcquireError::Devices(error) => {

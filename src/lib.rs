@@ -31,19 +31,17 @@ use crate::launch::plan::Plan;
 use crate::options::size::Threshold;
 use crate::options::{Fallback, HealthUse, Verbosity};
 use crate::output::{doctor, listing};
-use crate::probe::amd;
 use crate::probe::gpu::Machine;
-use crate::probe::nvml::OpenError;
-use crate::probe::worker::NvmlThread;
+use crate::probe::worker::ProbeThread;
 use crate::process::logging;
 use crate::process::signals::{die_by, CallerState, Receiver};
 use crate::process::stdio::print;
 use crate::reserve::acquire::{self, AcquireError, Acquisition};
 use crate::reserve::holds::Queued;
 use crate::reserve::lease::Lease;
+use crate::runtime::Inherited;
 use crate::select::policy::Decision;
 use crate::select::selection::Selection;
-use crate::select::visibility::Inherited;
 
 /// The pipeline: command line -> settings, resolved once -> logging -> the mode: doctor,
 /// history, or probe, choose and reserve (`select`), then the goal.
@@ -214,15 +212,7 @@ impl Seen<'_> {
     }
 
     fn json(&self, dry_run: Option<&listing::DryRun>) -> String {
-        let library = match self.machine.vendor {
-            crate::probe::vendor::Vendor::Nvidia => self.config.library(),
-            crate::probe::vendor::Vendor::Amd => self
-                .config
-                .libraries
-                .amd_smi
-                .clone()
-                .unwrap_or_else(|| crate::probe::amd::DEFAULT_LIBRARY.into()),
-        };
+        let library = self.config.libraries.path_of(self.machine.vendor);
         listing::json(
             self.machine,
             &library,
@@ -251,7 +241,7 @@ fn listing_text(seen: &Seen, json: bool, links: bool) -> String {
 /// refresh; a probe that fails is said in its frame, and the next one tries again.
 fn watch_list(
     config: &Config,
-    nvml: &mut NvmlThread,
+    nvml: &mut ProbeThread,
     receiver: &Receiver,
     (json, links, every): (bool, bool, std::time::Duration),
     first: String,
@@ -309,7 +299,7 @@ fn launch(
     command: &[OsString],
     held: launch::Held,
     min_free: Option<Threshold>,
-    nvml: Option<&mut NvmlThread>,
+    nvml: Option<&mut ProbeThread>,
     receiver: &Receiver,
 ) -> Result<Exit, Error> {
     let config = seen.config;
@@ -378,7 +368,7 @@ fn show_history(json: bool, pattern: Option<&str>) -> Result<Exit, Error> {
 
 /// `--doctor`: its findings on stdout; 125 when NVML is unusable.
 fn doctor(config: &Config, receiver: &Receiver) -> Result<Exit, Error> {
-    let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
+    let mut nvml = ProbeThread::start().map_err(Error::Thread)?;
     let diagnosis = doctor::examine(&mut nvml, receiver, config).map_err(Error::Interrupted)?;
     // On a terminal a finding wraps under its text (after "  PROBLEM  "), never at the edge.
     let text = match process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())) {
@@ -394,12 +384,12 @@ fn doctor(config: &Config, receiver: &Receiver) -> Result<Exit, Error> {
 /// Opens NVML on its own thread (when the request needs GPUs at all: `--gpus 0` works on a
 /// machine without the driver) and acquires: probe, select, reserve. NVML that does not answer
 /// in time is an error, or no GPU with `--fallback cpu`.
-fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, Acquisition), Error> {
+fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<ProbeThread>, Acquisition), Error> {
     let looking = matches!(config.mode, Mode::Select(Goal::List { .. } | Goal::DryRun { .. }));
     if config.request.count.is_none() && !looking {
         return Ok((None, Acquisition::no_gpu(config.request.count)));
     }
-    let mut nvml = NvmlThread::start().map_err(Error::Thread)?;
+    let mut nvml = ProbeThread::start().map_err(Error::Thread)?;
     let acquired = nvml
         .open(config.libraries_to_open(), receiver, config.nvml_timeout)
         .map_err(AcquireError::from)
@@ -412,19 +402,11 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<NvmlThread>, 
             tracing::warn!("{why}; running with no GPU visible (--fallback cpu)");
             Ok((None, Acquisition::no_gpu(config.request.count)))
         }
-        // A machine without GPUs for this user (a laptop, a CI box: no library, no driver, no
-        // access) is what --fallback cpu is for. A library that is not NVML, or an NVML that
-        // fails otherwise, stays an error: that is a broken install, not a machine without GPUs.
-        Err(AcquireError::Nvml(
-            error @ (OpenError::LibraryMissing { .. }
-            | OpenError::DriverNotLoaded
-            | OpenError::NoPermission
-            | OpenError::Amd(
-                amd::OpenError::LibraryMissing { .. }
-                | amd::OpenError::DriverNotLoaded(_)
-                | amd::OpenError::NoPermission(_),
-            )),
-        )) if config.request.fallback == Some(Fallback::Cpu) && !looking => {
+        // A machine without GPUs for this user is what --fallback cpu is for; a broken install
+        // (a library that is not the vendor's, one that fails otherwise) stays an error.
+        Err(AcquireError::Open(error))
+            if error.is_no_gpu_here() && config.request.fallback == Some(Fallback::Cpu) && !looking =>
+        {
             tracing::warn!("{error}; running with no GPU visible (--fallback cpu)");
             Ok((None, Acquisition::no_gpu(config.request.count)))
         }

@@ -141,14 +141,21 @@ fn the_stages_have_their_folders() {
     }
 }
 
-/// The gpurun crate's sources, as (path relative to src/, text without its unit tests).
+/// The gpurun crate's sources, as (path relative to src/, text without its unit tests): a file
+/// its folder's `mod.rs` declares under `#[cfg(test)]` is left out whole.
 fn crate_sources() -> Vec<(String, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
     files.sort();
+    let test_only = |file: &Path| {
+        let stem = file.file_stem().unwrap().to_string_lossy();
+        let parent = std::fs::read_to_string(file.with_file_name("mod.rs")).unwrap_or_default();
+        parent.contains(&format!("#[cfg(test)]\nmod {stem};"))
+    };
     files
         .iter()
+        .filter(|file| !test_only(file))
         .map(|file| {
             let text = std::fs::read_to_string(file).unwrap();
             let code = without_tests(&text).to_owned();
@@ -190,7 +197,7 @@ fn no_code_outside_the_seams_tests_for_a_vendor() {
         ["== Vendor::", "!= Vendor::", "== VendorChoice::", "!= VendorChoice::", "is_rocm(", "is_cuda("];
     let mut found = Vec::new();
     for (path, code) in crate_sources() {
-        if path.starts_with("probe/") || path == "runtime.rs" {
+        if path.starts_with("probe/") || path.starts_with("runtime/") {
             continue;
         }
         for (number, line) in code.lines().enumerate() {
@@ -201,7 +208,115 @@ fn no_code_outside_the_seams_tests_for_a_vendor() {
             }
         }
     }
-    assert!(found.is_empty(), "vendor tests outside src/probe/ and src/runtime.rs:\n{}", found.join("\n"));
+    assert!(found.is_empty(), "vendor tests outside src/probe/ and src/runtime/:\n{}", found.join("\n"));
+}
+
+/// `code` with its comments taken out and each string literal's text kept apart: (code,
+/// strings). Enough of Rust's lexing for names: `//` and `/* */` comments, `"..."` with
+/// escapes, `r#"..."#`, and char literals (so that `'"'` opens no string).
+fn code_and_strings(code: &str) -> (String, Vec<String>) {
+    let (mut kept, mut strings) = (String::new(), Vec::new());
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let rest = &code[at..];
+        let after_name = at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+        if rest.starts_with("//") {
+            at += rest.find('\n').unwrap_or(rest.len());
+        } else if rest.starts_with("/*") {
+            at += rest.find("*/").map_or(rest.len(), |end| end + 2);
+        } else if rest.starts_with('r') && !after_name && rest[1..].trim_start_matches('#').starts_with('"') {
+            let hashes = rest[1..].len() - rest[1..].trim_start_matches('#').len();
+            let close = format!("\"{}", "#".repeat(hashes));
+            let body = &rest[2 + hashes..];
+            let end = body.find(&close).unwrap_or(body.len());
+            strings.push(body[..end].to_owned());
+            at += 2 + hashes + end + close.len();
+        } else if rest.starts_with('"') {
+            let mut end = 1;
+            while end < rest.len() && rest.as_bytes()[end] != b'"' {
+                end += if rest.as_bytes()[end] == b'\\' { 2 } else { 1 };
+            }
+            strings.push(rest[1..end.min(rest.len())].to_owned());
+            at += end + 1;
+        } else if rest.starts_with('\'') && (rest.get(2..3) == Some("'") || rest.get(3..4) == Some("'")) {
+            at += if rest.get(2..3) == Some("'") { 3 } else { 4 };
+        } else {
+            let c = rest.chars().next().unwrap();
+            kept.push(c);
+            at += c.len_utf8();
+        }
+    }
+    (kept, strings)
+}
+
+/// The parts of a Rust name, lower-cased: `rocr_index` -> rocr, index; `RocrId` -> rocr, id.
+fn name_parts(name: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    for piece in name.split('_').filter(|p| !p.is_empty()) {
+        let mut part = String::new();
+        let chars: Vec<char> = piece.chars().collect();
+        for (i, &c) in chars.iter().enumerate() {
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+            let starts = c.is_uppercase()
+                && !part.is_empty()
+                && (part.chars().last().is_some_and(|p| p.is_lowercase() || p.is_ascii_digit())
+                    || next_lower);
+            if starts {
+                parts.push(std::mem::take(&mut part).to_lowercase());
+            }
+            part.push(c);
+        }
+        parts.push(part.to_lowercase());
+    }
+    parts
+}
+
+/// The runtime seam (issue 64): outside `src/probe/` (the drivers' libraries) and
+/// `src/runtime/` (CUDA's and ROCm's rules), no name says AMD, ROCm, ROCr, HIP or AMD SMI, and
+/// no code or string names a driver function (`nvmlDevice...`, `amdsmi_...`): a stage asks
+/// the runtime or the probe, and a third vendor touches neither. The command line's own words
+/// are the one exception: `--vendor amd` and `--amd-smi-lib` are what the user types.
+#[test]
+fn no_vendor_word_outside_the_seams() {
+    const VENDOR_PARTS: [&str; 6] = ["amd", "rocm", "rocr", "hip", "amdsmi", "kfd"];
+    let users_words = |path: &str, name: &str| {
+        name == "amd_smi_lib" && (path == "cli/args.rs" || path == "config/resolve.rs")
+            || name == "Amd" && path == "options/mod.rs"
+    };
+    let mut found = Vec::new();
+    for (path, code) in crate_sources() {
+        if path.starts_with("probe/") || path.starts_with("runtime/") {
+            continue;
+        }
+        let (kept, strings) = code_and_strings(&code);
+        for name in words(&kept) {
+            let vendor = name_parts(name).iter().any(|part| VENDOR_PARTS.contains(&part.as_str()));
+            let driver_call = name.starts_with("nvml") && name[4..].starts_with(char::is_uppercase);
+            if (vendor || driver_call || name.starts_with("amdsmi_")) && !users_words(&path, name) {
+                found.push(format!("src/{path}: {name}"));
+            }
+        }
+        for text in strings {
+            let call = words(&text).into_iter().find(|word| {
+                word.starts_with("amdsmi_")
+                    || word.starts_with("nvml") && word[4..].starts_with(char::is_uppercase)
+            });
+            if let Some(call) = call {
+                found.push(format!("src/{path}: \"...{call}...\""));
+            }
+        }
+    }
+    assert!(found.is_empty(), "vendor words outside src/probe/ and src/runtime/:\n{}", found.join("\n"));
+    // The splitter sees what the guard is for, and what it is not.
+    assert_eq!(name_parts("rocr_index"), ["rocr", "index"]);
+    assert_eq!(name_parts("RocrId"), ["rocr", "id"]);
+    assert_eq!(name_parts("AMDSmi"), ["amd", "smi"]);
+    assert_eq!(name_parts("membership"), ["membership"]);
+    assert_eq!(name_parts("sigprocmask"), ["sigprocmask"]);
+    let (kept, strings) = code_and_strings("let a = \"nvmlInit\"; // rocr\nlet b = '\"'; hip_id");
+    assert_eq!(strings, ["nvmlInit"]);
+    assert!(words(&kept).contains(&"hip_id") && !kept.contains("rocr"));
 }
 
 /// DESIGN 1: nothing is `pub` that main.rs and the tests do not need (the rest is

@@ -22,7 +22,6 @@ use crate::launch::launchers::{LauncherError, LauncherRun};
 use crate::launch::plan::PlanInput;
 use crate::launch::Supervision;
 use crate::options::{ContainerUse, CpuBind, LauncherUse, LogFormat, Verbosity, VisibleAs, Wait};
-use crate::probe::nvml::DEFAULT_LIBRARY;
 use crate::rank::PerRank;
 use crate::reserve::acquire;
 use crate::select::policy::Request;
@@ -143,7 +142,7 @@ impl Config {
 
     /// The NVML library to load, as the user named it.
     pub(crate) fn library(&self) -> PathBuf {
-        self.libraries.nvml.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LIBRARY))
+        self.libraries.path_of(crate::probe::vendor::Vendor::Nvidia)
     }
 
     /// Where an option's value came from, when not from the command line.

@@ -136,7 +136,7 @@ fn surroundings(cpu_bind: CpuBind, mps: bool) -> crate::launch::plan::Surroundin
         false => Vec::new(),
     };
     crate::launch::plan::Surroundings {
-        slurm_mps: crate::select::visibility::Inherited::from_env().slurm_mps(),
+        slurm_mps: crate::runtime::Inherited::from_env().slurm_mps(),
         own_cpus: match cpu_bind {
             CpuBind::Numa => crate::launch::affinity::own_cpus(),
             _ => Vec::new(),

@@ -1,7 +1,7 @@
 //! The selection -> the variables the child gets (DESIGN 6). Everything not listed here passes
 //! through untouched, byte for byte.
 
-use crate::runtime::Runtime;
+use crate::runtime::Address;
 use std::ffi::OsString;
 
 use crate::options::shell;
@@ -230,42 +230,20 @@ fn pinned_limit(bytes: u64) -> String {
 const FRAMEWORK_DEFAULTS: &[(&str, &str)] =
     &[("TF_FORCE_GPU_ALLOW_GROWTH", "true"), ("XLA_PYTHON_CLIENT_PREALLOCATE", "false")];
 
-/// The variables to set in the child, in a stable order. `inherited` answers for the caller's
-/// environment (a function, so tests need not touch the real one).
+/// The variables to set in the child, in a stable order: the runtime's, gpurun's own, the
+/// inherited ones the runtime renumbers, and the framework defaults. `inherited` answers for
+/// the caller's environment (a function, so tests need not touch the real one).
 pub(crate) fn child_variables(
     selection: &Selection,
     visible_as: VisibleAs,
     framework_env: bool,
     inherited: impl Fn(&str) -> Option<OsString>,
 ) -> Vec<(String, String)> {
-    match selection.runtime {
-        Runtime::Rocm => return rocm_variables(selection, visible_as, framework_env, inherited),
-        Runtime::Cuda => {}
-    }
-    let join = |items: Vec<String>| items.join(",");
-    // Under a device cgroup CUDA numbers only the GPUs it can open; the NVML index is then not
-    // the CUDA index, so the ordinal among reachable GPUs is written instead.
-    let ordinals = join(selection.devices.iter().map(|d| d.cuda_ordinal.to_string()).collect());
-    // CUDA takes a MIG device by its MIG- UUID only.
-    let visible = join(
-        selection
-            .devices
-            .iter()
-            .map(|d| match (d.mig, visible_as) {
-                (false, VisibleAs::Index) => d.cuda_ordinal.to_string(),
-                _ => d.uuid.clone().unwrap_or_default(),
-            })
-            .collect(),
-    );
-    let mut variables = vec![
-        ("CUDA_VISIBLE_DEVICES".to_owned(), visible),
-        ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
-    ];
+    let addresses: Vec<&Address> = selection.devices.iter().map(|device| &device.address).collect();
+    let written = selection.runtime.variables(&addresses, visible_as, &|name| inherited(name).is_some());
+    let mut variables = written.naming;
     variables.extend(gpurun_variables(selection));
-    if inherited("GPU_DEVICE_ORDINAL").is_some() {
-        // Slurm sets it beside CUDA_VISIBLE_DEVICES; a stale one would point elsewhere.
-        variables.push(("GPU_DEVICE_ORDINAL".to_owned(), ordinals));
-    }
+    variables.extend(written.renumbered);
     framework_defaults(&mut variables, framework_env, &inherited);
     variables
 }
@@ -294,42 +272,6 @@ fn framework_defaults(
             }
         }
     }
-}
-
-/// The variables for AMD GPUs (DESIGN 3c, ROCm's "GPU isolation techniques"): the chosen GPUs
-/// in `ROCR_VISIBLE_DEVICES` by UUID (or ROCr index: `--visible-as index`), and HIP's own
-/// numbering left to start at 0 over them. HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES (HIP reads
-/// it alike) and GPU_DEVICE_ORDINAL index into what ROCr shows, so an inherited one is
-/// rewritten to show all of the chosen (`0,1`): left as it was, it would pick among them
-/// again, or hide them. No CUDA_DEVICE_ORDER: HIP does not read it.
-fn rocm_variables(
-    selection: &Selection,
-    visible_as: VisibleAs,
-    framework_env: bool,
-    inherited: impl Fn(&str) -> Option<OsString>,
-) -> Vec<(String, String)> {
-    let join = |items: Vec<String>| items.join(",");
-    let visible = join(
-        selection
-            .devices
-            .iter()
-            .filter_map(|device| device.rocr.as_ref())
-            .map(|rocr| match (visible_as, &rocr.uuid) {
-                (VisibleAs::Uuid, Some(uuid)) => uuid.clone(),
-                _ => rocr.index.to_string(),
-            })
-            .collect(),
-    );
-    let hip_numbers = join((0..selection.devices.len()).map(|n| n.to_string()).collect());
-    let mut variables = vec![("ROCR_VISIBLE_DEVICES".to_owned(), visible)];
-    variables.extend(gpurun_variables(selection));
-    for name in ["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"] {
-        if inherited(name).is_some() {
-            variables.push((name.to_owned(), hip_numbers.clone()));
-        }
-    }
-    framework_defaults(&mut variables, framework_env, &inherited);
-    variables
 }
 
 /// `export NAME='value'` lines for `eval`: values in single quotes, a quote as `'\''`.

@@ -29,7 +29,7 @@ use crate::launch::plan::{Member, Plan};
 use crate::options::size::Threshold;
 use crate::options::{cpus, shell, VerifyMode};
 use crate::probe::gpu::Machine;
-use crate::probe::worker::NvmlThread;
+use crate::probe::worker::ProbeThread;
 use crate::process::death::Watcher;
 use crate::process::procfs;
 use crate::process::signals::{default_action, send_to, DefaultAction, Receiver};
@@ -93,7 +93,7 @@ pub(crate) struct Job<'a> {
     pub(crate) machine: &'a Machine,
     pub(crate) held: Held,
     /// The NVML thread, for verification (None: NVML was never needed).
-    pub(crate) nvml: Option<&'a mut NvmlThread>,
+    pub(crate) nvml: Option<&'a mut ProbeThread>,
     pub(crate) receiver: &'a Receiver,
     /// The `--min-free` applied (for the diagnosis) and the user's words (for the history).
     pub(crate) min_free: Option<Threshold>,
@@ -180,7 +180,7 @@ fn start<'a>(
     supervision: &Supervision,
     receiver: &Receiver,
     machine: &Machine,
-    nvml: Option<&'a mut NvmlThread>,
+    nvml: Option<&'a mut ProbeThread>,
 ) -> Result<Running<'a>, LaunchError> {
     if !supervision.keep_orphans && plan.target.gpurun_reaps_leftovers() {
         orphans::become_subreaper();

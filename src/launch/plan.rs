@@ -59,7 +59,7 @@ pub(crate) enum PlanError {
         "AMD GPUs are not passed into containers yet (ROCm's /dev/kfd and /dev/dri/renderD* devices): give \
          them to the container by hand, with --container off"
     )]
-    AmdContainer,
+    NotInContainers,
 }
 
 /// Where the command runs.
@@ -176,7 +176,7 @@ impl Plan {
         }
         let target = match (input.container, input.command) {
             (Some(_), Some(_)) if !gpus.selection.runtime.runs_in_containers() => {
-                return Err(PlanError::AmdContainer);
+                return Err(PlanError::NotInContainers);
             }
             (Some((run, mode)), Some((command, cid))) if !gpus.selection.is_empty() => {
                 let prepared = in_container(run, mode, command, input.framework_env, &mut gpus, cid)?;
@@ -214,7 +214,7 @@ impl Plan {
 /// The choice in a launcher's terms: CUDA's ordinals, and the CUDA_VISIBLE_DEVICES given.
 fn chosen_for(gpus: &env::Plan) -> Chosen<'_> {
     Chosen {
-        ordinals: gpus.selection.devices.iter().map(|device| device.cuda_ordinal).collect(),
+        ordinals: gpus.selection.devices.iter().map(|device| device.address.ordinal).collect(),
         visible: gpus.variable("CUDA_VISIBLE_DEVICES").unwrap_or_default(),
         mig: gpus.selection.devices.iter().any(|device| device.mig),
     }

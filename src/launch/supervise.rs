@@ -10,7 +10,7 @@ use crate::launch::deadlines::{Deadlines, TimeLimit};
 use crate::launch::hooks::Hook;
 use crate::launch::signals::{self, Action};
 use crate::probe::calls::Purpose;
-use crate::probe::worker::{Answer, Job, NvmlThread};
+use crate::probe::worker::{Answer, Job, ProbeThread};
 use crate::process::signals::{send_to, stop_self, Receiver};
 use crate::process::{procfs, reap, ChildEvent, Reaped};
 use crate::verify::ending::Limited;
@@ -34,9 +34,9 @@ pub(crate) struct Options<'a> {
 
 /// Verification beside supervision: the monitor and the thread that makes its NVML calls.
 pub(crate) struct Watch<'a> {
-    nvml: &'a mut NvmlThread,
+    nvml: &'a mut ProbeThread,
     /// Where polling goes on once a call that is not a process list hung the thread before.
-    spare: Option<NvmlThread>,
+    spare: Option<ProbeThread>,
     /// What hung calls made the watch give up: the spare's session watches no Xid events, and
     /// once a receipt call hung, its polls carry no receipt readings either.
     xids_given_up: bool,
@@ -60,7 +60,7 @@ const LAST_XIDS_MOST: Duration = Duration::from_secs(1);
 impl<'a> Watch<'a> {
     /// Starts watching: the receipt's first reading (the energy and throttle counters as the
     /// command starts) is the NVML thread's first job.
-    pub(crate) fn new(nvml: &'a mut NvmlThread, monitor: Monitor) -> Watch<'a> {
+    pub(crate) fn new(nvml: &'a mut ProbeThread, monitor: Monitor) -> Watch<'a> {
         nvml.send(Job::Meter(monitor.meter(true)));
         Watch { nvml, spare: None, xids_given_up: false, receipt_given_up: false, monitor }
     }
@@ -92,14 +92,14 @@ impl<'a> Watch<'a> {
     }
 
     /// The thread the polls go to.
-    fn thread(&mut self) -> &mut NvmlThread {
+    fn thread(&mut self) -> &mut ProbeThread {
         match &mut self.spare {
             Some(spare) => spare,
             None => self.nvml,
         }
     }
 
-    fn thread_ref(&self) -> &NvmlThread {
+    fn thread_ref(&self) -> &ProbeThread {
         self.spare.as_ref().unwrap_or(self.nvml)
     }
 

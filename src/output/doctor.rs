@@ -10,14 +10,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::probe::amd;
 use crate::probe::gpu::Machine;
 use crate::probe::vendor::Vendor;
-use crate::probe::worker::{Failure, NvmlThread};
+use crate::probe::worker::{Failure, ProbeThread};
 use crate::process::signals::Receiver;
 use crate::reserve::lease;
 use crate::reserve::lockdir::LockDir;
-use crate::select::visibility::{self, Inherited};
+use crate::runtime::Inherited;
 
 /// The report, and whether gpurun can run a job here at all (NVML usable).
 pub(crate) struct Diagnosis {
@@ -50,7 +49,11 @@ impl Out {
 }
 
 /// The findings. `Err(signal)`: a signal that ends gpurun arrived while NVML was asked.
-pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Config) -> Result<Diagnosis, i32> {
+pub(crate) fn examine(
+    nvml: &mut ProbeThread,
+    receiver: &Receiver,
+    config: &Config,
+) -> Result<Diagnosis, i32> {
     let mut out = Out { text: String::from("gpurun doctor\n"), problems: 0 };
     out.section("NVML and driver");
     let library = config.library().display().to_string();
@@ -71,23 +74,13 @@ pub(crate) fn examine(nvml: &mut NvmlThread, receiver: &Receiver, config: &Confi
         Err((failure, true)) => out.problem(format!("NVML from {library} opened, but {failure}")),
         Ok(probed) => {
             usable = true;
-            let driver = probed.driver_version.as_deref().unwrap_or("unknown");
-            match probed.vendor {
-                Vendor::Nvidia => {
-                    out.ok(format!("NVML loaded from {library}"));
-                    let cuda = probed.cuda_driver_version.as_deref().unwrap_or("unknown");
-                    out.info(format!("driver {driver}, supports CUDA {cuda}"));
-                }
-                Vendor::Amd => {
-                    let amd_smi = config
-                        .libraries
-                        .amd_smi
-                        .as_deref()
-                        .map_or_else(|| amd::DEFAULT_LIBRARY.to_owned(), |p| p.display().to_string());
-                    out.ok(format!("AMD SMI loaded from {amd_smi}"));
-                    out.info(format!("amdgpu driver {driver}"));
-                }
-            }
+            let loaded = config.libraries.path_of(probed.vendor);
+            out.ok(format!("{} loaded from {}", probed.vendor.library(), loaded.display()));
+            out.info(
+                probed
+                    .vendor
+                    .driver_line(probed.driver_version.as_deref(), probed.cuda_driver_version.as_deref()),
+            );
             for gpu in &probed.gpus {
                 let name = crate::process::stdio::escaped(gpu.name.as_deref().unwrap_or("unknown model"));
                 match &gpu.error {
@@ -278,7 +271,7 @@ fn inherited(out: &mut Out, machine: Option<&Machine>) {
         out.info("none set: gpurun may choose among every GPU");
     }
     if let Some(machine) = machine {
-        let visibility = visibility::resolve(machine, &Inherited::from_env());
+        let visibility = crate::runtime::visibility(machine, &Inherited::from_env());
         if let Some(allowed) = &visibility.allowed {
             out.info(format!(
                 "gpurun will choose only among {} ({})",

@@ -14,8 +14,8 @@ use serde::Serialize;
 use crate::launch::env::Plan;
 use crate::options::size::human;
 use crate::output::mps_daemon;
+use crate::probe::gpu::Answered;
 use crate::probe::gpu::{Gpu, GpuProcess, Machine};
-use crate::probe::vendor::Vendor;
 use crate::process::procfs;
 use crate::process::stdio::{clip, escaped};
 use crate::reserve::holds::Queued;
@@ -173,18 +173,9 @@ const SHOWN_WAITERS: usize = 10;
 
 #[derive(Serialize)]
 struct Listing<'a> {
-    /// `nvidia` (NVML answered) or `amd` (AMD SMI did).
-    vendor: crate::probe::vendor::Vendor,
-    /// Under `--vendor auto` on NVIDIA GPUs, the AMD GPUs beside them (`--vendor amd` lists them).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    also_amd_gpus: Option<usize>,
-    driver_version: &'a Option<String>,
-    cuda_driver_version: &'a Option<String>,
-    /// The library that answered, as the user named it: NVML's, or on AMD `amd_smi_library`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    nvml_library: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    amd_smi_library: Option<String>,
+    /// The vendor, the driver and the library that answered.
+    #[serde(flatten)]
+    answered: Answered,
     gpus: Vec<GpuEntry>,
     /// Live gpurun reservations.
     reservations: Vec<ReservationEntry>,
@@ -310,18 +301,8 @@ pub(crate) fn json(
     shared: &Shared,
     dry_run: Option<&DryRun>,
 ) -> String {
-    let shown = library.display().to_string();
-    let (nvml_library, amd_smi_library) = match Runtime::of(machine.vendor) {
-        Runtime::Cuda => (Some(shown), None),
-        Runtime::Rocm => (None, Some(shown)),
-    };
     let listing = Listing {
-        vendor: machine.vendor,
-        also_amd_gpus: machine.also_amd_gpus,
-        driver_version: &machine.driver_version,
-        cuda_driver_version: &machine.cuda_driver_version,
-        nvml_library,
-        amd_smi_library,
+        answered: Answered::of(machine, library),
         gpus: machine
             .gpus
             .iter()
@@ -630,20 +611,9 @@ pub(crate) fn table(
     shared: &Shared,
 ) -> String {
     let mut out = String::new();
-    let count = format!("{} GPU{}", machine.gpus.len(), if machine.gpus.len() == 1 { "" } else { "s" });
-    let _ = match machine.vendor {
-        Vendor::Nvidia => writeln!(
-            out,
-            "NVIDIA driver {}, CUDA {}, {count}",
-            or_dash(machine.driver_version.as_deref()),
-            or_dash(machine.cuda_driver_version.as_deref()),
-        ),
-        Vendor::Amd => writeln!(
-            out,
-            "AMD amdgpu driver {} (AMD SMI), {count}",
-            or_dash(machine.driver_version.as_deref())
-        ),
-    };
+    // The library's path is not part of the table.
+    let answered = Answered::of(machine, Path::new(""));
+    let _ = writeln!(out, "{}", answered.heading(machine.gpus.len()));
     let compact = shared.columns.is_some_and(|columns| columns < WIDE_FROM);
     if compact {
         let _ = writeln!(
@@ -692,12 +662,8 @@ pub(crate) fn table(
     if let Some(line) = mps_daemon::line(machine) {
         let _ = writeln!(out, "\n{line}");
     }
-    if let Some(amd) = machine.also_amd_gpus {
-        let plural = if amd == 1 { "" } else { "s" };
-        let _ = writeln!(
-            out,
-            "\nalso here: {amd} AMD GPU{plural} (AMD SMI); gpurun --vendor amd lists and uses them"
-        );
+    if let Some(line) = answered.also_here() {
+        let _ = writeln!(out, "\n{line}");
     }
     let listed = || machine.devices().flat_map(|gpu| gpu.processes.iter().flatten());
     if compact && listed().next().is_some() {

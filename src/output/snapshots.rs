@@ -10,9 +10,9 @@ use crate::options::count::Count;
 use crate::output::{history, listing};
 use crate::probe::gpu::{test_gpu, GpuProcess, Machine, Memory, Utilization};
 use crate::reserve::lease::Lease;
+use crate::runtime::Visibility;
 use crate::select::policy::{self, Request};
 use crate::select::selection::Selection;
-use crate::select::visibility::Visibility;
 
 #[track_caller]
 fn snapshot(name: &str, actual: &str) {
@@ -65,15 +65,9 @@ fn machine() -> Machine {
     broken.processes = None;
     broken.error = Some("nvmlDeviceGetMemoryInfo: GPU is lost".to_owned());
     Machine {
-        vendor: Default::default(),
-        also_amd_gpus: None,
         driver_version: Some("550.54.15".to_owned()),
         cuda_driver_version: Some("12.4".to_owned()),
-        gpus: vec![test_gpu(0), busy, reserved, broken],
-        migs: Vec::new(),
-        topology: None,
-        excluded: Vec::new(),
-        confidential_computing: None,
+        ..Machine::of(Default::default(), vec![test_gpu(0), busy, reserved, broken])
     }
 }
 

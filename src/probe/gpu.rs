@@ -310,6 +310,67 @@ impl Topology {
     }
 }
 
+/// Who answered the probe, as `--list --json` opens with it: the vendor, the other vendor's
+/// GPUs beside them, the driver, and the library loaded (keyed by whose it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Answered {
+    /// `nvidia` (NVML answered) or `amd` (AMD SMI did).
+    vendor: crate::probe::vendor::Vendor,
+    /// Under `--vendor auto` on NVIDIA GPUs, the AMD GPUs beside them (`--vendor amd` lists them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    also_amd_gpus: Option<usize>,
+    driver_version: Option<String>,
+    cuda_driver_version: Option<String>,
+    /// The library that answered, as the user named it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nvml_library: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    amd_smi_library: Option<String>,
+}
+
+impl Answered {
+    /// `machine`'s, answered by `library`.
+    pub(crate) fn of(machine: &Machine, library: &std::path::Path) -> Answered {
+        let shown = Some(library.display().to_string());
+        let (nvml_library, amd_smi_library) = match machine.vendor {
+            crate::probe::vendor::Vendor::Nvidia => (shown, None),
+            crate::probe::vendor::Vendor::Amd => (None, shown),
+        };
+        Answered {
+            vendor: machine.vendor,
+            also_amd_gpus: machine.also_amd_gpus,
+            driver_version: machine.driver_version.clone(),
+            cuda_driver_version: machine.cuda_driver_version.clone(),
+            nvml_library,
+            amd_smi_library,
+        }
+    }
+
+    /// The listing's first line: `NVIDIA driver 580.95.05, CUDA 13.0, 8 GPUs`.
+    pub(crate) fn heading(&self, gpus: usize) -> String {
+        let count = format!("{gpus} GPU{}", if gpus == 1 { "" } else { "s" });
+        let or_dash = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_owned());
+        match self.vendor {
+            crate::probe::vendor::Vendor::Nvidia => format!(
+                "NVIDIA driver {}, CUDA {}, {count}",
+                or_dash(&self.driver_version),
+                or_dash(&self.cuda_driver_version)
+            ),
+            crate::probe::vendor::Vendor::Amd => {
+                format!("AMD amdgpu driver {} (AMD SMI), {count}", or_dash(&self.driver_version))
+            }
+        }
+    }
+
+    /// The other vendor's GPUs beside the ones listed, and how to use them.
+    pub(crate) fn also_here(&self) -> Option<String> {
+        self.also_amd_gpus.map(|count| {
+            let plural = if count == 1 { "" } else { "s" };
+            format!("also here: {count} AMD GPU{plural} (AMD SMI); gpurun --vendor amd lists and uses them")
+        })
+    }
+}
+
 /// What the machine looks like, once, at the start of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Machine {

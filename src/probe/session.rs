@@ -5,7 +5,7 @@ use crate::probe::amd;
 use crate::probe::calls::Calls;
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::meter::{Ask, Reading};
-use crate::probe::nvml::{self, OpenError};
+use crate::probe::nvml;
 use crate::probe::vendor::{Libraries, VendorChoice};
 use crate::probe::watch::{ListError, Listed, XidBatch};
 
@@ -27,7 +27,42 @@ impl From<Library> for Session {
     }
 }
 
-/// The open library, for a spare thread (`worker::NvmlThread::without_xids`).
+/// Why the library could not be opened: the vendor's own reason, each with its hint.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    #[error(transparent)]
+    Nvml(nvml::OpenError),
+    /// `--vendor amd`, or `auto` on a machine whose GPUs are AMD's.
+    #[error(transparent)]
+    Amd(amd::OpenError),
+    #[error("the GPU library is not open")]
+    NotOpen,
+}
+
+impl OpenError {
+    /// A machine without GPUs for this user (a laptop, a CI box: no library, no driver, no
+    /// access), which `--fallback cpu` is for; a library that is not the vendor's, or one that
+    /// fails otherwise, is a broken install instead.
+    pub(crate) fn is_no_gpu_here(&self) -> bool {
+        match self {
+            OpenError::Nvml(error) => matches!(
+                error,
+                nvml::OpenError::LibraryMissing { .. }
+                    | nvml::OpenError::DriverNotLoaded
+                    | nvml::OpenError::NoPermission
+            ),
+            OpenError::Amd(error) => matches!(
+                error,
+                amd::OpenError::LibraryMissing { .. }
+                    | amd::OpenError::DriverNotLoaded(_)
+                    | amd::OpenError::NoPermission(_)
+            ),
+            OpenError::NotOpen => false,
+        }
+    }
+}
+
+/// The open library, for a spare thread (`worker::ProbeThread::without_xids`).
 #[derive(Clone, Copy)]
 pub(crate) enum Opened {
     Nvml(nvml::Opened),
@@ -53,7 +88,7 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
     let nvidia = || nvml::open(libraries.nvml.as_deref(), calls.clone());
     let amd = || amd::open(libraries.amd_smi.as_deref(), calls.clone());
     match libraries.vendor {
-        VendorChoice::Nvidia => nvidia().map(|s| Library::Nvml(s).into()),
+        VendorChoice::Nvidia => nvidia().map(|s| Library::Nvml(s).into()).map_err(OpenError::Nvml),
         VendorChoice::Amd => amd().map(|s| Library::Amd(s).into()).map_err(OpenError::Amd),
         VendorChoice::Auto => match nvidia() {
             Ok(session) => {
@@ -74,13 +109,26 @@ pub(crate) fn open(libraries: &Libraries, calls: Calls) -> Result<Session, OpenE
                     _ => Ok(Library::Nvml(session).into()),
                 }
             }
-            Err(error @ (OpenError::LibraryMissing { .. } | OpenError::DriverNotLoaded)) => match amd() {
-                Ok(other) => Ok(Library::Amd(other).into()),
-                Err(other) if other.is_missing() => Err(error),
-                Err(other) => Err(OpenError::Amd(other)),
-            },
-            Err(error) => Err(error),
+            Err(error @ (nvml::OpenError::LibraryMissing { .. } | nvml::OpenError::DriverNotLoaded)) => {
+                match amd() {
+                    Ok(other) => Ok(Library::Amd(other).into()),
+                    Err(other) if other.is_missing() => Err(OpenError::Nvml(error)),
+                    Err(other) => Err(OpenError::Amd(other)),
+                }
+            }
+            Err(error) => Err(OpenError::Nvml(error)),
         },
+    }
+}
+
+impl Libraries {
+    /// The file loaded for `vendor`'s library, as named or by default.
+    pub(crate) fn path_of(&self, vendor: crate::probe::vendor::Vendor) -> std::path::PathBuf {
+        let (named, default) = match vendor {
+            crate::probe::vendor::Vendor::Nvidia => (&self.nvml, crate::probe::nvml::DEFAULT_LIBRARY),
+            crate::probe::vendor::Vendor::Amd => (&self.amd_smi, crate::probe::amd::DEFAULT_LIBRARY),
+        };
+        named.clone().unwrap_or_else(|| std::path::PathBuf::from(default))
     }
 }
 
@@ -95,7 +143,7 @@ fn amd_possible(libraries: &Libraries) -> bool {
 impl Session {
     pub(crate) fn probe(&mut self, needs: crate::probe::Needs) -> Result<Machine, OpenError> {
         let machine = match &mut self.library {
-            Library::Nvml(session) => session.probe(needs),
+            Library::Nvml(session) => session.probe(needs).map_err(OpenError::Nvml),
             Library::Amd(session) => session.probe().map_err(OpenError::Amd),
         };
         machine.map(|machine| Machine { also_amd_gpus: self.also_amd, ..machine })

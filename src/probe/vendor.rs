@@ -1,6 +1,6 @@
 //! Which vendor's library answers the probe (DESIGN 3c). The probe is the only stage that
-//! knows; past it, the one place the vendor shows is the child's environment (`launch::env`:
-//! CUDA's variables or ROCm's) and inherited visibility (`select::visibility`).
+//! knows; past it, the vendor's GPUs are known by the runtime they run (`runtime::Runtime`:
+//! CUDA or ROCm), which owns the rules that differ.
 
 use std::path::PathBuf;
 
@@ -23,6 +23,15 @@ impl Vendor {
         match self {
             Vendor::Nvidia => "NVML",
             Vendor::Amd => "AMD SMI",
+        }
+    }
+
+    /// What `--doctor` says of the driver: its version, and CUDA's that it supports.
+    pub(crate) fn driver_line(self, driver: Option<&str>, cuda: Option<&str>) -> String {
+        let driver = driver.unwrap_or("unknown");
+        match self {
+            Vendor::Nvidia => format!("driver {driver}, supports CUDA {}", cuda.unwrap_or("unknown")),
+            Vendor::Amd => format!("amdgpu driver {driver}"),
         }
     }
 

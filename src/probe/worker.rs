@@ -16,7 +16,7 @@ use crate::probe::calls::{Call, Calls, Purpose};
 use crate::probe::deferred::Deferred;
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::meter::{Ask, Reading};
-use crate::probe::nvml::OpenError;
+use crate::probe::session::OpenError;
 use crate::probe::session::{self, Opened, Session};
 use crate::probe::vendor::Libraries;
 use crate::probe::watch::{ListError, Listed, XidBatch};
@@ -64,7 +64,7 @@ enum NoAnswer {
 }
 
 /// The main thread's side.
-pub(crate) struct NvmlThread {
+pub(crate) struct ProbeThread {
     jobs: mpsc::Sender<Job>,
     answers: mpsc::Receiver<Answer>,
     ready: std::sync::Arc<EventFd>,
@@ -141,22 +141,22 @@ fn run(
     }
 }
 
-impl NvmlThread {
+impl ProbeThread {
     /// Starts the thread. Call after the signals are blocked: the thread, and any thread the
     /// NVML library starts from it, inherit the mask.
-    pub(crate) fn start() -> std::io::Result<NvmlThread> {
-        NvmlThread::start_on(Arc::new(OnceLock::new()))
+    pub(crate) fn start() -> std::io::Result<ProbeThread> {
+        ProbeThread::start_on(Arc::new(OnceLock::new()))
     }
 
     /// Another thread on the library this one opened, for polling without Xid events: where an
     /// Xid call hangs this thread, verification goes on there. `None` before NVML is open.
-    pub(crate) fn without_xids(&self) -> Option<NvmlThread> {
+    pub(crate) fn without_xids(&self) -> Option<ProbeThread> {
         let library = *self.opened.get()?;
-        let spare = NvmlThread::start_on(Arc::new(OnceLock::from(library)));
+        let spare = ProbeThread::start_on(Arc::new(OnceLock::from(library)));
         spare.inspect_err(|error| tracing::debug!("no spare NVML thread: {error}")).ok()
     }
 
-    fn start_on(opened: Arc<OnceLock<Opened>>) -> std::io::Result<NvmlThread> {
+    fn start_on(opened: Arc<OnceLock<Opened>>) -> std::io::Result<ProbeThread> {
         let (jobs, job_queue) = mpsc::channel();
         let (answer_queue, answers) = mpsc::channel();
         let ready = std::sync::Arc::new(
@@ -170,7 +170,7 @@ impl NvmlThread {
             .name("gpurun-nvml".to_owned())
             .stack_size(STACK_SIZE)
             .spawn(move || run(thread_calls, job_queue, answer_queue, &thread_ready, &thread_opened))?;
-        Ok(NvmlThread { jobs, answers, ready, calls, busy_since: None, opened })
+        Ok(ProbeThread { jobs, answers, ready, calls, busy_since: None, opened })
     }
 
     /// Becomes readable when an answer is waiting.
@@ -266,7 +266,7 @@ impl NvmlThread {
     ) -> Result<(), Failure> {
         self.send(Job::Open(libraries));
         match self.await_answer(receiver, Instant::now() + timeout) {
-            Ok(Answer::Opened(opened)) => opened.map_err(Failure::Nvml),
+            Ok(Answer::Opened(opened)) => opened.map_err(Failure::Open),
             Ok(_) => Ok(()),
             Err(no_answer) => Err(Failure::from_no_answer(no_answer, timeout)),
         }
@@ -317,7 +317,7 @@ impl NvmlThread {
         self.send(Job::Probe(needs));
         loop {
             if let Answer::Probed(machine) = self.answer_waiting(receiver, timeout, waiting_until, waiting)? {
-                return machine.map_err(Failure::Nvml);
+                return machine.map_err(Failure::Open);
             }
         }
     }
@@ -362,7 +362,7 @@ const WAITING_NOTE_EVERY: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Failure {
     #[error(transparent)]
-    Nvml(OpenError),
+    Open(OpenError),
     /// It did not answer in time: the one-line message naming the call.
     #[error("{0}")]
     Stalled(String),

@@ -13,7 +13,7 @@ use crate::options::count::Count;
 use crate::options::Policy;
 use crate::options::Wait;
 use crate::probe::gpu::{Machine, Topology};
-use crate::probe::worker::NvmlThread;
+use crate::probe::worker::ProbeThread;
 use crate::process::signals::Receiver;
 pub(crate) use crate::reserve::error::AcquireError;
 use crate::reserve::group::{Found, GroupFailure, Member, Membership, State};
@@ -24,10 +24,10 @@ use crate::reserve::lockdir::{DirLock, LockDir, LockDirError};
 use crate::reserve::stalled::{StalledHeads, LOCK_CONTENDED};
 use crate::reserve::ticket::{self, KnownGpus, Needs, Ticket};
 use crate::reserve::waiting::{read_deferred, wait_turn, Pacing, Progress};
+use crate::runtime::{Inherited, Visibility};
 use crate::select::deferred;
 use crate::select::policy::{self, Decision, Outcome, Request};
 use crate::select::selection::Selection;
-use crate::select::visibility::{self, Inherited, Visibility};
 
 /// A multi-GPU request reads the links among at most this many of the best-ranked GPUs (or four
 /// times the GPUs it asks for): links are read per pair.
@@ -228,7 +228,7 @@ struct Take {
 /// waiter for GPUs queues (a ticket) and sleeps until a lease ends or its turn comes. Leases
 /// are taken in one place (`Search::take`), whatever was waited for.
 pub(crate) fn acquire(
-    nvml: &mut NvmlThread,
+    nvml: &mut ProbeThread,
     receiver: &Receiver,
     inherited: &Inherited,
     options: &Options,
@@ -267,7 +267,7 @@ impl Search {
     /// answer.
     fn run(
         &mut self,
-        nvml: &mut NvmlThread,
+        nvml: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
@@ -310,7 +310,7 @@ impl Search {
     /// live leases and the queue ahead, then the decision; a waiter queues and waits.
     fn look_for_gpus(
         &mut self,
-        nvml: &mut NvmlThread,
+        nvml: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
@@ -453,7 +453,7 @@ impl Search {
     /// set, then claims its own part of it.
     fn look_at_group(
         &mut self,
-        nvml: &mut NvmlThread,
+        nvml: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
@@ -506,7 +506,7 @@ impl Search {
                     return Ok(Step::Again);
                 };
                 let mut probed = probed;
-                let visibility = visibility::resolve(&probed, inherited);
+                let visibility = crate::runtime::visibility(&probed, inherited);
                 let indices = joining::check_set(&rank, &record, gpus, &probed, &visibility)?;
                 // The set's GPUs are read whole, as a chooser reads what it takes.
                 let unread: Vec<u32> =
@@ -587,7 +587,7 @@ impl Search {
     /// The machine now, with the links between the GPUs that matter where links are wanted.
     fn look(
         &mut self,
-        nvml: &mut NvmlThread,
+        nvml: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
@@ -600,7 +600,7 @@ impl Search {
             &mut |why| progress.show_text(&format!("waiting (--wait): {why}")),
             options.needs,
         )?;
-        let visibility = visibility::resolve(&machine, inherited);
+        let visibility = crate::runtime::visibility(&machine, inherited);
         if options.topology {
             let pool = match options.listing {
                 true => machine.gpus.iter().filter(|gpu| gpu.error.is_none()).map(|gpu| gpu.index).collect(),

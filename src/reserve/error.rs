@@ -1,7 +1,7 @@
 //! Why an acquisition failed: NVML, the lock directory, the request itself, a signal, or a
 //! `--per-rank` group that could not be joined.
 
-use crate::probe::nvml::OpenError;
+use crate::probe::session::OpenError;
 use crate::probe::worker::Failure;
 use crate::reserve::group::GroupFailure;
 use crate::reserve::lockdir::LockDirError;
@@ -10,7 +10,7 @@ use crate::select::policy::DeviceError;
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AcquireError {
     #[error(transparent)]
-    Nvml(OpenError),
+    Open(OpenError),
     /// NVML did not answer in time: the message.
     #[error("{0}")]
     Stalled(String),
@@ -31,7 +31,7 @@ pub(crate) enum AcquireError {
 impl From<Failure> for AcquireError {
     fn from(failure: Failure) -> AcquireError {
         match failure {
-            Failure::Nvml(error) => AcquireError::Nvml(error),
+            Failure::Open(error) => AcquireError::Open(error),
             Failure::Stalled(why) => AcquireError::Stalled(why),
             Failure::Interrupted(signal) => AcquireError::Interrupted(signal),
         }

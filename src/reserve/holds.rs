@@ -7,8 +7,8 @@ use crate::probe::gpu::{label, Machine};
 use crate::process::procfs;
 use crate::reserve::lease::Lease;
 use crate::reserve::ticket::Waiter;
+use crate::runtime::Visibility;
 use crate::select::policy::{self, Decision, HeldBack, Outcome, Request, Reservation};
-use crate::select::visibility::{self, Visibility};
 
 /// Other launches' leases as the policy sees them.
 pub(super) fn reservations(leases: &[Lease], machine: &Machine) -> Vec<Reservation> {
@@ -54,7 +54,7 @@ pub(super) fn queue_ahead<'a>(
 ) -> (Vec<HeldBack>, Vec<Queued>) {
     let mut held: Vec<HeldBack> = Vec::new();
     let mut queue = Vec::new();
-    let unrestricted = visibility::Visibility::default();
+    let unrestricted = Visibility::default();
     for waiter in ahead {
         let possible: Vec<u32> = waiter
             .gpus

@@ -10,7 +10,7 @@ use crate::probe::gpu::{label, Machine};
 use crate::reserve::error::AcquireError;
 use crate::reserve::group::{GroupFailure, Member, Record};
 use crate::reserve::lease::{Claim, Lease};
-use crate::select::visibility::Visibility;
+use crate::runtime::Visibility;
 
 /// After this long waiting for the set, a rank says whom it waits for.
 const SAY_WAITING_AFTER: Duration = Duration::from_secs(1);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::options::duration;
 use crate::probe::deferred::Deferred;
-use crate::probe::worker::NvmlThread;
+use crate::probe::worker::ProbeThread;
 use crate::process::signals::Receiver;
 use crate::reserve::error::AcquireError;
 use crate::reserve::lockdir::LockDir;
@@ -255,7 +255,7 @@ impl Drop for Progress {
 
 /// What the probe deferred of `gpus` (`probe::deferred`), read now.
 pub(super) fn read_deferred(
-    nvml: &mut NvmlThread,
+    nvml: &mut ProbeThread,
     receiver: &Receiver,
     timeout: Duration,
     (waiting_until, progress): (Option<Option<Instant>>, &mut Progress),

@@ -20,8 +20,8 @@ use crate::options::size::{exact, human, Threshold};
 use crate::options::{HealthUse, MigUse};
 use crate::probe::gpu::{ComputeMode, Gpu};
 use crate::probe::health::HealthState;
+use crate::runtime::Visibility;
 use crate::select::request::{Assessment, HeldBack, Request, Reservation};
-use crate::select::visibility::Visibility;
 
 /// The filters that depend only on the request and the machine, in the order the impossible
 /// message names them.
@@ -599,8 +599,8 @@ mod tests {
             ..Visibility::default()
         };
         assert_eq!(why(&two, &odd, None).unwrap(), "--gpus 2: CUDA_VISIBLE_DEVICES= allows only 1 GPU");
-        let exported = Visibility { exported: Some(crate::select::visibility::UNDO_EXPORT), ..one.clone() };
-        assert!(why(&two, &exported, None).unwrap().ends_with(crate::select::visibility::UNDO_EXPORT));
+        let exported = Visibility { exported: Some(crate::runtime::cuda::UNDO_EXPORT), ..one.clone() };
+        assert!(why(&two, &exported, None).unwrap().ends_with(crate::runtime::cuda::UNDO_EXPORT));
         assert_eq!(why(&two, &all, Some(vec![1])).unwrap(), "--gpus 2: --devices/--exclude leave only 1 GPU");
         let model = Request { model: Some(ModelPattern("H100".to_owned())), ..two.clone() };
         assert_eq!(

@@ -6,6 +6,7 @@ use crate::options::count::Count;
 use crate::options::size::Threshold;
 use crate::options::Fallback;
 use crate::probe::gpu::{Gpu, Topology};
+use crate::runtime::Visibility;
 use crate::select::explain;
 use crate::select::filters::{after_reservations, assess, auto_cap, impossible, Fixed};
 use crate::select::ranking::{rank, tiered};
@@ -13,7 +14,6 @@ pub(crate) use crate::select::request::{
     resolve_refs, Assessment, DeviceError, HeldBack, Request, Reservation,
 };
 use crate::select::sets::{choose_set, required_link, set_refusal};
-use crate::select::visibility::Visibility;
 
 /// The result of selection.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,9 +11,9 @@ use crate::options::size::Threshold;
 use crate::options::{Policy, TopologyUse};
 use crate::probe::gpu::{Gpu, GpuProcess, Memory, Utilization};
 use crate::probe::health::{Health, HealthState};
+use crate::runtime::Visibility;
 use crate::select::policy::tests::{unrestricted, with_load};
 use crate::select::policy::{decide, Outcome, Request};
-use crate::select::visibility::Visibility;
 
 fn arbitrary_gpu() -> impl Strategy<Value = Gpu> {
     (

@@ -5,9 +5,7 @@ use serde::Serialize;
 
 use crate::options::count::Count;
 use crate::probe::gpu::{label, Machine};
-use crate::runtime::Runtime;
-use crate::select::rocm_visibility::rocr_index;
-use crate::select::visibility::cuda_pci_ordinal;
+use crate::runtime::{Address, Runtime};
 
 /// One chosen GPU or MIG device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -29,28 +27,15 @@ pub(crate) struct Device {
     #[serde(skip)]
     pub(crate) lease_id: Option<String>,
     pub(crate) name: Option<String>,
-    /// The index CUDA gives it under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in the command: the NVML
-    /// index, unless a device cgroup hides GPUs before it.
+    /// How the command's runtime names it (`Runtime::address`).
     #[serde(skip)]
-    pub(crate) cuda_ordinal: u32,
+    pub(crate) address: Address,
     /// Total memory, for reservations given as a share of it.
     #[serde(skip)]
     pub(crate) total_bytes: Option<u64>,
     /// Its memory is the system's (an integrated GPU, such as GB10): said in the JSON.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) unified_memory: bool,
-    /// An AMD GPU: how `ROCR_VISIBLE_DEVICES` names it. `None` for NVIDIA's.
-    #[serde(skip)]
-    pub(crate) rocr: Option<RocrId>,
-}
-
-/// What ROCr knows an AMD GPU by: its place among the GPUs it enumerates here (AMD SMI's
-/// order, less those outside this job's cgroup), and its `GPU-` UUID where that names it
-/// alone (the partitions of one card may share it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RocrId {
-    pub(crate) index: u32,
-    pub(crate) uuid: Option<String>,
 }
 
 impl Device {
@@ -100,15 +85,8 @@ impl Selection {
                 lease_id: gpu.lease_id(),
                 name: gpu.name.clone(),
                 unified_memory: gpu.unified_memory,
-                cuda_ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
+                address: runtime.address(machine, gpu),
                 total_bytes: gpu.memory.map(|m| m.total_bytes),
-                rocr: (runtime == Runtime::Rocm).then(|| RocrId {
-                    index: rocr_index(&machine.gpus, gpu.index).unwrap_or(gpu.index),
-                    uuid: gpu.rocr_uuid.clone().filter(|uuid| {
-                        machine.gpus.iter().filter(|other| other.rocr_uuid.as_ref() == Some(uuid)).count()
-                            == 1
-                    }),
-                }),
             })
             .collect();
         Selection::of(devices, requested, runtime)

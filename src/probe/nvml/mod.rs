@@ -52,11 +52,6 @@ pub(crate) enum OpenError {
     Other(NvmlError),
     #[error("NVML cannot count the GPUs: {0}")]
     DeviceCount(NvmlError),
-    #[error("NVML is not open")]
-    NotOpen,
-    /// `--vendor amd`, or `auto` on a machine whose GPUs are AMD's.
-    #[error(transparent)]
-    Amd(crate::probe::amd::OpenError),
 }
 
 /// The open library, for a thread of calls of its own (`Opened::session`).

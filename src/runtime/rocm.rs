@@ -6,8 +6,10 @@
 //! what both leave and never widens it. An entry that names nothing, or a repeat, ends a list
 //! (the runtime shows nothing after it).
 
+use crate::options::VisibleAs;
 use crate::probe::gpu::{Gpu, Machine};
-use crate::select::inherited::{Inherited, Visibility};
+use crate::runtime::inherited::{Inherited, Visibility};
+use crate::runtime::{Address, Written};
 
 /// Said when an exported restriction turns GPUs away, as `visibility::UNDO_EXPORT` on NVIDIA.
 const UNDO_EXPORT: &str = "ROCR_VISIBLE_DEVICES was set by an earlier eval \"$(gpurun --export)\" in this shell, \
@@ -57,6 +59,46 @@ fn rocr_order(gpus: &[Gpu]) -> Vec<&Gpu> {
 /// ROCr's index of GPU `index` here (what `ROCR_VISIBLE_DEVICES=N` names).
 pub(crate) fn rocr_index(gpus: &[Gpu], index: u32) -> Option<u32> {
     rocr_order(gpus).iter().position(|gpu| gpu.index == index).map(|at| at as u32)
+}
+
+/// ROCr's name for `gpu`: its index among the GPUs ROCr enumerates here, and its `GPU-` UUID
+/// where that names it alone (the partitions of one card may share it).
+pub(crate) fn address(machine: &Machine, gpu: &Gpu) -> Address {
+    let alone = |uuid: &String| {
+        machine.gpus.iter().filter(|other| other.rocr_uuid.as_ref() == Some(uuid)).count() == 1
+    };
+    Address {
+        ordinal: rocr_index(&machine.gpus, gpu.index).unwrap_or(gpu.index),
+        uuid: gpu.rocr_uuid.clone().filter(alone),
+        uuid_only: false,
+    }
+}
+
+/// ROCm's "GPU isolation techniques" (DESIGN 3c): the chosen GPUs in `ROCR_VISIBLE_DEVICES`
+/// by UUID (or ROCr index: `--visible-as index`), and HIP's own numbering left to start at 0
+/// over them. HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES (HIP reads it alike) and
+/// GPU_DEVICE_ORDINAL index into what ROCr shows, so an inherited one is rewritten to show all
+/// of the chosen (`0,1`): left as it was, it would pick among them again, or hide them. No
+/// CUDA_DEVICE_ORDER: HIP does not read it.
+pub(crate) fn variables(
+    addresses: &[&Address],
+    visible_as: VisibleAs,
+    inherited: &dyn Fn(&str) -> bool,
+) -> Written {
+    let visible: Vec<String> = addresses
+        .iter()
+        .map(|address| match (visible_as, &address.uuid) {
+            (VisibleAs::Uuid, Some(uuid)) => uuid.clone(),
+            _ => address.ordinal.to_string(),
+        })
+        .collect();
+    let all_of_them = (0..addresses.len()).map(|n| n.to_string()).collect::<Vec<_>>().join(",");
+    let renumbered = ["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"]
+        .into_iter()
+        .filter(|name| inherited(name))
+        .map(|name| (name.to_owned(), all_of_them.clone()))
+        .collect();
+    Written { naming: vec![("ROCR_VISIBLE_DEVICES".to_owned(), visible.join(","))], renumbered }
 }
 
 pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {

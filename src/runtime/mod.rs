@@ -4,7 +4,14 @@
 //! process on a GPU it was not given most likely did. A third runtime is one more arm in each
 //! method, each one flagged by the compiler.
 
+pub(crate) mod cuda;
+pub(crate) mod inherited;
+pub(crate) mod rocm;
+
+pub(crate) use inherited::{Inherited, Visibility};
+
 use crate::options::VisibleAs;
+use crate::probe::gpu::{Gpu, Machine};
 use crate::probe::vendor::{Vendor, VendorChoice};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +26,25 @@ pub(crate) enum Runtime {
 pub(crate) struct Visible {
     pub(crate) runtime: Runtime,
     pub(crate) given: String,
+}
+
+/// How the command's runtime names one device it is given: its place among the devices the
+/// runtime enumerates here, and the UUID that names it alone, where there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Address {
+    pub(crate) ordinal: u32,
+    pub(crate) uuid: Option<String>,
+    /// Named by its UUID whatever `--visible-as` says (CUDA takes a MIG device no other way).
+    pub(crate) uuid_only: bool,
+}
+
+/// The variables that give the command its devices, in the runtime's words: `naming` names
+/// them (first in the environment, before gpurun's own), `renumbered` are inherited variables
+/// that pick among them, rewritten so that they pick all of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) naming: Vec<(String, String)>,
+    pub(crate) renumbered: Vec<(String, String)>,
 }
 
 /// Where a runtime's device nodes are: the files of `folder` whose names start with `prefix`,
@@ -41,6 +67,15 @@ pub(crate) struct WrongGpuCause {
     pub(crate) environment_changed: bool,
 }
 
+/// What the caller's environment leaves gpurun to choose from on `machine`, read as its GPUs'
+/// runtime reads it. gpurun selects only inside that set and never widens it.
+pub(crate) fn visibility(machine: &Machine, inherited: &Inherited) -> Visibility {
+    match Runtime::of(machine.vendor) {
+        Runtime::Cuda => cuda::resolve(machine, inherited),
+        Runtime::Rocm => rocm::resolve(machine, inherited),
+    }
+}
+
 impl Runtime {
     /// The runtime of `vendor`'s GPUs.
     pub(crate) fn of(vendor: Vendor) -> Runtime {
@@ -56,6 +91,28 @@ impl Runtime {
             VendorChoice::Nvidia => Some(Runtime::Cuda),
             VendorChoice::Amd => Some(Runtime::Rocm),
             VendorChoice::Auto => None,
+        }
+    }
+
+    /// How this runtime names `gpu` of `machine` in the command.
+    pub(crate) fn address(self, machine: &Machine, gpu: &Gpu) -> Address {
+        match self {
+            Runtime::Cuda => cuda::address(machine, gpu),
+            Runtime::Rocm => rocm::address(machine, gpu),
+        }
+    }
+
+    /// The variables that give the command the devices at `addresses` (best first), named as
+    /// `visible_as` says; `inherited`: whether the caller's environment has a variable.
+    pub(crate) fn variables(
+        self,
+        addresses: &[&Address],
+        visible_as: VisibleAs,
+        inherited: &dyn Fn(&str) -> bool,
+    ) -> Written {
+        match self {
+            Runtime::Cuda => cuda::variables(addresses, visible_as, inherited),
+            Runtime::Rocm => rocm::variables(addresses, visible_as, inherited),
         }
     }
 

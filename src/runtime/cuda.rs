@@ -1,6 +1,6 @@
-//! Inherited visibility: which GPUs this process may use at all, from the `CUDA_VISIBLE_DEVICES`
-//! it inherited (Slurm, a container, a parent script). gpurun selects only inside that set and
-//! never widens it.
+//! CUDA's inherited visibility: which GPUs this process may use at all, from the
+//! `CUDA_VISIBLE_DEVICES` it inherited (Slurm, a container, a parent script). gpurun selects
+//! only inside that set and never widens it.
 //!
 //! Entries are read the way the CUDA runtime reads them, with one deliberate difference:
 //! integers are always taken in PCI order (nvidia-smi's), because that is the only order NVML can
@@ -11,15 +11,57 @@
 //! the others but refuses their handles (NO_PERMISSION); those are skipped when counting, so an
 //! inherited `0,1` means the first two GPUs this process can reach, as it does for CUDA.
 
+use crate::options::VisibleAs;
 use crate::probe::gpu::{Gpu, Machine};
-use crate::runtime::Runtime;
-
-pub(crate) use crate::select::inherited::{Inherited, Visibility};
+use crate::runtime::inherited::{Inherited, Visibility};
+use crate::runtime::{Address, Written};
 
 /// Said when an exported restriction turns GPUs away: it is easy to forget in a long session.
 pub(crate) const UNDO_EXPORT: &str = "CUDA_VISIBLE_DEVICES was set by an earlier eval \"$(gpurun --export)\" in \
 this shell, and gpurun never widens it; to choose among every GPU again: unset CUDA_VISIBLE_DEVICES GPURUN_GPUS \
 GPURUN_GPU_UUIDS";
+
+/// CUDA's name for `gpu`: its ordinal under `CUDA_DEVICE_ORDER=PCI_BUS_ID` (the NVML index,
+/// unless a device cgroup hides GPUs before it), and its UUID (a MIG device's `MIG-` one,
+/// the only name CUDA takes it by).
+pub(crate) fn address(machine: &Machine, gpu: &Gpu) -> Address {
+    Address {
+        ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
+        uuid: gpu.uuid.clone(),
+        uuid_only: gpu.mig.is_some(),
+    }
+}
+
+/// `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER=PCI_BUS_ID`; an inherited
+/// `GPU_DEVICE_ORDINAL` (Slurm sets it beside CUDA_VISIBLE_DEVICES: a stale one would point
+/// elsewhere) is rewritten to the ordinals. Under a device cgroup CUDA numbers only the GPUs
+/// it can open, so the ordinal among those is written, not the NVML index.
+pub(crate) fn variables(
+    addresses: &[&Address],
+    visible_as: VisibleAs,
+    inherited: &dyn Fn(&str) -> bool,
+) -> Written {
+    let join = |items: Vec<String>| items.join(",");
+    let ordinals = join(addresses.iter().map(|a| a.ordinal.to_string()).collect());
+    let visible = join(
+        addresses
+            .iter()
+            .map(|a| match (a.uuid_only, visible_as) {
+                (false, VisibleAs::Index) => a.ordinal.to_string(),
+                _ => a.uuid.clone().unwrap_or_default(),
+            })
+            .collect(),
+    );
+    let naming = vec![
+        ("CUDA_VISIBLE_DEVICES".to_owned(), visible),
+        ("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned()),
+    ];
+    let renumbered = match inherited("GPU_DEVICE_ORDINAL") {
+        true => vec![("GPU_DEVICE_ORDINAL".to_owned(), ordinals)],
+        false => Vec::new(),
+    };
+    Written { naming, renumbered }
+}
 
 /// GPUs CUDA can enumerate, in PCI order.
 fn enumerable(gpus: &[Gpu]) -> impl Iterator<Item = &Gpu> {
@@ -33,10 +75,6 @@ pub(crate) fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
 }
 
 pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
-    match Runtime::of(machine.vendor) {
-        Runtime::Rocm => return crate::select::rocm_visibility::resolve(machine, inherited),
-        Runtime::Cuda => {}
-    }
     if inherited.slurm_mps() {
         return behind_mps_server(machine, inherited);
     }

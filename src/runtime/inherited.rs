@@ -1,5 +1,5 @@
 //! What a process inherits about GPU visibility (its environment), and what gpurun may choose
-//! from as a result: read per vendor by `visibility` (CUDA's variables) and `rocm_visibility`
+//! from as a result: read per runtime by `cuda` (CUDA's variables, and Slurm's) and `rocm`
 //! (ROCm's).
 
 /// What the caller's environment says about GPU visibility.
@@ -15,7 +15,7 @@ pub(crate) struct Inherited {
     /// Slurm's MPS allocation (`--gres=mps:N`): the job's id and the share Slurm gave it.
     pub(crate) slurm_job_id: Option<String>,
     pub(crate) mps_thread_percentage: Option<String>,
-    /// AMD GPUs: ROCr's and HIP's restrictions (`select::rocm_visibility`).
+    /// AMD GPUs: ROCr's and HIP's restrictions (`runtime::rocm`).
     pub(crate) rocr_visible_devices: Option<String>,
     pub(crate) hip_visible_devices: Option<String>,
 }
