@@ -13,6 +13,7 @@ pub(crate) mod history;
 pub(crate) mod launch;
 pub(crate) mod options;
 pub(crate) mod output;
+pub(crate) mod plan;
 pub(crate) mod probe;
 pub(crate) mod process;
 pub(crate) mod rank;
@@ -26,11 +27,11 @@ use std::ffi::OsString;
 use crate::config::{Config, Goal, Mode};
 use crate::error::Error;
 use crate::exit_code::Exit;
-use crate::launch::env;
-use crate::launch::plan::Plan;
-use crate::options::size::Threshold;
+use crate::launch::Held;
 use crate::options::{Fallback, HealthUse, Verbosity};
 use crate::output::{doctor, listing};
+use crate::plan::env;
+use crate::plan::Plan;
 use crate::probe::gpu::Machine;
 use crate::probe::worker::ProbeThread;
 use crate::process::logging;
@@ -92,17 +93,20 @@ fn select(
     let sizing = match &decision.min_free_note {
         Some((_, note)) => {
             tracing::info!("--min-free {note}");
-            config.sizing.as_ref().map(|why| format!("{why}; {note}"))
+            config.said.sizing.as_ref().map(|why| format!("{why}; {note}"))
         }
-        None => config.sizing.clone(),
+        None => config.said.sizing.clone(),
     };
     if !matches!(goal, Goal::List { .. }) {
         explain_choice(&machine, &decision, &chosen, config.request.health);
     }
     // What the command gets, or exit 75's explanation.
+    let min_free = decision.min_free(config.request.min_free);
     let plan = match chosen {
-        Ok(selection) => Ok(Plan::build(&config.plan_input(goal), &machine, selection)
-            .map_err(|error| Error::Usage(error.to_string()))?),
+        Ok(selection) => {
+            Ok(Plan::build(&config.plan_input(goal, min_free, sizing.clone()), &machine, selection)
+                .map_err(|error| Error::Usage(error.to_string()))?)
+        }
         Err(why) => Err(why),
     };
     let seen = Seen { config, machine: &machine, decision: &decision, live: &live, queue: &queue, sizing };
@@ -115,16 +119,15 @@ fn select(
         }
         Goal::DryRun { json, command } => dry_run(&seen, command, plan, *json),
         Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.gpus.variables)),
-        Goal::Run { command } => {
+        Goal::Run { .. } => {
             let plan = plan.map_err(Error::NotEnoughGpus)?;
-            let min_free = decision.min_free(config.request.min_free);
-            let held = launch::Held { leases, group };
-            launch(&seen, &plan, command, held, min_free, nvml.as_mut(), receiver)
+            let held = Held { leases, group };
+            Ok(crate::launch::run_command(&plan, &machine, held, nvml.as_mut(), receiver)?)
         }
         Goal::Hold { duration, for_pid } => {
             let plan = plan.map_err(Error::NotEnoughGpus)?;
             let holder = holder.expect("--hold runs in the holder");
-            hold(&plan, launch::Held { leases, group }, (*duration, *for_pid), holder, receiver)
+            hold(&plan, Held { leases, group }, (*duration, *for_pid), holder, receiver)
         }
     }
 }
@@ -133,7 +136,7 @@ fn select(
 /// deadline, a TERM, INT or HUP (`--release` sends TERM), or the end of `--hold-for`'s process.
 fn hold(
     plan: &Plan,
-    held: launch::Held,
+    held: Held,
     (duration, for_pid): (std::time::Duration, Option<u32>),
     holder: crate::process::holder::Report,
     receiver: &Receiver,
@@ -207,7 +210,7 @@ fn show(text: String) -> Result<Exit, Error> {
 
 impl Seen<'_> {
     fn shared(&self, columns: Option<usize>) -> listing::Shared<'_> {
-        let verbose = matches!(self.config.verbosity, Verbosity::Debug | Verbosity::Trace);
+        let verbose = matches!(self.config.logging.verbosity, Verbosity::Debug | Verbosity::Trace);
         listing::Shared { queue: self.queue, rules: self.config.limits.describe(), verbose, columns }
     }
 
@@ -278,7 +281,7 @@ fn dry_run(seen: &Seen, command: &[OsString], plan: Result<Plan, String>, json: 
     let chosen = plan.as_ref().ok();
     let asked = listing::DryRun {
         requested: seen.config.request.count,
-        command: chosen.map_or(command, |plan| plan.command(command)),
+        command: chosen.map_or(command, Plan::command),
         plan: chosen.map(|plan| &plan.gpus),
         sizing: seen.sizing.as_deref(),
         passed_over: &seen.decision.passed_over,
@@ -290,31 +293,6 @@ fn dry_run(seen: &Seen, command: &[OsString], plan: Result<Plan, String>, json: 
     let Some(chosen) = chosen else { return Err(Error::NotEnoughGpus(plan.err().unwrap_or_default())) };
     let columns = process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout()));
     show(listing::dry_run(seen.machine, &seen.decision.assessments, seen.live, &chosen.gpus, &asked, columns))
-}
-
-/// Runs the command on the plan.
-fn launch(
-    seen: &Seen,
-    plan: &Plan,
-    command: &[OsString],
-    held: launch::Held,
-    min_free: Option<Threshold>,
-    nvml: Option<&mut ProbeThread>,
-    receiver: &Receiver,
-) -> Result<Exit, Error> {
-    let config = seen.config;
-    Ok(launch::run_command(launch::Job {
-        command: plan.command(command),
-        plan,
-        supervision: &config.supervision,
-        machine: seen.machine,
-        held,
-        nvml,
-        receiver,
-        min_free,
-        request_text: &config.request_text,
-        sizing: seen.sizing.as_deref(),
-    })?)
 }
 
 /// `-v` says what was passed over, and a sick GPU that was chosen is said so.

@@ -136,7 +136,10 @@ fn imports_go_one_way_between_files_and_between_stages() {
 #[test]
 fn the_stages_have_their_folders() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    for stage in ["cli", "probe", "select", "reserve", "launch", "verify", "output", "options", "process"] {
+    for stage in [
+        "cli", "config", "probe", "runtime", "select", "reserve", "plan", "launch", "verify", "output",
+        "options", "process",
+    ] {
         assert!(src.join(stage).join("mod.rs").exists(), "src/{stage}/ is missing");
     }
 }
@@ -456,7 +459,7 @@ fn no_test_asserts_on_the_clock() {
 #[test]
 fn the_command_line_imports_no_later_stage() {
     let edges = graph(Path::new(env!("CARGO_MANIFEST_DIR")));
-    let later = ["launch", "reserve", "rank", "select", "verify", "probe"];
+    let later = ["plan", "launch", "reserve", "rank", "select", "verify", "probe", "runtime"];
     let imports: Vec<String> = edges
         .iter()
         .filter(|(from, _)| from.split("::").next() == Some("cli"))
@@ -574,12 +577,14 @@ fn struct_fields(code: &str) -> Vec<(String, usize, usize)> {
     found
 }
 
-/// Verification grows by parts: a feature adds a part (a health watch, the receipt, the MPS
-/// neighbours), not one more field to a struct that holds everything.
+/// Verification, the plan and the config grow by parts: a feature adds a part (a health
+/// watch, the receipt, the supervision's limits), not one more field to a struct that holds
+/// everything.
 #[test]
-fn no_struct_of_verification_holds_more_than_twelve_fields() {
+fn no_struct_of_verification_the_plan_or_the_config_holds_more_than_twelve_fields() {
     let mut wide = Vec::new();
-    for (path, code) in crate_sources().into_iter().filter(|(path, _)| path.starts_with("verify/")) {
+    let grouped = |path: &str| ["verify/", "plan/", "config/"].iter().any(|folder| path.starts_with(folder));
+    for (path, code) in crate_sources().into_iter().filter(|(path, _)| grouped(path)) {
         for (name, line, fields) in struct_fields(&code) {
             if fields > 12 {
                 wide.push(format!("src/{path}:{line} {name}: {fields} fields"));
@@ -739,13 +744,42 @@ fn the_import_table_is_the_imports() {
     assert!(differ.is_empty(), "doc/development.md's import table:\n{}", differ.join("\n"));
 }
 
-/// Issue 64: `Plan::build` reads nothing of gpurun's environment or process itself (what it
-/// needs is read once in resolution, `launch::plan::Surroundings`).
+/// Issue 64: the plan reads nothing of gpurun's environment or process itself (what it needs
+/// is read once in resolution: `plan::Surroundings`, with the caller's variables in
+/// `plan::env::Inherited`), neither where it is built nor where it writes the variables.
 #[test]
 fn the_plan_reads_no_environment_itself() {
-    let (_, plan) =
-        crate_sources().into_iter().find(|(path, _)| path == "launch/plan.rs").expect("launch/plan.rs");
-    for read in ["std::env::", "from_env(", "own_cpus(", "sched_getaffinity"] {
-        assert!(!plan.contains(read), "launch/plan.rs reads {read}: read it in config::resolve instead");
+    for file in ["plan/mod.rs", "plan/env.rs"] {
+        let (_, plan) = crate_sources().into_iter().find(|(path, _)| path == file).expect(file);
+        for read in ["std::env::", "env::var", "from_env(", "own_cpus(", "sched_getaffinity"] {
+            assert!(!plan.contains(read), "{file} reads {read}: read it in config::resolve instead");
+        }
     }
+}
+
+/// Issue 64: each stage's input comes from the plan or the resolved config (as ripgrep's
+/// `HiArgs::searcher()`): launch/ and lib.rs build none of them field by field, and the monitor
+/// has no `for_*` builders to be assembled with.
+#[test]
+fn the_plan_builds_each_stages_input() {
+    let inputs = ["Watching {", "Launched {", "Placement {", "PlanInput {", "Supervision {", "Monitor::new("];
+    let mut found = Vec::new();
+    for (path, code) in crate_sources() {
+        let builds_inputs = path.starts_with("plan/") || path.starts_with("config/");
+        if builds_inputs || path.starts_with("verify/") {
+            continue;
+        }
+        for (number, line) in code.lines().enumerate() {
+            let code_part = line.split("//").next().unwrap_or_default();
+            if let Some(input) = inputs.iter().find(|input| code_part.contains(*input)) {
+                found.push(format!("src/{path}:{}: {input}", number + 1));
+            }
+        }
+    }
+    let builders = crate_sources()
+        .into_iter()
+        .filter(|(path, code)| path.starts_with("verify/") && code.contains("pub(crate) fn for_"))
+        .map(|(path, _)| format!("src/{path}: a for_* builder"));
+    found.extend(builders);
+    assert!(found.is_empty(), "stage inputs built outside the plan and the config:\n{}", found.join("\n"));
 }

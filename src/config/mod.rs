@@ -16,12 +16,11 @@ use std::time::Duration;
 pub(crate) use resolve::resolve;
 
 use crate::cli::limits::Limits;
-use crate::launch::container::{CidUse, ContainerError, ContainerRun};
-use crate::launch::env::MpsJoin;
-use crate::launch::launchers::{LauncherError, LauncherRun};
-use crate::launch::plan::PlanInput;
-use crate::launch::Supervision;
-use crate::options::{ContainerUse, CpuBind, LauncherUse, LogFormat, Verbosity, VisibleAs, Wait};
+use crate::options::{CpuBind, LogFormat, Verbosity, Wait};
+use crate::plan::container::{CidUse, ContainerError};
+use crate::plan::launchers::LauncherError;
+use crate::plan::supervision::Supervision;
+use crate::plan::{Asked, PlanInput, Shaping};
 use crate::rank::PerRank;
 use crate::reserve::acquire;
 use crate::select::policy::Request;
@@ -58,22 +57,34 @@ pub(crate) enum Goal {
 pub(crate) struct Config {
     pub(crate) mode: Mode,
     pub(crate) request: Request,
-    /// `None`: indices, and MIG devices by UUID.
-    pub(crate) visible_as: Option<VisibleAs>,
-    pub(crate) cpu_bind: CpuBind,
-    /// `--cpu-bind` was given (not `--per-rank`'s default).
-    pub(crate) cpu_bind_asked: bool,
-    pub(crate) framework_env: bool,
+    /// What shapes what the command gets and where it runs: the plan's settings.
+    pub(crate) shaping: Shaping,
+    /// How the command is run and watched, within the house rules.
+    pub(crate) supervision: Supervision,
     /// `--vendor`, `--nvml-lib`, `--amd-smi-lib`: what the probe thread opens.
     pub(crate) libraries: crate::probe::vendor::Libraries,
     pub(crate) nvml_timeout: Duration,
-    pub(crate) verbosity: Verbosity,
-    pub(crate) log_format: LogFormat,
+    pub(crate) logging: Logging,
     /// `None`: `--no-lock`.
     pub(crate) lock_dir: Option<PathBuf>,
     /// `--wait`, within the house rule max-wait.
     pub(crate) wait: Wait,
-    pub(crate) supervision: Supervision,
+    /// The house rules (already applied to the request and the wait; kept to show them).
+    pub(crate) limits: Limits,
+    /// What the user said, and how it was read.
+    pub(crate) said: Said,
+}
+
+/// `-q`/`-v` and `--log-format`.
+#[derive(Debug, Clone)]
+pub(crate) struct Logging {
+    pub(crate) verbosity: Verbosity,
+    pub(crate) format: LogFormat,
+}
+
+/// What the user said, and how it was read: for the wait queue, the history and `-v`.
+#[derive(Debug, Clone)]
+pub(crate) struct Said {
     /// Options whose value came from a configuration file or a variable: long name -> where
     /// (`/etc/gpurun/config.toml:3` or `GPURUN_MIN_FREE`).
     pub(crate) origins: BTreeMap<String, String>,
@@ -81,22 +92,6 @@ pub(crate) struct Config {
     pub(crate) request_text: String,
     /// What `--min-free` was read as, or what `--min-free auto` decided, and why.
     pub(crate) sizing: Option<String>,
-    /// The house rules (already applied to the request and the wait; kept to show them).
-    pub(crate) limits: Limits,
-    /// `--per-rank`: this rank, and what the group asks for.
-    pub(crate) per_rank: Option<PerRank>,
-    /// `--container`, and the container run the command is (checked here: a conflict is
-    /// refused before anything is probed or started).
-    pub(crate) container_use: ContainerUse,
-    pub(crate) container: Option<ContainerRun>,
-    /// `--mps`: the client settings the command gets.
-    pub(crate) mps: Option<MpsJoin>,
-    /// `--launcher`, and the launcher the command is (refused here where several nodes or a
-    /// hostfile are asked for, before anything is probed).
-    pub(crate) launcher_use: LauncherUse,
-    pub(crate) launcher: Option<LauncherRun>,
-    /// What the plan needs of gpurun's own environment and process, read here once.
-    pub(crate) surroundings: crate::launch::plan::Surroundings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +142,7 @@ impl Config {
 
     /// Where an option's value came from, when not from the command line.
     pub(crate) fn origin(&self, long: &str) -> Option<&str> {
-        self.origins.get(long).map(String::as_str)
+        self.said.origins.get(long).map(String::as_str)
     }
 
     pub(crate) fn acquire_options(&self) -> acquire::Options<'_> {
@@ -164,9 +159,9 @@ impl Config {
             wait: if listing { Wait::No } else { self.wait },
             hold: matches!(self.mode, Mode::Select(Goal::Run { .. } | Goal::Hold { .. })),
             command,
-            request_text: self.request_text.clone(),
+            request_text: self.said.request_text.clone(),
             nvml_timeout: self.nvml_timeout,
-            json_logs: self.log_format == LogFormat::Json,
+            json_logs: self.logging.format == LogFormat::Json,
             listing,
             max_gpus_per_user: self
                 .limits
@@ -177,7 +172,7 @@ impl Config {
                 Mode::Select(Goal::List { json, links, .. }) => *json || *links,
                 _ => self.request.wants_several() && !self.request.count.is_none(),
             },
-            group: self.per_rank.as_ref().map(PerRank::group_share),
+            group: self.shaping.per_rank.as_ref().map(PerRank::group_share),
             needs: self.probe_needs(),
             system_lock_dir: self.lock_dir.as_deref().is_some_and(|dir| self.limits.is_system_lock_dir(dir)),
         }
@@ -191,35 +186,30 @@ impl Config {
         let shown = matches!(self.mode, Mode::Select(Goal::List { .. } | Goal::DryRun { .. }));
         let explained = tracing::enabled!(tracing::Level::DEBUG);
         crate::probe::Needs {
-            placement: shown || self.cpu_bind == CpuBind::Numa,
+            placement: shown || self.shaping.cpu_bind == CpuBind::Numa,
             sensors: shown,
             every_reading: shown || explained,
         }
     }
 
-    /// The settings that shape what the command gets, for this goal.
-    pub(crate) fn plan_input<'a>(&'a self, goal: &'a Goal) -> PlanInput<'a> {
+    /// What the plan is built from, for this goal: `min_free`, the `--min-free` the decision
+    /// applied, and `sizing`, what `--min-free auto` decided.
+    pub(crate) fn plan_input<'a>(
+        &'a self,
+        goal: &'a Goal,
+        min_free: Option<crate::options::size::Threshold>,
+        sizing: Option<String>,
+    ) -> PlanInput<'a> {
         PlanInput {
-            visible_as: self.visible_as,
-            framework_env: self.framework_env,
-            cpu_bind: self.cpu_bind,
-            cpu_bind_asked: self.cpu_bind_asked,
-            per_rank: self.per_rank.as_ref(),
-            container: self.container.as_ref().map(|run| (run, self.container_use)),
+            shaping: &self.shaping,
             command: match goal {
                 Goal::Run { command } if self.supervision.exec => Some((command.as_slice(), CidUse::Left)),
                 Goal::Run { command } => Some((command.as_slice(), CidUse::Made)),
                 Goal::DryRun { command, .. } => Some((command.as_slice(), CidUse::Shown)),
                 Goal::List { .. } | Goal::Export | Goal::Hold { .. } => None,
             },
-            mps: self.mps.as_ref(),
-            launcher: self.launcher.as_ref().filter(|_| self.launcher_use == LauncherUse::Auto),
-            launcher_note: self
-                .launcher
-                .as_ref()
-                .filter(|_| self.launcher_use == LauncherUse::Off)
-                .and_then(|run| run.override_note()),
-            surroundings: &self.surroundings,
+            supervision: &self.supervision,
+            asked: Asked { min_free, request_text: self.said.request_text.clone(), sizing },
         }
     }
 }

@@ -10,15 +10,17 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::limits::Limits;
 use crate::cli::{self, Cli, Parsed, WaitLimit};
-use crate::config::{per_rank, Config, ConfigError, Goal, Mode};
+use crate::config::{per_rank, Config, ConfigError, Goal, Logging, Mode, Said};
 use crate::history::{self, sizing};
-use crate::launch::env::MpsJoin;
-use crate::launch::launchers::LauncherRun;
-use crate::launch::Supervision;
+use crate::options::count::Count;
 use crate::options::model::ModelPattern;
 use crate::options::size::{MinFree, Threshold};
 use crate::options::{duration, shell};
-use crate::options::{CpuBind, VisibleAs, Wait, DEFAULT_LOCK_DIR};
+use crate::options::{CpuBind, LauncherUse, VisibleAs, Wait, DEFAULT_LOCK_DIR};
+use crate::plan::env::MpsJoin;
+use crate::plan::launchers::LauncherRun;
+use crate::plan::supervision::{self, Hooks, Records, Supervision, TimeLimit};
+use crate::plan::Shaping;
 use crate::probe::vendor::Libraries;
 use crate::rank::PerRank;
 use crate::select::policy::Request;
@@ -26,7 +28,7 @@ use crate::select::policy::Request;
 /// Resolves the parsed command line into the run's `Config` (logging is set up: what the
 /// resolution decides is said as it is decided).
 pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
-    let Parsed { mut cli, origins, request_text, limits, .. } = parsed;
+    let Parsed { cli, origins, request_text, limits, .. } = parsed;
     log_origins(&origins, &limits);
     let mode_flag = ModeFlag::of(&cli);
     let takes_words = |flag: &ModeFlag| matches!(flag, ModeFlag::DryRun | ModeFlag::History);
@@ -42,24 +44,24 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
     // A launch, or a dry run of one: only one that takes GPUs is rewritten.
     let container = match mode_flag {
         None | Some(ModeFlag::DryRun) if !cli.gpus.is_none() => {
-            crate::launch::container::recognise(&cli.command, cli.container)?
+            crate::plan::container::recognise(&cli.command, cli.container)?
         }
         _ => None,
     };
     let on_host = container.is_none() && per_rank.is_none();
-    let launcher = launcher(&mut cli, on_host.then_some(mode_flag))?;
-    let mode = mode(mode_flag, &mut cli, &origins)?;
+    let (launcher, gpus) = launcher(&cli, on_host.then_some(mode_flag))?;
+    let mode = mode(mode_flag, &cli, &origins)?;
     if cli.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
         let origin = origins.get("model").map(|o| format!("{o}: ")).unwrap_or_default();
         return Err(ConfigError::EmptyModel { origin });
     }
     let lock_dir = cli.lock_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_LOCK_DIR));
-    let reserves = requests_gpus(&mode, &cli);
+    let reserves = requests_gpus(&mode, gpus);
     let root = nix::unistd::geteuid().is_root();
     if let Some(why) = limits.lock_escape(cli.no_lock, &lock_dir, root).filter(|_| reserves) {
         return Err(ConfigError::HouseRule(why));
     }
-    let supervision = supervision(&mut cli, &limits, reserves)?;
+    let supervision = supervision(&cli, &limits, reserves)?;
     let mps = mps_join(&cli, container.is_some())?;
     let selects = matches!(mode, Mode::Select(_));
     let (asked, sizing) = min_free_asked(cli.min_free, &mode, selects);
@@ -69,15 +71,42 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
     };
     let wait = cli.wait.map_or(Wait::No, |WaitLimit(limit)| limit.map_or(Wait::Forever, Wait::AtMost));
     let wait = if selects { house_wait(wait, &limits) } else { wait };
-    let request = Request {
-        count: per_rank.as_ref().map_or(cli.gpus, PerRank::group_count),
+    let count = per_rank.as_ref().map_or(gpus, PerRank::group_count);
+    let request = request(&cli, count, (min_free, min_free_auto), per_rank.as_ref(), &limits)?;
+    let shaping = shaping(&cli, per_rank, container, mps, launcher);
+    Ok(Config {
+        mode,
+        request,
+        shaping,
+        supervision,
+        libraries: Libraries::new(cli.vendor, cli.nvml_lib.clone(), cli.amd_smi_lib.clone()),
+        nvml_timeout: cli.nvml_timeout,
+        logging: Logging { verbosity: cli::verbosity(cli.quiet, cli.verbose), format: cli.log_format },
+        lock_dir: (!cli.no_lock).then_some(lock_dir),
+        wait,
+        limits,
+        said: Said { origins, request_text, sizing },
+    })
+}
+
+/// What the request asks of the GPUs: `count` (the group's under `--per-rank`), the
+/// `--min-free` under the house rules (and whether `auto` sized it from the history).
+fn request(
+    cli: &Cli,
+    count: Count,
+    (min_free, min_free_auto): (Option<Threshold>, bool),
+    per_rank: Option<&PerRank>,
+    limits: &Limits,
+) -> Result<Request, ConfigError> {
+    Ok(Request {
+        count,
         min_free,
         min_total: cli.min_total,
         max_util: cli.max_util,
         exclusive: cli.exclusive,
-        devices: cli.devices.map(|list| list.0),
-        exclude: cli.exclude.map(|list| list.0).unwrap_or_default(),
-        model: cli.model.map(ModelPattern),
+        devices: cli.devices.clone().map(|list| list.0),
+        exclude: cli.exclude.clone().map(|list| list.0).unwrap_or_default(),
+        model: cli.model.clone().map(ModelPattern),
         policy: cli.policy,
         fallback: cli.fallback,
         mig: cli.mig,
@@ -88,60 +117,53 @@ pub(crate) fn resolve(parsed: Parsed) -> Result<Config, ConfigError> {
         seed: RandomState::new().hash_one(std::process::id()),
         min_free_floor: limits.default_min_free,
         min_free_auto,
-        count_words: per_rank.as_ref().map(PerRank::count_words),
+        count_words: per_rank.map(PerRank::count_words),
         mps: cli.mps,
         mps_daemon: match cli.mps {
             true => Some(mps_daemon()?),
             false => None,
         },
-    };
-    // --per-rank binds each rank to its GPUs' CPUs unless told otherwise.
-    let cpu_bind = cli.cpu_bind.unwrap_or(if per_rank.is_some() { CpuBind::Numa } else { CpuBind::None });
-    Ok(Config {
-        mode,
-        request,
-        visible_as: cli.visible_as,
-        cpu_bind_asked: cli.cpu_bind.is_some(),
-        cpu_bind,
-        surroundings: surroundings(cpu_bind, mps.is_some()),
-        framework_env: !cli.no_framework_env,
-        libraries: Libraries::new(cli.vendor, cli.nvml_lib, cli.amd_smi_lib),
-        nvml_timeout: cli.nvml_timeout,
-        verbosity: cli::verbosity(cli.quiet, cli.verbose),
-        log_format: cli.log_format,
-        lock_dir: (!cli.no_lock).then_some(lock_dir),
-        wait,
-        supervision,
-        origins,
-        request_text,
-        sizing,
-        limits,
-        per_rank,
-        container_use: cli.container,
-        container,
-        launcher_use: cli.launcher,
-        launcher,
-        mps,
     })
 }
 
+/// What shapes what the command gets and where it runs: the plan's settings. `--per-rank`
+/// binds each rank to its GPUs' CPUs unless told otherwise; the launcher is handed the
+/// choice under `--launcher auto`, and under `off` only explains a wrong GPU.
+fn shaping(
+    cli: &Cli,
+    per_rank: Option<PerRank>,
+    container: Option<crate::plan::container::ContainerRun>,
+    mps: Option<MpsJoin>,
+    launcher: Option<LauncherRun>,
+) -> Shaping {
+    let cpu_bind = cli.cpu_bind.unwrap_or(if per_rank.is_some() { CpuBind::Numa } else { CpuBind::None });
+    let launcher_note =
+        launcher.as_ref().filter(|_| cli.launcher == LauncherUse::Off).and_then(|run| run.override_note());
+    Shaping {
+        visible_as: cli.visible_as,
+        framework_env: !cli.no_framework_env,
+        cpu_bind,
+        cpu_bind_asked: cli.cpu_bind.is_some(),
+        per_rank,
+        container: container.map(|run| (run, cli.container)),
+        surroundings: surroundings(cpu_bind),
+        mps,
+        launcher: launcher.filter(|_| cli.launcher == LauncherUse::Auto),
+        launcher_note,
+    }
+}
+
 /// What the plan needs of gpurun's own environment and process, read once here: an inherited
-/// Slurm MPS allocation, gpurun's CPUs (for `--cpu-bind numa`), the MPS directories (`--mps`).
-fn surroundings(cpu_bind: CpuBind, mps: bool) -> crate::launch::plan::Surroundings {
-    let mps_directories = match mps {
-        true => ["CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"]
-            .into_iter()
-            .filter_map(|name| Some((name.to_owned(), std::env::var_os(name)?)))
-            .collect(),
-        false => Vec::new(),
-    };
-    crate::launch::plan::Surroundings {
+/// Slurm MPS allocation, gpurun's CPUs (for `--cpu-bind numa`), and the caller's variables the
+/// command's are written from.
+fn surroundings(cpu_bind: CpuBind) -> crate::plan::Surroundings {
+    crate::plan::Surroundings {
         slurm_mps: crate::runtime::Inherited::from_env().slurm_mps(),
         own_cpus: match cpu_bind {
-            CpuBind::Numa => crate::launch::affinity::own_cpus(),
+            CpuBind::Numa => crate::plan::affinity::own_cpus(),
             _ => Vec::new(),
         },
-        mps_directories,
+        inherited: crate::plan::env::Inherited::read(|name| std::env::var_os(name)),
     }
 }
 
@@ -234,13 +256,13 @@ fn log_origins(origins: &BTreeMap<String, String>, limits: &Limits) {
 /// (whether or not its server runs yet: the first client starts it);
 /// refused where it is not the caller's or root's (another user's planted pipe).
 fn mps_daemon() -> Result<(PathBuf, bool), ConfigError> {
-    let pipe = crate::launch::env::mps_control_pipe();
-    if let Some(why) = crate::launch::env::untrusted_mps_pipe(&pipe) {
+    let pipe = crate::plan::mps_control::mps_control_pipe();
+    if let Some(why) = crate::plan::mps_control::untrusted_mps_pipe(&pipe) {
         return Err(ConfigError::Mps(format!(
             "--mps: {why}; set CUDA_MPS_PIPE_DIRECTORY to your own daemon's directory"
         )));
     }
-    let serves = crate::launch::env::mps_control_daemon(&pipe).is_some();
+    let serves = crate::plan::mps_control::mps_control_daemon(&pipe).is_some();
     Ok((pipe, serves))
 }
 
@@ -282,34 +304,38 @@ fn read_as(threshold: Threshold) -> Option<String> {
 
 /// The launcher the command is, for a launch or a dry run on this host (`None` for a rank or
 /// a container run: a launcher that starts ranks gets the choice, not what runs under it);
-/// deepspeed's `--num_gpus N` without `--gpus` makes the request N GPUs.
-fn launcher(cli: &mut Cli, mode_flag: Option<Option<ModeFlag>>) -> Result<Option<LauncherRun>, ConfigError> {
+/// deepspeed's `--num_gpus N` without `--gpus` makes the request N GPUs: the count asked for
+/// is returned beside it.
+fn launcher(
+    cli: &Cli,
+    mode_flag: Option<Option<ModeFlag>>,
+) -> Result<(Option<LauncherRun>, Count), ConfigError> {
     let launcher = match mode_flag {
         Some(None | Some(ModeFlag::DryRun)) if !cli.gpus.is_none() => {
-            crate::launch::launchers::recognise(&cli.command)?
+            crate::plan::launchers::recognise(&cli.command)?
         }
         _ => None,
     };
-    if let Some(asked) = launcher.as_ref().and_then(|run| run.asked_count()) {
-        if !cli.gpus_given && cli.launcher == crate::options::LauncherUse::Auto {
-            cli.gpus = crate::options::count::Count::exactly(asked);
+    let count = match launcher.as_ref().and_then(|run| run.asked_count()) {
+        Some(asked) if !cli.gpus_given && cli.launcher == crate::options::LauncherUse::Auto => {
+            Count::exactly(asked)
         }
-    }
-    Ok(launcher)
+        _ => cli.gpus,
+    };
+    Ok((launcher, count))
 }
 
 /// A launch that takes GPUs, and what answers for one (a dry run, an export): the house rules
 /// hold for all three, so that a dry run says 125 where the launch would.
-fn requests_gpus(mode: &Mode, cli: &Cli) -> bool {
+fn requests_gpus(mode: &Mode, gpus: Count) -> bool {
     matches!(mode, Mode::Select(Goal::Run { .. } | Goal::DryRun { .. } | Goal::Export | Goal::Hold { .. }))
-        && !cli.gpus.is_none()
+        && !gpus.is_none()
 }
 
 /// How the command is run and watched, as the command line says, within the house rules (a
 /// run that takes GPUs gets the house rule max-time-limit, and `--exec`, which leaves no
 /// gpurun to end it, is refused under it).
-fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervision, ConfigError> {
-    use crate::launch::deadlines::TimeLimit;
+fn supervision(cli: &Cli, limits: &Limits, reserves: bool) -> Result<Supervision, ConfigError> {
     if reserves {
         limits.time_limit(cli.time_limit).map_err(ConfigError::HouseRule)?;
     }
@@ -359,24 +385,27 @@ fn supervision(cli: &mut Cli, limits: &Limits, reserves: bool) -> Result<Supervi
         )));
     }
     Ok(Supervision {
-        no_forward: cli.no_forward.take().map(|list| list.0).unwrap_or_default(),
-        // 0 is never, as timeout(1)'s -k 0.
-        kill_after: cli.kill_after.filter(|after| !after.is_zero()),
-        time_limits,
-        rule_grace: limits.grace(),
-        idle,
+        limits: supervision::Limits {
+            // 0 is never, as timeout(1)'s -k 0.
+            kill_after: cli.kill_after.filter(|after| !after.is_zero()),
+            time_limits,
+            rule_grace: limits.grace(),
+        },
+        no_forward: cli.no_forward.clone().map(|list| list.0).unwrap_or_default(),
         parent_death_signal: cli.parent_death_signal.0,
         keep_orphans: cli.keep_orphans,
         exec: cli.exec,
         verify: cli.verify,
         verify_timeout: cli.verify_timeout,
-        report: cli.report,
-        report_json: cli.report_json.take(),
-        history: if cli.no_history { None } else { history::path() },
-        on_start: cli.on_start.take(),
-        on_exit: cli.on_exit.take(),
-        job_map_dir: cli.job_map_dir.take(),
-        prom_file: cli.prom_file.take(),
+        idle,
+        records: Records {
+            report: cli.report,
+            report_json: cli.report_json.clone(),
+            history: if cli.no_history { None } else { history::path() },
+            job_map_dir: cli.job_map_dir.clone(),
+            prom_file: cli.prom_file.clone(),
+        },
+        hooks: Hooks { on_start: cli.on_start.clone(), on_exit: cli.on_exit.clone() },
     })
 }
 
@@ -424,10 +453,10 @@ impl ModeFlag {
 /// The mode, with the command's words (taken from `cli`) where it has them.
 fn mode(
     mode_flag: Option<ModeFlag>,
-    cli: &mut Cli,
+    cli: &Cli,
     origins: &BTreeMap<String, String>,
 ) -> Result<Mode, ConfigError> {
-    let command = std::mem::take(&mut cli.command);
+    let command = cli.command.clone();
     Ok(match mode_flag {
         Some(ModeFlag::List) => {
             Mode::Select(Goal::List { json: cli.json, links: cli.topology.is_some(), watch: cli.watch })

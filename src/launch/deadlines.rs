@@ -9,6 +9,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::plan::container::Prepared;
+use crate::plan::supervision::{Limits, TimeLimit};
 use crate::process::signals::send_to;
 use crate::verify::ending::Limited;
 
@@ -16,22 +18,22 @@ use crate::verify::ending::Limited;
 /// while gpurun could not act (stopped with SIGSTOP, or starved): the limit is recorded.
 const PAST_THE_RULE: Duration = Duration::from_secs(1);
 
-/// `--time-limit`, or the house rule max-time-limit: how long the command may run, and the
-/// signal that ends it then.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TimeLimit {
-    pub(crate) after: Duration,
-    pub(crate) signal: i32,
-    /// The house rule's (its words, and its grace before SIGKILL); `None`: the user's.
-    pub(crate) rule: Option<(String, Duration)>,
-}
+/// How long `--verify strict` gives a command on the wrong GPU between SIGTERM and SIGKILL,
+/// unless `--kill-after` says otherwise.
+const STRICT_GRACE: Duration = Duration::from_secs(5);
 
-/// The limits of one run, as it goes.
-pub(crate) struct Deadlines {
+/// The limits of one run, as it goes: the one value the supervisor loop asks what is due next
+/// (`wake`) and tells what happened (a stop asked for, a strict failure, a rule's end); each
+/// limit's signal and SIGKILL are sent from here.
+pub(crate) struct Deadlines<'a> {
+    limits: &'a Limits,
+    child: u32,
+    /// A container run: killing its client would leave the container running.
+    container: Option<&'a Prepared>,
     /// The time limits not reached yet, each with when it falls due.
     due: Vec<(TimeLimit, Instant)>,
     /// SIGKILL after the user's `--kill-after` (or `--verify strict`'s grace).
-    pub(crate) kill_at: Option<Instant>,
+    kill_at: Option<Instant>,
     /// SIGKILL after a rule's grace: nothing the user does puts it off.
     rule_kill_at: Option<Instant>,
     pub(crate) limited: Option<Limited>,
@@ -40,15 +42,56 @@ pub(crate) struct Deadlines {
     wakers: Vec<nix::sys::timer::Timer>,
 }
 
-impl Deadlines {
-    pub(crate) fn new(limits: &[TimeLimit], started: Instant) -> Deadlines {
-        let due = limits.iter().map(|limit| (limit.clone(), started + limit.after)).collect();
-        let wakers = limits
+impl<'a> Deadlines<'a> {
+    /// The limits of `child`'s run, started at `started`.
+    pub(crate) fn new(
+        limits: &'a Limits,
+        (child, container): (u32, Option<&'a Prepared>),
+        started: Instant,
+    ) -> Deadlines<'a> {
+        let time_limits = &limits.time_limits;
+        let due = time_limits.iter().map(|limit| (limit.clone(), started + limit.after)).collect();
+        let wakers = time_limits
             .iter()
             .filter(|limit| limit.rule.is_some())
             .filter_map(|limit| crate::process::wake::continue_after(limit.after))
             .collect();
-        Deadlines { due, kill_at: None, rule_kill_at: None, limited: None, wakers }
+        Deadlines { limits, child, container, due, kill_at: None, rule_kill_at: None, limited: None, wakers }
+    }
+
+    /// SIGKILL to the command's tree, and to a container by its ID.
+    fn kill(&self) {
+        signal_tree(self.child, libc::SIGKILL);
+        if let Some(container) = self.container {
+            container.kill();
+        }
+    }
+
+    /// A signal that ends a job (TERM, INT, HUP) reached the command: `--kill-after` counts
+    /// from the first.
+    pub(crate) fn stop_asked(&mut self, now: Instant) {
+        if self.kill_at.is_none() {
+            self.kill_at = self.limits.kill_after.map(|after| now + after);
+        }
+    }
+
+    /// `--verify strict` found the command on the wrong GPU: SIGTERM now, SIGKILL after
+    /// `--kill-after` (or five seconds).
+    pub(crate) fn strict_failure(&mut self, now: Instant) {
+        send_to(self.child, libc::SIGTERM);
+        self.kill_at = Some(now + self.limits.kill_after.unwrap_or(STRICT_GRACE));
+    }
+
+    /// A house rule other than time (idle-action = "end") ends the run: SIGTERM to the tree,
+    /// SIGKILL after the rule's grace; `limited` is kept unless a time limit came first.
+    pub(crate) fn rule_ends(&mut self, now: Instant, limited: Limited) {
+        let grace = self.limits.rule_grace;
+        if let Limited::Idle { what, .. } = &limited {
+            tracing::warn!("{what}; SIGKILL follows in {}", crate::options::duration::shown(grace));
+        }
+        signal_tree(self.child, libc::SIGTERM);
+        self.rule_ended(now, grace);
+        self.limited = self.limited.take().or(Some(limited));
     }
 
     /// The next moment something is due.
@@ -56,14 +99,9 @@ impl Deadlines {
         self.due.iter().map(|(_, at)| *at).chain(self.kill_at).chain(self.rule_kill_at).min()
     }
 
-    /// Sends what is due at `now`: a limit's signal, then SIGKILL (`kill`) once a grace is over.
-    pub(crate) fn enforce(
-        &mut self,
-        child: u32,
-        now: Instant,
-        kill_after: Option<Duration>,
-        kill: impl Fn(),
-    ) {
+    /// Sends what is due at `now`: a limit's signal, then SIGKILL once a grace is over.
+    pub(crate) fn enforce(&mut self, now: Instant) {
+        let (child, kill_after) = (self.child, self.limits.kill_after);
         let (reached, later): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.due).into_iter().partition(|(_, at)| now >= *at);
         self.due = later;
@@ -76,20 +114,20 @@ impl Deadlines {
         }
         if self.kill_at.is_some_and(|at| now >= at) {
             tracing::warn!("the command is still running after it was asked to stop: sending SIGKILL");
-            kill();
+            self.kill();
             self.kill_at = None;
         }
         if self.rule_kill_at.is_some_and(|at| now >= at) {
             tracing::warn!(
                 "the command is still running at the end of the house rule's grace: sending SIGKILL"
             );
-            kill();
+            self.kill();
             self.rule_kill_at = None;
         }
     }
 
     /// A rule ended the run at `now`: SIGKILL follows after `grace`, or sooner if already due.
-    pub(crate) fn rule_ended(&mut self, now: Instant, grace: Duration) {
+    fn rule_ended(&mut self, now: Instant, grace: Duration) {
         let at = now + grace;
         self.rule_kill_at = Some(self.rule_kill_at.map_or(at, |earlier| earlier.min(at)));
         self.wakers.extend(crate::process::wake::continue_after(grace));
@@ -97,8 +135,8 @@ impl Deadlines {
 
     /// The command ended at `now` (as far as gpurun can tell: it reaps it now). If a rule's
     /// deadline had passed by then without firing, gpurun was kept from acting (stopped): the
-    /// command ran past the rule, and the run is recorded as limited.
-    pub(crate) fn ended(&mut self, now: Instant) {
+    /// command ran past the rule, and the run is recorded as limited. What limited the run.
+    pub(crate) fn ended(mut self, now: Instant) -> Option<Limited> {
         let passed = self.due.iter().find(|(limit, at)| limit.rule.is_some() && now >= *at + PAST_THE_RULE);
         if let Some((limit, _)) = passed {
             let (rule, _) = limit.rule.as_ref().expect("a rule's limit");
@@ -109,6 +147,7 @@ impl Deadlines {
             tracing::warn!("{what}");
             self.limited = Some(Limited::Time(what));
         }
+        self.limited
     }
 }
 
@@ -161,24 +200,30 @@ mod tests {
         }
     }
 
+    fn limits(time_limits: Vec<TimeLimit>) -> Limits {
+        Limits { kill_after: None, time_limits, rule_grace: Duration::from_secs(10) }
+    }
+
+    /// No process: the deadlines of a run whose command is PID 0 signal nothing here.
+    const NO_CHILD: (u32, Option<&Prepared>) = (0, None);
+
     #[test]
     fn a_rule_passed_while_gpurun_could_not_act_is_recorded_and_one_not_passed_is_not() {
         let start = Instant::now();
-        let mut on_time = Deadlines::new(&[rule(60)], start);
-        on_time.ended(start + Duration::from_secs(30));
-        assert!(on_time.limited.is_none());
-        let mut stopped = Deadlines::new(&[rule(60)], start);
-        stopped.ended(start + Duration::from_secs(90));
-        assert!(
-            matches!(&stopped.limited, Some(Limited::Time(what)) if what.contains("ran past the house rule"))
-        );
+        let rule = limits(vec![rule(60)]);
+        let on_time = Deadlines::new(&rule, NO_CHILD, start);
+        assert!(on_time.ended(start + Duration::from_secs(30)).is_none());
+        let stopped = Deadlines::new(&rule, NO_CHILD, start);
         assert_eq!(stopped.wake(), Some(start + Duration::from_secs(60)));
+        let limited = stopped.ended(start + Duration::from_secs(90));
+        assert!(matches!(&limited, Some(Limited::Time(what)) if what.contains("ran past the house rule")));
     }
 
     #[test]
     fn a_rules_kill_is_never_put_off() {
         let start = Instant::now();
-        let mut deadlines = Deadlines::new(&[], start);
+        let none = limits(Vec::new());
+        let mut deadlines = Deadlines::new(&none, NO_CHILD, start);
         deadlines.rule_ended(start, Duration::from_secs(10));
         deadlines.rule_ended(start + Duration::from_secs(5), Duration::from_secs(10));
         assert_eq!(deadlines.wake(), Some(start + Duration::from_secs(10)));

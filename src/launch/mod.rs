@@ -2,32 +2,22 @@
 //! signal state, supervise it (signals, reaping, job control, verification beside it), end its
 //! leftovers, report, and give back how it ended.
 
-pub(crate) mod accelerate_config;
-pub(crate) mod affinity;
-pub(crate) mod container;
-pub(crate) mod container_options;
 pub(crate) mod deadlines;
-pub(crate) mod env;
 pub(crate) mod hooks;
 pub(crate) mod job_map;
-pub(crate) mod launcher_options;
-pub(crate) mod launchers;
 pub(crate) mod orphans;
-pub(crate) mod plan;
 pub(crate) mod signals;
 pub(crate) mod supervise;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use crate::exit_code::Exit;
 use crate::history;
 use crate::launch::hooks::Hook;
 use crate::launch::job_map::JobMap;
-use crate::launch::plan::{Member, Plan};
-use crate::options::size::Threshold;
 use crate::options::{cpus, shell, VerifyMode};
+use crate::plan::{affinity, Plan};
 use crate::probe::gpu::Machine;
 use crate::probe::worker::ProbeThread;
 use crate::process::death::Watcher;
@@ -36,37 +26,9 @@ use crate::process::signals::{default_action, send_to, DefaultAction, Receiver};
 use crate::process::spawn::{self, Launch, LaunchError};
 use crate::reserve::lease::HeldLease;
 use crate::verify::job::JobIdentity;
-use crate::verify::monitor::{Monitor, Seen};
-use crate::verify::report::{self, Report};
+use crate::verify::monitor::Seen;
+use crate::verify::report::Report;
 use crate::verify::{ending, prom};
-
-/// How the command is run and watched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Supervision {
-    pub(crate) no_forward: Vec<i32>,
-    pub(crate) kill_after: Option<Duration>,
-    /// `--time-limit` and the house rule max-time-limit, each with the signal it sends.
-    pub(crate) time_limits: Vec<deadlines::TimeLimit>,
-    /// The house rules' grace between SIGTERM and SIGKILL.
-    pub(crate) rule_grace: Duration,
-    /// `--idle-warn` and the house rule on idle GPUs.
-    pub(crate) idle: crate::verify::idle::IdleRules,
-    pub(crate) parent_death_signal: Option<i32>,
-    pub(crate) keep_orphans: bool,
-    pub(crate) exec: bool,
-    pub(crate) verify: VerifyMode,
-    pub(crate) verify_timeout: Duration,
-    pub(crate) report: bool,
-    pub(crate) report_json: Option<PathBuf>,
-    /// Where the run's record goes (None: --no-history).
-    pub(crate) history: Option<PathBuf>,
-    /// `--on-start`, `--on-exit`: shell command lines.
-    pub(crate) on_start: Option<String>,
-    pub(crate) on_exit: Option<String>,
-    /// `--job-map-dir`, `--prom-file`: what dashboards read.
-    pub(crate) job_map_dir: Option<PathBuf>,
-    pub(crate) prom_file: Option<PathBuf>,
-}
 
 /// What gpurun holds for the command: released once the command and its leftovers are gone,
 /// or handed to it with `--exec`.
@@ -82,24 +44,6 @@ impl Held {
         self.leases.into_iter().for_each(HeldLease::hand_over_to_exec);
         self.group.into_iter().for_each(crate::reserve::group::Membership::hand_over_to_exec);
     }
-}
-
-/// Everything the launch step needs.
-pub(crate) struct Job<'a> {
-    /// As it is run (a container run's with gpurun's options in it).
-    pub(crate) command: &'a [OsString],
-    pub(crate) plan: &'a Plan,
-    pub(crate) supervision: &'a Supervision,
-    pub(crate) machine: &'a Machine,
-    pub(crate) held: Held,
-    /// The NVML thread, for verification (None: NVML was never needed).
-    pub(crate) nvml: Option<&'a mut ProbeThread>,
-    pub(crate) receiver: &'a Receiver,
-    /// The `--min-free` applied (for the diagnosis) and the user's words (for the history).
-    pub(crate) min_free: Option<Threshold>,
-    pub(crate) request_text: &'a str,
-    /// What `--min-free auto` decided, and why.
-    pub(crate) sizing: Option<&'a str>,
 }
 
 /// Signals that reached gpurun in the moment before the command existed go to the command,
@@ -124,17 +68,24 @@ fn pass_on_pending(receiver: &Receiver, child: u32) -> Vec<i32> {
     after_exec
 }
 
-/// start -> supervise (and verify) -> wrap up (report, history, hook) -> how it ended. With
-/// `--exec`, gpurun becomes the command instead (returns only if that failed).
-pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
-    let Job { command, plan, supervision, held, receiver, .. } = job;
+/// start -> supervise (and verify) -> wrap up (report, history, hook) -> how it ended. The
+/// plan is every stage's input: the command, its GPUs and variables, how it is run and
+/// watched. With `--exec`, gpurun becomes the command instead (returns only if that failed).
+pub(crate) fn run_command(
+    plan: &Plan,
+    machine: &Machine,
+    held: Held,
+    probe: Option<&mut ProbeThread>,
+    receiver: &Receiver,
+) -> Result<Exit, LaunchError> {
+    let (command, supervision) = (plan.command(), &plan.supervision);
     let identity =
         JobIdentity::of_this_run(plan.rank.as_ref().map(|member| member.per_rank.rank.job.as_str()));
     let mut variables = plan.gpus.variables.clone();
     variables.push(("GPURUN_JOB_ID".to_owned(), identity.id.clone()));
     if supervision.exec {
         tracing::info!("running {} on {} (exec)", shell::quote(command), plan.gpus.selection.describe());
-        if supervision.on_start.is_some() || supervision.on_exit.is_some() {
+        if supervision.hooks.on_start.is_some() || supervision.hooks.on_exit.is_some() {
             tracing::warn!(
                 "--on-start and --on-exit do not run with --exec: gpurun is replaced by the command"
             );
@@ -143,18 +94,16 @@ pub(crate) fn run_command(job: Job) -> Result<Exit, LaunchError> {
         return Err(spawn::exec(&Launch { command, variables: &variables }, receiver.caller()));
     }
     // Created first: an unwritable path fails before the command starts.
-    let report_file = match &supervision.report_json {
+    let report_file = match &supervision.records.report_json {
         Some(path) => {
             Some(open_report(path).map_err(|e| LaunchError::ReportFile(path.display().to_string(), e))?)
         }
         None => None,
     };
-    let Job { machine, nvml, min_free, request_text, sizing, .. } = job;
     let launch = Launch { command, variables: &variables };
-    let running = start(&launch, &identity.id, plan, supervision, receiver, machine, nvml)?;
-    let ended = supervise_to_the_end(running, plan, supervision, receiver, held);
-    let about = Finish { command, plan, supervision, machine, receiver, min_free, request_text, sizing };
-    Ok(wrap_up(&about, ended, report_file, &identity))
+    let running = start(&launch, &identity.id, plan, receiver, machine, probe)?;
+    let ended = supervise_to_the_end(running, plan, receiver, held);
+    Ok(wrap_up((plan, machine, receiver), ended, report_file, &identity))
 }
 
 /// The command, started, with what watches it.
@@ -177,11 +126,11 @@ fn start<'a>(
     launch: &Launch,
     job_id: &str,
     plan: &Plan,
-    supervision: &Supervision,
     receiver: &Receiver,
     machine: &Machine,
-    nvml: Option<&'a mut ProbeThread>,
+    probe: Option<&'a mut ProbeThread>,
 ) -> Result<Running<'a>, LaunchError> {
+    let supervision = &plan.supervision;
     if !supervision.keep_orphans && plan.target.gpurun_reaps_leftovers() {
         orphans::become_subreaper();
     }
@@ -195,7 +144,7 @@ fn start<'a>(
     let command = launch.command;
     // Before the command starts: dcgm-exporter labels its GPUs' metrics from the first scrape.
     let gpus: Vec<u32> = plan.gpus.selection.devices.iter().map(|device| device.gpu_index).collect();
-    let job_map = supervision.job_map_dir.as_deref().map(|dir| JobMap::enter(dir, job_id, &gpus));
+    let job_map = supervision.records.job_map_dir.as_deref().map(|dir| JobMap::enter(dir, job_id, &gpus));
     let spawned = spawn::spawn(launch, receiver.caller(), |child| {
         watcher =
             supervision.parent_death_signal.and_then(|signal| Watcher::start(child, signal, death_kill));
@@ -230,12 +179,13 @@ fn start<'a>(
         tracing::warn!("{mixed}");
     }
     let on_start = supervision
+        .hooks
         .on_start
         .as_deref()
         .and_then(|line| start_hook(line, (command, job_id), child, plan, receiver));
-    let watch = nvml
+    let watch = probe
         .filter(|_| supervision.verify != VerifyMode::Off && !plan.gpus.selection.is_empty())
-        .map(|nvml| supervise::Watch::new(nvml, monitor(plan, supervision, machine)));
+        .map(|probe| supervise::Watch::new(probe, plan.monitor(machine)));
     plan.target.warn_at_start();
     Ok(Running { child, watcher, on_start, watch, leftovers, job_map, started, started_at })
 }
@@ -265,53 +215,18 @@ fn start_hook(
     )
 }
 
-/// Verification of the plan's GPUs: what NVML showed before the launch is not the command's.
-fn monitor(plan: &Plan, supervision: &Supervision, machine: &Machine) -> Monitor {
-    // A GPU in MIG mode lists its MIG devices' processes again: its devices are watched.
-    let watched = machine
-        .devices()
-        .filter(|gpu| gpu.error.is_none() && !gpu.in_mig_mode())
-        .map(|gpu| gpu.index)
-        .collect();
-    let before_launch =
-        machine.devices().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
-    let runtime = crate::runtime::Runtime::of(machine.vendor);
-    Monitor::new(
-        supervision.verify,
-        &plan.gpus.selection.indices(),
-        watched,
-        before_launch,
-        crate::runtime::Visible {
-            runtime,
-            given: plan.gpus.variable(runtime.visibility_variable()).unwrap_or_default().to_owned(),
-        },
-        supervision.verify_timeout,
-    )
-    .for_rank(plan.rank.as_ref().map(|member| member.owners.clone()))
-    .for_container(plan.target.cidfile())
-    .for_launcher(plan.launcher_note.clone())
-    .for_idle(supervision.idle.clone())
-}
-
 /// Supervises the command to its end, ends its leftovers (and a hook still running), then
 /// releases the GPUs: they are free once the command and its leftovers are gone.
 fn supervise_to_the_end(
     running: Running,
     plan: &Plan,
-    supervision: &Supervision,
     receiver: &Receiver,
     held: Held,
 ) -> (ending::Ended, Seen) {
+    let supervision = &plan.supervision;
     let Running { child, watcher, mut on_start, mut watch, mut leftovers, job_map, started, started_at } =
         running;
-    let options = supervise::Options {
-        no_forward: &supervision.no_forward,
-        kill_after: supervision.kill_after,
-        time_limits: &supervision.time_limits,
-        rule_grace: supervision.rule_grace,
-        container: plan.container(),
-    };
-    let supervised = supervise::run(child, receiver, &options, watch.as_mut(), on_start.as_mut());
+    let supervised = supervise::run(child, receiver, plan, watch.as_mut(), on_start.as_mut());
     if let Some(watch) = watch.as_mut() {
         watch.last_look();
     }
@@ -347,73 +262,36 @@ fn supervise_to_the_end(
     (ending::Ended { end: supervised.end, exit, wall: started.elapsed(), started_at, limited }, seen)
 }
 
-/// What the end of a run reports about.
-struct Finish<'a> {
-    command: &'a [OsString],
-    plan: &'a Plan,
-    supervision: &'a Supervision,
-    machine: &'a Machine,
-    receiver: &'a Receiver,
-    min_free: Option<Threshold>,
-    request_text: &'a str,
-    sizing: Option<&'a str>,
-}
-
 /// The report (built by verification; logged, as JSON), the history and the --on-exit hook.
 fn wrap_up(
-    about: &Finish,
+    (plan, machine, receiver): (&Plan, &Machine, &Receiver),
     (ended, seen): (ending::Ended, Seen),
     report_file: Option<std::fs::File>,
     identity: &JobIdentity,
 ) -> Exit {
-    let Finish { command, plan, supervision, machine, .. } = *about;
-    let launched = ending::Launched {
-        command,
-        selection: &plan.gpus.selection,
-        machine,
-        min_free: about.min_free,
-        verify_timeout: supervision.verify_timeout,
-        job: identity,
-    };
+    let records = &plan.supervision.records;
     let (exit, started_at) = (ended.exit, ended.started_at);
-    let summary = ending::report_of(&launched, ended, seen, placement(plan, about.sizing));
-    if supervision.report {
+    let summary = ending::report_of(&plan.launched(machine, identity), ended, seen, plan.placement());
+    if records.report {
         summary.log();
     }
     if let Some(file) = report_file {
         summary.write_json(file);
     }
-    if let Some(path) = &supervision.prom_file {
+    if let Some(path) = &records.prom_file {
         prom::write(path, &summary);
     }
-    if let Some(path) = &supervision.history {
-        keep_history(path, &summary, started_at, about.request_text);
+    if let Some(path) = &records.history {
+        keep_history(path, &summary, started_at, &plan.asked.request_text);
     }
-    if let Some(line) = &supervision.on_exit {
+    if let Some(line) = &plan.supervision.hooks.on_exit {
         let verdict = summary.verification.verdict.map(|v| v.to_string()).unwrap_or_default();
         let variables = hook_variables(plan, &identity.id, Some((exit.status(), verdict)));
-        Hook::start("--on-exit", line, &summary.json(), &variables, about.receiver.caller().mask)
+        Hook::start("--on-exit", line, &summary.json(), &variables, receiver.caller().mask)
             .into_iter()
             .for_each(Hook::wait_out);
     }
     exit
-}
-
-/// Where the plan ran the command, for the report.
-fn placement(plan: &Plan, sizing: Option<&str>) -> report::Placement {
-    report::Placement {
-        cpus: plan.gpus.cpus.as_deref().map(cpus::list),
-        min_free: sizing.map(str::to_owned),
-        container: plan.target.report(),
-        rank: plan.rank.as_ref().map(|Member { per_rank, owners }| report::RankReport {
-            local_rank: per_rank.rank.local_rank,
-            local_size: per_rank.rank.local_size,
-            launcher: per_rank.rank.launcher.to_owned(),
-            group: per_rank.rank.job.clone(),
-            node: per_rank.rank.node.clone(),
-            group_gpus: owners.gpus.iter().map(|(index, _)| *index).collect(),
-        }),
-    }
 }
 
 /// The `--report-json` file, created or truncated. Opened without blocking (signals are

@@ -6,31 +6,16 @@
 use std::time::{Duration, Instant};
 
 use crate::exit_code::End;
-use crate::launch::deadlines::{Deadlines, TimeLimit};
+use crate::launch::deadlines::Deadlines;
 use crate::launch::hooks::Hook;
 use crate::launch::signals::{self, Action};
+use crate::plan::Plan;
 use crate::probe::calls::Purpose;
 use crate::probe::worker::{Answer, Job, ProbeThread};
 use crate::process::signals::{send_to, stop_self, Receiver};
 use crate::process::{procfs, reap, ChildEvent, Reaped};
 use crate::verify::ending::Limited;
 use crate::verify::monitor::{Monitor, SLOW_CALL};
-
-/// How long `--verify strict` gives a command on the wrong GPU between SIGTERM and SIGKILL,
-/// unless `--kill-after` says otherwise.
-const STRICT_GRACE: Duration = Duration::from_secs(5);
-
-/// What the supervisor needs from the options.
-pub(crate) struct Options<'a> {
-    pub(crate) no_forward: &'a [i32],
-    pub(crate) kill_after: Option<Duration>,
-    /// `--time-limit` and the house rule max-time-limit (each fires once).
-    pub(crate) time_limits: &'a [TimeLimit],
-    /// The house rule's grace between its SIGTERM and SIGKILL (idle-action = "end").
-    pub(crate) rule_grace: Duration,
-    /// A container run: killing its client would leave the container running.
-    pub(crate) container: Option<&'a crate::launch::container::Prepared>,
-}
 
 /// Verification beside supervision: the monitor and the thread that makes its NVML calls.
 pub(crate) struct Watch<'a> {
@@ -232,9 +217,8 @@ fn in_our_process_group(pid: u32) -> bool {
 }
 
 /// The command ended: how, and what limit ended it (one a stopped gpurun could not fire too).
-fn finished(end: End, strict_failure: Option<String>, mut deadlines: Deadlines) -> Supervised {
-    deadlines.ended(Instant::now());
-    Supervised { end, strict_failure, limited: deadlines.limited }
+fn finished(end: End, strict_failure: Option<String>, deadlines: Deadlines) -> Supervised {
+    Supervised { end, strict_failure, limited: deadlines.ended(Instant::now()) }
 }
 
 fn ends_the_job(signal: i32) -> bool {
@@ -242,24 +226,20 @@ fn ends_the_job(signal: i32) -> bool {
 }
 
 /// Runs until the command ends; reaps any other child (orphans, an --on-start hook) on the way,
-/// and kills a hook that outlives its time.
+/// and kills a hook that outlives its time. What is due next is the deadlines' to say (time
+/// limits, `--kill-after`, a rule's grace), the watch's (a poll) and the hook's.
 pub(crate) fn run(
     child: u32,
     receiver: &Receiver,
-    options: &Options,
+    plan: &Plan,
     mut watch: Option<&mut Watch>,
     mut hook: Option<&mut Hook>,
 ) -> Supervised {
     let own_pid = std::process::id();
+    let no_forward = &plan.supervision.no_forward;
     let mut strict_failure = None;
-    let mut deadlines = Deadlines::new(options.time_limits, Instant::now());
+    let mut deadlines = Deadlines::new(&plan.supervision.limits, (child, plan.container()), Instant::now());
     let mut stops = JobControl::default();
-    let kill = || {
-        crate::launch::deadlines::signal_tree(child, libc::SIGKILL);
-        if let Some(container) = options.container {
-            container.kill();
-        }
-    };
     loop {
         loop {
             match reap(None, true) {
@@ -283,7 +263,7 @@ pub(crate) fn run(
         if let Some(hook) = hook.as_deref_mut() {
             hook.enforce(now);
         }
-        deadlines.enforce(child, now, options.kill_after, kill);
+        deadlines.enforce(now);
         let monitor_wake = watch.as_deref_mut().and_then(|watch| watch.tend(now));
         let hook_wake = hook.as_deref().and_then(Hook::wake);
         let wake = [deadlines.wake(), monitor_wake, hook_wake, stops.continue_at].into_iter().flatten().min();
@@ -293,7 +273,7 @@ pub(crate) fn run(
         for signal in received {
             let sender = signals::sender(&signal, child, own_pid);
             let in_group = in_our_process_group(child);
-            let reached_child = match signals::decide(signal.signal, sender, in_group, options.no_forward) {
+            let reached_child = match signals::decide(signal.signal, sender, in_group, no_forward) {
                 Action::Reap => false,
                 Action::Forward if signal.signal == libc::SIGCONT && stops.resumed => {
                     stops.resumed = false;
@@ -308,26 +288,19 @@ pub(crate) fn run(
                 }
                 Action::Drop => signals::reached_anyway(sender, in_group),
             };
-            if reached_child && ends_the_job(signal.signal) && deadlines.kill_at.is_none() {
-                deadlines.kill_at = options.kill_after.map(|after| Instant::now() + after);
+            if reached_child && ends_the_job(signal.signal) {
+                deadlines.stop_asked(Instant::now());
             }
         }
         if let Some(detail) = watch.as_deref_mut().filter(|_| answered).and_then(Watch::take_answer) {
-            send_to(child, libc::SIGTERM);
-            deadlines.kill_at = Some(Instant::now() + options.kill_after.unwrap_or(STRICT_GRACE));
+            deadlines.strict_failure(Instant::now());
             strict_failure = Some(detail);
         }
-        // The house rule idle-action = "end": SIGTERM, and SIGKILL after the rule's grace.
+        // The house rule idle-action = "end".
         if let Some((gpu, what)) =
             watch.as_deref_mut().and_then(|watch| watch.monitor.take_idle_end(libc::SIGTERM))
         {
-            tracing::warn!(
-                "{what}; SIGKILL follows in {}",
-                crate::options::duration::shown(options.rule_grace)
-            );
-            crate::launch::deadlines::signal_tree(child, libc::SIGTERM);
-            deadlines.rule_ended(Instant::now(), options.rule_grace);
-            deadlines.limited = deadlines.limited.take().or(Some(Limited::Idle { gpu, what }));
+            deadlines.rule_ends(Instant::now(), Limited::Idle { gpu, what });
         }
     }
 }

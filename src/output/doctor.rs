@@ -364,18 +364,18 @@ fn environment(out: &mut Out, machine: Option<&Machine>) {
 /// GPUs that run MPS (whose), the fabric and confidential computing, and the variable that
 /// would change what NVML answers.
 fn mps_and_fabric(out: &mut Out, machine: Option<&Machine>) {
-    // The pipe --mps would use (`env::mps_control_pipe`), and where its directory came from.
-    let control = crate::launch::env::mps_control_pipe();
+    // The pipe --mps would use (`mps_control::mps_control_pipe`), and where its directory came from.
+    let control = crate::plan::mps_control::mps_control_pipe();
     let pipe = control.parent().unwrap_or(Path::new("/")).to_path_buf();
     let whose = match std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").is_some_and(|dir| !dir.is_empty()) {
         true => "CUDA_MPS_PIPE_DIRECTORY",
         false => "the default",
     };
-    let untrusted = crate::launch::env::untrusted_mps_pipe(&control);
+    let untrusted = crate::plan::mps_control::untrusted_mps_pipe(&control);
     if let Some(why) = &untrusted {
         out.problem(format!("{why}; --mps refuses it (CUDA_MPS_PIPE_DIRECTORY names your own)"));
     }
-    match crate::launch::env::mps_control_daemon(&control) {
+    match crate::plan::mps_control::mps_control_daemon(&control) {
         _ if untrusted.is_some() => {}
         Some(daemon) => {
             out.ok(format!("{} ({whose})", crate::output::mps_daemon::words(daemon, &pipe, machine)))

@@ -11,9 +11,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::launch::env::Plan;
 use crate::options::size::human;
 use crate::output::mps_daemon;
+use crate::plan::env::Plan;
 use crate::probe::gpu::Answered;
 use crate::probe::gpu::{Gpu, GpuProcess, Machine};
 use crate::process::procfs;

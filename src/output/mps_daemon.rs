@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::launch::env::ControlDaemon;
+use crate::plan::mps_control::ControlDaemon;
 use crate::probe::gpu::Machine;
 
 /// `--list --json`'s `mps_control_daemon`.
@@ -23,11 +23,11 @@ fn found(machine: &Machine) -> Option<(ControlDaemon, PathBuf)> {
     if !machine.vendor.has_mps() {
         return None;
     }
-    let control = crate::launch::env::mps_control_pipe();
-    if crate::launch::env::untrusted_mps_pipe(&control).is_some() {
+    let control = crate::plan::mps_control::mps_control_pipe();
+    if crate::plan::mps_control::untrusted_mps_pipe(&control).is_some() {
         return None;
     }
-    let daemon = crate::launch::env::mps_control_daemon(&control)?;
+    let daemon = crate::plan::mps_control::mps_control_daemon(&control)?;
     Some((daemon, control.parent().unwrap_or(Path::new("/")).to_path_buf()))
 }
 
@@ -48,7 +48,7 @@ pub(crate) fn line(machine: &Machine) -> Option<String> {
 /// client`: the same words in `--doctor` and `--list`. A daemon without a pid file (an older
 /// one reading a FIFO) is said as it is seen.
 pub(crate) fn words(
-    daemon: crate::launch::env::ControlDaemon,
+    daemon: crate::plan::mps_control::ControlDaemon,
     pipe: &Path,
     machine: Option<&Machine>,
 ) -> String {

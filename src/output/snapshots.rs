@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use crate::launch::env::Plan;
 use crate::options::count::Count;
 use crate::output::{history, listing};
+use crate::plan::env::Plan;
 use crate::probe::gpu::{test_gpu, GpuProcess, Machine, Memory, Utilization};
 use crate::reserve::lease::Lease;
 use crate::runtime::Visibility;
@@ -115,7 +115,7 @@ fn snapshot_dry_run() {
     };
     let selection = Selection::new(&machine, &chosen, Count::exactly(1));
     let plan = Plan {
-        variables: crate::launch::env::child_variables(
+        variables: crate::plan::env::child_variables(
             &selection,
             crate::options::VisibleAs::Index,
             true,

@@ -47,6 +47,10 @@ pub(crate) struct Written {
     pub(crate) renumbered: Vec<(String, String)>,
 }
 
+/// The inherited variables a runtime renumbers (`Written::renumbered`), of every runtime:
+/// what the plan must know of the caller's environment to write them.
+pub(crate) const RENUMBERED: &[&str] = &["GPU_DEVICE_ORDINAL", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"];
+
 /// Where a runtime's device nodes are: the files of `folder` whose names start with `prefix`,
 /// and `also`, a node of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

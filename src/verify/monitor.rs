@@ -57,6 +57,30 @@ pub(crate) struct Monitor {
     started: Instant,
 }
 
+/// What verification watches, built by the plan (`Plan::monitor`): the mode, the GPUs, what
+/// was on them before the launch, and what tells the command's processes from others'.
+pub(crate) struct Watching {
+    pub(crate) mode: VerifyMode,
+    /// The chosen devices (NVML indices, MIG device keys).
+    pub(crate) selected: Vec<u32>,
+    /// The GPUs whose processes are listed each poll.
+    pub(crate) watched: Vec<u32>,
+    /// PIDs on any GPU at launch: not the command's.
+    pub(crate) before_launch: HashSet<u32>,
+    /// What gpurun made the command see.
+    pub(crate) visible: Visible,
+    /// `--verify-timeout`.
+    pub(crate) timeout: Duration,
+    /// `--per-rank`: whose each GPU of the group is.
+    pub(crate) owners: Option<crate::rank::Owners>,
+    /// A container run: the file its ID comes in.
+    pub(crate) cidfile: Option<std::path::PathBuf>,
+    /// `--launcher off`: how the launcher left alone overrides the visibility variable.
+    pub(crate) launcher_note: Option<String>,
+    /// `--idle-warn` and the house rule on idle GPUs.
+    pub(crate) idle: IdleRules,
+}
+
 /// What the command was given, and what was there before it.
 struct Given {
     /// gpurun's PID: the root of the command's tree.
@@ -165,22 +189,26 @@ impl Seen {
 }
 
 impl Monitor {
-    pub(crate) fn new(
-        mode: VerifyMode,
-        selected: &[u32],
-        watched: Vec<u32>,
-        before_launch: HashSet<u32>,
-        visible: Visible,
-        timeout: Duration,
-    ) -> Monitor {
+    pub(crate) fn new(watching: Watching) -> Monitor {
+        let Watching { mode, selected, watched, before_launch, visible, timeout, owners, cidfile, .. } =
+            watching;
         let now = Instant::now();
         let whole: Vec<u32> =
             selected.iter().copied().filter(|key| crate::probe::gpu::mig_parts(*key).is_none()).collect();
+        let causes = Causes {
+            visible,
+            // `--per-rank`: the other ranks are the launcher's descendants.
+            launcher: owners.is_some().then(|| nix::unistd::getppid().as_raw() as u32),
+            owners,
+            launcher_note: watching.launcher_note,
+            container: cidfile.map(|cidfile| (cidfile, None)),
+        };
         Monitor {
             mode,
-            given: Given { own_pid: std::process::id(), selected: selected.to_vec(), watched, before_launch },
-            causes: Causes { visible, owners: None, launcher: None, launcher_note: None, container: None },
-            tracker: Tracker::new(selected),
+            tracker: Tracker::new(&selected),
+            peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
+            given: Given { own_pid: std::process::id(), selected, watched, before_launch },
+            causes,
             pace: Pace {
                 interval: FIRST_INTERVAL,
                 next_poll: now + FIRST_INTERVAL,
@@ -188,11 +216,10 @@ impl Monitor {
                 deadline: Some(now + timeout),
             },
             logged: Vec::new(),
-            peak_bytes: selected.iter().map(|gpu| (*gpu, 0)).collect(),
             health: HealthWatch::default(),
             mps: MpsWatch::default(),
             receipt: Receipt::new(&whole).watching_outside(!procfs::in_host_pid_namespace()),
-            idle: IdleWatch::new(IdleRules::default(), now),
+            idle: IdleWatch::new(watching.idle, now),
             started: now,
         }
     }
@@ -262,35 +289,10 @@ impl Monitor {
         }
     }
 
-    /// Idle GPUs are watched by these rules (`--idle-warn`, the house rule).
-    pub(crate) fn for_idle(mut self, rules: IdleRules) -> Monitor {
-        self.idle = IdleWatch::new(rules, self.started);
-        self
-    }
-
     /// The house rule `idle-action = "end"` was crossed since the last call: what ending the
     /// command with `signal` is said as (once).
     pub(crate) fn take_idle_end(&mut self, signal: i32) -> Option<(u32, String)> {
         self.idle.take_end(signal)
-    }
-
-    /// `--per-rank`: a process on another rank's GPU names that rank.
-    pub(crate) fn for_rank(mut self, owners: Option<crate::rank::Owners>) -> Monitor {
-        self.causes.launcher = owners.is_some().then(|| nix::unistd::getppid().as_raw() as u32);
-        self.causes.owners = owners;
-        self
-    }
-
-    /// `--launcher off`: a wrong GPU's cause names the launcher's override.
-    pub(crate) fn for_launcher(mut self, note: Option<String>) -> Monitor {
-        self.causes.launcher_note = note;
-        self
-    }
-
-    /// A container run: its processes are found by the ID the runtime writes to `cidfile`.
-    pub(crate) fn for_container(mut self, cidfile: Option<std::path::PathBuf>) -> Monitor {
-        self.causes.container = cidfile.map(|cidfile| (cidfile, None));
-        self
     }
 
     /// The selected GPUs a process of the tree was seen on.
@@ -658,14 +660,18 @@ mod tests {
     /// chosen GPUs each second and every GPU with the receipt every `SAMPLE_INTERVAL`.
     #[test]
     fn every_gpu_is_listed_until_the_verdict_then_the_chosen_ones_between_samples() {
-        let mut monitor = Monitor::new(
-            VerifyMode::Warn,
-            &[1],
-            vec![0, 1, 2],
-            HashSet::new(),
-            Visible { runtime: crate::runtime::Runtime::Cuda, given: "1".to_owned() },
-            SAMPLE_INTERVAL * 4,
-        );
+        let mut monitor = Monitor::new(Watching {
+            mode: VerifyMode::Warn,
+            selected: vec![1],
+            watched: vec![0, 1, 2],
+            before_launch: HashSet::new(),
+            visible: Visible { runtime: crate::runtime::Runtime::Cuda, given: "1".to_owned() },
+            timeout: SAMPLE_INTERVAL * 4,
+            owners: None,
+            cidfile: None,
+            launcher_note: None,
+            idle: IdleRules::default(),
+        });
         let now = Instant::now();
         monitor.pace.interval = LONGEST_INTERVAL;
         assert_eq!(monitor.next_look(now), (vec![0, 1, 2], true));

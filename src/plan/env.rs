@@ -1,6 +1,7 @@
 //! The selection -> the variables the child gets (DESIGN 6). Everything not listed here passes
 //! through untouched, byte for byte.
 
+use crate::plan::mps_control::{MPS_LOG_DIRECTORY, MPS_PIPE_DIRECTORY};
 use crate::runtime::Address;
 use std::ffi::OsString;
 
@@ -21,10 +22,15 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// The plan for `selection` in this process's environment.
-    pub(crate) fn new(selection: Selection, visible_as: Option<VisibleAs>, framework_env: bool) -> Plan {
+    /// The plan for `selection`, given what the caller's environment holds (`inherited`).
+    pub(crate) fn new(
+        selection: Selection,
+        visible_as: Option<VisibleAs>,
+        framework_env: bool,
+        inherited: &Inherited,
+    ) -> Plan {
         let visible_as = visible_as.unwrap_or(selection.runtime.default_visible_as());
-        let variables = child_variables(&selection, visible_as, framework_env, |name| std::env::var_os(name));
+        let variables = child_variables(&selection, visible_as, framework_env, |name| inherited.get(name));
         let mixed_models = selection.mixed_models();
         Plan { selection, variables, cpus: None, mixed_models }
     }
@@ -41,6 +47,7 @@ impl Plan {
         own_only: bool,
         visible_as: Option<VisibleAs>,
         framework_env: bool,
+        inherited: &Inherited,
     ) -> Plan {
         let requested = crate::options::count::Count::exactly(own.len() as u32);
         let mixed_models = set.mixed_models();
@@ -50,10 +57,10 @@ impl Plan {
             set.runtime,
         );
         if own_only {
-            return Plan { mixed_models, ..Plan::new(own, visible_as, framework_env) };
+            return Plan { mixed_models, ..Plan::new(own, visible_as, framework_env, inherited) };
         }
-        let mut plan = Plan::new(set, visible_as, framework_env);
-        let alone = Plan::new(own.clone(), visible_as, framework_env);
+        let mut plan = Plan::new(set, visible_as, framework_env, inherited);
+        let alone = Plan::new(own.clone(), visible_as, framework_env, inherited);
         for name in ["GPURUN_GPUS", "GPURUN_GPU_UUIDS"] {
             if let (Some(slot), Some(value)) =
                 (plan.variables.iter_mut().find(|(n, _)| n == name), alone.variable(name))
@@ -71,6 +78,34 @@ impl Plan {
     }
 }
 
+/// The caller's variables the plan reads where it writes the command's: a framework default
+/// the user set (the user's value wins), those a runtime renumbers, and the MPS directories.
+/// Read once, in resolution: the plan itself reads no environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Inherited {
+    values: Vec<(String, OsString)>,
+}
+
+impl Inherited {
+    /// Every variable the plan may ask about.
+    pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+        let framework = FRAMEWORK_DEFAULTS.iter().map(|(name, _)| *name);
+        let mps = ["CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"];
+        framework.chain(crate::runtime::RENUMBERED.iter().copied()).chain(mps)
+    }
+
+    /// The values `read` gives for the plan's variables.
+    pub(crate) fn read(read: impl Fn(&str) -> Option<OsString>) -> Inherited {
+        Inherited {
+            values: Inherited::names().filter_map(|name| Some((name.to_owned(), read(name)?))).collect(),
+        }
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<OsString> {
+        self.values.iter().find(|(n, _)| n == name).map(|(_, value)| value.clone())
+    }
+}
+
 /// `--mps`: what the command gets as a client of its user's MPS server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MpsJoin {
@@ -80,128 +115,17 @@ pub(crate) struct MpsJoin {
     pub(crate) pinned_bytes: Option<u64>,
 }
 
-/// NVIDIA's defaults for the MPS pipe and log directories (nvidia-cuda-mps-control(1)).
-const MPS_PIPE_DIRECTORY: &str = "/tmp/nvidia-mps";
-const MPS_LOG_DIRECTORY: &str = "/var/log/nvidia-mps";
-
-/// The MPS control daemon's pipe a client of this user would use: `control` in
-/// CUDA_MPS_PIPE_DIRECTORY, else in NVIDIA's default directory.
-pub(crate) fn mps_control_pipe() -> std::path::PathBuf {
-    let directory = std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").filter(|dir| !dir.is_empty());
-    std::path::PathBuf::from(directory.unwrap_or_else(|| MPS_PIPE_DIRECTORY.into())).join("control")
-}
-
-/// Why an MPS client of this user must not connect through `control` (the pipe `--mps` would
-/// use): its directory or the pipe belongs to another user than the caller or root, or the
-/// directory can be written by others without the sticky bit (who could put their own pipe
-/// there). A client's CUDA
-/// context goes to whichever server that pipe's daemon starts: another user's, holding the
-/// job's memory and its faults. `None`: it is safe, or there is none (nothing to connect to).
-pub(crate) fn untrusted_mps_pipe(control: &std::path::Path) -> Option<String> {
-    use nix::sys::stat::{lstat, stat, Mode};
-    let caller = nix::unistd::getuid().as_raw();
-    let directory = control.parent().unwrap_or(std::path::Path::new("/"));
-    let trusted = |uid: u32| uid == caller || uid == 0;
-    let owner = |uid: u32| crate::process::procfs::user_name(uid);
-    // The directory a client would use: a symlink's target (a link of the caller's to another
-    // user's directory is that user's directory).
-    let Ok(dir) = stat(directory) else { return None };
-    if !trusted(dir.st_uid) {
-        return Some(format!(
-            "the MPS pipe directory {} belongs to user {}: an MPS client of yours would connect to that \
-             user's control daemon and server",
-            directory.display(),
-            owner(dir.st_uid)
-        ));
-    }
-    let mode = Mode::from_bits_truncate(dir.st_mode);
-    // Sticky (as /tmp): others may add names, not replace the control pipe, checked below.
-    if mode.intersects(Mode::S_IWGRP | Mode::S_IWOTH) && !mode.contains(Mode::S_ISVTX) {
-        return Some(format!(
-            "the MPS pipe directory {} can be written by others (mode {:o}): anyone could put their own \
-             control pipe there",
-            directory.display(),
-            dir.st_mode & 0o7777
-        ));
-    }
-    match lstat(control) {
-        Ok(pipe) if !trusted(pipe.st_uid) => Some(format!(
-            "the MPS control pipe {} belongs to user {}: an MPS client of yours would connect to that \
-             user's daemon and server",
-            control.display(),
-            owner(pipe.st_uid)
-        )),
-        _ => None,
-    }
-}
-
-/// The MPS control daemon that serves a pipe directory: its PID where its pid file names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ControlDaemon {
-    pub(crate) pid: Option<u32>,
-    /// Whose: the caller's, or root's (a system daemon, which starts each user's server as
-    /// that user).
-    pub(crate) uid: Option<u32>,
-}
-
-/// The daemon's pid file in its pipe directory (nvidia-cuda-mps-control(1)).
-const MPS_PID_FILE: &str = "nvidia-cuda-mps-control.pid";
-
-/// Whether an MPS control daemon serves `control`, and which. The real daemon (driver 580)
-/// makes `control` a Unix socket and starts no server until the first client connects: it
-/// serves when its pid file (the caller's or root's) names a live `nvidia-cuda-mps-control` of
-/// the caller's or root's (under hidepid=2, where a user cannot see root's processes: a live
-/// process named in a pid file of root's). Older daemons read a FIFO: that one serves while a
-/// reader holds it. Nothing is connected to or written. Who owns the pipe itself is
-/// `untrusted_mps_pipe`'s.
-pub(crate) fn mps_control_daemon(control: &std::path::Path) -> Option<ControlDaemon> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let caller = nix::unistd::getuid().as_raw();
-    let trusted = |uid: u32| uid == caller || uid == 0;
-    let directory = control.parent()?;
-    let pid_file = directory.join(MPS_PID_FILE);
-    let daemon = std::fs::symlink_metadata(&pid_file)
-        .ok()
-        .filter(|meta| meta.is_file() && trusted(meta.uid()))
-        .and_then(|_| crate::process::stdio::read_small_file(&pid_file, 32))
-        .and_then(|text| text.trim().parse::<u32>().ok())
-        .filter(|&pid| pid > 1)
-        .and_then(|pid| match crate::process::procfs::uid_of(pid) {
-            Some(uid) => {
-                let command = crate::process::procfs::command_line(pid);
-                let daemon = crate::probe::mps::runs(command.as_deref(), "nvidia-cuda-mps-control");
-                (trusted(uid) && daemon).then_some(ControlDaemon { pid: Some(pid), uid: Some(uid) })
-            }
-            // /proc hides it (hidepid=2: a system daemon of root's, seen by a user): a live
-            // process of another user's (kill(0) says EPERM, never ESRCH) whose pid file root
-            // wrote is root's daemon.
-            None => {
-                let root_wrote = std::fs::symlink_metadata(&pid_file).is_ok_and(|meta| meta.uid() == 0);
-                let hidden = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
-                    == Err(nix::errno::Errno::EPERM);
-                (root_wrote && hidden).then_some(ControlDaemon { pid: Some(pid), uid: Some(0) })
-            }
-        });
-    let kind = std::fs::symlink_metadata(control).ok()?.file_type();
-    if kind.is_socket() {
-        return daemon;
-    }
-    match kind.is_fifo() && crate::process::stdio::fifo_has_reader(control) == Some(true) {
-        true => Some(daemon.unwrap_or(ControlDaemon { pid: None, uid: None })),
-        false => None,
-    }
-}
-
 impl Plan {
     /// Makes the command an MPS client: its directories passed on (the caller's, or NVIDIA's
     /// defaults), and the thread share and pinned memory asked for. `devices`: how many it
     /// sees (the client's ordinals 0..n, each with the same limit).
-    pub(crate) fn join_mps(&mut self, mps: &MpsJoin, inherited: impl Fn(&str) -> Option<OsString>) {
+    pub(crate) fn join_mps(&mut self, mps: &MpsJoin, inherited: &Inherited) {
         let devices = self.variable("CUDA_VISIBLE_DEVICES").map_or(0, |list| list.split(',').count());
         for (name, default) in
             [("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DIRECTORY), ("CUDA_MPS_LOG_DIRECTORY", MPS_LOG_DIRECTORY)]
         {
-            let value = inherited(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty());
+            let value =
+                inherited.get(name).map(|v| v.to_string_lossy().into_owned()).filter(|v| !v.is_empty());
             self.variables.push((name.to_owned(), value.unwrap_or_else(|| default.to_owned())));
         }
         if let Some(percent) = mps.threads {
@@ -316,15 +240,15 @@ mod tests {
         let gpus: Vec<Gpu> = (0..8).map(test_gpu).collect();
         let set = Selection::new(&machine_of(&gpus), &[2, 3, 4, 5], Count::exactly(4));
         for rank in 0..4usize {
-            let plan = Plan::for_rank(set.clone(), rank..rank + 1, false, None, true);
+            let plan = Plan::for_rank(set.clone(), rank..rank + 1, false, None, true, &Inherited::default());
             assert_eq!(plan.variable("CUDA_VISIBLE_DEVICES"), Some("2,3,4,5"));
             assert_eq!(plan.variable("GPURUN_GPUS"), Some((rank + 2).to_string().as_str()));
             assert_eq!(plan.selection.indices(), vec![rank as u32 + 2]);
-            let own = Plan::for_rank(set.clone(), rank..rank + 1, true, None, true);
+            let own = Plan::for_rank(set.clone(), rank..rank + 1, true, None, true, &Inherited::default());
             assert_eq!(own.variable("CUDA_VISIBLE_DEVICES"), Some((rank + 2).to_string().as_str()));
         }
         // Two per rank: rank 1 has positions 2 and 3.
-        let plan = Plan::for_rank(set, 2..4, false, None, true);
+        let plan = Plan::for_rank(set, 2..4, false, None, true, &Inherited::default());
         assert_eq!(plan.variable("GPURUN_GPUS"), Some("4,5"));
         assert_eq!(plan.variable("CUDA_VISIBLE_DEVICES"), Some("2,3,4,5"));
     }

@@ -20,9 +20,9 @@ use std::ffi::OsString;
 use std::ops::Range;
 use std::path::PathBuf;
 
-use crate::launch::accelerate_config::{self, AccelerateConfig};
-use crate::launch::launcher_options::{read_options, Given, ACCELERATE, DEEPSPEED};
 use crate::options::wrappers::{after_options, base, inner_start, is_python};
+use crate::plan::accelerate_config::{self, AccelerateConfig};
+use crate::plan::launcher_options::{read_options, Given, ACCELERATE, DEEPSPEED};
 
 /// Which launcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,8 +12,8 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use crate::launch::container_options::{self as tables, ClientOption};
 use crate::options::ContainerUse;
+use crate::plan::container_options::{self as tables, ClientOption};
 
 /// The container client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,39 +1,77 @@
-//! The plan: what the command gets, built once from the resolved settings and the acquisition,
-//! and matched on by every later stage: its GPUs, variables and CPUs (`launch::env::Plan`),
-//! where it runs (`Target`), and its rank in a `--per-rank` group.
+//! What the command is and gets, before anything runs: the container run (`container`) or
+//! launcher (`launchers`) it is, recognised in resolution, and the plan, built once from the
+//! resolved settings and the acquisition and matched on by every later stage: its GPUs,
+//! variables and CPUs (`env::Plan`, `affinity`), where it runs (`Target`), its rank in a
+//! `--per-rank` group, and each stage's input (`monitoring`, `supervised`, `placement`).
+//! `launch/` runs it; config/, output/ and launch/ read it.
+
+pub(crate) mod accelerate_config;
+pub(crate) mod affinity;
+pub(crate) mod container;
+pub(crate) mod container_options;
+pub(crate) mod env;
+pub(crate) mod launcher_options;
+pub(crate) mod launchers;
+pub(crate) mod mps_control;
+pub(crate) mod supervision;
 
 use std::ffi::OsString;
 
-use crate::launch::affinity;
-use crate::launch::container::{self, CidUse, ContainerRun, Prepared};
-use crate::launch::env;
-use crate::launch::launchers::{Chosen, LauncherError, LauncherRun};
+use crate::options::size::Threshold;
 use crate::options::{ContainerUse, CpuBind, VisibleAs};
+use crate::plan::container::{CidUse, ContainerRun, Prepared};
+use crate::plan::launchers::{Chosen, LauncherError, LauncherRun};
+use crate::plan::supervision::Supervision;
 use crate::probe::gpu::Machine;
 use crate::rank::{Owners, PerRank};
+use crate::runtime::Visible;
 use crate::select::selection::Selection;
+use crate::verify::ending::Launched;
+use crate::verify::job::JobIdentity;
+use crate::verify::monitor::{Monitor, Watching};
+use crate::verify::report::{Placement, RankReport};
 
-/// What the plan is built from: the resolved settings that shape what the command gets.
-pub(crate) struct PlanInput<'a> {
+/// The resolved settings that shape what the command gets and where it runs, built once in
+/// resolution (`Config::shaping`).
+#[derive(Debug, Clone)]
+pub(crate) struct Shaping {
     pub(crate) visible_as: Option<VisibleAs>,
     pub(crate) framework_env: bool,
     pub(crate) cpu_bind: CpuBind,
     /// `--cpu-bind` was given (not `--per-rank`'s default).
     pub(crate) cpu_bind_asked: bool,
-    pub(crate) per_rank: Option<&'a PerRank>,
-    /// The container run the command is, and `--container`.
-    pub(crate) container: Option<(&'a ContainerRun, ContainerUse)>,
-    /// The command shown (a dry run) or launched (with or without `--exec`), and so what
-    /// becomes of a container's ID file; none for a listing or an export.
-    pub(crate) command: Option<(&'a [OsString], CidUse)>,
+    /// `--per-rank`: this rank, and what the group asks for.
+    pub(crate) per_rank: Option<PerRank>,
+    /// The container run the command is (checked in resolution: a conflict is refused before
+    /// anything is probed or started), and `--container`.
+    pub(crate) container: Option<(ContainerRun, ContainerUse)>,
     /// `--mps`: the command joins its user's MPS server.
-    pub(crate) mps: Option<&'a env::MpsJoin>,
+    pub(crate) mps: Option<env::MpsJoin>,
     /// The launcher the command is (`deepspeed`, `accelerate launch`), unless `--launcher off`.
-    pub(crate) launcher: Option<&'a LauncherRun>,
+    pub(crate) launcher: Option<LauncherRun>,
     /// `--launcher off`: how the launcher left alone overrides CUDA_VISIBLE_DEVICES, if it does.
     pub(crate) launcher_note: Option<String>,
     /// What the plan needs of gpurun's own environment and process, read in resolution.
-    pub(crate) surroundings: &'a Surroundings,
+    pub(crate) surroundings: Surroundings,
+}
+
+/// What the user asked that the run's end reports and keeps: the `--min-free` applied, the
+/// option words (for the history), and what `--min-free auto` decided, and why.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Asked {
+    pub(crate) min_free: Option<Threshold>,
+    pub(crate) request_text: String,
+    pub(crate) sizing: Option<String>,
+}
+
+/// What the plan is built from.
+pub(crate) struct PlanInput<'a> {
+    pub(crate) shaping: &'a Shaping,
+    /// The command shown (a dry run) or launched (with or without `--exec`), and so what
+    /// becomes of a container's ID file; none for a listing, an export or a hold.
+    pub(crate) command: Option<(&'a [OsString], CidUse)>,
+    pub(crate) supervision: &'a Supervision,
+    pub(crate) asked: Asked,
 }
 
 /// What a plan needs of gpurun's own environment and process, read once in resolution
@@ -44,8 +82,9 @@ pub(crate) struct Surroundings {
     pub(crate) slurm_mps: bool,
     /// gpurun's own CPUs, within which `--cpu-bind numa` binds (read only for it).
     pub(crate) own_cpus: Vec<u32>,
-    /// The inherited CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY, for `--mps`.
-    pub(crate) mps_directories: Vec<(String, OsString)>,
+    /// The caller's variables the command's are written from (a framework default the user
+    /// set, those a runtime renumbers, the MPS directories).
+    pub(crate) inherited: env::Inherited,
 }
 
 /// Why no plan could be made.
@@ -129,12 +168,17 @@ pub(crate) struct Member {
     pub(crate) owners: Owners,
 }
 
+/// What the command gets, and everything each later stage takes its input from.
 pub(crate) struct Plan {
     pub(crate) gpus: env::Plan,
     pub(crate) target: Target,
     pub(crate) rank: Option<Member>,
     /// `--launcher off`: why the launcher's ranks may land elsewhere (a wrong-gpu's cause).
     pub(crate) launcher_note: Option<String>,
+    /// The command as the user gave it (empty for a listing, an export or a hold).
+    asked_command: Vec<OsString>,
+    pub(crate) supervision: Supervision,
+    pub(crate) asked: Asked,
 }
 
 impl Plan {
@@ -144,15 +188,16 @@ impl Plan {
         machine: &Machine,
         selection: Selection,
     ) -> Result<Plan, PlanError> {
-        let rank = input.per_rank.map(|per_rank| Member {
+        let shaping = input.shaping;
+        let rank = shaping.per_rank.as_ref().map(|per_rank| Member {
             owners: Owners::new(&selection.indices(), per_rank),
             per_rank: per_rank.clone(),
         });
         // An MPS server numbers the devices its own way: a client is given them by UUID (so is
         // the client Slurm's MPS allocation makes, whose server was started on its GPU).
-        let visible_as = match (input.mps, input.surroundings.slurm_mps) {
+        let visible_as = match (&shaping.mps, shaping.surroundings.slurm_mps) {
             (Some(_), _) | (None, true) => Some(VisibleAs::Uuid),
-            (None, false) => input.visible_as,
+            (None, false) => shaping.visible_as,
         };
         let mut gpus = match &rank {
             Some(Member { per_rank, .. }) => env::Plan::for_rank(
@@ -160,29 +205,29 @@ impl Plan {
                 per_rank.own(),
                 per_rank.own_only,
                 visible_as,
-                input.framework_env,
+                shaping.framework_env,
+                &shaping.surroundings.inherited,
             ),
-            None => env::Plan::new(selection, visible_as, input.framework_env),
+            None => {
+                env::Plan::new(selection, visible_as, shaping.framework_env, &shaping.surroundings.inherited)
+            }
         };
-        if let (Some(mps), false) = (input.mps, gpus.selection.is_empty()) {
-            let inherited = &input.surroundings.mps_directories;
-            gpus.join_mps(mps, |name| {
-                inherited.iter().find(|(n, _)| n == name).map(|(_, value)| value.clone())
-            });
+        if let (Some(mps), false) = (&shaping.mps, gpus.selection.is_empty()) {
+            gpus.join_mps(mps, &shaping.surroundings.inherited);
         }
-        if input.cpu_bind == CpuBind::Numa {
-            let own = &input.surroundings.own_cpus;
-            gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, own, input.cpu_bind_asked);
+        if shaping.cpu_bind == CpuBind::Numa {
+            let own = &shaping.surroundings.own_cpus;
+            gpus.cpus = affinity::numa_cpus(&gpus.selection, machine, own, shaping.cpu_bind_asked);
         }
-        let target = match (input.container, input.command) {
+        let target = match (&shaping.container, input.command) {
             (Some(_), Some(_)) if !gpus.selection.runtime.runs_in_containers() => {
                 return Err(PlanError::NotInContainers);
             }
             (Some((run, mode)), Some((command, cid))) if !gpus.selection.is_empty() => {
-                let prepared = in_container(run, mode, command, input.framework_env, &mut gpus, cid)?;
+                let prepared = in_container(run, *mode, command, shaping.framework_env, &mut gpus, cid)?;
                 Target::Container(Box::new(prepared))
             }
-            (None, Some((command, _))) if !gpus.selection.is_empty() => match input.launcher {
+            (None, Some((command, _))) if !gpus.selection.is_empty() => match &shaping.launcher {
                 Some(launcher) => match launcher.hand_over(command, &chosen_for(&gpus))? {
                     Some(rewritten) => Target::Launcher(rewritten),
                     None => Target::Host,
@@ -191,15 +236,80 @@ impl Plan {
             },
             _ => Target::Host,
         };
-        Ok(Plan { gpus, target, rank, launcher_note: input.launcher_note.clone() })
+        Ok(Plan {
+            gpus,
+            target,
+            rank,
+            launcher_note: shaping.launcher_note.clone(),
+            asked_command: input.command.map(|(command, _)| command.to_vec()).unwrap_or_default(),
+            supervision: input.supervision.clone(),
+            asked: input.asked.clone(),
+        })
     }
 
-    /// The command as it is run: a container run's with gpurun's options in it.
-    pub(crate) fn command<'a>(&'a self, asked: &'a [OsString]) -> &'a [OsString] {
+    /// The command as it is run: a container run's with gpurun's options in it, a launcher's
+    /// with gpurun's choice in its flags.
+    pub(crate) fn command(&self) -> &[OsString] {
         match &self.target {
             Target::Container(prepared) => &prepared.command,
             Target::Launcher(rewritten) => rewritten,
-            Target::Host => asked,
+            Target::Host => &self.asked_command,
+        }
+    }
+
+    /// Verification's input: the plan's GPUs (on a GPU in MIG mode, its MIG devices, whose
+    /// processes it lists again), what NVML showed on any GPU before the launch (not the
+    /// command's), and what tells the command's processes from others'.
+    pub(crate) fn monitor(&self, machine: &Machine) -> Monitor {
+        let watched = machine
+            .devices()
+            .filter(|gpu| gpu.error.is_none() && !gpu.in_mig_mode())
+            .map(|gpu| gpu.index)
+            .collect();
+        let before_launch =
+            machine.devices().flat_map(|gpu| gpu.processes.iter().flatten().map(|p| p.pid)).collect();
+        let runtime = self.gpus.selection.runtime;
+        let given = self.gpus.variable(runtime.visibility_variable()).unwrap_or_default().to_owned();
+        Monitor::new(Watching {
+            mode: self.supervision.verify,
+            selected: self.gpus.selection.indices(),
+            watched,
+            before_launch,
+            visible: Visible { runtime, given },
+            timeout: self.supervision.verify_timeout,
+            owners: self.rank.as_ref().map(|member| member.owners.clone()),
+            cidfile: self.target.cidfile(),
+            launcher_note: self.launcher_note.clone(),
+            idle: self.supervision.idle.clone(),
+        })
+    }
+
+    /// The run's end's first half: what the launch knew before the command started.
+    pub(crate) fn launched<'a>(&'a self, machine: &'a Machine, job: &'a JobIdentity) -> Launched<'a> {
+        Launched {
+            command: self.command(),
+            selection: &self.gpus.selection,
+            machine,
+            min_free: self.asked.min_free,
+            verify_timeout: self.supervision.verify_timeout,
+            job,
+        }
+    }
+
+    /// Where the plan ran the command, for the report.
+    pub(crate) fn placement(&self) -> Placement {
+        Placement {
+            cpus: self.gpus.cpus.as_deref().map(crate::options::cpus::list),
+            min_free: self.asked.sizing.clone(),
+            container: self.target.report(),
+            rank: self.rank.as_ref().map(|Member { per_rank, owners }| RankReport {
+                local_rank: per_rank.rank.local_rank,
+                local_size: per_rank.rank.local_size,
+                launcher: per_rank.rank.launcher.to_owned(),
+                group: per_rank.rank.job.clone(),
+                node: per_rank.rank.node.clone(),
+                group_gpus: owners.gpus.iter().map(|(index, _)| *index).collect(),
+            }),
         }
     }
 
