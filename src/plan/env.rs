@@ -218,17 +218,7 @@ mod tests {
     use crate::probe::gpu::{test_gpu, Gpu};
 
     fn machine_of(gpus: &[Gpu]) -> crate::probe::gpu::Machine {
-        crate::probe::gpu::Machine {
-            vendor: Default::default(),
-            also_amd_gpus: None,
-            driver_version: None,
-            cuda_driver_version: None,
-            gpus: gpus.to_vec(),
-            migs: Vec::new(),
-            topology: None,
-            excluded: Vec::new(),
-            confidential_computing: None,
-        }
+        crate::probe::gpu::Machine::of(Default::default(), gpus.to_vec())
     }
 
     fn none(_: &str) -> Option<OsString> {

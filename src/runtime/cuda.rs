@@ -226,17 +226,7 @@ mod tests {
     use crate::probe::gpu::{test_gpu, test_mig};
 
     fn on(gpus: &[Gpu]) -> Machine {
-        Machine {
-            vendor: Default::default(),
-            also_amd_gpus: None,
-            driver_version: None,
-            cuda_driver_version: None,
-            gpus: gpus.to_vec(),
-            migs: Vec::new(),
-            topology: None,
-            excluded: Vec::new(),
-            confidential_computing: None,
-        }
+        Machine::of(Default::default(), gpus.to_vec())
     }
 
     #[test]
