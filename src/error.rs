@@ -38,7 +38,7 @@ pub(crate) enum Error {
     Output(std::io::Error),
     #[error(transparent)]
     Launch(#[from] LaunchError),
-    #[error("cannot start the NVML thread: {0}")]
+    #[error("cannot start the probe thread: {0}")]
     Thread(std::io::Error),
     /// A signal that ends gpurun arrived before the command started; gpurun dies by it once
     /// everything it holds is released.

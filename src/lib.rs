@@ -88,7 +88,7 @@ fn select(
     receiver: &Receiver,
     holder: Option<crate::process::holder::Report>,
 ) -> Result<Exit, Error> {
-    let (mut nvml, acquired) = acquire(config, receiver)?;
+    let (mut prober, acquired) = acquire(config, receiver)?;
     let Acquisition { machine, decision, chosen, leases, live, queue, group } = acquired;
     let sizing = match &decision.min_free_note {
         Some((_, note)) => {
@@ -114,15 +114,15 @@ fn select(
         Goal::List { json, links, watch: None } => show(listing_text(&seen, *json, *links)),
         Goal::List { json, links, watch: Some(every) } => {
             let first = listing_text(&seen, *json, *links);
-            let nvml = nvml.as_mut().expect("a listing probes NVML");
-            Ok(watch_list(config, nvml, receiver, (*json, *links, *every), first))
+            let prober = prober.as_mut().expect("a listing probes NVML");
+            Ok(watch_list(config, prober, receiver, (*json, *links, *every), first))
         }
         Goal::DryRun { json, command } => dry_run(&seen, command, plan, *json),
         Goal::Export => show(env::export_lines(&plan.map_err(Error::NotEnoughGpus)?.gpus.variables)),
         Goal::Run { .. } => {
             let plan = plan.map_err(Error::NotEnoughGpus)?;
             let held = Held { leases, group };
-            Ok(crate::launch::run_command(&plan, &machine, held, nvml.as_mut(), receiver)?)
+            Ok(crate::launch::run_command(&plan, &machine, held, prober.as_mut(), receiver)?)
         }
         Goal::Hold { duration, for_pid } => {
             let plan = plan.map_err(Error::NotEnoughGpus)?;
@@ -244,7 +244,7 @@ fn listing_text(seen: &Seen, json: bool, links: bool) -> String {
 /// refresh; a probe that fails is said in its frame, and the next one tries again.
 fn watch_list(
     config: &Config,
-    nvml: &mut ProbeThread,
+    prober: &mut ProbeThread,
     receiver: &Receiver,
     (json, links, every): (bool, bool, std::time::Duration),
     first: String,
@@ -254,7 +254,7 @@ fn watch_list(
         if let Some(first) = first.take() {
             return first;
         }
-        match acquire::acquire(nvml, receiver, &Inherited::from_env(), &config.acquire_options()) {
+        match acquire::acquire(prober, receiver, &Inherited::from_env(), &config.acquire_options()) {
             Ok(acquired) => {
                 let seen = Seen {
                     config,
@@ -346,8 +346,8 @@ fn show_history(json: bool, pattern: Option<&str>) -> Result<Exit, Error> {
 
 /// `--doctor`: its findings on stdout; 125 when NVML is unusable.
 fn doctor(config: &Config, receiver: &Receiver) -> Result<Exit, Error> {
-    let mut nvml = ProbeThread::start().map_err(Error::Thread)?;
-    let diagnosis = doctor::examine(&mut nvml, receiver, config).map_err(Error::Interrupted)?;
+    let mut prober = ProbeThread::start().map_err(Error::Thread)?;
+    let diagnosis = doctor::examine(&mut prober, receiver, config).map_err(Error::Interrupted)?;
     // On a terminal a finding wraps under its text (after "  PROBLEM  "), never at the edge.
     let text = match process::stdio::terminal_columns(std::os::fd::AsFd::as_fd(&std::io::stdout())) {
         Some(columns) => {
@@ -367,15 +367,15 @@ fn acquire(config: &Config, receiver: &Receiver) -> Result<(Option<ProbeThread>,
     if config.request.count.is_none() && !looking {
         return Ok((None, Acquisition::no_gpu(config.request.count)));
     }
-    let mut nvml = ProbeThread::start().map_err(Error::Thread)?;
-    let acquired = nvml
+    let mut prober = ProbeThread::start().map_err(Error::Thread)?;
+    let acquired = prober
         .open(config.libraries_to_open(), receiver, config.nvml_timeout)
         .map_err(AcquireError::from)
         .and_then(|()| {
-            acquire::acquire(&mut nvml, receiver, &Inherited::from_env(), &config.acquire_options())
+            acquire::acquire(&mut prober, receiver, &Inherited::from_env(), &config.acquire_options())
         });
     match acquired {
-        Ok(acquisition) => Ok((Some(nvml), acquisition)),
+        Ok(acquisition) => Ok((Some(prober), acquisition)),
         Err(AcquireError::Stalled(why)) if config.request.fallback == Some(Fallback::Cpu) && !looking => {
             tracing::warn!("{why}; running with no GPU visible (--fallback cpu)");
             Ok((None, Acquisition::no_gpu(config.request.count)))

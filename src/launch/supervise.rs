@@ -1,6 +1,6 @@
 //! The supervisor loop, on gpurun's main thread: signals, reaping, job-control stops and
 //! `--kill-after` are handled here and never wait for NVML. Verification's NVML calls run on
-//! the NVML thread; this loop only hands it a poll when one is due and takes the answer when it
+//! the probe thread; this loop only hands it a poll when one is due and takes the answer when it
 //! comes. When the command ends, the loop ends, whatever NVML is doing.
 
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use crate::verify::monitor::{Monitor, SLOW_CALL};
 
 /// Verification beside supervision: the monitor and the thread that makes its NVML calls.
 pub(crate) struct Watch<'a> {
-    nvml: &'a mut ProbeThread,
+    prober: &'a mut ProbeThread,
     /// Where polling goes on once a call that is not a process list hung the thread before.
     spare: Option<ProbeThread>,
     /// What hung calls made the watch give up: the spare's session watches no Xid events, and
@@ -44,10 +44,10 @@ const LAST_XIDS_MOST: Duration = Duration::from_secs(1);
 
 impl<'a> Watch<'a> {
     /// Starts watching: the receipt's first reading (the energy and throttle counters as the
-    /// command starts) is the NVML thread's first job.
-    pub(crate) fn new(nvml: &'a mut ProbeThread, monitor: Monitor) -> Watch<'a> {
-        nvml.send(Job::Meter(monitor.meter(true)));
-        Watch { nvml, spare: None, xids_given_up: false, receipt_given_up: false, monitor }
+    /// command starts) is the probe thread's first job.
+    pub(crate) fn new(prober: &'a mut ProbeThread, monitor: Monitor) -> Watch<'a> {
+        prober.send(Job::Meter(monitor.meter(true)));
+        Watch { prober, spare: None, xids_given_up: false, receipt_given_up: false, monitor }
     }
 
     /// What the receipt asks of a poll: nothing once a receipt call hung.
@@ -59,7 +59,7 @@ impl<'a> Watch<'a> {
         }
     }
 
-    /// Takes the NVML thread's answer, if one has come. Returns a wrong-gpu detail when
+    /// Takes the probe thread's answer, if one has come. Returns a wrong-gpu detail when
     /// `--verify strict` must end the command.
     fn take_answer(&mut self) -> Option<String> {
         match self.thread().try_answer()? {
@@ -80,12 +80,12 @@ impl<'a> Watch<'a> {
     fn thread(&mut self) -> &mut ProbeThread {
         match &mut self.spare {
             Some(spare) => spare,
-            None => self.nvml,
+            None => self.prober,
         }
     }
 
     fn thread_ref(&self) -> &ProbeThread {
-        self.spare.as_ref().unwrap_or(self.nvml)
+        self.spare.as_ref().unwrap_or(self.prober)
     }
 
     /// After the command ended: the poll that was still out (waited for while NVML answers),
@@ -186,7 +186,7 @@ impl<'a> Watch<'a> {
         if !news {
             return;
         }
-        let Some(spare) = self.nvml.without_xids() else { return };
+        let Some(spare) = self.prober.without_xids() else { return };
         let what = match (receipt, self.xids_given_up) {
             (true, false) => "the receipt (energy, power, utilization, throttling) and Xid errors are",
             (true, true) => "the receipt (energy, power, utilization, throttling) is",

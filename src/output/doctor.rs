@@ -50,7 +50,7 @@ impl Out {
 
 /// The findings. `Err(signal)`: a signal that ends gpurun arrived while NVML was asked.
 pub(crate) fn examine(
-    nvml: &mut ProbeThread,
+    prober: &mut ProbeThread,
     receiver: &Receiver,
     config: &Config,
 ) -> Result<Diagnosis, i32> {
@@ -61,11 +61,12 @@ pub(crate) fn examine(
     let mut usable = false;
     let mut machine = None;
     // (the failure, and whether the library had opened)
-    let probed = nvml
+    let probed = prober
         .open(config.libraries_to_open(), receiver, timeout)
         .map_err(|failure| (failure, false))
         .and_then(|()| {
-            nvml.probe(receiver, timeout, None, &mut |_| {}, crate::probe::Needs::ALL)
+            prober
+                .probe(receiver, timeout, None, &mut |_| {}, crate::probe::Needs::ALL)
                 .map_err(|failure| (failure, true))
         });
     match probed {

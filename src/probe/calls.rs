@@ -41,7 +41,7 @@ impl std::fmt::Display for Call {
     }
 }
 
-/// Shared between the NVML thread, which records each call it makes, and the main thread,
+/// Shared between the probe thread, which records each call it makes, and the main thread,
 /// which reads it when a call does not come back.
 #[derive(Clone, Default)]
 pub(crate) struct Calls(Arc<Mutex<Inflight>>);

@@ -1,5 +1,5 @@
 //! What a chosen GPU drew and did while the command ran (the receipt, DESIGN 9), as NVML
-//! reads it: plain data, read by `nvml::Session::meter` on the NVML thread.
+//! reads it: plain data, read by `nvml::Session::meter` on the probe thread.
 //!
 //! Each poll reads what a running figure needs (power, utilization, the clock event reasons);
 //! the counters that only make sense as a difference (energy, the throttle nanoseconds) and

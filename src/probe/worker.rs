@@ -1,4 +1,4 @@
-//! gpurun's NVML thread. NVML calls can hang (a GPU off the bus, a wedged driver, a cold driver
+//! gpurun's probe thread. NVML calls can hang (a GPU off the bus, a wedged driver, a cold driver
 //! without persistence mode), so none is made on the main thread: it sends one job at a time to
 //! this thread and waits for the answer beside its signals, with a deadline. While a call
 //! hangs, the main thread keeps forwarding signals, reaping and exiting; at the end of the run
@@ -153,7 +153,7 @@ impl ProbeThread {
     pub(crate) fn without_xids(&self) -> Option<ProbeThread> {
         let library = *self.opened.get()?;
         let spare = ProbeThread::start_on(Arc::new(OnceLock::from(library)));
-        spare.inspect_err(|error| tracing::debug!("no spare NVML thread: {error}")).ok()
+        spare.inspect_err(|error| tracing::debug!("no spare probe thread: {error}")).ok()
     }
 
     fn start_on(opened: Arc<OnceLock<Opened>>) -> std::io::Result<ProbeThread> {
@@ -358,7 +358,7 @@ impl ProbeThread {
 /// While `--wait` waits on a probe that does not answer, it says so this often.
 const WAITING_NOTE_EVERY: Duration = Duration::from_secs(5);
 
-/// Why the NVML thread gave no usable answer.
+/// Why the probe thread gave no usable answer.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Failure {
     #[error(transparent)]

@@ -2,7 +2,7 @@
 //! this signal, exactly once.
 //!
 //! Not through PR_SET_PDEATHSIG in the command: that signal is sent each time the command is
-//! reparented, and gpurun has more than one thread (its NVML thread, and any thread the NVML
+//! reparented, and gpurun has more than one thread (its probe thread, and any thread the NVML
 //! library starts), so a dying gpurun would hand the command the signal once per thread that
 //! outlived the one that forked it. Instead a small watcher process, started once the command
 //! exists (before gpurun tells it to go), holds the read end of a pipe whose write end only

@@ -22,7 +22,7 @@ pub(crate) enum Forked {
 /// The holder's end of the pipe to the caller.
 pub(crate) struct Report(std::fs::File);
 
-/// Forks the holder. Call before any thread exists (the NVML thread starts in the holder).
+/// Forks the holder. Call before any thread exists (the probe thread starts in the holder).
 pub(crate) fn fork() -> std::io::Result<Forked> {
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     // SAFETY: no other thread exists yet (the caller's contract), so the child may run any code.

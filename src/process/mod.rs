@@ -16,7 +16,7 @@ pub(crate) mod stdio;
 pub(crate) mod vm_child;
 pub(crate) mod wake;
 
-/// One malloc arena for all of gpurun's threads: the NVML thread (and any thread the library
+/// One malloc arena for all of gpurun's threads: the probe thread (and any thread the library
 /// starts) would otherwise get an arena of its own, a few hundred KiB of resident memory that
 /// gpurun, resident for the command's whole life, does not need (DESIGN 13: under 4 MiB).
 pub(crate) fn one_malloc_arena() {

@@ -1,7 +1,7 @@
 //! gpurun's own signal state: what the caller gave it, the signals it reads from a signalfd
 //! instead of letting them act, waiting on them, and ending by one.
 //!
-//! At startup, before any thread can exist (the NVML library and gpurun's NVML thread start
+//! At startup, before any thread can exist (the NVML library and gpurun's probe thread start
 //! threads later), every catchable signal the caller did not ignore is blocked and routed to a
 //! signalfd. Threads inherit the mask, so a signal sent to the process can only be read from the
 //! signalfd: no library thread can take it with a default action that kills gpurun. Synchronous

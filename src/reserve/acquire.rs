@@ -4,7 +4,6 @@
 //! counts until their processes show up in NVML, and GPUs an earlier waiter could use are held
 //! for it.
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +14,7 @@ use crate::options::Wait;
 use crate::probe::gpu::{Machine, Topology};
 use crate::probe::worker::ProbeThread;
 use crate::process::signals::Receiver;
+use crate::reserve::allowance;
 pub(crate) use crate::reserve::error::AcquireError;
 use crate::reserve::group::{Found, GroupFailure, Member, Membership, State};
 use crate::reserve::holds::{chosen_gpus, queue_ahead, reservations, Queued};
@@ -67,27 +67,6 @@ pub(crate) struct Options<'a> {
     pub(crate) needs: crate::probe::Needs,
     /// `lock_dir` is the machine's shared one (the system file's, else `/run/lock/gpurun`).
     pub(crate) system_lock_dir: bool,
-}
-
-/// What max-gpus-per-user leaves this launch: `Ok(None)` no rule (or only looking),
-/// `Ok(Some(n))` at most n more GPUs now, `Err(why)` the request alone is over the rule.
-fn user_allowance(options: &Options, live: &[Lease]) -> Result<Option<(u32, String)>, String> {
-    // Every request is held to it, a dry run and an export too (they show what the launch
-    // would get, rules included); a listing is no request.
-    let Some((max, rule)) = options.max_gpus_per_user.as_ref().filter(|_| !options.listing) else {
-        return Ok(None);
-    };
-    let count = options.request.count;
-    if count.min > *max {
-        return Err(format!("--gpus {count}: the house rule {rule} allows at most {max} per user"));
-    }
-    let uid = crate::reserve::lockdir::current_uid();
-    let held = live.iter().filter(|lease| lease.uid == uid).count() as u32;
-    let why = format!(
-        "you hold {held} reserved GPU{}, and the house rule is {rule}",
-        if held == 1 { "" } else { "s" }
-    );
-    Ok(Some((max.saturating_sub(held), why)))
 }
 
 /// `--per-rank`: what the acquisition needs to know of the rank's group.
@@ -228,7 +207,7 @@ struct Take {
 /// waiter for GPUs queues (a ticket) and sleeps until a lease ends or its turn comes. Leases
 /// are taken in one place (`Search::take`), whatever was waited for.
 pub(crate) fn acquire(
-    nvml: &mut ProbeThread,
+    prober: &mut ProbeThread,
     receiver: &Receiver,
     inherited: &Inherited,
     options: &Options,
@@ -248,7 +227,7 @@ pub(crate) fn acquire(
         waited: None,
         stalled: StalledHeads::default(),
     };
-    let acquired = search.run(nvml, receiver, inherited, options);
+    let acquired = search.run(prober, receiver, inherited, options);
     let role = search.role.take();
     if let Some(Role::Chooser(membership)) = &role {
         // The others fail with the chooser's reason at once, instead of each choosing again.
@@ -267,7 +246,7 @@ impl Search {
     /// answer.
     fn run(
         &mut self,
-        nvml: &mut ProbeThread,
+        prober: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
@@ -278,8 +257,8 @@ impl Search {
                 _ => None,
             };
             let step = match joining {
-                Some(group) => self.look_at_group(nvml, receiver, inherited, options, group)?,
-                None => self.look_for_gpus(nvml, receiver, inherited, options)?,
+                Some(group) => self.look_at_group(prober, receiver, inherited, options, group)?,
+                None => self.look_for_gpus(prober, receiver, inherited, options)?,
             };
             match step {
                 Step::Take(take) => return self.take(take, options),
@@ -310,12 +289,12 @@ impl Search {
     /// live leases and the queue ahead, then the decision; a waiter queues and waits.
     fn look_for_gpus(
         &mut self,
-        nvml: &mut ProbeThread,
+        prober: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
     ) -> Result<Step, AcquireError> {
-        let (mut machine, visibility) = self.look(nvml, receiver, inherited, options)?;
+        let (mut machine, visibility) = self.look(prober, receiver, inherited, options)?;
         let known = KnownGpus::of(&machine);
         if !std::mem::replace(&mut self.warned, true) {
             warn_unusable(&machine, &visibility);
@@ -344,7 +323,7 @@ impl Search {
             .unwrap_or_default();
         // Each waiter's claim is worked out from every GPU as it is.
         let unread = if waiters.is_empty() { Vec::new() } else { machine.deferred() };
-        machine.settle(&unread, read_deferred(nvml, receiver, options.nvml_timeout, self.wait(), &unread)?);
+        machine.settle(&unread, read_deferred(prober, receiver, options.nvml_timeout, self.wait(), &unread)?);
         let mut reserved = reservations(&live, &machine);
         let (mut held, mut queue) =
             queue_ahead(ticket::ahead(&waiters, self.ticket.as_ref()), &machine, &mut reserved);
@@ -359,7 +338,10 @@ impl Search {
             (held, queue) = queue_ahead(kept, &machine, &mut reserved);
         }
         let timed_out = self.wait_is_over();
-        let (request, over_rule) = capped_request(options, &live)?;
+        // Every request is held to it, a dry run and an export too (they show what the launch
+        // would get, rules included); a listing is no request.
+        let rule = options.max_gpus_per_user.as_ref().filter(|_| !options.listing);
+        let (request, over_rule) = allowance::capped_request(options.request, rule, &live)?;
         let topology = machine.topology.clone();
         let partial = waiters.is_empty() && request.policy != Policy::Random && !options.listing;
         let decision = deferred::decide_reading(
@@ -369,7 +351,7 @@ impl Search {
                 policy::decide_with_links(gpus, &visibility, &request, &reserved, &held, topology.as_ref())
                     .map_err(AcquireError::from)
             },
-            |gpus| read_deferred(nvml, receiver, options.nvml_timeout, self.wait(), gpus),
+            |gpus| read_deferred(prober, receiver, options.nvml_timeout, self.wait(), gpus),
         )?;
         if let (Outcome::Impossible(why), false) = (&decision.outcome, options.listing) {
             return Err(AcquireError::Impossible(why.clone()));
@@ -453,14 +435,16 @@ impl Search {
     /// set, then claims its own part of it.
     fn look_at_group(
         &mut self,
-        nvml: &mut ProbeThread,
+        prober: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
         group: &GroupShare,
     ) -> Result<Step, AcquireError> {
         // Without a lock directory there is no group to find (run() does not come here then).
-        let Some(dir) = &self.lock_dir else { return self.look_for_gpus(nvml, receiver, inherited, options) };
+        let Some(dir) = &self.lock_dir else {
+            return self.look_for_gpus(prober, receiver, inherited, options);
+        };
         let guard = lock(dir, receiver)?;
         let membership = match crate::reserve::group::find_or_make(dir, &group.member)? {
             Found::Choose(membership) => {
@@ -501,8 +485,13 @@ impl Search {
                     // Probed outside the lock, then looked at again under it.
                     drop(guard);
                     drop(membership);
-                    self.probed =
-                        Some(nvml.probe(receiver, options.nvml_timeout, None, &mut |_| {}, options.needs)?);
+                    self.probed = Some(prober.probe(
+                        receiver,
+                        options.nvml_timeout,
+                        None,
+                        &mut |_| {},
+                        options.needs,
+                    )?);
                     return Ok(Step::Again);
                 };
                 let mut probed = probed;
@@ -512,7 +501,7 @@ impl Search {
                 let unread: Vec<u32> =
                     probed.deferred().into_iter().filter(|gpu| indices.contains(gpu)).collect();
                 let wait = (self.waiting_until, &mut self.progress); // fields apart: `dir` borrows self
-                let read = read_deferred(nvml, receiver, options.nvml_timeout, wait, &unread)?;
+                let read = read_deferred(prober, receiver, options.nvml_timeout, wait, &unread)?;
                 probed.settle(&unread, read);
                 let count = options.request.count;
                 if gpus.is_empty() {
@@ -529,48 +518,37 @@ impl Search {
                 let live = lease::live(dir, true);
                 let claims = joining::own_part(&rank, gpus, &live)?;
                 self.role = Some(Role::Joiner(membership));
-                let known = KnownGpus::of(&probed);
-                let selection = Selection::new(&probed, &indices, count);
-                let acquisition = Acquisition {
-                    machine: probed,
-                    decision: Decision::selected(indices),
-                    chosen: Ok(selection),
-                    leases: Vec::new(),
-                    live,
-                    queue: Vec::new(),
-                    group: None,
-                };
                 Ok(Step::Take(Take {
                     guard: Some(guard),
-                    known,
-                    claims,
-                    set: None,
-                    exclusive: *exclusive,
-                    acquisition,
+                    ..joined(probed, indices, count, live, claims, *exclusive)
                 }))
             }
         }
     }
 }
 
-/// The request under max-gpus-per-user: at most what the rule leaves this user now, or (the
-/// second value) why it must wait for the user's own reservations to end first.
-fn capped_request<'a>(
-    options: &Options<'a>,
-    live: &[Lease],
-) -> Result<(Cow<'a, Request>, Option<String>), AcquireError> {
-    let allowance = user_allowance(options, live).map_err(AcquireError::Impossible)?;
-    Ok(match allowance {
-        Some((allowed, why)) if options.request.count.min > allowed => {
-            (Cow::Borrowed(options.request), Some(why))
-        }
-        Some((allowed, _)) => {
-            let most = options.request.count.max.map_or(allowed, |max| max.min(allowed));
-            let count = Count { max: Some(most), ..options.request.count };
-            (Cow::Owned(Request { count, ..options.request.clone() }), None)
-        }
-        None => (Cow::Borrowed(options.request), None),
-    })
+/// A joining rank's take: the group's set is its selection, its own part of it what it leases
+/// (the caller adds the directory lock it holds).
+fn joined(
+    probed: Machine,
+    indices: Vec<u32>,
+    count: Count,
+    live: Vec<Lease>,
+    claims: Vec<Claim>,
+    exclusive: bool,
+) -> Take {
+    let known = KnownGpus::of(&probed);
+    let selection = Selection::new(&probed, &indices, count);
+    let acquisition = Acquisition {
+        machine: probed,
+        decision: Decision::selected(indices),
+        chosen: Ok(selection),
+        leases: Vec::new(),
+        live,
+        queue: Vec::new(),
+        group: None,
+    };
+    Take { guard: None, known, claims, set: None, exclusive, acquisition }
 }
 
 /// The first look's warnings: GPUs that cannot be used, and what the inherited visibility says.
@@ -587,13 +565,13 @@ impl Search {
     /// The machine now, with the links between the GPUs that matter where links are wanted.
     fn look(
         &mut self,
-        nvml: &mut ProbeThread,
+        prober: &mut ProbeThread,
         receiver: &Receiver,
         inherited: &Inherited,
         options: &Options,
     ) -> Result<(Machine, Visibility), AcquireError> {
         let progress = &mut self.progress;
-        let mut machine = nvml.probe(
+        let mut machine = prober.probe(
             receiver,
             options.nvml_timeout,
             self.waiting_until,
@@ -617,7 +595,7 @@ impl Search {
             };
             if self.links.as_ref().is_none_or(|(known, _)| *known != pool) {
                 let read =
-                    nvml.links(receiver, options.nvml_timeout, pool.clone()).map_err(AcquireError::from)?;
+                    prober.links(receiver, options.nvml_timeout, pool.clone()).map_err(AcquireError::from)?;
                 self.links = Some((pool, read));
             }
             machine.topology = self.links.as_ref().map(|(_, topology)| topology.clone());

@@ -2,6 +2,7 @@
 //! wait queue, and the loop that probes, selects and reserves under the lock.
 
 pub(crate) mod acquire;
+mod allowance;
 mod error;
 pub(crate) mod group;
 pub(crate) mod holder;

@@ -255,7 +255,7 @@ impl Drop for Progress {
 
 /// What the probe deferred of `gpus` (`probe::deferred`), read now.
 pub(super) fn read_deferred(
-    nvml: &mut ProbeThread,
+    prober: &mut ProbeThread,
     receiver: &Receiver,
     timeout: Duration,
     (waiting_until, progress): (Option<Option<Instant>>, &mut Progress),
@@ -266,5 +266,5 @@ pub(super) fn read_deferred(
     }
     // A call that hangs here is waited for under --wait, as one in the probe is.
     let waiting = &mut |why: &str| progress.show_text(&format!("waiting (--wait): {why}"));
-    Ok(nvml.deferred(receiver, (timeout, waiting_until), waiting, gpus.to_vec())?)
+    Ok(prober.deferred(receiver, (timeout, waiting_until), waiting, gpus.to_vec())?)
 }

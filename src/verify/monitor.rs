@@ -1,4 +1,4 @@
-//! Watching where the command landed: NVML's process lists (fetched by the NVML thread, never
+//! Watching where the command landed: NVML's process lists (fetched by the probe thread, never
 //! on the supervising thread) are matched against gpurun's process tree (the command, its
 //! children, DataLoader workers, orphans reparented to gpurun), quickly at first and backing
 //! off; each verdict is logged once, and the tree's GPU memory is sampled for the report.
@@ -34,7 +34,7 @@ const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 /// lists a GPU's processes in about a millisecond).
 pub(crate) const SLOW_CALL: Duration = Duration::from_millis(500);
 
-/// What the NVML thread returned for one poll: each watched GPU's processes, or why not.
+/// What the probe thread returned for one poll: each watched GPU's processes, or why not.
 pub(crate) type Lists = Vec<(u32, Result<Vec<Listed>, ListError>)>;
 
 /// Verification of one run: what the command was given, how to tell its processes, when to

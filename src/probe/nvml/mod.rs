@@ -1,7 +1,7 @@
 //! The NVML driver seam, the only code that talks to NVML (through `nvml-wrapper`), and with
 //! `src/process/` the only `unsafe` in the tree (the calls nvml-wrapper 0.13 does not wrap).
 //! It opens the library once per run and hands plain data (`gpu::Machine`, `watch::Listed`,
-//! `watch::XidBatch`, `meter::Reading`) to the rest, on gpurun's NVML thread (`worker`), saying
+//! `watch::XidBatch`, `meter::Reading`) to the rest, on gpurun's probe thread (`worker`), saying
 //! which call it is in (`calls::Calls`) so that a call that hangs can be named. One file per
 //! NVML area: the devices and their links, the process lists and MPS, health (ECC, remapping,
 //! clock events, fabric, exclusion, confidential computing), the Xid events, and the receipt's
