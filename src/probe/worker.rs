@@ -167,7 +167,7 @@ impl ProbeThread {
         let (thread_calls, thread_ready) = (calls.clone(), std::sync::Arc::clone(&ready));
         let thread_opened = Arc::clone(&opened);
         std::thread::Builder::new()
-            .name("gpurun-nvml".to_owned())
+            .name("gpurun-probe".to_owned())
             .stack_size(STACK_SIZE)
             .spawn(move || run(thread_calls, job_queue, answer_queue, &thread_ready, &thread_opened))?;
         Ok(ProbeThread { jobs, answers, ready, calls, busy_since: None, opened })
