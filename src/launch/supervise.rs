@@ -1,7 +1,8 @@
-//! The supervisor loop, on gpurun's main thread: signals, reaping, job-control stops and
-//! `--kill-after` are handled here and never wait for NVML. Verification's NVML calls run on
-//! the probe thread; this loop only hands it a poll when one is due and takes the answer when it
-//! comes. When the command ends, the loop ends, whatever NVML is doing.
+//! The supervisor loop, on gpurun's main thread: signals, reaping and job-control stops are
+//! handled here, and the limits (`launch::deadlines`) are asked what is due; none of it waits
+//! for the driver. Verification's driver calls run on the probe thread; this loop only hands
+//! it a poll when one is due and takes the answer when it comes. When the command ends, the
+//! loop ends, whatever the driver is doing.
 
 use std::time::{Duration, Instant};
 

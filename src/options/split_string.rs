@@ -1,6 +1,6 @@
 //! GNU `env -S`'s string split (`build_argv` in coreutils' env.c), byte for byte: for a
 //! shebang line that names gpurun (`cli::shebang`) and for an `env -S '...'` in front of a
-//! launcher (`launch::launchers`), which gpurun must read as env will run it. Words end at
+//! launcher (`plan::launchers`), which gpurun must read as env will run it. Words end at
 //! space, tab, newline, \v, \f, \r and at `\_` outside quotes; 'single quotes' keep all but
 //! `\\` and `\'`; "double quotes" decode `\_` (a space) and the escapes; `${NAME}` is
 //! expanded (not inside single quotes); a `#` that starts a word and `\c` end the string; and
