@@ -2,8 +2,9 @@
 //! launcher (`launchers`) it is, recognised in resolution, and the plan, built once from the
 //! resolved settings and the acquisition and matched on by every later stage: its GPUs,
 //! variables and CPUs (`env::Plan`, `affinity`), where it runs (`Target`), its rank in a
-//! `--per-rank` group, and each stage's input (`monitoring`, `supervised`, `placement`).
-//! `launch/` runs it; config/, output/ and launch/ read it.
+//! `--per-rank` group, how it is run and watched (`supervision`), and from these each later
+//! stage's input (`Plan::monitor`, `Plan::launched`, `Plan::placement`; supervision takes the
+//! plan itself). `launch/` runs it; config/, output/ and launch/ read it.
 
 pub(crate) mod accelerate_config;
 pub(crate) mod affinity;
