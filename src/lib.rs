@@ -34,9 +34,9 @@ use crate::plan::env;
 use crate::plan::Plan;
 use crate::probe::gpu::Machine;
 use crate::probe::worker::ProbeThread;
-use crate::process::logging;
 use crate::process::signals::{die_by, CallerState, Receiver};
 use crate::process::stdio::print;
+use crate::process::{holder, logging};
 use crate::reserve::acquire::{self, AcquireError, Acquisition};
 use crate::reserve::holds::Queued;
 use crate::reserve::lease::Lease;
@@ -57,16 +57,7 @@ pub(crate) fn run(args: Vec<OsString>, receiver: &Receiver) -> Result<Exit, Erro
         Mode::Doctor => doctor(&config, receiver),
         Mode::History { json, pattern } => show_history(*json, pattern.as_deref()),
         Mode::Release => release(&config),
-        // The holder is a process of its own, forked before any thread exists.
-        Mode::Select(goal @ Goal::Hold { .. }) => match crate::process::holder::fork()
-            .map_err(Error::Thread)?
-        {
-            crate::process::holder::Forked::Caller(status) => {
-                Ok(Exit::Code(u8::try_from(status).unwrap_or(exit_code::GPURUN_ERROR)))
-            }
-            crate::process::holder::Forked::Holder(report) => select(&config, goal, receiver, Some(report)),
-        },
-        Mode::Select(goal) => select(&config, goal, receiver, None),
+        Mode::Select(goal) => select(&config, goal, receiver),
     }
 }
 
@@ -82,12 +73,18 @@ struct Seen<'a> {
 }
 
 /// probe -> select -> reserve -> one plan -> the goal: list, dry run, export or launch.
-fn select(
-    config: &Config,
-    goal: &Goal,
-    receiver: &Receiver,
-    holder: Option<crate::process::holder::Report>,
-) -> Result<Exit, Error> {
+fn select(config: &Config, goal: &Goal, receiver: &Receiver) -> Result<Exit, Error> {
+    // `--hold`: the holder is a process of its own, forked before any thread exists; the
+    // caller's gpurun answers with its status.
+    let holder = match goal {
+        Goal::Hold { .. } => match holder::fork().map_err(Error::Thread)? {
+            holder::Forked::Caller(status) => {
+                return Ok(Exit::Code(u8::try_from(status).unwrap_or(exit_code::GPURUN_ERROR)))
+            }
+            holder::Forked::Holder(report) => Some(report),
+        },
+        _ => None,
+    };
     let (mut prober, acquired) = acquire(config, receiver)?;
     let Acquisition { machine, decision, chosen, leases, live, queue, group } = acquired;
     let sizing = match &decision.min_free_note {
@@ -127,69 +124,11 @@ fn select(
         Goal::Hold { duration, for_pid } => {
             let plan = plan.map_err(Error::NotEnoughGpus)?;
             let holder = holder.expect("--hold runs in the holder");
-            hold(&plan, Held { leases, group }, (*duration, *for_pid), holder, receiver)
+            let held = Held { leases, group };
+            crate::launch::hold::hold(&plan, held, (*duration, *for_pid), holder, receiver)
+                .map_err(Error::Output)
         }
     }
-}
-
-/// `--hold`: says the choice on stdout (JSON), lets the caller go, and holds the GPUs until the
-/// deadline, a TERM, INT or HUP (`--release` sends TERM), or the end of `--hold-for`'s process.
-fn hold(
-    plan: &Plan,
-    held: Held,
-    (duration, for_pid): (std::time::Duration, Option<u32>),
-    holder: crate::process::holder::Report,
-    receiver: &Receiver,
-) -> Result<Exit, Error> {
-    let until = std::time::SystemTime::now() + duration;
-    let deadline = std::time::Instant::now() + duration;
-    let devices = &plan.gpus.selection.devices;
-    let gpus: Vec<serde_json::Value> = devices
-        .iter()
-        .map(|device| serde_json::json!({ "index": device.index, "uuid": device.uuid, "name": device.name }))
-        .collect();
-    let env: serde_json::Map<String, serde_json::Value> =
-        plan.gpus.variables.iter().map(|(name, value)| (name.clone(), serde_json::json!(value))).collect();
-    let until_text = crate::options::clock::rfc3339(until);
-    let answer = serde_json::json!({
-        "holder_pid": std::process::id(),
-        "until": until_text,
-        "gpus": gpus,
-        "env": env,
-    });
-    print(&format!("{answer}\n")).map_err(Error::Output)?;
-    let indices: Vec<u32> = devices.iter().map(|device| device.index).collect();
-    tracing::info!(
-        "holding {} until {until_text} as PID {}; gpurun --release ends it sooner",
-        crate::probe::gpu::labels(&indices),
-        std::process::id()
-    );
-    holder.detach().map_err(Error::Output)?;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        // The process the hold is for is looked at twice a second (it is no child of ours).
-        let step = match for_pid {
-            Some(_) => left.min(std::time::Duration::from_millis(500)),
-            None => left,
-        };
-        let (received, _) = receiver.wait(None, Some(step));
-        if received.iter().any(|signal| matches!(signal.signal, libc::SIGTERM | libc::SIGINT | libc::SIGHUP))
-        {
-            break;
-        }
-        let gone = |pid: u32| {
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None)
-                == Err(nix::errno::Errno::ESRCH)
-        };
-        if for_pid.is_some_and(gone) {
-            break;
-        }
-    }
-    drop(held);
-    Ok(Exit::Code(0))
 }
 
 /// `--release`: ends the caller's own holds.

@@ -74,6 +74,9 @@ fn a_hold_for_a_process_ends_with_it() {
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
     assert!(wait_until(HANG, || reserved(&sim).is_empty()), "the hold outlived its process");
+    // For a process that is not running (the sleeper, reaped): the hold ends at once.
+    sim.gpurun().args(["-q", "--hold", "2m", "--hold-for", &pid]).run_unless_hung().status(0);
+    assert!(wait_until(HANG, || reserved(&sim).is_empty()), "a hold for no process was kept");
 }
 
 /// `gpurun.reserve()` (the wheel's Python package, laid out as `pip install --target` lays it

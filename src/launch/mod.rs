@@ -3,6 +3,7 @@
 //! leftovers, report, and give back how it ended.
 
 pub(crate) mod deadlines;
+pub(crate) mod hold;
 pub(crate) mod hooks;
 pub(crate) mod job_map;
 pub(crate) mod orphans;

@@ -39,8 +39,9 @@ pub(crate) struct Watcher {
 }
 
 /// pidfd_open(2) and pidfd_send_signal(2), which nix does not wrap. `None` when the kernel is
-/// older than 5.3.
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+/// older than 5.3, or `pid` is not running. A pidfd becomes readable when its process ends,
+/// whoever's child it is.
+pub(crate) fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a PID and flags; a descriptor it returns is new, and ours alone.
     unsafe {
         let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
