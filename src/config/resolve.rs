@@ -494,11 +494,9 @@ fn mode(
 fn duration_taken_for_a_command(word: &OsString) -> Option<String> {
     let word = word.to_str()?;
     duration::parse(word).ok()?;
-    let runnable = |path: &Path| nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok();
     let found = match word.contains('/') {
-        true => runnable(Path::new(word)),
-        false => std::env::var_os("PATH")
-            .is_some_and(|path| std::env::split_paths(&path).any(|dir| runnable(&dir.join(word)))),
+        true => nix::unistd::access(Path::new(word), nix::unistd::AccessFlags::X_OK).is_ok(),
+        false => crate::process::spawn::on_path(word).is_some(),
     };
     (!found).then(|| word.to_owned())
 }

@@ -70,21 +70,15 @@ fn python(command: &[OsString]) -> Result<Vec<String>, Error> {
     if !command.is_empty() {
         return Ok(command.iter().map(|word| word.to_string_lossy().into_owned()).collect());
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("python3"))
-        .find(|candidate| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-        .map(|found| vec![found.display().to_string()])
-        .ok_or_else(|| {
+    crate::process::spawn::on_path("python3").map(|found| vec![found.display().to_string()]).ok_or_else(
+        || {
             Error::Usage(
                 "--jupyter-kernel: no python3 on PATH; name the kernel's Python after --: \
                  gpurun --jupyter-kernel NAME ... -- /path/to/venv/bin/python"
                     .into(),
             )
-        })
+        },
+    )
 }
 
 /// Writes the spec, and prints where (stdout: the kernel.json's path).

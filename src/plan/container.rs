@@ -453,9 +453,7 @@ impl Prepared {
     /// no search). `None` where a word holds a NUL or the client is not on PATH.
     pub(crate) fn death_kill(&self, signal: i32) -> Option<crate::process::death::ContainerKill> {
         use std::os::unix::ffi::OsStrExt;
-        let program = std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path).map(|dir| dir.join(self.run.client.name())).find(|p| p.is_file())
-        })?;
+        let program = crate::process::spawn::on_path(self.run.client.name())?;
         let signal = signal.to_string();
         let mut words = self.run.client_command(&["kill", "--signal", &signal]);
         words[0] = program.into_os_string();

@@ -52,17 +52,20 @@ fn near_miss(program: &str) -> String {
         return String::new();
     }
     let three = format!("{program}3");
-    let on_path = std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(dir.join(&three))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    });
-    match on_path {
-        true => format!(" ({three} is: -- {three} ...)"),
-        false => String::new(),
+    match on_path(&three) {
+        Some(_) => format!(" ({three} is: -- {three} ...)"),
+        None => String::new(),
     }
+}
+
+/// Where `program` (a bare name) is on PATH, as execvp would find it: the first file of that
+/// name with an execute bit.
+pub(crate) fn on_path(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| {
+        std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 impl LaunchError {
