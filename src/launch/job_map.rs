@@ -115,7 +115,7 @@ impl JobMap {
         // Another user's lock file in a sticky directory: readable, which is enough for flock.
         let mut file = open(std::fs::OpenOptions::new().write(true).create(true).mode(0o644))
             .or_else(|_| open(&mut std::fs::OpenOptions::new()))
-            .and_then(regular)?;
+            .and_then(crate::process::stdio::only_regular)?;
         let give_up = Instant::now() + LOCK_WAIT;
         let held = loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -150,22 +150,11 @@ impl JobMap {
     }
 }
 
-/// `file` if it is a regular file; a FIFO, a device or a socket planted where a file belongs
-/// is refused (opened without blocking, and never read).
-fn regular(file: std::fs::File) -> std::io::Result<std::fs::File> {
-    let kind = file.metadata()?.file_type();
-    match kind.is_file() {
-        true => Ok(file),
-        false => Err(std::io::Error::other("it is not a regular file (a FIFO or a device?): left alone")),
-    }
-}
-
 /// A file's job ids (none if it does not exist); a symlink is refused, not followed, and so is
 /// anything but a regular file of at most `MOST_READ` bytes.
 fn read_lines(path: &Path) -> std::io::Result<Vec<String>> {
     let mut text = String::new();
-    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).and_then(regular) {
+    match crate::process::stdio::open_regular(path, libc::O_NOFOLLOW) {
         Ok(file) => {
             // One byte more than the most: a bigger file is left alone, not cut and written back.
             let read = file.take(MOST_READ + 1).read_to_string(&mut text)?;

@@ -45,14 +45,30 @@ pub(crate) fn read_small_file(path: &std::path::Path, limit: u64) -> Option<Stri
 /// text that is not UTF-8, or longer than it reads: ask for one byte more than it takes).
 pub(crate) fn read_small_bytes(path: &std::path::Path, limit: u64) -> Option<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
+    let file = open_regular(path, 0).ok()?;
     let mut bytes = Vec::new();
     file.take(limit).read_to_end(&mut bytes).ok()?;
     Some(bytes)
+}
+
+/// `path` opened for reading without blocking (`flags` besides: O_NOFOLLOW), refused unless it
+/// is a regular file: a FIFO nobody writes cannot hold gpurun, and a device is never read.
+pub(crate) fn open_regular(path: &std::path::Path, flags: i32) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | flags)
+        .open(path)
+        .and_then(only_regular)
+}
+
+/// `file` if it is a regular file; a FIFO, a device or a socket planted where a file belongs
+/// is refused.
+pub(crate) fn only_regular(file: std::fs::File) -> std::io::Result<std::fs::File> {
+    match file.metadata()?.is_file() {
+        true => Ok(file),
+        false => Err(std::io::Error::other("it is not a regular file (a FIFO or a device?): left alone")),
+    }
 }
 
 /// Fills every closed descriptor among 0-2 with `/dev/null`.
