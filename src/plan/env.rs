@@ -88,7 +88,7 @@ pub(crate) struct Inherited {
 
 impl Inherited {
     /// Every variable the plan may ask about.
-    pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+    fn names() -> impl Iterator<Item = &'static str> {
         let framework = FRAMEWORK_DEFAULTS.iter().map(|(name, _)| *name);
         let mps = ["CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"];
         framework.chain(crate::runtime::RENUMBERED.iter().copied()).chain(mps)

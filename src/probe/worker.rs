@@ -297,9 +297,11 @@ impl ProbeThread {
         gpus: Vec<u32>,
     ) -> Result<Vec<Deferred>, Failure> {
         self.send(Job::Deferred(gpus));
-        match self.answer_waiting(receiver, timeout, waiting_until, waiting)? {
-            Answer::Deferred(read) => Ok(read),
-            _ => Ok(Vec::new()),
+        // An answer to an earlier job that was given up on is passed over, as `probe` does.
+        loop {
+            if let Answer::Deferred(read) = self.answer_waiting(receiver, timeout, waiting_until, waiting)? {
+                return Ok(read);
+            }
         }
     }
 

@@ -24,7 +24,7 @@ GPURUN_GPU_UUIDS";
 /// CUDA's name for `gpu`: its ordinal under `CUDA_DEVICE_ORDER=PCI_BUS_ID` (the NVML index,
 /// unless a device cgroup hides GPUs before it), and its UUID (a MIG device's `MIG-` one,
 /// the only name CUDA takes it by).
-pub(crate) fn address(machine: &Machine, gpu: &Gpu) -> Address {
+pub(super) fn address(machine: &Machine, gpu: &Gpu) -> Address {
     Address {
         ordinal: cuda_pci_ordinal(&machine.gpus, gpu.index).unwrap_or(gpu.index),
         uuid: gpu.uuid.clone(),
@@ -36,7 +36,7 @@ pub(crate) fn address(machine: &Machine, gpu: &Gpu) -> Address {
 /// `GPU_DEVICE_ORDINAL` (Slurm sets it beside CUDA_VISIBLE_DEVICES: a stale one would point
 /// elsewhere) is rewritten to the ordinals. Under a device cgroup CUDA numbers only the GPUs
 /// it can open, so the ordinal among those is written, not the NVML index.
-pub(crate) fn variables(
+pub(super) fn variables(
     addresses: &[&Address],
     visible_as: VisibleAs,
     inherited: &dyn Fn(&str) -> bool,
@@ -70,11 +70,11 @@ fn enumerable(gpus: &[Gpu]) -> impl Iterator<Item = &Gpu> {
 
 /// The index CUDA gives `index` under `CUDA_DEVICE_ORDER=PCI_BUS_ID` in this process: the NVML
 /// index itself, unless a device cgroup hides GPUs before it.
-pub(crate) fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
+fn cuda_pci_ordinal(gpus: &[Gpu], index: u32) -> Option<u32> {
     enumerable(gpus).position(|gpu| gpu.index == index).map(|p| p as u32)
 }
 
-pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
+pub(super) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
     if inherited.slurm_mps() {
         return behind_mps_server(machine, inherited);
     }

@@ -57,13 +57,13 @@ fn rocr_order(gpus: &[Gpu]) -> Vec<&Gpu> {
 }
 
 /// ROCr's index of GPU `index` here (what `ROCR_VISIBLE_DEVICES=N` names).
-pub(crate) fn rocr_index(gpus: &[Gpu], index: u32) -> Option<u32> {
+fn rocr_index(gpus: &[Gpu], index: u32) -> Option<u32> {
     rocr_order(gpus).iter().position(|gpu| gpu.index == index).map(|at| at as u32)
 }
 
 /// ROCr's name for `gpu`: its index among the GPUs ROCr enumerates here, and its `GPU-` UUID
 /// where that names it alone (the partitions of one card may share it).
-pub(crate) fn address(machine: &Machine, gpu: &Gpu) -> Address {
+pub(super) fn address(machine: &Machine, gpu: &Gpu) -> Address {
     let alone = |uuid: &String| {
         machine.gpus.iter().filter(|other| other.rocr_uuid.as_ref() == Some(uuid)).count() == 1
     };
@@ -80,7 +80,7 @@ pub(crate) fn address(machine: &Machine, gpu: &Gpu) -> Address {
 /// GPU_DEVICE_ORDINAL index into what ROCr shows, so an inherited one is rewritten to show all
 /// of the chosen (`0,1`): left as it was, it would pick among them again, or hide them. No
 /// CUDA_DEVICE_ORDER: HIP does not read it.
-pub(crate) fn variables(
+pub(super) fn variables(
     addresses: &[&Address],
     visible_as: VisibleAs,
     inherited: &dyn Fn(&str) -> bool,
@@ -101,7 +101,7 @@ pub(crate) fn variables(
     Written { naming: vec![("ROCR_VISIBLE_DEVICES".to_owned(), visible.join(","))], renumbered }
 }
 
-pub(crate) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
+pub(super) fn resolve(machine: &Machine, inherited: &Inherited) -> Visibility {
     let reachable = rocr_order(&machine.gpus);
     let mut warnings = Vec::new();
     let mut sources = Vec::new();
