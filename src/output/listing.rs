@@ -612,8 +612,7 @@ pub(crate) fn table(
 ) -> String {
     let mut out = String::new();
     // The library's path is not part of the table.
-    let answered = Answered::of(machine, Path::new(""));
-    let _ = writeln!(out, "{}", answered.heading(machine.gpus.len()));
+    let _ = writeln!(out, "{}", machine.heading());
     let compact = shared.columns.is_some_and(|columns| columns < WIDE_FROM);
     if compact {
         let _ = writeln!(
@@ -662,7 +661,7 @@ pub(crate) fn table(
     if let Some(line) = mps_daemon::line(machine) {
         let _ = writeln!(out, "\n{line}");
     }
-    if let Some(line) = answered.also_here() {
+    if let Some(line) = machine.also_here() {
         let _ = writeln!(out, "\n{line}");
     }
     let listed = || machine.devices().flat_map(|gpu| gpu.processes.iter().flatten());

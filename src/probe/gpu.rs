@@ -345,30 +345,6 @@ impl Answered {
             amd_smi_library,
         }
     }
-
-    /// The listing's first line: `NVIDIA driver 580.95.05, CUDA 13.0, 8 GPUs`.
-    pub(crate) fn heading(&self, gpus: usize) -> String {
-        let count = format!("{gpus} GPU{}", if gpus == 1 { "" } else { "s" });
-        let or_dash = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_owned());
-        match self.vendor {
-            crate::probe::vendor::Vendor::Nvidia => format!(
-                "NVIDIA driver {}, CUDA {}, {count}",
-                or_dash(&self.driver_version),
-                or_dash(&self.cuda_driver_version)
-            ),
-            crate::probe::vendor::Vendor::Amd => {
-                format!("AMD amdgpu driver {} (AMD SMI), {count}", or_dash(&self.driver_version))
-            }
-        }
-    }
-
-    /// The other vendor's GPUs beside the ones listed, and how to use them.
-    pub(crate) fn also_here(&self) -> Option<String> {
-        self.also_amd_gpus.map(|count| {
-            let plural = if count == 1 { "" } else { "s" };
-            format!("also here: {count} AMD GPU{plural} (AMD SMI); gpurun --vendor amd lists and uses them")
-        })
-    }
 }
 
 /// What the machine looks like, once, at the start of a run.
@@ -416,6 +392,31 @@ impl ConfCompute {
 }
 
 impl Machine {
+    /// The listing's first line: `NVIDIA driver 580.95.05, CUDA 13.0, 8 GPUs`.
+    pub(crate) fn heading(&self) -> String {
+        let gpus = self.gpus.len();
+        let count = format!("{gpus} GPU{}", if gpus == 1 { "" } else { "s" });
+        let or_dash = |value: &Option<String>| value.clone().unwrap_or_else(|| "-".to_owned());
+        match self.vendor {
+            crate::probe::vendor::Vendor::Nvidia => format!(
+                "NVIDIA driver {}, CUDA {}, {count}",
+                or_dash(&self.driver_version),
+                or_dash(&self.cuda_driver_version)
+            ),
+            crate::probe::vendor::Vendor::Amd => {
+                format!("AMD amdgpu driver {} (AMD SMI), {count}", or_dash(&self.driver_version))
+            }
+        }
+    }
+
+    /// The other vendor's GPUs beside the ones listed, and how to use them.
+    pub(crate) fn also_here(&self) -> Option<String> {
+        self.also_amd_gpus.map(|count| {
+            let plural = if count == 1 { "" } else { "s" };
+            format!("also here: {count} AMD GPU{plural} (AMD SMI); gpurun --vendor amd lists and uses them")
+        })
+    }
+
     /// `gpus` of `vendor`, and nothing else known (no driver version, MIG devices, links).
     pub(crate) fn of(vendor: crate::probe::vendor::Vendor, gpus: Vec<Gpu>) -> Machine {
         Machine {
