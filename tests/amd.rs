@@ -530,6 +530,11 @@ fn the_doctor_reads_amd_smi_and_looks_at_rocms_device_nodes() {
     assert!(!text.contains("NVML loaded"), "{text}");
     // NVIDIA's fabric registration is none of AMD's business.
     assert!(!text.contains("NVLink fabric"), "{text}");
+    // A library that does not load is named as AMD SMI's, not as NVML's.
+    let missing =
+        machine.gpurun().env("GPURUN_AMD_SMI_LIB", "/nonexistent/libamd_smi.so").arg("--doctor").run();
+    missing.status(125).stdout_has("PROBLEM  AMD SMI from /nonexistent/libamd_smi.so: ");
+    assert!(!missing.stdout.contains("NVML from"), "{}", missing.stdout);
 }
 
 #[test]

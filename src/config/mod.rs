@@ -135,11 +135,6 @@ impl Config {
         crate::probe::vendor::Libraries { look_beside, ..self.libraries.clone() }
     }
 
-    /// The NVML library to load, as the user named it.
-    pub(crate) fn library(&self) -> PathBuf {
-        self.libraries.path_of(crate::probe::vendor::Vendor::Nvidia)
-    }
-
     /// Where an option's value came from, when not from the command line.
     pub(crate) fn origin(&self, long: &str) -> Option<&str> {
         self.said.origins.get(long).map(String::as_str)

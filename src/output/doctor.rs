@@ -56,7 +56,9 @@ pub(crate) fn examine(
 ) -> Result<Diagnosis, i32> {
     let mut out = Out { text: String::from("gpurun doctor\n"), problems: 0 };
     out.section("NVML and driver");
-    let library = config.library().display().to_string();
+    // The library the user asked for (NVML's under auto, which is tried first), in its words.
+    let vendor = config.libraries.vendor_if_chosen();
+    let library = format!("{} from {}", vendor.library(), config.libraries.path_of(vendor).display());
     let timeout = config.nvml_timeout;
     let mut usable = false;
     let mut machine = None;
@@ -71,8 +73,8 @@ pub(crate) fn examine(
         });
     match probed {
         Err((Failure::Interrupted(signal), _)) => return Err(signal),
-        Err((failure, false)) => out.problem(format!("NVML from {library}: {failure}")),
-        Err((failure, true)) => out.problem(format!("NVML from {library} opened, but {failure}")),
+        Err((failure, false)) => out.problem(format!("{library}: {failure}")),
+        Err((failure, true)) => out.problem(format!("{library} opened, but {failure}")),
         Ok(probed) => {
             usable = true;
             let loaded = config.libraries.path_of(probed.vendor);
