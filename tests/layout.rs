@@ -746,7 +746,7 @@ fn the_import_table_is_the_imports() {
 
 /// Issue 64: the plan reads nothing of gpurun's environment or process itself (what it needs
 /// is read once in resolution: `plan::Surroundings`, with the caller's variables in
-/// `plan::env::Inherited`), neither where it is built nor where it writes the variables.
+/// `plan::env::CallerVariables`), neither where it is built nor where it writes the variables.
 #[test]
 fn the_plan_reads_no_environment_itself() {
     for file in ["plan/mod.rs", "plan/env.rs"] {

@@ -163,7 +163,7 @@ fn surroundings(cpu_bind: CpuBind) -> crate::plan::Surroundings {
             CpuBind::Numa => crate::plan::affinity::own_cpus(),
             _ => Vec::new(),
         },
-        inherited: crate::plan::env::Inherited::read(|name| std::env::var_os(name)),
+        caller_variables: crate::plan::env::CallerVariables::read(|name| std::env::var_os(name)),
     }
 }
 

@@ -27,7 +27,7 @@ impl Plan {
         selection: Selection,
         visible_as: Option<VisibleAs>,
         framework_env: bool,
-        inherited: &Inherited,
+        inherited: &CallerVariables,
     ) -> Plan {
         let visible_as = visible_as.unwrap_or(selection.runtime.default_visible_as());
         let variables = child_variables(&selection, visible_as, framework_env, |name| inherited.get(name));
@@ -47,7 +47,7 @@ impl Plan {
         own_only: bool,
         visible_as: Option<VisibleAs>,
         framework_env: bool,
-        inherited: &Inherited,
+        inherited: &CallerVariables,
     ) -> Plan {
         let requested = crate::options::count::Count::exactly(own.len() as u32);
         let mixed_models = set.mixed_models();
@@ -82,11 +82,11 @@ impl Plan {
 /// the user set (the user's value wins), those a runtime renumbers, and the MPS directories.
 /// Read once, in resolution: the plan itself reads no environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Inherited {
+pub(crate) struct CallerVariables {
     values: Vec<(String, OsString)>,
 }
 
-impl Inherited {
+impl CallerVariables {
     /// Every variable the plan may ask about.
     fn names() -> impl Iterator<Item = &'static str> {
         let framework = FRAMEWORK_DEFAULTS.iter().map(|(name, _)| *name);
@@ -95,9 +95,11 @@ impl Inherited {
     }
 
     /// The values `read` gives for the plan's variables.
-    pub(crate) fn read(read: impl Fn(&str) -> Option<OsString>) -> Inherited {
-        Inherited {
-            values: Inherited::names().filter_map(|name| Some((name.to_owned(), read(name)?))).collect(),
+    pub(crate) fn read(read: impl Fn(&str) -> Option<OsString>) -> CallerVariables {
+        CallerVariables {
+            values: CallerVariables::names()
+                .filter_map(|name| Some((name.to_owned(), read(name)?)))
+                .collect(),
         }
     }
 
@@ -119,7 +121,7 @@ impl Plan {
     /// Makes the command an MPS client: its directories passed on (the caller's, or NVIDIA's
     /// defaults), and the thread share and pinned memory asked for. `devices`: how many it
     /// sees (the client's ordinals 0..n, each with the same limit).
-    pub(crate) fn join_mps(&mut self, mps: &MpsJoin, inherited: &Inherited) {
+    pub(crate) fn join_mps(&mut self, mps: &MpsJoin, inherited: &CallerVariables) {
         let devices = self.variable("CUDA_VISIBLE_DEVICES").map_or(0, |list| list.split(',').count());
         for (name, default) in
             [("CUDA_MPS_PIPE_DIRECTORY", MPS_PIPE_DIRECTORY), ("CUDA_MPS_LOG_DIRECTORY", MPS_LOG_DIRECTORY)]
@@ -230,15 +232,17 @@ mod tests {
         let gpus: Vec<Gpu> = (0..8).map(test_gpu).collect();
         let set = Selection::new(&machine_of(&gpus), &[2, 3, 4, 5], Count::exactly(4));
         for rank in 0..4usize {
-            let plan = Plan::for_rank(set.clone(), rank..rank + 1, false, None, true, &Inherited::default());
+            let plan =
+                Plan::for_rank(set.clone(), rank..rank + 1, false, None, true, &CallerVariables::default());
             assert_eq!(plan.variable("CUDA_VISIBLE_DEVICES"), Some("2,3,4,5"));
             assert_eq!(plan.variable("GPURUN_GPUS"), Some((rank + 2).to_string().as_str()));
             assert_eq!(plan.selection.indices(), vec![rank as u32 + 2]);
-            let own = Plan::for_rank(set.clone(), rank..rank + 1, true, None, true, &Inherited::default());
+            let own =
+                Plan::for_rank(set.clone(), rank..rank + 1, true, None, true, &CallerVariables::default());
             assert_eq!(own.variable("CUDA_VISIBLE_DEVICES"), Some((rank + 2).to_string().as_str()));
         }
         // Two per rank: rank 1 has positions 2 and 3.
-        let plan = Plan::for_rank(set, 2..4, false, None, true, &Inherited::default());
+        let plan = Plan::for_rank(set, 2..4, false, None, true, &CallerVariables::default());
         assert_eq!(plan.variable("GPURUN_GPUS"), Some("4,5"));
         assert_eq!(plan.variable("CUDA_VISIBLE_DEVICES"), Some("2,3,4,5"));
     }

@@ -85,7 +85,7 @@ pub(crate) struct Surroundings {
     pub(crate) own_cpus: Vec<u32>,
     /// The caller's variables the command's are written from (a framework default the user
     /// set, those a runtime renumbers, the MPS directories).
-    pub(crate) inherited: env::Inherited,
+    pub(crate) caller_variables: env::CallerVariables,
 }
 
 /// Why no plan could be made.
@@ -207,14 +207,17 @@ impl Plan {
                 per_rank.own_only,
                 visible_as,
                 shaping.framework_env,
-                &shaping.surroundings.inherited,
+                &shaping.surroundings.caller_variables,
             ),
-            None => {
-                env::Plan::new(selection, visible_as, shaping.framework_env, &shaping.surroundings.inherited)
-            }
+            None => env::Plan::new(
+                selection,
+                visible_as,
+                shaping.framework_env,
+                &shaping.surroundings.caller_variables,
+            ),
         };
         if let (Some(mps), false) = (&shaping.mps, gpus.selection.is_empty()) {
-            gpus.join_mps(mps, &shaping.surroundings.inherited);
+            gpus.join_mps(mps, &shaping.surroundings.caller_variables);
         }
         if shaping.cpu_bind == CpuBind::Numa {
             let own = &shaping.surroundings.own_cpus;
