@@ -41,41 +41,13 @@ pub(crate) struct Ended {
 /// The run's end from its two halves and what verification saw: the diagnosis and the report.
 /// Only verification assembles it (tests/layout.rs).
 pub(crate) fn report_of(launched: &Launched, ended: Ended, seen: Seen, placement: Placement) -> Report {
-    let run = Run {
-        command: launched.command,
-        selection: launched.selection,
-        machine: launched.machine,
-        end: ended.end,
-        exit: ended.exit,
-        wall: ended.wall,
-        started_at: ended.started_at,
-        min_free: launched.min_free,
-        verify_timeout: launched.verify_timeout,
-        limited: ended.limited,
-        job: launched.job,
-    };
-    report(&run, seen, placement)
+    report(&Run { launched, ended }, seen, placement)
 }
 
-/// How the command ended, and what launch knows of its GPUs.
-struct Run<'a> {
-    /// As it was run (a container run's with gpurun's options in it).
-    pub(crate) command: &'a [OsString],
-    pub(crate) selection: &'a Selection,
-    /// The machine at launch: the memory free then, the room the biggest card has.
-    pub(crate) machine: &'a Machine,
-    pub(crate) end: End,
-    pub(crate) exit: Exit,
-    pub(crate) wall: Duration,
-    pub(crate) started_at: SystemTime,
-    /// The `--min-free` applied: the one memory request (`--exclusive` asks for the card
-    /// unshared, whatever its peak).
-    pub(crate) min_free: Option<Threshold>,
-    pub(crate) verify_timeout: Duration,
-    /// `--time-limit` or the house rule on idle GPUs ended the command: what was done.
-    pub(crate) limited: Option<Limited>,
-    /// Whose job it was (the report's `job`, with the start and now as its end).
-    pub(crate) job: &'a JobIdentity,
+/// The run's two halves, as the diagnosis and the report read them.
+struct Run<'a, 'b> {
+    launched: &'b Launched<'a>,
+    ended: Ended,
 }
 
 /// A limit that ended the command (gpurun exits 124), and what was done.
@@ -92,30 +64,41 @@ pub(crate) enum Limited {
 fn report(run: &Run, seen: Seen, placement: Placement) -> Report {
     let mut diagnosis = diagnose(run, &seen);
     // Whatever was watched: the run's end is the limit's.
-    if let Some(Limited::Time(what)) = &run.limited {
+    if let Some(Limited::Time(what)) = &run.ended.limited {
         diagnosis.push(diagnosis::time_limit(what));
     }
-    let uuid_of = |index: u32| run.machine.device(index).and_then(|gpu| gpu.uuid.clone());
-    let outcome = Outcome::new(run.wall.as_secs_f64(), run.end, run.exit);
-    let mut report =
-        Report::new(run.command, run.selection, seen.verification, &seen.peaks, &uuid_of, outcome);
+    let uuid_of = |index: u32| run.launched.machine.device(index).and_then(|gpu| gpu.uuid.clone());
+    let outcome = Outcome::new(run.ended.wall.as_secs_f64(), run.ended.end, run.ended.exit);
+    let mut report = Report::new(
+        run.launched.command,
+        run.launched.selection,
+        seen.verification,
+        &seen.peaks,
+        &uuid_of,
+        outcome,
+    );
     report.diagnosis = diagnosis;
     report.add_receipt(seen.receipt.as_ref(), &uuid_of);
     report.placement = placement;
-    report.job = Some(JobRecord { identity: run.job.clone(), start: run.started_at, end: SystemTime::now() });
+    report.job = Some(JobRecord {
+        identity: run.launched.job.clone(),
+        start: run.ended.started_at,
+        end: SystemTime::now(),
+    });
     report
 }
 
 /// The chosen devices as the diagnosis sees them: free at launch, the peak, whether the
 /// command used them, what `--min-free` kept from others.
 fn cards(run: &Run, seen: &Seen) -> Vec<Card> {
-    run.selection
+    run.launched
+        .selection
         .devices
         .iter()
         .map(|device| {
-            let gpu = run.machine.device(device.index);
+            let gpu = run.launched.machine.device(device.index);
             let total = gpu.and_then(|gpu| gpu.memory).map(|m| m.total_bytes);
-            let reserved = match (run.min_free, total) {
+            let reserved = match (run.launched.min_free, total) {
                 (Some(threshold), Some(total)) => Some((threshold.bytes_on(total), "--min-free")),
                 _ => None,
             };
@@ -138,24 +121,25 @@ fn diagnose(run: &Run, seen: &Seen) -> Vec<Diagnosis> {
     if !seen.watched {
         return Vec::new();
     }
-    let failed = run.end != End::Exited(0);
+    let failed = run.ended.end != End::Exited(0);
     let most_room = run
+        .launched
         .machine
         .devices()
         .filter_map(|gpu| gpu.memory)
         .map(|memory| memory.total_bytes.saturating_sub(memory.reserved_bytes))
         .max();
-    let ran_past = run.wall >= run.verify_timeout;
+    let ran_past = run.ended.wall >= run.launched.verify_timeout;
     let mut found = diagnosis::diagnose(&cards(run, seen), failed, ran_past, most_room);
     let health = &seen.health;
     if let (Some((last, at)), true) = (health.xids.last(), failed) {
         tracing::warn!(
             "the command {} {:.1} s after {}",
-            match run.end {
+            match run.ended.end {
                 End::Exited(code) => format!("exited with status {code}"),
                 End::Signaled(signal) => format!("was killed by {}", crate::options::signal::name(signal)),
             },
-            run.wall.as_secs_f64() - into_run(run, *at),
+            run.ended.wall.as_secs_f64() - into_run(run, *at),
             crate::verify::xid::describe(last.code, last.gpu)
         );
     }
@@ -170,7 +154,7 @@ fn diagnose(run: &Run, seen: &Seen) -> Vec<Diagnosis> {
     found.extend((health.xids_dropped > 0).then(|| diagnosis::xids_not_kept(health.xids_dropped)));
     found.extend(seen.mps_shared.iter().map(|(gpu, others)| diagnosis::mps_shared(*gpu, others)));
     found.extend(seen.idle.iter().map(|(gpu, longest)| {
-        let ended = match &run.limited {
+        let ended = match &run.ended.limited {
             Some(Limited::Idle { gpu: ended, what }) if ended == gpu => Some(what.as_str()),
             _ => None,
         };
@@ -189,7 +173,7 @@ fn diagnose(run: &Run, seen: &Seen) -> Vec<Diagnosis> {
 
 /// Seconds from the command's start to `at`.
 fn into_run(run: &Run, at: SystemTime) -> f64 {
-    at.duration_since(run.started_at).unwrap_or_default().as_secs_f64()
+    at.duration_since(run.ended.started_at).unwrap_or_default().as_secs_f64()
 }
 
 /// One gpu-lost per GPU: at its first Xid 79 (the GPU is gone, which says more than its code),
@@ -271,20 +255,24 @@ mod tests {
         let machine = machine();
         let selection = Selection::new(&machine, chosen, Count::exactly(chosen.len() as u32));
         let started_at = SystemTime::now();
-        let run = Run {
-            command: &[OsString::from("train")],
+        let job = JobIdentity { id: "7".into(), host: "node".into(), user: "alice".into() };
+        let command = [OsString::from("train")];
+        let launched = Launched {
+            command: &command,
             selection: &selection,
             machine: &machine,
+            min_free,
+            verify_timeout: Duration::from_secs(30),
+            job: &job,
+        };
+        let ended = Ended {
             end,
             exit: Exit::of(end, false, false),
             wall: Duration::from_secs(3),
             started_at,
-            min_free,
-            verify_timeout: Duration::from_secs(30),
             limited: None,
-            job: &JobIdentity { id: "7".into(), host: "node".into(), user: "alice".into() },
         };
-        report(&run, seen, Placement::default())
+        report_of(&launched, ended, seen, Placement::default())
     }
 
     fn kinds(report: &Report) -> Vec<(&'static str, Option<u32>)> {
