@@ -180,7 +180,7 @@ fn reach(child: u32, limit: &TimeLimit, kill_after: Option<Duration>) -> String 
 /// `signal` to `child` and every process under it, as timeout(1) signals its process group: a
 /// `bash -c 'python ...'` does not leave Python running. The tree is read before the child is
 /// signalled (a child that dies at once hands its own children to gpurun, the subreaper).
-pub(crate) fn signal_tree(child: u32, signal: i32) {
+fn signal_tree(child: u32, signal: i32) {
     let under = crate::process::procfs::descendants(child);
     send_to(child, signal);
     for pid in under {
